@@ -1,0 +1,48 @@
+"""The one place in the compiler that touches jaxlib's MLIR internals.
+
+Everything else imports `ir`, `passmanager` and the dialect modules from here, so a
+jaxlib upgrade that moves them is a one-file change. `jax` itself is never imported.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from jaxlib.mlir import ir, passmanager  # noqa: F401  (re-exported)
+from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+from jaxlib.mlir.dialects import arith, chlo, func, sdy, stablehlo  # noqa: F401
+
+__all__ = ["ir", "passmanager", "arith", "chlo", "func", "sdy", "stablehlo", "make_context"]
+
+_passes_registered = False
+_registration_lock = threading.Lock()
+
+
+def _register_upstream_passes_once() -> None:
+    # stablehlo's passes must be registered once per process before a pipeline
+    # string can name them (JAXLIB_NOTES.md: Passes).
+    global _passes_registered
+    with _registration_lock:
+        if not _passes_registered:
+            stablehlo.register_stablehlo_passes()
+            _passes_registered = True
+
+
+def make_context() -> ir.Context:
+    """A context with func, arith, stablehlo, chlo, sdy (and the rest of jax's dialect
+    set) loaded, and the `torchtpu` dialect allowed as an unregistered dialect.
+
+    Our own verifier (`torchtpu-verify`) checks `torchtpu` ops; MLIR only parses and
+    prints them generically.
+    """
+    _register_upstream_passes_once()
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)
+    ctx = ir.Context()
+    ctx.append_dialect_registry(registry)
+    ctx.load_all_available_dialects()
+    sdy.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    stablehlo.register_dialect(ctx)
+    ctx.allow_unregistered_dialects = True
+    return ctx

@@ -1,0 +1,180 @@
+"""The pass declaration model and registry.
+
+A pass is a class with `argument` (its flag, e.g. `torchtpu-set-precision`), `summary`,
+`description` and typed `options`, registered with `@register_pass`. The registry
+drives `torchtpu-opt`'s flags, `--help` and `--list-passes`, the pipeline parser and
+`docs/reference/passes.md`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..context import ir
+from ..diagnostics import DiagnosticEngine
+
+_TRUE = {"true", "1", "on", "yes"}
+_FALSE = {"false", "0", "off", "no"}
+
+
+class PassOptionError(ValueError):
+    """A pass option that does not exist or does not parse; the message says which."""
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    type: type  # str, int, float or bool
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+
+    def convert(self, pass_argument: str, text: str) -> Any:
+        try:
+            if self.type is bool:
+                lowered = text.lower()
+                if lowered in _TRUE:
+                    return True
+                if lowered in _FALSE:
+                    return False
+                raise ValueError
+            value = self.type(text)
+        except ValueError:
+            raise PassOptionError(
+                f"{pass_argument}: option '{self.name}' expects a {self.type.__name__}, got '{text}'"
+            ) from None
+        if self.choices and value not in self.choices:
+            raise PassOptionError(
+                f"{pass_argument}: option '{self.name}' must be one of "
+                f"{', '.join(self.choices)}; got '{text}'"
+            )
+        return value
+
+    def describe(self) -> str:
+        kind = "|".join(self.choices) if self.choices else self.type.__name__
+        return f"{self.name}=<{kind}> (default: {str(self.default).lower() if self.type is bool else self.default})"
+
+
+class Pass:
+    """Base class of every torch_tpu pass. Subclasses declare the class attributes and
+    implement `run(op)`, reporting problems with `self.error(...)` and friends."""
+
+    argument: ClassVar[str]
+    summary: ClassVar[str]
+    description: ClassVar[str] = ""
+    options: ClassVar[tuple[Option, ...]] = ()
+
+    def __init__(self, engine: DiagnosticEngine | None = None, **options: Any) -> None:
+        self.engine = engine if engine is not None else DiagnosticEngine()
+        declared = {o.name: o for o in self.options}
+        unknown = set(options) - declared.keys()
+        if unknown:
+            raise PassOptionError(
+                f"{self.argument}: unknown option(s) {', '.join(sorted(unknown))}; "
+                f"available: {', '.join(declared) or 'none'}"
+            )
+        for option in self.options:
+            value = options.get(option.name, option.default)
+            if isinstance(value, str) and option.type is not str:
+                value = option.convert(self.argument, value)
+            elif option.choices and value not in option.choices:
+                value = option.convert(self.argument, str(value))
+            setattr(self, option.name.replace("-", "_"), value)
+
+    @classmethod
+    def from_option_string(cls, text: str, engine: DiagnosticEngine | None = None) -> "Pass":
+        """Builds the pass from MLIR's option syntax: `mode=highest other=1`."""
+        declared = {o.name: o for o in cls.options}
+        values: dict[str, Any] = {}
+        for key, value in split_options(text):
+            option = declared.get(key)
+            if option is None:
+                raise PassOptionError(
+                    f"{cls.argument}: unknown option '{key}'; available: "
+                    f"{', '.join(declared) or 'none'}"
+                )
+            if value is None:
+                if option.type is not bool:
+                    raise PassOptionError(f"{cls.argument}: option '{key}' needs a value ({option.describe()})")
+                value = "true"
+            values[key] = option.convert(cls.argument, value)
+        return cls(engine, **values)
+
+    def run(self, op: ir.Operation) -> None:
+        raise NotImplementedError
+
+    # -- diagnostics, prefixed with the pass argument ----------------------------------
+    def error(self, where, message: str, notes=()) -> None:
+        self.engine.error(_location(where), f"{self.argument}: {message}", notes)
+
+    def warning(self, where, message: str, notes=()) -> None:
+        self.engine.warning(_location(where), f"{self.argument}: {message}", notes)
+
+    def remark(self, where, message: str, notes=()) -> None:
+        self.engine.remark(_location(where), f"{self.argument}: {message}", notes)
+
+
+def _location(where):
+    if where is None or isinstance(where, ir.Location):
+        return where
+    if hasattr(where, "location"):
+        return where.location
+    return where
+
+
+def split_options(text: str) -> list[tuple[str, str | None]]:
+    """Splits `a=1 b="x y" c={nested opts} flag` into (key, value) pairs."""
+    pairs: list[tuple[str, str | None]] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        start = i
+        while i < n and not text[i].isspace() and text[i] != "=":
+            i += 1
+        key = text[start:i]
+        if i < n and text[i] == "=":
+            i += 1
+            if i < n and text[i] in "\"'":
+                quote = text[i]
+                end = text.find(quote, i + 1)
+                if end < 0:
+                    raise PassOptionError(f"unterminated quote in pass options '{text}'")
+                value = text[i + 1 : end]
+                i = end + 1
+            elif i < n and text[i] == "{":
+                depth, j = 0, i
+                while j < n:
+                    depth += {"{": 1, "}": -1}.get(text[j], 0)
+                    if depth == 0:
+                        break
+                    j += 1
+                if depth != 0:
+                    raise PassOptionError(f"unbalanced '{{' in pass options '{text}'")
+                value = text[i + 1 : j]
+                i = j + 1
+            else:
+                start = i
+                while i < n and not text[i].isspace():
+                    i += 1
+                value = text[start:i]
+            pairs.append((key, value))
+        else:
+            pairs.append((key, None))
+    return pairs
+
+
+PASS_REGISTRY: dict[str, type[Pass]] = {}
+
+
+def register_pass(cls: type[Pass]) -> type[Pass]:
+    for attr in ("argument", "summary"):
+        if not getattr(cls, attr, None):
+            raise TypeError(f"pass {cls.__name__} must declare '{attr}'")
+    if cls.argument in PASS_REGISTRY:
+        raise ValueError(f"pass '{cls.argument}' registered twice")
+    PASS_REGISTRY[cls.argument] = cls
+    return cls

@@ -1,0 +1,1 @@
+"""torch_tpu.runtime: PjRT clients, buffers, executables and the compile cache."""

@@ -1,0 +1,1 @@
+"""Command-line mains: torchtpu-opt, torchtpu-run, torchtpu-cache."""
