@@ -47,10 +47,16 @@ class Diagnostic:
     loc: SourceLoc | None = None
     notes: list["Diagnostic"] = field(default_factory=list)
 
-    def format(self) -> str:
-        prefix = f"{self.loc}: " if self.loc else ""
+    def format(self, file: str | None = None) -> str:
+        """`file:line:col: severity: message`, then the notes. A diagnostic without a
+        location prints as `file: severity: message` when `file` (the input being
+        processed) is given, as LLVM tools print file-level diagnostics."""
+        if self.loc:
+            prefix = f"{self.loc}: "
+        else:
+            prefix = f"{file}: " if file else ""
         lines = [f"{prefix}{self.severity}: {self.message}"]
-        lines.extend(note.format() for note in self.notes)
+        lines.extend(note.format(file) for note in self.notes)
         return "\n".join(lines)
 
     def __str__(self) -> str:

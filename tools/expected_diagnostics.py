@@ -26,14 +26,28 @@ class Expectation:
     matched: bool = False
 
 
-def parse_expectations(text: str, first_line: int = 1) -> tuple[list[Expectation], list[str]]:
+@dataclass(frozen=True)
+class AnnotationProblem:
+    """An annotation that cannot be checked (e.g. `@below` on the last line)."""
+
+    line: int
+    column: int
+    message: str
+
+
+def parse_expectations(
+    text: str, first_line: int = 1
+) -> tuple[list[Expectation], list[AnnotationProblem]]:
     """Returns the expectations of `text` (whose first line is `first_line` of the file)
     and problems with the annotations themselves."""
     expectations: list[Expectation] = []
-    problems: list[str] = []
+    problems: list[AnnotationProblem] = []
     pending_below: list[Expectation] = []
     last_plain_line: int | None = None
-    for offset, line_text in enumerate(text.split("\n")):
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line does not start another
+    for offset, line_text in enumerate(lines):
         line = first_line + offset
         matches = list(_EXPECTED.finditer(line_text))
         if not matches:
@@ -53,14 +67,16 @@ def parse_expectations(text: str, first_line: int = 1) -> tuple[list[Expectation
                 pending_below.append(exp)
             elif designator == "above":
                 if last_plain_line is None:
-                    problems.append(f"{line}:{match.start() + 1}: expected-{severity}@above has no line above it")
+                    problems.append(AnnotationProblem(
+                        line, match.start() + 1, f"expected-{severity}@above has no line above it"))
                     continue
                 exp.line = last_plain_line
             elif designator is not None:
                 exp.line = line + int(designator)
             expectations.append(exp)
     for exp in pending_below:
-        problems.append(f"{exp.written_at}:{exp.column}: expected-{exp.severity}@below has no line below it")
+        problems.append(AnnotationProblem(
+            exp.written_at, exp.column, f"expected-{exp.severity}@below has no line below it"))
         expectations.remove(exp)
     return expectations, problems
 
@@ -80,17 +96,20 @@ def check(
     """Compares diagnostics to the annotations in `text`. Returns error lines in MLIR's
     format; empty when everything matched."""
     expectations, problems = parse_expectations(text, first_line)
-    errors = [f"{source_name}:{p}: error: malformed diagnostic annotation" for p in problems]
+    errors = [
+        f"{SourceLoc(source_name, p.line, p.column)}: error: malformed diagnostic annotation: {p.message}"
+        for p in problems
+    ]
     for diag in _flatten(diagnostics):
         line = diag.loc.line if diag.loc and diag.loc.file == source_name else None
-        match = next(
-            (
-                e
-                for e in expectations
-                if e.severity == diag.severity and e.line == line and e.message in diag.message
-            ),
-            None,
-        )
+        candidates = [
+            e
+            for e in expectations
+            if e.severity == diag.severity and e.line == line and e.message in diag.message
+        ]
+        # Each expectation takes one diagnostic; as in MLIR, a repeated identical
+        # diagnostic may still match an expectation already used.
+        match = next((e for e in candidates if not e.matched), candidates[0] if candidates else None)
         if match is None:
             where = f"{diag.loc}: " if diag.loc else f"{source_name}: "
             errors.append(f"{where}error: unexpected {diag.severity}: {diag.message}")

@@ -6,9 +6,12 @@ bytecode, timing). Exit status 0 on success, 1 on any error; never a traceback."
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import re
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import BinaryIO, TextIO
 
@@ -98,10 +101,44 @@ def _list_passes(out: TextIO) -> None:
         out.write(f"  --{name}\n")
 
 
-def _open_output(path: str, binary: bool):
-    if path == "-":
-        return sys.stdout.buffer if binary else sys.stdout
-    return open(path, "wb" if binary else "w", encoding=None if binary else "utf-8")
+def _write_outputs(out, outputs: list[str | bytes], binary: bool) -> None:
+    """Writes the chunks' outputs; bytecode goes to the binary side of a text stream."""
+    if binary:
+        if isinstance(out, io.TextIOBase):
+            if not hasattr(out, "buffer"):
+                raise OSError(0, "--emit-bytecode needs a binary output stream")
+            out.flush()
+            out = out.buffer
+        for piece in outputs:
+            out.write(piece)
+    else:
+        out.write("// -----\n".join(outputs))
+    out.flush()
+
+
+@contextlib.contextmanager
+def _native_stderr_to(stream: TextIO):
+    """MLIR's IR printing and timing report write to file descriptor 2 from C++. When
+    the caller gave its own `stderr` (in-process use), route that output there too."""
+    try:
+        same = stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        same = False
+    if same:
+        stream.flush()
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            stream.write(capture.read().decode("utf-8", errors="replace"))
 
 
 def run(argv: list[str], stdin: BinaryIO | None = None, stdout=None, stderr: TextIO | None = None) -> int:
@@ -149,6 +186,10 @@ def run(argv: list[str], stdin: BinaryIO | None = None, stdout=None, stderr: Tex
         return 1
 
     ctx = make_context()
+    if args.mlir_print_ir_after_all or args.mlir_print_ir_before_all or args.mlir_disable_threading:
+        # MLIR aborts the process (LLVM ERROR) when IR printing is enabled on a
+        # multi-threaded context.
+        ctx.enable_multithreading(False)
     # Build the pipeline once up front so an unknown pass or a bad option is reported
     # even when the input fails to parse.
     from torch_tpu.compiler.diagnostics import DiagnosticEngine
@@ -171,15 +212,11 @@ def run(argv: list[str], stdin: BinaryIO | None = None, stdout=None, stderr: Tex
             outputs.append(output)
 
     try:
-        out = stdout if stdout is not None else _open_output(args.output, args.emit_bytecode)
-        if args.emit_bytecode:
-            for piece in outputs:
-                out.write(piece)
+        if args.output != "-":
+            with open(args.output, "wb" if args.emit_bytecode else "w", encoding=None if args.emit_bytecode else "utf-8") as out:
+                _write_outputs(out, outputs, args.emit_bytecode)
         else:
-            out.write("// -----\n".join(outputs))
-        out.flush()
-        if out not in (sys.stdout, sys.stdout.buffer) and stdout is None:
-            out.close()
+            _write_outputs(stdout if stdout is not None else sys.stdout, outputs, args.emit_bytecode)
     except OSError as err:
         stderr.write(f"torchtpu-opt: error: could not write output '{args.output}': {err.strerror}\n")
         return 1
@@ -232,14 +269,16 @@ class _Driver:
                     )
                 if args.mlir_timing:
                     pm.enable_timing()
-                sys.stdout.flush()
-                try:
-                    with self.ctx:
-                        pm.run(module)
-                except ir.MLIRError as err:
-                    if not engine.has_errors():
-                        engine.extend_from_mlir_error(err)
-                del pm  # prints the timing report, if enabled
+                if sys.stdout is not None:
+                    sys.stdout.flush()
+                with _native_stderr_to(self.stderr):
+                    try:
+                        with self.ctx:
+                            pm.run(module)
+                    except ir.MLIRError as err:
+                        if not engine.has_errors():
+                            engine.extend_from_mlir_error(err)
+                    del pm  # prints the timing report, if enabled
                 if not engine.has_errors() and verify_each:
                     VerifyPass(engine).run(module)
                 if not engine.has_errors():
@@ -252,12 +291,10 @@ class _Driver:
                 self.stderr.write(line + "\n")
             return not mismatches, output
         for diag in engine.diagnostics:
-            self.stderr.write(diag.format() + "\n")
+            self.stderr.write(diag.format(self.source_name) + "\n")
         return not engine.has_errors(), output
 
     def _render(self, module) -> str | bytes:
-        import io
-
         if self.args.emit_bytecode:
             buffer = io.BytesIO()
             module.write_bytecode(buffer)
@@ -266,7 +303,7 @@ class _Driver:
             enable_debug_info=self.args.mlir_print_debuginfo,
             print_generic_op_form=self.args.mlir_print_op_generic,
             assume_verified=True,
-        ) + ("" if self.args.split_input_file else "")
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

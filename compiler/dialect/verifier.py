@@ -7,28 +7,43 @@ from ..diagnostics import DiagnosticEngine
 from .spec import DIALECT, KNOWN_TYPES, TORCHTPU, OpSpec, VerifyError, ref_tensor_type
 
 
-def _check_types(types, what: str, op: ir.Operation, engine: DiagnosticEngine) -> bool:
+def _check_type(t: ir.Type, what: str, op: ir.Operation, loc: ir.Location,
+                engine: DiagnosticEngine) -> bool:
+    if not (isinstance(t, ir.OpaqueType) and t.dialect_namespace == DIALECT):
+        return True
+    kind = t.data.split("<", 1)[0]
+    if kind not in KNOWN_TYPES:
+        engine.error(loc, f"'{op.name}' op {what}: unknown type !{DIALECT}.{kind}; "
+                     f"known torchtpu types: {', '.join(sorted(KNOWN_TYPES))}")
+        return False
+    if kind == "ref" and ref_tensor_type(t) is None:
+        engine.error(loc, f"'{op.name}' op {what}: malformed reference type {t}; "
+                     "expected !torchtpu.ref<tensor<...>> around a ranked tensor type")
+        return False
+    return True
+
+
+def _check_op_types(op: ir.Operation, engine: DiagnosticEngine) -> bool:
+    """Checks the torchtpu types an op defines: its results, its blocks' arguments
+    (reported at the argument) and, for functions, its declared signature. Operands
+    are not checked: each is some op's result or block argument, checked there."""
     ok = True
-    for index, t in enumerate(types):
-        if isinstance(t, ir.OpaqueType) and t.dialect_namespace == DIALECT:
-            kind = t.data.split("<", 1)[0]
-            if kind not in KNOWN_TYPES:
-                engine.error(op.location, f"'{op.name}' op {what} #{index}: unknown type !{DIALECT}.{kind}; "
-                             f"known torchtpu types: {', '.join(sorted(KNOWN_TYPES))}")
-                ok = False
-            elif kind == "ref" and ref_tensor_type(t) is None:
-                engine.error(op.location, f"'{op.name}' op {what} #{index}: malformed reference type {t}; "
-                             "expected !torchtpu.ref<tensor<...>> around a ranked tensor type")
-                ok = False
-    return ok
-
-
-def _function_argument_types(op: ir.Operation):
-    types = []
+    for index, result in enumerate(op.results):
+        ok &= _check_type(result.type, f"result #{index}", op, op.location, engine)
     for region in op.regions:
         for block in region.blocks:
-            types.extend(arg.type for arg in block.arguments)
-    return types
+            for arg in block.arguments:
+                ok &= _check_type(arg.type, f"block argument #{arg.arg_number}", op,
+                                  arg.location, engine)
+    if "function_type" in op.attributes and not any(len(r.blocks) for r in op.regions):
+        signature = op.attributes["function_type"]
+        if isinstance(signature, ir.TypeAttr) and isinstance(signature.value, ir.FunctionType):
+            ftype = signature.value
+            for index, t in enumerate(ftype.inputs):
+                ok &= _check_type(t, f"argument #{index}", op, op.location, engine)
+            for index, t in enumerate(ftype.results):
+                ok &= _check_type(t, f"function result #{index}", op, op.location, engine)
+    return bool(ok)
 
 
 def verify_op(op: ir.Operation, spec: OpSpec, engine: DiagnosticEngine) -> bool:
@@ -65,7 +80,7 @@ def verify_op(op: ir.Operation, spec: OpSpec, engine: DiagnosticEngine) -> bool:
         return fail(f"expects {spec.num_regions} regions, but got {len(op.regions)}")
 
     declared = {a.name: a for a in spec.attributes}
-    present = {named.name: named.attr for named in op.attributes}
+    present = {name: attr for name, attr in op.attributes.items()}
     values: dict = {}
     for attr_name, attr in present.items():
         decl = declared.get(attr_name)
@@ -97,9 +112,7 @@ def verify_module(module: ir.Operation, engine: DiagnosticEngine) -> bool:
     def visit(op: ir.Operation) -> ir.WalkResult:
         nonlocal ok
         op = op.operation
-        ok &= _check_types([r.type for r in op.results], "result", op, engine)
-        ok &= _check_types([v.type for v in op.operands], "operand", op, engine)
-        ok &= _check_types(_function_argument_types(op), "block argument", op, engine)
+        ok &= _check_op_types(op, engine)
         if op.name.startswith(DIALECT + "."):
             spec = TORCHTPU.lookup(op.name)
             if spec is None:

@@ -1,0 +1,49 @@
+"""MLIR locations for FX nodes: the ATen op name around the user's source line, so a
+diagnostic or a profile points at the model code (`loc("aten.addmm"("model.py":12:1))`)."""
+
+from __future__ import annotations
+
+import re
+
+import torch.fx
+
+from ..context import ir
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+# Frames from these files are torch/torch_tpu machinery, not the user's model.
+_INTERNAL = ("/torch/", "/torch_tpu/", "<eval_with_key>", "/site-packages/")
+
+
+def user_frame(stack_trace: str | None) -> tuple[str, int] | None:
+    """The innermost frame of `stack_trace` that is user code (the last one if all are
+    internal)."""
+    if not stack_trace:
+        return None
+    frames = [(f, int(l)) for f, l in _FRAME.findall(stack_trace)]
+    if not frames:
+        return None
+    user = [fr for fr in frames if not any(tag in fr[0] for tag in _INTERNAL)]
+    return (user or frames)[-1]
+
+
+def op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, str):
+        return target
+    name = getattr(target, "name", None)
+    if callable(name):  # OpOverload.name() -> "aten::add.Tensor"
+        return name().replace("::", ".")
+    return getattr(target, "__name__", str(target))
+
+
+def node_location(node: torch.fx.Node) -> ir.Location:
+    frame = user_frame(node.meta.get("stack_trace"))
+    child = ir.Location.file(frame[0], frame[1], 1) if frame else ir.Location.unknown()
+    return ir.Location.name(op_name(node), childLoc=child)
+
+
+def describe_node(node: torch.fx.Node) -> str:
+    """`aten.addmm.default (node addmm_3) at model.py:12`, for error messages."""
+    frame = user_frame(node.meta.get("stack_trace"))
+    where = f" at {frame[0]}:{frame[1]}" if frame else ""
+    return f"{op_name(node)} (node {node.name}){where}"

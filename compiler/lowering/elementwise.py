@@ -1,0 +1,395 @@
+"""Elementwise ops: unary math, binary arithmetic with PyTorch's type promotion,
+comparisons, logical and bitwise ops, `where`, `clamp` and the pointwise activations.
+
+Most rules are one line: a generic unary or binary rule specialised with the StableHLO
+op to emit (JAX's `partial(_nary_lower_hlo, hlo.op)` habit).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+
+from ..context import chlo, ir, stablehlo
+from .helpers import (
+    coerce,
+    compare,
+    convert,
+    dtype,
+    full,
+    promote,
+    promote_dtypes,
+    select,
+    shape_of,
+)
+from .registry import LoweringContext, lowers
+
+aten = torch.ops.aten
+
+
+# -- generic rules ---------------------------------------------------------------------------
+def _unary_float(op_class, ctx: LoweringContext, x):
+    """`op_class(x)` computed in the result dtype (integers promote to float)."""
+    return op_class(convert(x, ctx.result_dtype())).result
+
+
+def _binary(op_class, ctx: LoweringContext, a, b):
+    out = ctx.result_dtype()
+    lhs, rhs = promote(a, b, to=out)
+    return op_class(lhs, rhs).result
+
+
+def _with_alpha(op_class, ctx: LoweringContext, a, b, alpha=1):
+    """add/sub with `alpha`: a op (alpha * b)."""
+    out = ctx.result_dtype()
+    lhs, rhs = promote(a, b, to=out)
+    if alpha != 1:
+        rhs = stablehlo.MulOp(rhs, full(alpha, out, shape_of(rhs))).result
+    return op_class(lhs, rhs).result
+
+
+_UNARY_FLOAT = {
+    aten.exp.default: stablehlo.ExpOp,
+    aten.expm1.default: stablehlo.Expm1Op,
+    aten.log.default: stablehlo.LogOp,
+    aten.log1p.default: stablehlo.Log1pOp,
+    aten.sqrt.default: stablehlo.SqrtOp,
+    aten.rsqrt.default: stablehlo.RsqrtOp,
+    aten.sin.default: stablehlo.SineOp,
+    aten.cos.default: stablehlo.CosineOp,
+    aten.tan.default: stablehlo.TanOp,
+    aten.tanh.default: stablehlo.TanhOp,
+    aten.sigmoid.default: stablehlo.LogisticOp,
+    aten.asin.default: chlo.AsinOp,
+    aten.acos.default: chlo.AcosOp,
+    aten.atan.default: chlo.AtanOp,
+    aten.sinh.default: chlo.SinhOp,
+    aten.cosh.default: chlo.CoshOp,
+    aten.asinh.default: chlo.AsinhOp,
+    aten.acosh.default: chlo.AcoshOp,
+    aten.atanh.default: chlo.AtanhOp,
+    aten.erf.default: chlo.ErfOp,
+    aten.erfinv.default: chlo.ErfInvOp,
+    aten.lgamma.default: chlo.LgammaOp,
+    aten.digamma.default: chlo.DigammaOp,
+}
+for _op, _cls in _UNARY_FLOAT.items():
+    lowers(_op)(partial(_unary_float, _cls))
+
+
+@lowers(aten.neg.default)
+def _neg(ctx, x):
+    return stablehlo.NegOp(convert(x, ctx.result_dtype())).result
+
+
+@lowers(aten.abs.default)
+def _abs(ctx, x):
+    out = stablehlo.AbsOp(x).result
+    return convert(out, ctx.result_dtype())
+
+
+@lowers(aten.sign.default)
+def _sign(ctx, x):
+    if dtype(x) is torch.bool:
+        return x
+    return stablehlo.SignOp(x).result
+
+
+@lowers(aten.sgn.default)
+def _sgn(ctx, x):
+    if dtype(x).is_complex:
+        # x / |x|, and 0 where x == 0.
+        magnitude = stablehlo.AbsOp(x).result
+        zero = full(0, dtype(magnitude), shape_of(magnitude))
+        is_zero = compare(magnitude, zero, "EQ")
+        safe = select(is_zero, full(1, dtype(magnitude), shape_of(magnitude)), magnitude)
+        quotient = stablehlo.DivOp(x, convert(safe, dtype(x))).result
+        return select(is_zero, full(0, dtype(x), shape_of(x)), quotient)
+    return _sign(ctx, x)
+
+
+@lowers(aten.log2.default)
+def _log2(ctx, x):
+    x = convert(x, ctx.result_dtype())
+    return stablehlo.DivOp(stablehlo.LogOp(x).result, full(math.log(2.0), dtype(x), shape_of(x))).result
+
+
+@lowers(aten.log10.default)
+def _log10(ctx, x):
+    x = convert(x, ctx.result_dtype())
+    return stablehlo.DivOp(stablehlo.LogOp(x).result, full(math.log(10.0), dtype(x), shape_of(x))).result
+
+
+@lowers(aten.exp2.default)
+def _exp2(ctx, x):
+    x = convert(x, ctx.result_dtype())
+    return stablehlo.PowOp(full(2.0, dtype(x), shape_of(x)), x).result
+
+
+@lowers(aten.reciprocal.default)
+def _reciprocal(ctx, x):
+    x = convert(x, ctx.result_dtype())
+    return stablehlo.DivOp(full(1, dtype(x), shape_of(x)), x).result
+
+
+def _rounding(op_class, ctx, x):
+    if not dtype(x).is_floating_point:
+        return x  # integers are already rounded
+    return op_class(x).result
+
+
+lowers(aten.floor.default)(partial(_rounding, stablehlo.FloorOp))
+lowers(aten.ceil.default)(partial(_rounding, stablehlo.CeilOp))
+lowers(aten.round.default)(partial(_rounding, stablehlo.RoundNearestEvenOp))
+
+
+@lowers(aten.trunc.default)
+def _trunc(ctx, x):
+    if not dtype(x).is_floating_point:
+        return x
+    # trunc(x) = sign(x) * floor(|x|)
+    floor_abs = stablehlo.FloorOp(stablehlo.AbsOp(x).result).result
+    return stablehlo.MulOp(stablehlo.SignOp(x).result, floor_abs).result
+
+
+@lowers(aten.round.decimals)
+def _round_decimals(ctx, x, *, decimals=0):
+    scale = full(10.0**decimals, dtype(x), shape_of(x))
+    scaled = stablehlo.MulOp(x, scale).result
+    return stablehlo.DivOp(stablehlo.RoundNearestEvenOp(scaled).result, scale).result
+
+
+# -- binary arithmetic -------------------------------------------------------------------------
+lowers(aten.add.Tensor, aten.add.Scalar)(partial(_with_alpha, stablehlo.AddOp))
+lowers(aten.sub.Tensor, aten.sub.Scalar)(partial(_with_alpha, stablehlo.SubtractOp))
+lowers(aten.mul.Tensor, aten.mul.Scalar)(partial(_binary, stablehlo.MulOp))
+lowers(aten.maximum.default)(partial(_binary, stablehlo.MaxOp))
+lowers(aten.minimum.default)(partial(_binary, stablehlo.MinOp))
+lowers(aten.atan2.default)(partial(_binary, stablehlo.Atan2Op))
+
+
+@lowers(aten.rsub.Tensor, aten.rsub.Scalar)
+def _rsub(ctx, a, b, alpha=1):
+    return _with_alpha(stablehlo.SubtractOp, ctx, b, a, alpha)
+
+
+@lowers(aten.div.Tensor, aten.div.Scalar)
+def _div(ctx, a, b):
+    out = ctx.result_dtype()
+    lhs, rhs = promote(a, b, to=out)
+    return stablehlo.DivOp(lhs, rhs).result
+
+
+@lowers(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(ctx, a, b, *, rounding_mode=None):
+    out = ctx.result_dtype()
+    if rounding_mode is None:
+        return _div(ctx, a, b)
+    lhs, rhs = promote(a, b, to=out)
+    if out.is_floating_point:
+        q = stablehlo.DivOp(lhs, rhs).result
+        if rounding_mode == "trunc":
+            return _trunc(ctx, q)
+        # floor division: floor(a / b), matching PyTorch's Python-style semantics.
+        return stablehlo.FloorOp(q).result
+    q = stablehlo.DivOp(lhs, rhs).result  # integer division truncates toward zero
+    if rounding_mode == "trunc":
+        return q
+    return _floor_correct(lhs, rhs, q)
+
+
+def _floor_correct(lhs, rhs, q):
+    """Integer floor division from truncating division: subtract 1 where the remainder
+    is non-zero and the operands' signs differ."""
+    shape = shape_of(q)
+    dt = dtype(q)
+    zero = full(0, dt, shape)
+    rem = stablehlo.RemOp(lhs, rhs).result
+    nonzero = compare(rem, zero, "NE")
+    signs_differ = compare(compare(lhs, zero, "LT"), compare(rhs, zero, "LT"), "NE")
+    adjust = stablehlo.AndOp(nonzero, signs_differ).result
+    return select(adjust, stablehlo.SubtractOp(q, full(1, dt, shape)).result, q)
+
+
+@lowers(aten.floor_divide.default, aten.floor_divide.Scalar)
+def _floor_divide(ctx, a, b):
+    return _div_mode(ctx, a, b, rounding_mode="floor")
+
+
+@lowers(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def _remainder(ctx, a, b):
+    # Python-style modulo: the result takes the sign of the divisor.
+    out = ctx.result_dtype()
+    lhs, rhs = promote(a, b, to=out)
+    rem = stablehlo.RemOp(lhs, rhs).result
+    shape = shape_of(rem)
+    zero = full(0, out, shape)
+    nonzero = compare(rem, zero, "NE")
+    signs_differ = compare(compare(rem, zero, "LT"), compare(rhs, zero, "LT"), "NE")
+    fix = stablehlo.AndOp(nonzero, signs_differ).result
+    return select(fix, stablehlo.AddOp(rem, rhs).result, rem)
+
+
+@lowers(aten.fmod.Tensor, aten.fmod.Scalar)
+def _fmod(ctx, a, b):
+    out = ctx.result_dtype()
+    lhs, rhs = promote(a, b, to=out)
+    return stablehlo.RemOp(lhs, rhs).result
+
+
+@lowers(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def _pow(ctx, a, b):
+    out = ctx.result_dtype()
+    if not isinstance(b, ir.Value) and not out.is_complex:
+        base = coerce(a, out)
+        if b == 2:
+            return stablehlo.MulOp(base, base).result
+        if b == 0.5 and out.is_floating_point:
+            return stablehlo.SqrtOp(base).result
+        if b == 1:
+            return base
+    lhs, rhs = promote(a, b, to=out)
+    return stablehlo.PowOp(lhs, rhs).result
+
+
+# -- comparisons ---------------------------------------------------------------------------------
+def _comparison(direction: str, ctx: LoweringContext, a, b):
+    lhs, rhs = promote(a, b, to=promote_dtypes(a, b))
+    return compare(lhs, rhs, direction)
+
+
+for _name, _dir in (("eq", "EQ"), ("ne", "NE"), ("lt", "LT"), ("le", "LE"), ("gt", "GT"), ("ge", "GE")):
+    _packet = getattr(aten, _name)
+    lowers(_packet.Tensor, _packet.Scalar)(partial(_comparison, _dir))
+
+
+@lowers(aten.isnan.default)
+def _isnan(ctx, x):
+    if not (dtype(x).is_floating_point or dtype(x).is_complex):
+        return full(False, torch.bool, shape_of(x))
+    return compare(x, x, "NE")
+
+
+@lowers(aten.isinf.default)
+def _isinf(ctx, x):
+    if not dtype(x).is_floating_point:
+        return full(False, torch.bool, shape_of(x))
+    magnitude = stablehlo.AbsOp(x).result
+    return compare(magnitude, full(float("inf"), dtype(x), shape_of(x)), "EQ")
+
+
+@lowers(aten.isfinite.default)
+def _isfinite(ctx, x):
+    if not dtype(x).is_floating_point:
+        return full(True, torch.bool, shape_of(x))
+    return stablehlo.IsFiniteOp(x).result
+
+
+# -- logical and bitwise ------------------------------------------------------------------------------
+def _logical(op_class, ctx, a, b):
+    lhs, rhs = promote(convert(a, torch.bool), convert(b, torch.bool), to=torch.bool)
+    return op_class(lhs, rhs).result
+
+
+lowers(aten.logical_and.default)(partial(_logical, stablehlo.AndOp))
+lowers(aten.logical_or.default)(partial(_logical, stablehlo.OrOp))
+lowers(aten.logical_xor.default)(partial(_logical, stablehlo.XorOp))
+
+
+@lowers(aten.logical_not.default)
+def _logical_not(ctx, x):
+    return stablehlo.NotOp(convert(x, torch.bool)).result
+
+
+lowers(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(partial(_binary, stablehlo.AndOp))
+lowers(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(partial(_binary, stablehlo.OrOp))
+lowers(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(partial(_binary, stablehlo.XorOp))
+
+
+@lowers(aten.bitwise_not.default)
+def _bitwise_not(ctx, x):
+    return stablehlo.NotOp(x).result
+
+
+# -- selection ---------------------------------------------------------------------------------------
+@lowers(aten.where.self)
+def _where(ctx, cond, a, b):
+    out = ctx.result_dtype()
+    lhs, rhs = promote(a, b, to=out)
+    return select(convert(cond, torch.bool), lhs, rhs)
+
+
+@lowers(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(ctx, x, min=None, max=None):
+    out = ctx.result_dtype()
+    result = convert(x, out)
+    shape = shape_of(result)
+    if min is not None:
+        result = stablehlo.MaxOp(result, coerce(min, out, shape)).result
+    if max is not None:
+        result = stablehlo.MinOp(result, coerce(max, out, shape)).result
+    return result
+
+
+@lowers(aten.clamp_min.default, aten.clamp_min.Tensor)
+def _clamp_min(ctx, x, min):
+    return _clamp(ctx, x, min=min)
+
+
+@lowers(aten.clamp_max.default, aten.clamp_max.Tensor)
+def _clamp_max(ctx, x, max):
+    return _clamp(ctx, x, max=max)
+
+
+# -- activations ----------------------------------------------------------------------------------------
+@lowers(aten.relu.default)
+def _relu(ctx, x):
+    return stablehlo.MaxOp(x, full(0, dtype(x), shape_of(x))).result
+
+
+@lowers(aten.hardtanh.default)
+def _hardtanh(ctx, x, min_val=-1.0, max_val=1.0):
+    return _clamp(ctx, x, min=min_val, max=max_val)
+
+
+@lowers(aten.leaky_relu.default)
+def _leaky_relu(ctx, x, negative_slope=0.01):
+    shape, dt = shape_of(x), dtype(x)
+    positive = compare(x, full(0, dt, shape), "GT")
+    return select(positive, x, stablehlo.MulOp(x, full(negative_slope, dt, shape)).result)
+
+
+@lowers(aten.elu.default)
+def _elu(ctx, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    shape, dt = shape_of(x), dtype(x)
+    positive = compare(x, full(0, dt, shape), "GT")
+    negative = stablehlo.MulOp(
+        full(alpha, dt, shape),
+        stablehlo.Expm1Op(stablehlo.MulOp(x, full(input_scale, dt, shape)).result).result,
+    ).result
+    return stablehlo.MulOp(select(positive, x, negative), full(scale, dt, shape)).result
+
+
+@lowers(aten.gelu.default)
+def _gelu(ctx, x, *, approximate="none"):
+    shape, dt = shape_of(x), dtype(x)
+
+    def c(v):
+        return full(v, dt, shape)
+
+    if approximate == "tanh":
+        # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cube = stablehlo.MulOp(stablehlo.MulOp(x, x).result, x).result
+        inner = stablehlo.AddOp(x, stablehlo.MulOp(c(0.044715), cube).result).result
+        t = stablehlo.TanhOp(stablehlo.MulOp(c(math.sqrt(2.0 / math.pi)), inner).result).result
+        return stablehlo.MulOp(stablehlo.MulOp(c(0.5), x).result, stablehlo.AddOp(c(1.0), t).result).result
+    # 0.5 x (1 + erf(x / sqrt(2)))
+    e = chlo.ErfOp(stablehlo.MulOp(x, c(1.0 / math.sqrt(2.0))).result).result
+    return stablehlo.MulOp(stablehlo.MulOp(c(0.5), x).result, stablehlo.AddOp(c(1.0), e).result).result
+
+
+@lowers(aten.silu.default)
+def _silu(ctx, x):
+    return stablehlo.MulOp(x, stablehlo.LogisticOp(x).result).result

@@ -1,0 +1,89 @@
+// RUN: torchtpu-opt %s --split-input-file --torchtpu-set-precision | FileCheck %s --check-prefix=MEDIUM
+// RUN: torchtpu-opt %s --split-input-file --torchtpu-set-precision=mode=medium | FileCheck %s --check-prefix=MEDIUM
+// RUN: torchtpu-opt %s --split-input-file --torchtpu-set-precision=mode=high | FileCheck %s --check-prefix=HIGH
+// RUN: torchtpu-opt %s --split-input-file --pass-pipeline='builtin.module(torchtpu-set-precision{mode=highest})' | FileCheck %s --check-prefix=HIGHEST
+// RUN: torchtpu-opt %s --split-input-file --torchtpu-set-precision="mode=highest override=true" | FileCheck %s --check-prefix=OVERRIDE
+
+// MEDIUM-LABEL:  func.func @dot_general
+// MEDIUM:        stablehlo.dot_general {{.*}} precision = [DEFAULT, DEFAULT]
+// HIGH-LABEL:    func.func @dot_general
+// HIGH:          stablehlo.dot_general {{.*}} precision = [HIGH, HIGH]
+// HIGHEST-LABEL: func.func @dot_general
+// HIGHEST:       stablehlo.dot_general {{.*}} precision = [HIGHEST, HIGHEST]
+func.func @dot_general(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) -> tensor<2x4xf32> {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
+}
+
+// -----
+
+// MEDIUM-LABEL:  func.func @dot
+// MEDIUM:        stablehlo.dot {{.*}} precision = [DEFAULT, DEFAULT]
+// HIGH-LABEL:    func.func @dot
+// HIGH:          stablehlo.dot {{.*}} precision = [HIGH, HIGH]
+// HIGHEST-LABEL: func.func @dot
+// HIGHEST:       stablehlo.dot {{.*}} precision = [HIGHEST, HIGHEST]
+func.func @dot(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2xf32> {
+  %0 = stablehlo.dot %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+// MEDIUM-LABEL:  func.func @convolution
+// MEDIUM:        stablehlo.convolution
+// MEDIUM-SAME:   precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]
+// HIGH-LABEL:    func.func @convolution
+// HIGH:          precision_config = [#stablehlo<precision HIGH>, #stablehlo<precision HIGH>]
+// HIGHEST-LABEL: func.func @convolution
+// HIGHEST:       precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]
+func.func @convolution(%x: tensor<1x8x8x3xf32>, %w: tensor<3x3x3x16xf32>) -> tensor<1x6x6x16xf32> {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], window = {stride = [1, 1]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<1x8x8x3xf32>, tensor<3x3x3x16xf32>) -> tensor<1x6x6x16xf32>
+  return %0 : tensor<1x6x6x16xf32>
+}
+
+// -----
+
+// A precision already chosen (e.g. by the importer for one matmul) is kept, unless
+// override=true.
+// MEDIUM-LABEL:   func.func @existing_precision
+// MEDIUM:         precision = [HIGH, DEFAULT]
+// HIGHEST-LABEL:  func.func @existing_precision
+// HIGHEST:        precision = [HIGH, DEFAULT]
+// OVERRIDE-LABEL: func.func @existing_precision
+// OVERRIDE:       precision = [HIGHEST, HIGHEST]
+// OVERRIDE-NOT:   DEFAULT
+func.func @existing_precision(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) -> tensor<2x4xf32> {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0], precision = [HIGH, DEFAULT] : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
+}
+
+// -----
+
+// Matrix ops inside regions and in every function are reached; other ops are left alone.
+// HIGHEST-LABEL: func.func @nested_and_other_ops
+// HIGHEST:       stablehlo.while
+// HIGHEST:       stablehlo.dot_general {{.*}} precision = [HIGHEST, HIGHEST]
+// HIGHEST:       stablehlo.add
+// HIGHEST-NOT:   precision
+// HIGHEST-LABEL: func.func @second_function
+// HIGHEST:       stablehlo.dot {{.*}} precision = [HIGHEST, HIGHEST]
+func.func @nested_and_other_ops(%a: tensor<2x2xf32>, %n: tensor<i32>) -> tensor<2x2xf32> {
+  %0:2 = stablehlo.while(%i = %n, %x = %a) : tensor<i32>, tensor<2x2xf32>
+   cond {
+    %c0 = stablehlo.constant dense<0> : tensor<i32>
+    %p = stablehlo.compare GT, %i, %c0 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %y = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0] : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %j = stablehlo.subtract %i, %c1 : tensor<i32>
+    stablehlo.return %j, %y : tensor<i32>, tensor<2x2xf32>
+  }
+  %1 = stablehlo.add %0#1, %a : tensor<2x2xf32>
+  return %1 : tensor<2x2xf32>
+}
+func.func @second_function(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2xf32> {
+  %0 = stablehlo.dot %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}

@@ -1,0 +1,72 @@
+"""Numerical checks of lowerings against PyTorch eager on CPU.
+
+`check(fn, *args)` traces `fn` to an ATen graph with make_fx (no decompositions, so
+each op reaches its own lowering), imports it, compiles and runs the module on XLA:CPU,
+and compares every output with eager `fn(*args)`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.utils._pytree as pytree
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from torch_tpu.compiler.importer import import_graph
+
+
+@functools.lru_cache(maxsize=1)
+def _client():
+    from jaxlib import xla_client
+
+    return xla_client.make_cpu_client()
+
+
+def execute(imported, args: list[torch.Tensor], seed: int = 0) -> list:
+    """Runs an ImportedGraph on XLA:CPU with torch tensors in and out."""
+    from jaxlib import _jax, xla_client
+
+    client = _client()
+    device = client.devices()[0]
+    executable = client.compile_and_load(
+        imported.text(), xla_client.DeviceList((device,)), xla_client.CompileOptions()
+    )
+    flat = [a if isinstance(a, torch.Tensor) else torch.tensor(a) for a in args]
+    if any(spec.role == "rng_state" for spec in imported.inputs):
+        flat.append(torch.tensor([seed, 0x5EED], dtype=torch.uint64))
+    buffers = [
+        _jax.dlpack_managed_tensor_to_buffer(t.detach().contiguous().clone().__dlpack__(), device, None, None)
+        for t in flat
+    ]
+    results = executable.execute_sharded(buffers).disassemble_into_single_device_arrays()
+    tensors = [torch.from_dlpack(_jax.buffer_to_dlpack_managed_tensor(r[0])).clone() for r in results]
+    leaves = [tensors[o.index] if o.kind == "tensor" else o.value for o in imported.outputs]
+    return pytree.tree_unflatten(leaves, imported.output_tree)
+
+
+def lower_and_run(fn, *args, decompositions=None):
+    gm = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions or {})(*args)
+    imported = import_graph(gm)
+    tensor_args = [a for a in pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
+    return execute(imported, tensor_args), gm, imported
+
+
+def check(fn, *args, rtol=None, atol=None, decompositions=None, ops=None):
+    """Asserts that the lowered `fn` matches eager. `ops`, when given, lists ATen
+    overloads that must appear in the traced graph (so the test exercises them)."""
+    expected = fn(*args)
+    actual, gm, imported = lower_and_run(fn, *args, decompositions=decompositions)
+    if ops is not None:
+        targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+        missing = [op for op in ops if op not in targets]
+        assert not missing, f"graph does not contain {missing}:\n{gm.graph}"
+    exp_leaves, exp_tree = pytree.tree_flatten(expected)
+    act_leaves, act_tree = pytree.tree_flatten(actual)
+    assert exp_tree == act_tree, f"output structure differs: {act_tree} vs {exp_tree}"
+    for a, e in zip(act_leaves, exp_leaves):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            assert a == e, (a, e)
+    return imported

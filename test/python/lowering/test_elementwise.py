@@ -1,0 +1,90 @@
+"""Elementwise lowerings against eager, including PyTorch's type promotion."""
+
+import pytest
+import torch
+from harness import check
+
+aten = torch.ops.aten
+torch.manual_seed(0)
+X = torch.randn(3, 5)
+Y = torch.randn(3, 5)
+POS = torch.rand(3, 5) + 0.1
+I = torch.randint(-7, 7, (3, 5))
+J = torch.randint(1, 5, (3, 5))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [torch.exp, torch.expm1, torch.sin, torch.cos, torch.tan, torch.tanh, torch.sigmoid, torch.atan,
+     torch.asinh, torch.erf, torch.neg, torch.abs, torch.sign, torch.floor, torch.ceil, torch.round,
+     torch.trunc, torch.relu, torch.nn.functional.gelu, torch.nn.functional.silu,
+     torch.nn.functional.elu, torch.nn.functional.leaky_relu, torch.isnan, torch.isinf],
+    ids=lambda f: f.__name__,
+)
+def test_unary_float(fn):
+    check(lambda x: fn(x), X)
+
+
+@pytest.mark.parametrize("fn", [torch.log, torch.log1p, torch.sqrt, torch.rsqrt, torch.log2, torch.log10, torch.reciprocal])
+def test_unary_positive(fn):
+    check(fn, POS)
+
+
+def test_unary_int_promotes_to_float():
+    check(torch.sin, I)
+    check(torch.abs, I)
+    check(torch.neg, I)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [torch.add, torch.sub, torch.mul, torch.div, torch.maximum, torch.minimum, torch.atan2,
+     torch.remainder, torch.fmod, lambda a, b: torch.add(a, b, alpha=2.5),
+     lambda a, b: torch.div(a, b, rounding_mode="floor"), lambda a, b: torch.div(a, b, rounding_mode="trunc")],
+)
+def test_binary_float(fn):
+    check(fn, X, Y)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [torch.add, torch.mul, torch.remainder, torch.fmod, torch.floor_divide, torch.bitwise_and,
+     torch.bitwise_xor, lambda a, b: torch.div(a, b, rounding_mode="trunc")],
+)
+def test_binary_int(fn):
+    check(fn, I, J)
+    check(fn, -I, J)
+
+
+def test_promotion_int_tensor_float_scalar():
+    check(lambda a: a * 2.5 + 1, I)
+    check(lambda a: a / 2, I)
+    check(lambda a, b: a + b, I, X)
+    check(lambda a, b: a + b, X.half(), torch.tensor(3.0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("fn", [torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge])
+def test_comparisons(fn):
+    check(fn, X, Y)
+    check(lambda a: fn(a, 0.5), X)
+    check(fn, I, J)
+
+
+def test_logical_and_where():
+    check(lambda a, b: torch.logical_and(a > 0, b), X, I)
+    check(lambda a, b: torch.logical_xor(a, b), X, Y)
+    check(torch.logical_not, I)
+    check(lambda a, b: torch.where(a > 0, a, b), X, Y)
+    check(lambda a, b: torch.where(a > 0, a, 2), X, Y)
+
+
+def test_clamp_and_pow():
+    check(lambda a: torch.clamp(a, -0.5, 0.5), X)
+    check(lambda a: torch.clamp(a, min=0.1), X)
+    check(lambda a, b: torch.clamp(a, min=b), X, Y)
+    check(lambda a: torch.pow(a, 2), X)
+    check(lambda a: torch.pow(a, 3.5), POS)
+    check(lambda a: torch.pow(2, a), X)
+    check(lambda a, b: torch.pow(a, b), POS, Y)
+    check(lambda a: torch.nn.functional.hardtanh(a, -0.3, 0.2), X)
+    check(lambda a: torch.nn.functional.gelu(a, approximate="tanh"), X)
