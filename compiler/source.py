@@ -1,8 +1,30 @@
 """Reading `.mlir` text and MLIR bytecode into a module, the way `mlir-opt` does:
 an implicit `builtin.module` around top-level ops that are not one module, located
-diagnostics instead of exceptions, and no crash on garbage."""
+diagnostics instead of exceptions, and no crash on garbage.
+
+Crash traps in jaxlib 0.10.2, found by test/python/test_opt_fuzz.py and guarded here
+by checking the input *before* MLIR sees it:
+
+* Strings that are not valid UTF-8 abort the process. jaxlib converts C++ strings to
+  Python `str` with nanobind, which throws a C++ exception on invalid UTF-8; thrown
+  while building `MLIRError` for a parse error, or inside a callback (`Operation.walk`,
+  diagnostic handlers), it reaches `std::terminate` (SIGABRT). Examples:
+  `"stablehlo.\FF"() : () -> ()` (the parse error quotes the op name),
+  `func.func @g() { call @"\FF"() : () -> () return }`, a torchtpu op named
+  `"torchtpu.x\FF"` (our verifier reads op names in a walk), and bytecode whose
+  producer string or string table holds such bytes. So every string literal of a text
+  input and every string of a bytecode input must be valid UTF-8 (`_check_text_strings`,
+  `_check_bytecode`). Binary payloads belong in `dense<"0x...">`/resource blobs, which
+  are not strings and are not affected.
+* The bytecode reader trusts the counts in the attribute/type offset section: a dialect
+  group that declares more entries than the header announced writes past the end of
+  the reader's table. `_check_bytecode` walks the section structure (lengths, counts,
+  string table) and rejects such files with a located error first.
+"""
 
 from __future__ import annotations
+
+import re
 
 from .context import ir
 from .diagnostics import DiagnosticEngine, SourceLoc
@@ -42,7 +64,62 @@ def parse_source(
         line = data.count("\n", 0, data.index("\x00")) + 1
         engine.error(SourceLoc(source_name, line, 1), "input contains a NUL byte; expected MLIR text")
         return None
+    if not _check_text_strings(data, source_name, engine):
+        return None
     return _parse_text(data, source_name, ctx, engine)
+
+
+# --------------------------------------------------------------------------------------
+# Text: string literals must decode to valid UTF-8
+# --------------------------------------------------------------------------------------
+# A `\XX` escape of a byte >= 0x80 is the only way MLIR text can spell invalid UTF-8
+# (the text itself was decoded as UTF-8 already).
+_HIGH_ESCAPE = re.compile(r"\\[89a-fA-F][0-9a-fA-F]")
+_STRING_OR_COMMENT = re.compile(r'//[^\n]*|"((?:[^"\\\n]|\\.)*)"?')
+_SIMPLE_ESCAPES = {"n": b"\n", "t": b"\t", "\\": b"\\", '"': b'"'}
+
+
+def _literal_bytes(body: str) -> bytes:
+    out = bytearray()
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            if nxt in _SIMPLE_ESCAPES:
+                out += _SIMPLE_ESCAPES[nxt]
+                i += 2
+                continue
+            hex_digits = body[i + 1 : i + 3]
+            if len(hex_digits) == 2 and all(c in "0123456789abcdefABCDEF" for c in hex_digits):
+                out.append(int(hex_digits, 16))
+                i += 3
+                continue
+        out += ch.encode("utf-8")
+        i += 1
+    return bytes(out)
+
+
+def _check_text_strings(text: str, source_name: str, engine: DiagnosticEngine) -> bool:
+    if _HIGH_ESCAPE.search(text) is None:  # the common case: one fast scan
+        return True
+    for match in _STRING_OR_COMMENT.finditer(text):
+        body = match.group(1)
+        if body is None or _HIGH_ESCAPE.search(body) is None:
+            continue
+        try:
+            _literal_bytes(body).decode("utf-8")
+        except UnicodeDecodeError as err:
+            line = text.count("\n", 0, match.start()) + 1
+            col = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+            engine.error(
+                SourceLoc(source_name, line, col),
+                f"string literal is not valid UTF-8 (byte 0x{err.object[err.start]:02X} at "
+                f"offset {err.start} of the string); torch_tpu requires UTF-8 names and "
+                "strings; put binary data in a dense<\"0x...\"> attribute",
+            )
+            return False
+    return True
 
 
 def _parse_text(text: str, source_name: str, ctx: ir.Context, engine: DiagnosticEngine):
@@ -68,6 +145,14 @@ def _parse_text(text: str, source_name: str, ctx: ir.Context, engine: Diagnostic
 
 
 def _parse_bytecode(data: bytes, source_name: str, ctx: ir.Context, engine: DiagnosticEngine):
+    problem = _check_bytecode(data)
+    if problem is not None:
+        offset, message = problem
+        engine.error(
+            SourceLoc(source_name, 1, 1),
+            f"invalid MLIR bytecode at byte offset {offset}: {message}",
+        )
+        return None
     with ctx:
         try:
             module = ir.Module.parse(data)
@@ -86,3 +171,152 @@ def _relocate_unknown(engine: DiagnosticEngine, source_name: str) -> None:
     for diag in engine.diagnostics:
         if diag.loc is None:
             diag.loc = SourceLoc(source_name, 1, 1)
+
+
+# --------------------------------------------------------------------------------------
+# Bytecode: walk the section structure before MLIR does (see the module docstring)
+# --------------------------------------------------------------------------------------
+# Section ids of the MLIR bytecode format (mlir/Bytecode/Encoding.h).
+_STRING, _DIALECT, _ATTR_TYPE, _ATTR_TYPE_OFFSET, _IR = 0, 1, 2, 3, 4
+_NUM_SECTIONS = 9
+_ALIGNMENT_BYTE = 0xCB
+
+
+class _BytecodeProblem(Exception):
+    def __init__(self, offset: int, message: str) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.message = message
+
+
+class _Reader:
+    """MLIR's EncodingReader, enough of it to walk sections and tables."""
+
+    def __init__(self, data: bytes, base: int = 0) -> None:
+        self.data = data
+        self.pos = 0
+        self.base = base  # offset of `data` in the file, for messages and alignment
+
+    def fail(self, message: str) -> _BytecodeProblem:
+        return _BytecodeProblem(self.base + self.pos, message)
+
+    def empty(self) -> bool:
+        return self.pos >= len(self.data)
+
+    def byte(self) -> int:
+        if self.pos >= len(self.data):
+            raise self.fail("unexpected end of data")
+        self.pos += 1
+        return self.data[self.pos - 1]
+
+    def bytes(self, n: int) -> bytes:
+        if n > len(self.data) - self.pos:
+            raise self.fail(f"{n} bytes requested, {len(self.data) - self.pos} left")
+        self.pos += n
+        return self.data[self.pos - n : self.pos]
+
+    def varint(self) -> int:
+        first = self.byte()
+        if first & 1:
+            return first >> 1
+        if first == 0:
+            return int.from_bytes(self.bytes(8), "little")
+        extra = (first & -first).bit_length() - 1  # trailing zero bits = further bytes
+        value = int.from_bytes(bytes([first]) + self.bytes(extra), "little")
+        return value >> (extra + 1)
+
+    def cstring(self) -> bytes:
+        end = self.data.find(b"\x00", self.pos)
+        if end < 0:
+            raise self.fail("string without a terminating NUL")
+        value = self.data[self.pos : end]
+        self.pos = end + 1
+        return value
+
+
+def _utf8(value: bytes, what: str, offset: int) -> None:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _BytecodeProblem(
+            offset + err.start,
+            f"{what} is not valid UTF-8 ({value[:40]!r}); torch_tpu requires UTF-8 names and strings",
+        ) from None
+
+
+def _check_bytecode(data: bytes) -> tuple[int, str] | None:
+    """(offset, problem) for bytecode that MLIR's reader must not see, else None."""
+    try:
+        reader = _Reader(data)
+        reader.bytes(len(BYTECODE_MAGIC))
+        reader.varint()  # version: MLIR reports an unsupported one itself
+        start = reader.pos
+        _utf8(reader.cstring(), "producer string", start)
+        sections: dict[int, tuple[int, bytes]] = {}
+        while not reader.empty():
+            header = reader.byte()
+            section_id, aligned = header & 0x7F, bool(header & 0x80)
+            length = reader.varint()
+            if section_id >= _NUM_SECTIONS:
+                raise reader.fail(f"invalid section id {section_id}")
+            if section_id in sections:
+                raise reader.fail(f"section {section_id} appears twice")
+            if aligned:
+                alignment = reader.varint()
+                if alignment == 0 or alignment & (alignment - 1):
+                    raise reader.fail(f"section alignment {alignment} is not a power of two")
+                while reader.pos % alignment:
+                    if reader.byte() != _ALIGNMENT_BYTE:
+                        raise reader.fail("expected an alignment byte (0xCB)")
+            offset = reader.pos
+            sections[section_id] = (offset, reader.bytes(length))
+        for required in (_STRING, _DIALECT, _ATTR_TYPE, _ATTR_TYPE_OFFSET, _IR):
+            if required not in sections:
+                raise _BytecodeProblem(len(data), f"missing section {required}")
+        _check_string_section(*sections[_STRING])
+        _check_attr_types(sections[_ATTR_TYPE], sections[_ATTR_TYPE_OFFSET])
+    except _BytecodeProblem as problem:
+        return problem.offset, problem.message
+    return None
+
+
+def _check_string_section(offset: int, section: bytes) -> None:
+    reader = _Reader(section, offset)
+    count = reader.varint()
+    end = len(section)
+    # Sizes come first (in reverse order of the strings); the strings, each with its
+    # NUL, fill the end of the section back to front.
+    for _ in range(count):
+        size = reader.varint()
+        if size == 0 or size > end - reader.pos:
+            raise reader.fail(f"string table entry of size {size} does not fit the section")
+        start = end - size
+        _utf8(section[start : end - 1], "string table entry", offset + start)
+        end = start
+
+
+def _check_attr_types(attr_types: tuple[int, bytes], offsets: tuple[int, bytes]) -> None:
+    data_offset, data = attr_types
+    reader = _Reader(offsets[1], offsets[0])
+    num_attributes, num_types = reader.varint(), reader.varint()
+    if num_attributes + num_types > len(data) + 1:  # each entry takes a byte at least
+        raise reader.fail(f"{num_attributes} attributes and {num_types} types cannot fit")
+    position = 0
+    for total in (num_attributes, num_types):
+        done = 0
+        while done < total:
+            reader.varint()  # dialect index; MLIR checks its range itself
+            entries = reader.varint()
+            if entries > total - done:
+                raise reader.fail(
+                    f"dialect group of {entries} entries overruns the {total} declared")
+            for _ in range(entries):
+                flagged = reader.varint()
+                size, custom = flagged >> 1, flagged & 1
+                if position + size > len(data):
+                    raise reader.fail("attribute/type entry overruns its section")
+                if not custom:  # textual assembly, NUL-terminated
+                    text = data[position : position + size].split(b"\x00", 1)[0]
+                    _utf8(text, "attribute/type text", data_offset + position)
+                position += size
+            done += entries

@@ -1,3 +1,34 @@
-"""torch_tpu: a PyTorch backend for XLA devices (TPU, and GPU/CPU through PjRT)."""
+"""torch_tpu: a PyTorch backend for XLA devices (TPU, and GPU/CPU through PjRT).
+
+    model = torch.compile(model, backend="tpu")
+
+The backend is found through the `torch_dynamo_backends` entry point, so importing
+torch_tpu is optional. Importing it is cheap: submodules load on first use (the
+runtime and compiler import this package as their parent).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "precision": ("torch_tpu._precision", "precision"),
+    "export": ("torch_tpu._export", "export"),
+    "ExportedProgram": ("torch_tpu._export", "ExportedProgram"),
+    "tpu_backend": ("torch_tpu.backend", "tpu_backend"),
+    "TorchTpuCompileError": ("torch_tpu._errors", "TorchTpuCompileError"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'torch_tpu' has no attribute {name!r}")

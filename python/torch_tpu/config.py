@@ -61,3 +61,66 @@ def get_parsed(name: str, parse: Callable[[str], object]) -> object:
 # -- the table ------------------------------------------------------------------------
 # Keep entries grouped by layer; each helper module reads its variables through get_*.
 declare("TORCH_TPU_DEBUG", None, "Show Python tracebacks for internal errors in the command-line tools.", "tools")
+
+# runtime (torch_tpu.runtime: PjRT client, buffers, compile cache)
+declare(
+    "TORCH_TPU_PLATFORM", None,
+    "Force the PjRT platform: `cpu`, `cuda` (alias `gpu`) or `tpu`. Unset: `tpu` when the libtpu "
+    "plugin is found (`TPU_LIBRARY_PATH` or the `libtpu` package) and initializes, else `cuda` "
+    "when the jax CUDA PjRT plugin is installed, else XLA:CPU. A forced platform that cannot "
+    "start is an error, never a silent fallback.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_NUM_CPU_DEVICES", "1",
+    "Number of virtual XLA:CPU devices, so multi-device and replicated programs run on a "
+    "machine without accelerators. Read when the CPU client is created.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CUDA_PLUGIN_PATH", None,
+    "Path of the CUDA PjRT plugin library (`xla_cuda_plugin.so`). Unset: looked up in the "
+    "installed `jax_cuda13_plugin` / `jax_cuda12_plugin` package.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CACHE_L1_ENTRIES", "1024",
+    "Capacity of the in-process (L1) compile cache, in executables; least recently used "
+    "ones are dropped first. `0` turns L1 off.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CACHE_L2", None,
+    "Machine-local (L2) compile cache shared by the processes of one host: `1` on, `0` off. "
+    "Unset: on when `WORLD_SIZE` > 1 (a multi-process job), off otherwise.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CACHE_DIR", None,
+    "Directory of the L2 compile cache. Unset: `$XDG_CACHE_HOME/torch_tpu/executables` "
+    "(`~/.cache/torch_tpu/executables`). Created with mode 0700; a directory that another "
+    "user can write is refused.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CACHE_URL", None,
+    "Persistent (L3) compile cache on any fsspec URL: a local path, `file://`, `gs://`, "
+    "`s3://`, ... Unset: L3 off. Credentials and endpoints come from the filesystem's own "
+    "configuration (for example `FSSPEC_S3_ENDPOINT_URL`, `AWS_*`, gcloud credentials).",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_COMPILE_THREADS", None,
+    "Threads that compile (and load cache entries) in the background. Unset: "
+    "min(4, number of CPUs).",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CACHE_LOCK_TIMEOUT", "600",
+    "Seconds a process waits for another process on the same host that is compiling the "
+    "same key (through the L2 lock) before compiling it itself.",
+    "runtime",
+)
+declare("TORCH_TPU_STRICT", "0", "1: an op the converter cannot lower is an error naming the op and the user's source line, instead of a logged fallback to PyTorch eager.", "frontend")
+declare("TORCH_TPU_DUMP_DIR", None, "Directory where every compiled graph writes its FX graph, imported module, module after each pass, final StableHLO and input shapes (one folder per cache key), to reproduce failures with torchtpu-opt and torchtpu-run.", "frontend")
+declare("TORCH_TPU_SLOW_COMPILE_S", "3.0", "A graph whose compile takes longer than this many seconds logs its size and phase timings.", "frontend")

@@ -34,7 +34,7 @@ func.func @wrong_line(%t: tensor<2xf32>) {
 
 func.func @wrong_severity(%t: tensor<2xf32>) {
   // CHECK: verify-diagnostics-mismatch.mlir:[[# @LINE + 2]]:8: error: unexpected error: {{.*}}operand 'ref' must be
-  // CHECK: verify-diagnostics-mismatch.mlir:[[# @LINE + 2]]:66: error: expected warning "operand 'ref' must be" was not produced
+  // CHECK: verify-diagnostics-mismatch.mlir:[[# @LINE + 1]]:66: error: expected warning "operand 'ref' must be" was not produced
   %0 = "torchtpu.load"(%t) : (tensor<2xf32>) -> tensor<2xf32> // expected-warning {{operand 'ref' must be}}
   return
 }

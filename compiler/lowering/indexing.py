@@ -1,0 +1,847 @@
+"""Indexing, gather/scatter and search ops: advanced indexing (`index`, `index_put`),
+`gather` / `scatter*` / `scatter_reduce`, the `index_*` family, masked ops, `take` /
+`put`, `_embedding_bag`, `searchsorted` / `bucketize`, and clear failures for the ops
+whose output shape depends on data (`nonzero`, `masked_select`, `.item()`, ...).
+
+Everything lowers to `stablehlo.gather` / `stablehlo.scatter` with static shapes. Index
+tensors are converted to `i32` (when the indexed size allows) because that is what TPUs
+gather with natively; out-of-range indices are undefined behaviour in this lowering
+(PyTorch raises), gathers clamp them and scatters drop them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from ..context import ir, stablehlo
+from .helpers import (
+    broadcast_shapes,
+    broadcast_to,
+    compare,
+    convert,
+    dtype,
+    full,
+    max_value,
+    min_value,
+    rank_of,
+    reshape,
+    scalar_region,
+    select,
+    shape_of,
+)
+from .registry import LoweringContext, lowers
+
+aten = torch.ops.aten
+
+_MASK_DTYPES = (torch.bool, torch.uint8)
+
+
+# -- small builders ------------------------------------------------------------------------
+def _index_dtype(size: int) -> torch.dtype:
+    """i32 indices where they can address `size` elements (TPUs gather with i32)."""
+    return torch.int32 if size < 2**31 else torch.int64
+
+
+def _iota(shape: Sequence[int], dim: int, dt: torch.dtype) -> ir.Value:
+    from ..dtypes import tensor_type
+
+    return stablehlo.IotaOp(tensor_type(shape, dt), dim).result
+
+
+def _add_scalar(x: ir.Value, value) -> ir.Value:
+    return stablehlo.AddOp(x, full(value, dtype(x), shape_of(x))).result
+
+
+def _as_index(index: ir.Value, size: int, *, wrap: bool, dt: torch.dtype | None = None) -> ir.Value:
+    """`index` as an index tensor of `dt`; with `wrap`, negative entries count from the
+    end (`i + size`), as PyTorch's advanced indexing does."""
+    dt = dt or _index_dtype(size)
+    index = convert(index, dt)
+    if wrap:
+        negative = compare(index, full(0, dt, shape_of(index)), "LT")
+        index = select(negative, _add_scalar(index, size), index)
+    return index
+
+
+def _clamp_index(index: ir.Value, lo: int, hi: int) -> ir.Value:
+    dt = dtype(index)
+    return stablehlo.ClampOp(full(lo, dt, []), index, full(hi, dt, [])).result
+
+
+def _concat(values: Sequence[ir.Value], dim: int) -> ir.Value:
+    return values[0] if len(values) == 1 else stablehlo.ConcatenateOp(list(values), dim).result
+
+
+def _dims_attr(kind: str, **fields) -> ir.Attribute:
+    parts = []
+    for name, value in fields.items():
+        if isinstance(value, (list, tuple)):
+            if value:
+                parts.append(f"{name} = [{', '.join(str(int(v)) for v in value)}]")
+        else:
+            parts.append(f"{name} = {int(value)}")
+    return ir.Attribute.parse(f"#stablehlo.{kind}<{', '.join(parts)}>")
+
+
+def _gather(
+    operand: ir.Value,
+    indices: ir.Value,
+    *,
+    offset_dims: Sequence[int] = (),
+    collapsed_slice_dims: Sequence[int] = (),
+    start_index_map: Sequence[int],
+    index_vector_dim: int,
+    slice_sizes: Sequence[int],
+    operand_batching_dims: Sequence[int] = (),
+    start_indices_batching_dims: Sequence[int] = (),
+) -> ir.Value:
+    attr = _dims_attr(
+        "gather",
+        offset_dims=offset_dims,
+        collapsed_slice_dims=collapsed_slice_dims,
+        operand_batching_dims=operand_batching_dims,
+        start_indices_batching_dims=start_indices_batching_dims,
+        start_index_map=start_index_map,
+        index_vector_dim=index_vector_dim,
+    )
+    return stablehlo.GatherOp(operand, indices, attr, [int(s) for s in slice_sizes]).result
+
+
+def _take_1d(operand: ir.Value, index: ir.Value) -> ir.Value:
+    """`operand[index]` for a 1-D operand and an index tensor of any shape."""
+    return _gather(
+        operand, index, collapsed_slice_dims=[0], start_index_map=[0],
+        index_vector_dim=rank_of(index), slice_sizes=[1],
+    )
+
+
+def _combiner(kind: str, dt: torch.dtype) -> Callable[[ir.Value, ir.Value], ir.Value]:
+    """The scatter update computation `(current, update) -> new` for a reduction."""
+    if kind == "replace":
+        return lambda current, update: update
+    if dt is torch.bool:
+        op = {"add": stablehlo.OrOp, "mul": stablehlo.AndOp, "max": stablehlo.OrOp, "min": stablehlo.AndOp}[kind]
+    else:
+        op = {"add": stablehlo.AddOp, "mul": stablehlo.MulOp, "max": stablehlo.MaxOp, "min": stablehlo.MinOp}[kind]
+    return lambda current, update: op(current, update).result
+
+
+@dataclass(frozen=True)
+class _Scatter:
+    """A scatter's index tensor and dimension numbers, applied with different update
+    values and combiners (scatter_reduce needs several scatters at the same indices)."""
+
+    indices: ir.Value
+    update_window_dims: tuple[int, ...]
+    inserted_window_dims: tuple[int, ...]
+    scatter_dims_to_operand_dims: tuple[int, ...]
+    index_vector_dim: int
+    input_batching_dims: tuple[int, ...] = ()
+    scatter_indices_batching_dims: tuple[int, ...] = ()
+
+    def apply(self, operand: ir.Value, updates: ir.Value, kind: str) -> ir.Value:
+        attr = _dims_attr(
+            "scatter",
+            update_window_dims=self.update_window_dims,
+            inserted_window_dims=self.inserted_window_dims,
+            input_batching_dims=self.input_batching_dims,
+            scatter_indices_batching_dims=self.scatter_indices_batching_dims,
+            scatter_dims_to_operand_dims=self.scatter_dims_to_operand_dims,
+            index_vector_dim=self.index_vector_dim,
+        )
+        dt = dtype(operand)
+        updates = convert(updates, dt)
+        op = stablehlo.ScatterOp([operand.type], [operand], self.indices, [updates], attr)
+        combine = _combiner(kind, dt)
+        scalar_region(op.update_computation, [dt, dt], lambda args: [combine(args[0], args[1])])
+        return op.results[0]
+
+
+def _cumsum_1d(x: ir.Value) -> ir.Value:
+    """Inclusive prefix sum of a 1-D tensor in log2(n) shifted adds (Hillis-Steele):
+    O(n log n) work and no quadratic reduce_window on backends that lack a scan."""
+    (n,) = shape_of(x)
+    dt = dtype(x)
+    zero = full(0, dt, [])
+    shift = 1
+    while shift < n:
+        head = stablehlo.SliceOp(x, [0], [n - shift], [1]).result
+        shifted = stablehlo.PadOp(head, zero, [shift], [0], [0]).result
+        x = stablehlo.AddOp(x, shifted).result
+        shift *= 2
+    return x
+
+
+def _floor_divide_int(a: ir.Value, b: ir.Value) -> ir.Value:
+    """Integer division rounding toward -inf (PyTorch's `div(..., rounding_mode="floor")`)."""
+    q = stablehlo.DivOp(a, b).result
+    shape, dt = shape_of(q), dtype(q)
+    zero = full(0, dt, shape)
+    rem = stablehlo.RemOp(a, b).result
+    fix = stablehlo.AndOp(
+        compare(rem, zero, "NE"), compare(compare(a, zero, "LT"), compare(b, zero, "LT"), "NE")
+    ).result
+    return select(fix, _add_scalar(q, -1), q)
+
+
+def _is_mask(value) -> bool:
+    return isinstance(value, ir.Value) and dtype(value) in _MASK_DTYPES
+
+
+_DATA_DEPENDENT = (
+    "its output shape depends on the values of a tensor (data-dependent), which a static-shape "
+    "XLA program cannot express"
+)
+
+
+# -- advanced indexing: index / index_put --------------------------------------------------------
+@dataclass(frozen=True)
+class _AdvancedIndex:
+    """`self[indices]` with `indices` a list of index tensors and Nones, as a gather:
+    `stacked` is the broadcast indices stacked on a trailing axis, `dims` the operand dims
+    they index, `offset_dims` where the remaining (sliced) dims land in the result."""
+
+    stacked: ir.Value
+    dims: tuple[int, ...]
+    batch_rank: int
+    offset_dims: tuple[int, ...]
+    result_shape: tuple[int, ...]
+
+
+def _advanced_index(ctx: LoweringContext, self: ir.Value, indices, *, wrap: bool = True, clamp: tuple | None = None) -> _AdvancedIndex | None:
+    shape = shape_of(self)
+    rank = len(shape)
+    if len(indices) > rank:
+        raise ctx.fail(f"too many indices ({len(indices)}) for a tensor of rank {rank}")
+    dims: list[int] = []
+    tensors: list[ir.Value] = []
+    for d, index in enumerate(indices):
+        if index is None:
+            continue
+        if _is_mask(index):
+            raise ctx.fail(
+                "indexing with a boolean mask is not supported: " + _DATA_DEPENDENT
+                + " (rewrite it as torch.where(mask, x, other) or use a fixed-size index)"
+            )
+        dims.append(d)
+        tensors.append(index)
+    if not dims:
+        return None
+    batch = broadcast_shapes(*[shape_of(t) for t in tensors])
+    idt = _index_dtype(max(shape[d] for d in dims) + 1)
+    columns = []
+    for d, t in zip(dims, tensors):
+        t = convert(t, idt)
+        if clamp is not None:
+            t = _clamp_index(t, clamp[0](shape[d]), clamp[1](shape[d]))
+        if wrap:
+            t = _as_index(t, shape[d], wrap=True, dt=idt)
+        columns.append(reshape(broadcast_to(t, batch), batch + [1]))
+    stacked = _concat(columns, len(batch))
+    remaining = [d for d in range(rank) if d not in dims]
+    if dims == list(range(dims[0], dims[-1] + 1)):
+        # Adjacent advanced indices: the broadcast index dims replace them in place.
+        first = dims[0]
+        offset_dims = list(range(first)) + [first + len(batch) + i for i in range(len(remaining) - first)]
+        result_shape = shape[:first] + batch + shape[dims[-1] + 1:]
+    else:
+        # Separated by a slice: the index dims go first (NumPy's rule).
+        offset_dims = [len(batch) + i for i in range(len(remaining))]
+        result_shape = batch + [shape[d] for d in remaining]
+    return _AdvancedIndex(stacked, tuple(dims), len(batch), tuple(offset_dims), tuple(result_shape))
+
+
+def _gather_advanced(self: ir.Value, plan: _AdvancedIndex) -> ir.Value:
+    shape = shape_of(self)
+    if 0 in plan.result_shape or any(shape[d] == 0 for d in plan.dims):
+        return full(0, dtype(self), plan.result_shape)
+    return _gather(
+        self, plan.stacked,
+        offset_dims=plan.offset_dims,
+        collapsed_slice_dims=plan.dims,
+        start_index_map=plan.dims,
+        index_vector_dim=plan.batch_rank,
+        slice_sizes=[1 if d in plan.dims else s for d, s in enumerate(shape)],
+    )
+
+
+def _scatter_advanced(self: ir.Value, plan: _AdvancedIndex, values: ir.Value, kind: str) -> ir.Value:
+    if 0 in plan.result_shape or 0 in shape_of(self):
+        return self
+    updates = broadcast_to(convert(values, dtype(self)), list(plan.result_shape))
+    spec = _Scatter(plan.stacked, plan.offset_dims, plan.dims, plan.dims, plan.batch_rank)
+    return spec.apply(self, updates, kind)
+
+
+@lowers(aten.index.Tensor, aten.index.Tensor_hacked_twin, aten._unsafe_index.Tensor, aten._unsafe_index.Tensor_hacked_twin)
+def _index(ctx, self, indices):
+    plan = _advanced_index(ctx, self, indices)
+    return self if plan is None else _gather_advanced(self, plan)
+
+
+def _index_put_mask(ctx, self, indices, values, accumulate):
+    """`self[mask] = values` where the values broadcast over the selected elements (a
+    scalar or a row): a select, no data-dependent shape. Other mask forms fail."""
+    positions = [i for i, t in enumerate(indices) if t is not None]
+    if len(positions) != 1:
+        raise ctx.fail("index_put with a boolean mask mixed with other indices is not supported: " + _DATA_DEPENDENT)
+    p = positions[0]
+    mask = convert(indices[p], torch.bool)
+    shape = shape_of(self)
+    rank, m = len(shape), rank_of(mask)
+    # `values` broadcasts against shape[:p] + [number selected] + shape[p + m:]; place its
+    # axes in self's space, the selected-elements axis (which must be 1) over the mask dims.
+    vshape = shape_of(values)
+    missing = (rank - m + 1) - len(vshape)
+    expanded = [1] * rank
+    for j, size in enumerate(vshape):
+        t = j + missing
+        if t < p:
+            expanded[t] = size
+        elif t == p:
+            if size != 1:
+                raise ctx.fail(
+                    "index_put with a boolean mask and one value per selected element is not supported: "
+                    + _DATA_DEPENDENT + " (use a scalar value, or masked_scatter)"
+                )
+        else:
+            expanded[t - 1 + m] = size
+    vals = broadcast_to(reshape(convert(values, dtype(self)), expanded), shape)
+    mask_b = broadcast_to(reshape(mask, [1] * p + shape_of(mask) + [1] * (rank - p - m)), shape)
+    if accumulate:
+        vals = select(mask_b, vals, full(0, dtype(self), shape))
+        if dtype(self) is torch.bool:
+            return stablehlo.OrOp(self, vals).result
+        return stablehlo.AddOp(self, vals).result
+    return select(mask_b, vals, self)
+
+
+@lowers(aten.index_put.default, aten.index_put.hacked_twin, aten._unsafe_index_put.default, aten._unsafe_index_put.hacked_twin)
+def _index_put(ctx, self, indices, values, accumulate=False):
+    if any(_is_mask(t) for t in indices):
+        return _index_put_mask(ctx, self, indices, values, accumulate)
+    plan = _advanced_index(ctx, self, indices)
+    if plan is None:
+        shape = shape_of(self)
+        values = broadcast_to(convert(values, dtype(self)), shape)
+        return _combiner("add" if accumulate else "replace", dtype(self))(self, values)
+    return _scatter_advanced(self, plan, values, "add" if accumulate else "replace")
+
+
+@lowers(aten._unsafe_masked_index.default)
+def _unsafe_masked_index(ctx, self, mask, indices, fill):
+    # torch._decomp: indices clamped to [0, size - 1] (a gather clamps the same way),
+    # then masked_fill(~mask, fill).
+    out_shape, out_dtype = ctx.result_shape(), ctx.result_dtype()
+    if 0 in shape_of(self) or 0 in out_shape:
+        return full(fill, out_dtype, out_shape)
+    plan = _advanced_index(ctx, self, indices, wrap=False)
+    gathered = self if plan is None else _gather_advanced(self, plan)
+    return select(convert(mask, torch.bool), gathered, full(fill, out_dtype, out_shape))
+
+
+@lowers(aten._unsafe_masked_index_put_accumulate.default)
+def _unsafe_masked_index_put_accumulate(ctx, self, mask, indices, values):
+    if 0 in shape_of(self):
+        return self
+    masked = select(convert(mask, torch.bool), values, full(0, dtype(values), []))
+    plan = _advanced_index(ctx, self, indices, clamp=(lambda s: -s, lambda s: s - 1))
+    if plan is None:
+        return stablehlo.AddOp(self, broadcast_to(convert(masked, dtype(self)), shape_of(self))).result
+    return _scatter_advanced(self, plan, masked, "add")
+
+
+# -- index_select / gather / take ------------------------------------------------------------------
+@lowers(aten.index_select.default)
+def _index_select(ctx, self, dim, index):
+    out_shape = ctx.result_shape()
+    if rank_of(self) == 0:
+        self = reshape(self, [1])
+    dim = dim % rank_of(self)
+    index = reshape(index, [max(1, math.prod(shape_of(index)))] if rank_of(index) == 0 else shape_of(index))
+    plan = _advanced_index(ctx, self, [None] * dim + [index], wrap=False)
+    return reshape(_gather_advanced(self, plan), out_shape)
+
+
+@lowers(aten.gather.default)
+def _gather_dim(ctx, self, dim, index, *, sparse_grad=False):
+    out_shape = ctx.result_shape()
+    if 0 in out_shape:
+        return full(0, dtype(self), out_shape)
+    if rank_of(self) == 0:
+        self = reshape(self, [1])
+    if rank_of(index) == 0:
+        index = reshape(index, [1])
+    rank = rank_of(self)
+    dim = dim % rank
+    ishape = shape_of(index)
+    # Only self[..., :index.size(d), ...] is read along the other dims: slice to the
+    # index's shape so they become gather batching dims.
+    limits = [shape_of(self)[d] if d == dim else ishape[d] for d in range(rank)]
+    self = stablehlo.SliceOp(self, [0] * rank, limits, [1] * rank).result
+    others = [d for d in range(rank) if d != dim]
+    index = convert(index, _index_dtype(shape_of(self)[dim]))
+    result = _gather(
+        self, index,
+        collapsed_slice_dims=[dim], start_index_map=[dim], index_vector_dim=rank,
+        slice_sizes=[1] * rank, operand_batching_dims=others, start_indices_batching_dims=others,
+    )
+    return reshape(result, out_shape)
+
+
+@lowers(aten.take.default)
+def _take(ctx, self, index):
+    out_shape = ctx.result_shape()
+    n = math.prod(shape_of(self))
+    if n == 0 or 0 in out_shape:
+        return full(0, dtype(self), out_shape)
+    flat = reshape(self, [n])
+    return reshape(_take_1d(flat, _as_index(index, n, wrap=True)), out_shape)
+
+
+@lowers(aten.put.default)
+def _put(ctx, self, index, source, accumulate=False):
+    shape = shape_of(self)
+    n = math.prod(shape)
+    k = math.prod(shape_of(index))
+    if n == 0 or k == 0:
+        return self
+    flat = reshape(self, [n])
+    idx = reshape(_as_index(index, n, wrap=True), [k, 1])
+    spec = _Scatter(idx, (), (0,), (0,), 1)
+    out = spec.apply(flat, reshape(source, [k]), "add" if accumulate else "replace")
+    return reshape(out, shape)
+
+
+# -- scatter family -------------------------------------------------------------------------------
+def _scatter_dim_spec(self: ir.Value, dim: int, index: ir.Value) -> _Scatter:
+    """The scatter of torch.scatter: `out[..., index[i...], ...] = src[i...]` along `dim`,
+    every other coordinate taken from the position in `index`."""
+    shape = shape_of(self)
+    rank = len(shape)
+    ishape = shape_of(index)
+    index = convert(index, _index_dtype(shape[dim]))
+    others = [d for d in range(rank) if d != dim]
+    if all(ishape[d] == shape[d] for d in others):
+        return _Scatter(index, (), (dim,), (dim,), rank, tuple(others), tuple(others))
+    # The index covers a smaller box: spell out every coordinate.
+    columns = [
+        reshape(index if d == dim else _iota(ishape, d, dtype(index)), ishape + [1]) for d in range(rank)
+    ]
+    return _Scatter(_concat(columns, rank), (), tuple(range(rank)), tuple(range(rank)), rank)
+
+
+def _prepare_dim_scatter(self, dim, index, src):
+    """Rank-0 operands as rank 1, `src` cut to the index's shape; returns
+    (self, dim, index, src, restore) or None when there is nothing to scatter."""
+    shape = shape_of(self)
+    if rank_of(self) == 0:
+        self = reshape(self, [1])
+    if rank_of(index) == 0:
+        index = reshape(index, [1])
+    rank = rank_of(self)
+    dim = dim % rank
+    ishape = shape_of(index)
+    if 0 in ishape or 0 in shape_of(self):
+        return None
+    if isinstance(src, ir.Value):
+        if rank_of(src) == 0:
+            src = reshape(src, [1])
+        if shape_of(src) != ishape:
+            src = stablehlo.SliceOp(src, [0] * rank, ishape, [1] * rank).result
+        src = convert(src, dtype(self))
+    else:
+        src = full(src, dtype(self), ishape)
+    return self, dim, index, src, shape
+
+
+def _reduction_identity(reduce: str, dt: torch.dtype):
+    return {"sum": 0, "mean": 0, "add": 0, "prod": 1, "multiply": 1, "amax": min_value(dt), "amin": max_value(dt)}[reduce]
+
+
+_REDUCE_KIND = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul", "amax": "max", "amin": "min"}
+
+
+def _scatter_reduce(ctx, spec: _Scatter, self, updates, reduce: str, include_self: bool):
+    """PyTorch's scatter_reduce / index_reduce: with `include_self=False` the scattered
+    positions start from the reduction's identity; `mean` divides by the count (one more
+    with `include_self`), floor division for integers."""
+    dt = dtype(self)
+    if reduce not in _REDUCE_KIND and reduce != "mean":
+        raise ctx.fail(f"unknown reduction {reduce!r}")
+    ushape = shape_of(updates)
+    base = self
+    if not include_self:
+        base = spec.apply(self, full(_reduction_identity(reduce, dt), dt, ushape), "replace")
+    if reduce != "mean":
+        return spec.apply(base, updates, _REDUCE_KIND[reduce])
+    total = spec.apply(base, updates, "add")
+    shape = shape_of(self)
+    count = spec.apply(full(1 if include_self else 0, dt, shape), full(1, dt, ushape), "add")
+    count = select(compare(count, full(0, dt, shape), "EQ"), full(1, dt, shape), count)
+    if dt.is_floating_point or dt.is_complex:
+        return stablehlo.DivOp(total, count).result
+    return _floor_divide_int(total, count)
+
+
+def _scatter_common(ctx, self, dim, index, src, reduce: str, include_self: bool = True):
+    prepared = _prepare_dim_scatter(self, dim, index, src)
+    if prepared is None:
+        return self
+    self_, dim, index, src, shape = prepared
+    spec = _scatter_dim_spec(self_, dim, index)
+    if reduce == "replace":
+        out = spec.apply(self_, src, "replace")
+    else:
+        out = _scatter_reduce(ctx, spec, self_, src, reduce, include_self)
+    return reshape(out, shape)
+
+
+@lowers(aten.scatter.src, aten.scatter.value)
+def _scatter(ctx, self, dim, index, src):
+    return _scatter_common(ctx, self, dim, index, src, "replace")
+
+
+@lowers(aten.scatter.reduce, aten.scatter.value_reduce)
+def _scatter_reduce_legacy(ctx, self, dim, index, src, *, reduce):
+    if reduce not in ("add", "multiply"):
+        raise ctx.fail(f"scatter reduce={reduce!r} is not one of 'add', 'multiply'")
+    return _scatter_common(ctx, self, dim, index, src, reduce)
+
+
+@lowers(aten.scatter_add.default)
+def _scatter_add(ctx, self, dim, index, src):
+    return _scatter_common(ctx, self, dim, index, src, "add")
+
+
+@lowers(aten.scatter_reduce.two)
+def _scatter_reduce_two(ctx, self, dim, index, src, reduce, *, include_self=True):
+    return _scatter_common(ctx, self, dim, index, src, reduce, include_self)
+
+
+# -- index_add / index_copy / index_fill / index_reduce --------------------------------------------
+def _index_dim_spec(self: ir.Value, dim: int, index: ir.Value, *, wrap: bool) -> _Scatter:
+    """Scatter of whole slices along `dim`: slice i of the source goes to `index[i]`."""
+    rank = rank_of(self)
+    size = shape_of(self)[dim]
+    n = math.prod(shape_of(index))
+    idx = reshape(_as_index(index, size, wrap=wrap), [n, 1])
+    return _Scatter(idx, tuple(d for d in range(rank) if d != dim), (dim,), (dim,), 1)
+
+
+def _index_source(self, dim, index, source):
+    """(self, dim, source, original shape) with rank-0 operands as rank 1."""
+    shape = shape_of(self)
+    if rank_of(self) == 0:
+        self = reshape(self, [1])
+    dim = dim % rank_of(self)
+    sshape = list(shape_of(self))
+    sshape[dim] = math.prod(shape_of(index))
+    source = reshape(convert(source, dtype(self)), sshape)
+    return self, dim, source, shape
+
+
+@lowers(aten.index_add.default)
+def _index_add(ctx, self, dim, index, source, *, alpha=1):
+    self_, dim, source, shape = _index_source(self, dim, index, source)
+    if 0 in shape_of(source) or 0 in shape_of(self_):
+        return self
+    if alpha != 1:
+        source = stablehlo.MulOp(source, full(alpha, dtype(source), shape_of(source))).result
+    return reshape(_index_dim_spec(self_, dim, index, wrap=False).apply(self_, source, "add"), shape)
+
+
+@lowers(aten.index_copy.default)
+def _index_copy(ctx, self, dim, index, source):
+    self_, dim, source, shape = _index_source(self, dim, index, source)
+    if 0 in shape_of(source) or 0 in shape_of(self_):
+        return self
+    return reshape(_index_dim_spec(self_, dim, index, wrap=False).apply(self_, source, "replace"), shape)
+
+
+@lowers(aten.index_reduce.default)
+def _index_reduce(ctx, self, dim, index, source, reduce, *, include_self=True):
+    self_, dim, source, shape = _index_source(self, dim, index, source)
+    if 0 in shape_of(source) or 0 in shape_of(self_):
+        return self
+    spec = _index_dim_spec(self_, dim, index, wrap=False)
+    return reshape(_scatter_reduce(ctx, spec, self_, source, reduce, include_self), shape)
+
+
+@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def _index_fill(ctx, self, dim, index, value):
+    shape = shape_of(self)
+    rank = len(shape)
+    dim = dim % max(rank, 1)
+    size = shape[dim] if rank else 1
+    n = math.prod(shape_of(index))
+    if n == 0 or 0 in shape:
+        return self
+    # A bool mask over `dim` (index_fill wraps negative indices), broadcast to self.
+    idx = reshape(_as_index(index, size, wrap=True), [n, 1])
+    hit = _Scatter(idx, (), (0,), (0,), 1).apply(full(False, torch.bool, [size]), full(True, torch.bool, [n]), "replace")
+    if rank == 0:
+        hit = reshape(hit, [])
+    else:
+        from ..dtypes import tensor_type
+
+        hit = stablehlo.BroadcastInDimOp(tensor_type(shape, torch.bool), hit, [dim]).result
+    fill = convert(value, dtype(self)) if isinstance(value, ir.Value) else full(value, dtype(self), [])
+    return select(hit, broadcast_to(fill, shape), self)
+
+
+# -- masked ops -------------------------------------------------------------------------------------
+@lowers(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(ctx, self, mask, value):
+    shape, dt = ctx.result_shape(), ctx.result_dtype()
+    fill = convert(value, dt) if isinstance(value, ir.Value) else full(value, dt, [])
+    return select(broadcast_to(convert(mask, torch.bool), shape), broadcast_to(fill, shape), broadcast_to(convert(self, dt), shape))
+
+
+def _mask_positions(mask: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """For a mask flattened to 1-D: (flat bool mask, position of each element among the
+    selected ones (cumsum - 1))."""
+    n = math.prod(shape_of(mask))
+    flat = reshape(convert(mask, torch.bool), [n])
+    idt = _index_dtype(n + 1)
+    positions = _add_scalar(_cumsum_1d(convert(flat, idt)), -1)
+    return flat, positions
+
+
+@lowers(aten.masked_scatter.default)
+def _masked_scatter(ctx, self, mask, source):
+    shape = ctx.result_shape()
+    self = broadcast_to(self, shape)
+    m = math.prod(shape_of(source))
+    n = math.prod(shape)
+    if n == 0 or m == 0:
+        return self  # no element can be selected (PyTorch checks the count at runtime)
+    flat_mask, positions = _mask_positions(broadcast_to(mask, shape))
+    picked = _take_1d(reshape(convert(source, dtype(self)), [m]), positions)  # gather clamps -1 to 0
+    return reshape(select(flat_mask, picked, reshape(self, [n])), shape)
+
+
+@lowers(aten.masked_scatter_backward.default)
+def _masked_scatter_backward(ctx, grad_output, mask, sizes):
+    out_shape, dt = ctx.result_shape(), ctx.result_dtype()
+    m = math.prod(out_shape)
+    shape = broadcast_shapes(shape_of(grad_output), shape_of(mask))
+    n = math.prod(shape)
+    if m == 0 or n == 0:
+        return full(0, dt, out_shape)
+    flat_mask, positions = _mask_positions(broadcast_to(mask, shape))
+    # Unselected elements go to position m, out of bounds: the scatter drops them.
+    target = select(flat_mask, positions, full(m, dtype(positions), [n]))
+    grad = reshape(broadcast_to(grad_output, shape), [n])
+    out = _Scatter(reshape(target, [n, 1]), (), (0,), (0,), 1).apply(full(0, dt, [m]), grad, "replace")
+    return reshape(out, out_shape)
+
+
+@lowers(aten.nonzero_static.default)
+def _nonzero_static(ctx, self, *, size, fill_value=-1):
+    shape = shape_of(self)
+    rank = len(shape)
+    out_shape = ctx.result_shape()
+    result = full(fill_value, torch.int64, out_shape)
+    n = math.prod(shape)
+    if n == 0 or size == 0:
+        return result
+    flat_mask, positions = _mask_positions(self)
+    target = select(flat_mask, positions, full(size, dtype(positions), [n]))  # out of range: dropped
+    if rank == 0:
+        coords = full(0, torch.int64, [n, 0])
+        return result if out_shape[1] == 0 else coords
+    coords = _concat([reshape(_iota(shape, d, torch.int64), [n, 1]) for d in range(rank)], 1)
+    return _Scatter(reshape(target, [n, 1]), (1,), (0,), (0,), 1).apply(result, coords, "replace")
+
+
+# -- data-dependent ops: fail clearly -----------------------------------------------------------------
+@lowers(aten.nonzero.default)
+def _nonzero(ctx, self):
+    raise ctx.fail("nonzero is not supported: " + _DATA_DEPENDENT + " (torch.nonzero_static(x, size=...) is)")
+
+
+@lowers(aten.masked_select.default)
+def _masked_select(ctx, self, mask):
+    raise ctx.fail("masked_select is not supported: " + _DATA_DEPENDENT + " (use torch.where(mask, x, 0) instead)")
+
+
+@lowers(aten.bincount.default)
+def _bincount(ctx, self, weights=None, minlength=0):
+    raise ctx.fail("bincount is not supported: its output size is max(input) + 1, " + _DATA_DEPENDENT)
+
+
+@lowers(aten._local_scalar_dense.default)
+def _local_scalar_dense(ctx, self):
+    raise ctx.fail(
+        "data-dependent .item() cannot be compiled; Dynamo normally graph-breaks here "
+        "(torch._dynamo.config.capture_scalar_outputs=False)"
+    )
+
+
+# -- searchsorted / bucketize ---------------------------------------------------------------------------
+def _searchsorted(ctx, sorted_sequence, values, *, out_int32: bool, right: bool, sorter=None):
+    """Unrolled binary search (the exact comparisons of ATen's lower/upper bound, so NaNs
+    land where PyTorch puts them): bit_length(M) rounds of one gather each."""
+    out_dtype = torch.int32 if out_int32 else torch.int64
+    out_shape = ctx.result_shape()
+    sshape = shape_of(sorted_sequence)
+    m = sshape[-1] if sshape else 1
+    if m == 0 or 0 in out_shape:
+        return full(0, out_dtype, out_shape)
+    from .helpers import promote_dtypes
+
+    common = promote_dtypes(sorted_sequence, values)
+    seq = convert(sorted_sequence, common)
+    vals = convert(values, common)
+    vshape = shape_of(vals)
+    batched = len(sshape) > 1
+    idt = _index_dtype(m + 1)
+
+    def lookup(table: ir.Value, index: ir.Value) -> ir.Value:
+        if not batched:
+            return _take_1d(table, index)
+        r = len(vshape)
+        lead = list(range(r - 1))
+        return _gather(
+            table, index, collapsed_slice_dims=[r - 1], start_index_map=[r - 1], index_vector_dim=r,
+            slice_sizes=[1] * r, operand_batching_dims=lead, start_indices_batching_dims=lead,
+        )
+
+    sort_index = convert(sorter, idt) if sorter is not None else None
+    lo = full(0, idt, vshape)
+    hi = full(m, idt, vshape)
+    one = full(1, idt, vshape)
+    for _ in range(m.bit_length()):
+        active = compare(lo, hi, "LT")
+        mid = stablehlo.AddOp(lo, stablehlo.ShiftRightLogicalOp(stablehlo.SubtractOp(hi, lo).result, one).result).result
+        probe = stablehlo.MinOp(mid, full(m - 1, idt, vshape)).result
+        if sort_index is not None:
+            probe = lookup(sort_index, probe)
+        mid_val = lookup(seq, probe)
+        # lower bound: advance while !(mid_val >= v); upper bound: while !(mid_val > v)
+        stop = compare(mid_val, vals, "GT" if right else "GE")
+        advance = stablehlo.AndOp(active, stablehlo.NotOp(stop).result).result
+        shrink = stablehlo.AndOp(active, stop).result
+        lo = select(advance, stablehlo.AddOp(mid, one).result, lo)
+        hi = select(shrink, mid, hi)
+    return reshape(convert(lo, out_dtype), out_shape)
+
+
+@lowers(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def _searchsorted_rule(ctx, sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
+    if side is not None:
+        right = side == "right"
+    if not isinstance(self, ir.Value):
+        self = full(self, dtype(sorted_sequence), [])
+    return _searchsorted(ctx, sorted_sequence, self, out_int32=out_int32, right=right, sorter=sorter)
+
+
+@lowers(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def _bucketize(ctx, self, boundaries, *, out_int32=False, right=False):
+    if not isinstance(self, ir.Value):
+        self = full(self, dtype(boundaries), [])
+    return _searchsorted(ctx, boundaries, self, out_int32=out_int32, right=right)
+
+
+# -- _embedding_bag ------------------------------------------------------------------------------------------
+_MODE_SUM, _MODE_MEAN, _MODE_MAX = 0, 1, 2
+
+
+@lowers(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
+def _embedding_bag(
+    ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+    per_sample_weights=None, include_last_offset=False, padding_idx=-1,
+):
+    """(output, offset2bag, bag_size, max_indices) as ATen's CPU kernel computes them: the
+    bag of each index comes from a prefix sum of bag starts; empty bags give 0. The
+    auxiliary outputs take the shapes the op's meta function gives (offset2bag is empty
+    on the CPU fast path of mode='sum')."""
+    if rank_of(indices) != 1:
+        raise ctx.fail("_embedding_bag expects 1-D indices (F.embedding_bag flattens 2-D input)")
+    wdt = dtype(weight)
+    num_rows, feat = shape_of(weight)
+    (n,) = shape_of(indices)
+    num_offsets = shape_of(offsets)[0]
+    num_bags = num_offsets - 1 if include_last_offset else num_offsets
+    out_shapes = [ctx.result_shape(i) for i in range(4)]
+    odt = ctx.result_dtype(1)
+    idt = _index_dtype(max(n, num_rows) + 1)
+
+    # Bag of each index: bag starts offsets[1:num_bags] marked and prefix-summed
+    # (repeated offsets are empty bags; an offset == n marks nothing).
+    if n:
+        starts = reshape(stablehlo.SliceOp(convert(offsets, idt), [1], [max(num_bags, 1)], [1]).result, [max(num_bags - 1, 0), 1])
+        marks = full(0, idt, [n])
+        if num_bags > 1:
+            marks = _Scatter(starts, (), (0,), (0,), 1).apply(marks, full(1, idt, [num_bags - 1]), "add")
+        bag = _cumsum_1d(marks)
+        ids = convert(indices, idt)
+        valid = compare(ids, full(padding_idx, idt, [n]), "NE") if padding_idx >= 0 else full(True, torch.bool, [n])
+        rows = _gather(
+            weight, reshape(ids, [n, 1]), offset_dims=[1], collapsed_slice_dims=[0], start_index_map=[0],
+            index_vector_dim=1, slice_sizes=[1, feat],
+        ) if num_rows and feat else full(0, wdt, [n, feat])
+    by_bag = _Scatter(reshape(bag, [n, 1]), (1,), (0,), (0,), 1) if n else None
+    valid_rows = broadcast_to(reshape(valid, [n, 1]), [n, feat]) if n else None
+
+    if n and mode != _MODE_MAX:
+        if per_sample_weights is not None:
+            psw = broadcast_to(reshape(convert(per_sample_weights, wdt), [n, 1]), [n, feat])
+            rows = stablehlo.MulOp(rows, psw).result
+        rows = select(valid_rows, rows, full(0, wdt, [n, feat]))
+    counts = full(0, idt, [num_bags])
+    if n:
+        counts = _Scatter(reshape(bag, [n, 1]), (), (0,), (0,), 1).apply(counts, convert(valid, idt), "add")
+
+    max_indices = None
+    if not n or num_bags == 0:
+        output = full(0, wdt, [num_bags, feat])
+    elif mode == _MODE_MAX:
+        lowest = full(min_value(wdt), wdt, [n, feat])
+        best = by_bag.apply(full(min_value(wdt), wdt, [num_bags, feat]), select(valid_rows, rows, lowest), "max")
+        # ATen keeps the first index reaching the maximum (strict '>' while scanning).
+        bag_best = _gather(
+            best, reshape(bag, [n, 1]), offset_dims=[1], collapsed_slice_dims=[0], start_index_map=[0],
+            index_vector_dim=1, slice_sizes=[1, feat],
+        )
+        hit = stablehlo.AndOp(valid_rows, compare(rows, bag_best, "EQ")).result
+        position = broadcast_to(reshape(_iota([n], 0, idt), [n, 1]), [n, feat])
+        first = by_bag.apply(full(n, idt, [num_bags, feat]), select(hit, position, full(n, idt, [n, feat])), "min")
+        empty = compare(first, full(n, idt, [num_bags, feat]), "EQ")
+        which = _take_1d(ids, stablehlo.MinOp(first, full(n - 1, idt, [num_bags, feat])).result)
+        max_indices = select(empty, full(0, idt, [num_bags, feat]), which)
+        output = select(empty, full(0, wdt, [num_bags, feat]), best)
+    else:
+        output = by_bag.apply(full(0, wdt, [num_bags, feat]), rows, "add")
+        if mode == _MODE_MEAN:
+            divisor = stablehlo.MaxOp(counts, full(1, idt, [num_bags])).result
+            divisor = broadcast_to(reshape(convert(divisor, wdt), [num_bags, 1]), [num_bags, feat])
+            output = stablehlo.DivOp(output, divisor).result
+
+    def sized(value: ir.Value | None, shape: list[int]) -> ir.Value:
+        """`value` in the offsets dtype, zero-padded/cut to the meta shape."""
+        if value is None or 0 in shape:
+            return full(0, odt, shape)
+        value = convert(value, odt)
+        have = shape_of(value)
+        if have != shape:
+            pad = [max(s - h, 0) for s, h in zip(shape, have)]
+            value = stablehlo.PadOp(value, full(0, odt, []), [0] * len(pad), pad, [0] * len(pad)).result
+            value = stablehlo.SliceOp(value, [0] * len(shape), shape, [1] * len(shape)).result
+        return value
+
+    bag_size = counts if mode in (_MODE_MEAN, _MODE_MAX) else None
+    offset2bag = bag if n else None
+    if mode != _MODE_MAX:
+        max_indices = bag_size
+    return (
+        output,
+        sized(offset2bag, out_shapes[1]),
+        sized(bag_size, out_shapes[2]),
+        sized(max_indices, out_shapes[3]),
+    )

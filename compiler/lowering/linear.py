@@ -1,0 +1,164 @@
+"""Matrix products: mm, bmm, addmm, baddbmm, addbmm, mv, addmv, dot, vdot, _int_mm.
+
+Every product is one `stablehlo.dot_general` with explicit batch and contracting
+dimensions (`dot_general` below, shared with the convolution, pooling and attention
+families). Integer products stay integer. f32 products carry the precision that
+`torch.get_float32_matmul_precision()` asks for ("highest" by default), so a TPU does
+not silently compute them in one bf16 pass.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..context import ir, stablehlo
+from ..dtypes import tensor_type
+from .helpers import broadcast_to, convert, dtype, full, shape_of
+from .registry import LoweringContext, lowers
+
+aten = torch.ops.aten
+
+_PRECISION = {"highest": "HIGHEST", "high": "HIGH", "medium": "DEFAULT"}
+
+
+# -- shared builders (used by convolution, pooling and attention too) ------------------------
+def precision_config(dtype_: torch.dtype) -> ir.ArrayAttr | None:
+    """The `precision_config` PyTorch's semantics imply for a product in `dtype_`: f32
+    follows `torch.get_float32_matmul_precision()`, f64 is always exact, reduced-precision
+    floats and integers use the default."""
+    if dtype_ in (torch.float32, torch.complex64):
+        level = _PRECISION.get(torch.get_float32_matmul_precision(), "HIGHEST")
+    elif dtype_ in (torch.float64, torch.complex128):
+        level = "HIGHEST"
+    else:
+        return None
+    attr = ir.Attribute.parse(f"#stablehlo<precision {level}>")
+    return ir.ArrayAttr.get([attr, attr])
+
+
+def _dims(dims: Sequence[int]) -> str:
+    return "[" + ", ".join(str(int(d)) for d in dims) + "]"
+
+
+def dot_general(
+    lhs: ir.Value,
+    rhs: ir.Value,
+    contract: tuple[Sequence[int], Sequence[int]],
+    batch: tuple[Sequence[int], Sequence[int]] = ((), ()),
+    out_dtype: torch.dtype | None = None,
+) -> ir.Value:
+    """`stablehlo.dot_general`: result dims are the batch dims, then lhs's free dims,
+    then rhs's free dims (each in operand order). Both operands must share a dtype."""
+    (lc, rc), (lb, rb) = contract, batch
+    ls, rs = shape_of(lhs), shape_of(rhs)
+    lfree = [s for i, s in enumerate(ls) if i not in lc and i not in lb]
+    rfree = [s for i, s in enumerate(rs) if i not in rc and i not in rb]
+    shape = [ls[i] for i in lb] + lfree + rfree
+    out_dtype = out_dtype or dtype(lhs)
+    attr = ir.Attribute.parse(
+        "#stablehlo.dot<"
+        + (f"lhs_batching_dimensions = {_dims(lb)}, rhs_batching_dimensions = {_dims(rb)}, " if lb else "")
+        + f"lhs_contracting_dimensions = {_dims(lc)}, rhs_contracting_dimensions = {_dims(rc)}>"
+    )
+    return stablehlo.DotGeneralOp(
+        tensor_type(shape, out_dtype), lhs, rhs, attr, precision_config=precision_config(dtype(lhs))
+    ).result
+
+
+def _scale(value: ir.Value, factor) -> ir.Value:
+    if factor == 1:
+        return value
+    return stablehlo.MulOp(value, full(factor, dtype(value), shape_of(value))).result
+
+
+def _add_scaled(ctx: LoweringContext, self: ir.Value, product: ir.Value, beta, alpha) -> ir.Value:
+    """beta * self + alpha * product (PyTorch: with beta == 0, `self` is ignored, so its
+    NaNs and infs do not propagate)."""
+    out = ctx.result_dtype()
+    product = _scale(convert(product, out), alpha)
+    if beta == 0:
+        return product
+    self = broadcast_to(convert(self, out), shape_of(product))
+    return stablehlo.AddOp(_scale(self, beta), product).result
+
+
+# -- rules ---------------------------------------------------------------------------------------
+@lowers(aten.mm.default)
+def _mm(ctx: LoweringContext, a, b):
+    return dot_general(a, b, ([1], [0]), out_dtype=ctx.result_dtype())
+
+
+@lowers(aten.bmm.default)
+def _bmm(ctx: LoweringContext, a, b):
+    return dot_general(a, b, ([2], [1]), ([0], [0]), out_dtype=ctx.result_dtype())
+
+
+@lowers(aten.mm.dtype)
+def _mm_dtype(ctx: LoweringContext, a, b, out_dtype):
+    return dot_general(a, b, ([1], [0]), out_dtype=out_dtype)
+
+
+@lowers(aten.bmm.dtype)
+def _bmm_dtype(ctx: LoweringContext, a, b, out_dtype):
+    return dot_general(a, b, ([2], [1]), ([0], [0]), out_dtype=out_dtype)
+
+
+@lowers(aten.addmm.default)
+def _addmm(ctx: LoweringContext, self, mat1, mat2, *, beta=1, alpha=1):
+    return _add_scaled(ctx, self, dot_general(mat1, mat2, ([1], [0])), beta, alpha)
+
+
+@lowers(aten.addmm.dtype)
+def _addmm_dtype(ctx: LoweringContext, self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
+    return _add_scaled(ctx, self, dot_general(mat1, mat2, ([1], [0]), out_dtype=out_dtype), beta, alpha)
+
+
+@lowers(aten.baddbmm.default)
+def _baddbmm(ctx: LoweringContext, self, batch1, batch2, *, beta=1, alpha=1):
+    return _add_scaled(ctx, self, dot_general(batch1, batch2, ([2], [1]), ([0], [0])), beta, alpha)
+
+
+@lowers(aten.baddbmm.dtype)
+def _baddbmm_dtype(ctx: LoweringContext, self, batch1, batch2, out_dtype, *, beta=1, alpha=1):
+    product = dot_general(batch1, batch2, ([2], [1]), ([0], [0]), out_dtype=out_dtype)
+    return _add_scaled(ctx, self, product, beta, alpha)
+
+
+@lowers(aten.addbmm.default)
+def _addbmm(ctx: LoweringContext, self, batch1, batch2, *, beta=1, alpha=1):
+    # sum_b batch1[b] @ batch2[b]: contract the batch dim together with the inner one.
+    return _add_scaled(ctx, self, dot_general(batch1, batch2, ([0, 2], [0, 1])), beta, alpha)
+
+
+@lowers(aten.mv.default)
+def _mv(ctx: LoweringContext, mat, vec):
+    return dot_general(mat, vec, ([1], [0]), out_dtype=ctx.result_dtype())
+
+
+@lowers(aten.addmv.default)
+def _addmv(ctx: LoweringContext, self, mat, vec, *, beta=1, alpha=1):
+    return _add_scaled(ctx, self, dot_general(mat, vec, ([1], [0])), beta, alpha)
+
+
+@lowers(aten.dot.default)
+def _dot(ctx: LoweringContext, a, b):
+    return dot_general(a, b, ([0], [0]), out_dtype=ctx.result_dtype())
+
+
+@lowers(aten.vdot.default)
+def _vdot(ctx: LoweringContext, a, b):
+    if dtype(a).is_complex:
+        # conj(a) . b
+        real = stablehlo.RealOp(a).result
+        imag = stablehlo.NegOp(stablehlo.ImagOp(a).result).result
+        a = stablehlo.ComplexOp(real, imag).result
+    return dot_general(a, b, ([0], [0]), out_dtype=ctx.result_dtype())
+
+
+@lowers(aten._int_mm.default)
+def _int_mm(ctx: LoweringContext, a, b):
+    # int8 x int8 -> int32, accumulated in int32 (exact).
+    out = ctx.result_dtype()
+    return dot_general(convert(a, out), convert(b, out), ([1], [0]), out_dtype=out)

@@ -1,0 +1,598 @@
+"""Reductions, scans, sorting and the softmax family.
+
+* Reductions (`sum`, `mean`, `prod`, `amax`, `any`, `var`, norms, ...) are one
+  `stablehlo.reduce` each; `float16`/`bfloat16` accumulate in `float32` (as PyTorch's CPU
+  and CUDA kernels do) and convert back.
+* Index-returning reductions (`argmax`, `max.dim`, ...) are a variadic reduce over
+  (value, iota) pairs whose body is a total order: NaN beats every number, ties go to
+  the smaller index. Being associative and commutative, XLA may reduce in any order and
+  still return PyTorch's "first occurrence" index.
+* Scans (`cumsum`, `cummax`, `logcumsumexp`, ...) are a `reduce_window` whose window
+  spans the whole scanned dim with `n - 1` low padding (the lowering JAX uses on TPU).
+* `sort`/`topk` are a stable `stablehlo.sort` of (value, iota) with a comparator that
+  orders NaN above +inf, as PyTorch does; `topk` slices the sorted result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import numpy as np
+import torch
+
+from ..context import ir, stablehlo
+from ..dtypes import tensor_type
+from .helpers import (
+    broadcast_to,
+    compare,
+    convert,
+    dtype,
+    max_value,
+    min_value,
+    normalize_dim,
+    normalize_dims,
+    reduce,
+    reshape,
+    scalar_region,
+    select,
+    shape_of,
+)
+from .helpers import full as _full
+from .registry import LoweringContext, lowers
+
+aten = torch.ops.aten
+
+
+# -- shared pieces ------------------------------------------------------------------------------
+def reduction_dims(dim, rank: int, *, empty_means_all: bool = True) -> list[int]:
+    """The dims a reduction's `dim` argument names, sorted and non-negative. `None` (and,
+    for most ops, `[]`) means every dim; a rank-0 tensor accepts dim 0/-1 and reduces
+    over nothing."""
+    if dim is None or (not isinstance(dim, int) and len(dim) == 0 and empty_means_all):
+        return list(range(rank))
+    dims = normalize_dims(dim, rank)  # validates; rank 0 maps 0/-1 to 0
+    return [] if rank == 0 else dims
+
+
+def keepdim_shape(shape: Sequence[int], dims: Sequence[int]) -> list[int]:
+    return [1 if i in dims else s for i, s in enumerate(shape)]
+
+
+def accumulation_dtype(dt: torch.dtype) -> torch.dtype:
+    """The dtype a reduction accumulates in: float32 for the 16-bit floats."""
+    return torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+
+
+def reduce_with(op_class, x: ir.Value, init, dims: Sequence[int]) -> ir.Value:
+    """`stablehlo.reduce` of `x` over `dims` with a binary op; `init` is a Python scalar."""
+    init_value = full(init, dtype(x), [])
+    (result,) = reduce([x], [init_value], dims, lambda acc, new: [op_class(acc[0], new[0]).result])
+    return result
+
+
+def reduce_sum(x: ir.Value, dims: Sequence[int], *, keepdim: bool = False) -> ir.Value:
+    result = reduce_with(stablehlo.AddOp, x, 0, dims)
+    return reshape(result, keepdim_shape(shape_of(x), dims)) if keepdim else result
+
+
+def reduce_max(x: ir.Value, dims: Sequence[int], *, keepdim: bool = False) -> ir.Value:
+    """amax with NaN propagation (stablehlo.maximum is IEEE-754 `maximum`)."""
+    result = reduce_with(stablehlo.MaxOp, x, min_value(dtype(x)), dims)
+    return reshape(result, keepdim_shape(shape_of(x), dims)) if keepdim else result
+
+
+def num_elements(shape: Sequence[int], dims: Sequence[int]) -> int:
+    return math.prod(shape[d] for d in dims)
+
+
+def full(value, dt: torch.dtype, shape: Sequence[int]) -> ir.Value:
+    """helpers.full, also for complex dtypes at rank 0 (helpers.full builds complex
+    splats from a numpy array that np.ascontiguousarray turns into shape [1])."""
+    if dt.is_complex and not isinstance(value, complex):
+        real = torch.float64 if dt is torch.complex128 else torch.float32
+        return convert(_full(value, real, shape), dt)
+    return _full(value, dt, shape)
+
+
+dtype_of_value = dtype  # for rules whose `dtype` argument shadows the helper
+
+
+def _finish(ctx: LoweringContext, value: ir.Value, index: int | None = None) -> ir.Value:
+    """Converts and reshapes a reduction result to the node's dtype and shape (applies
+    keepdim: the reduced dims come back as size 1)."""
+    return reshape(convert(value, ctx.result_dtype(index)), ctx.result_shape(index))
+
+
+def _binop(op_class, a: ir.Value, b: ir.Value) -> ir.Value:
+    return op_class(a, b).result
+
+
+def _is_nan(x: ir.Value) -> ir.Value:
+    return compare(x, x, "NE")
+
+
+def _is_float(dt: torch.dtype) -> bool:
+    return dt.is_floating_point
+
+
+# -- sum, mean, prod, nansum ------------------------------------------------------------------
+@lowers(aten.sum.dim_IntList, aten.sum.default)
+def _sum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
+    out = ctx.result_dtype()  # `dtype`, else int64 for integers/bool, else x's dtype
+    x = convert(convert(x, out), accumulation_dtype(out))
+    dims = reduction_dims(dim, len(shape_of(x)))
+    return _finish(ctx, reduce_sum(x, dims))
+
+
+@lowers(aten.nansum.default)
+def _nansum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
+    out = ctx.result_dtype()
+    x = convert(convert(x, out), accumulation_dtype(out))
+    if _is_float(out) or out.is_complex:
+        x = select(_is_nan(x), full(0, dtype_of_value(x), shape_of(x)), x)
+    dims = reduction_dims(dim, len(shape_of(x)))
+    return _finish(ctx, reduce_sum(x, dims))
+
+
+@lowers(aten.mean.dim, aten.mean.default)
+def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
+    out = ctx.result_dtype()
+    x = convert(convert(x, out), accumulation_dtype(out))
+    shape = shape_of(x)
+    dims = reduction_dims(dim, len(shape))
+    total = reduce_sum(x, dims)
+    count = full(num_elements(shape, dims), dtype_of_value(total), shape_of(total))
+    return _finish(ctx, stablehlo.DivOp(total, count).result)
+
+
+@lowers(aten.prod.default, aten.prod.dim_int)
+def _prod(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
+    out = ctx.result_dtype()
+    x = convert(convert(x, out), accumulation_dtype(out))
+    dims = reduction_dims(dim, len(shape_of(x)))
+    return _finish(ctx, reduce_with(stablehlo.MulOp, x, 1, dims))
+
+
+# -- any, all, count_nonzero -----------------------------------------------------------------------
+def _any_all(op_class, init: bool, ctx: LoweringContext, x, dim=None, keepdim=False):
+    # `any.dims` with `dim=[]` reduces nothing (PyTorch returns the input as bool).
+    dims = reduction_dims(dim, len(shape_of(x)), empty_means_all=False)
+    result = reduce_with(op_class, convert(x, torch.bool), init, dims)
+    return _finish(ctx, result)  # uint8 inputs give uint8 results
+
+
+for _op in (aten.any.default, aten.any.dim, aten.any.dims):
+    lowers(_op)(partial(_any_all, stablehlo.OrOp, False))
+for _op in (aten.all.default, aten.all.dim, aten.all.dims):
+    lowers(_op)(partial(_any_all, stablehlo.AndOp, True))
+
+
+@lowers(aten.count_nonzero.default, aten.count_nonzero.dim_IntList)
+def _count_nonzero(ctx: LoweringContext, x, dim=None):
+    nonzero = convert(convert(x, torch.bool), torch.int64)
+    return _finish(ctx, reduce_sum(nonzero, reduction_dims(dim, len(shape_of(x)))))
+
+
+# -- amax, amin, max, min, aminmax ------------------------------------------------------------------
+def _extreme(x: ir.Value, dims: Sequence[int], largest: bool) -> ir.Value:
+    if dtype(x) is torch.bool:  # max/min of i1 as or/and
+        return reduce_with(stablehlo.OrOp if largest else stablehlo.AndOp, x, not largest, dims)
+    if largest:
+        return reduce_with(stablehlo.MaxOp, x, min_value(dtype(x)), dims)
+    return reduce_with(stablehlo.MinOp, x, max_value(dtype(x)), dims)
+
+
+def _amax_amin(largest: bool, ctx: LoweringContext, x, dim=(), keepdim=False):
+    dims = reduction_dims(dim, len(shape_of(x)))
+    return _finish(ctx, _extreme(x, dims, largest))
+
+
+lowers(aten.amax.default)(partial(_amax_amin, True))
+lowers(aten.amin.default)(partial(_amax_amin, False))
+lowers(aten.max.default)(partial(_amax_amin, True))
+lowers(aten.min.default)(partial(_amax_amin, False))
+
+
+@lowers(aten.aminmax.default)
+def _aminmax(ctx: LoweringContext, x, *, dim=None, keepdim=False):
+    dims = reduction_dims(dim, len(shape_of(x)))
+    return _finish(ctx, _extreme(x, dims, False), 0), _finish(ctx, _extreme(x, dims, True), 1)
+
+
+# -- argmax, argmin, max.dim, min.dim ---------------------------------------------------------------
+def _better(a: ir.Value, b: ir.Value, largest: bool) -> ir.Value:
+    """Whether `a` strictly beats `b` (NaN beats every number, in both directions)."""
+    beats = compare(a, b, "GT" if largest else "LT")
+    if _is_float(dtype(a)):
+        a_nan_only = stablehlo.AndOp(_is_nan(a), stablehlo.NotOp(_is_nan(b)).result).result
+        beats = stablehlo.OrOp(beats, a_nan_only).result
+    return beats
+
+
+def _ties(a: ir.Value, b: ir.Value) -> ir.Value:
+    equal = compare(a, b, "EQ")
+    if _is_float(dtype(a)):
+        equal = stablehlo.OrOp(equal, stablehlo.AndOp(_is_nan(a), _is_nan(b)).result).result
+    return equal
+
+
+def arg_reduce(x: ir.Value, dim: int, largest: bool) -> tuple[ir.Value, ir.Value]:
+    """(extreme value, int64 index of its first occurrence) along `dim`."""
+    shape = shape_of(x)
+    iota = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
+    init_value = full(min_value(dtype(x)) if largest else max_value(dtype(x)), dtype(x), [])
+    init_index = full(0, torch.int64, [])
+
+    def body(acc, new):
+        (va, ia), (vb, ib) = acc, new
+        smaller_index = compare(ia, ib, "LT")
+        pick_a = stablehlo.OrOp(
+            _better(va, vb, largest), stablehlo.AndOp(_ties(va, vb), smaller_index).result
+        ).result
+        # On ties the value is the same; on NaN ties either NaN will do.
+        return [select(pick_a, va, vb), select(pick_a, ia, ib)]
+
+    values, indices = reduce([x, iota], [init_value, init_index], [dim], body)
+    return values, indices
+
+
+def _arg_reduce_node(ctx: LoweringContext, x: ir.Value, dim, largest: bool):
+    if dim is None or len(shape_of(x)) == 0:
+        if dim is not None:
+            normalize_dim(dim, 0)
+        x = reshape(x, [int(np.prod(shape_of(x)))])
+        dim = 0
+    else:
+        dim = normalize_dim(dim, len(shape_of(x)))
+    return arg_reduce(x, dim, largest)
+
+
+def _argmax_argmin(largest: bool, ctx: LoweringContext, x, dim=None, keepdim=False):
+    if dtype(x).is_complex:
+        raise ctx.fail("argmax/argmin of complex tensors is not defined")
+    _, indices = _arg_reduce_node(ctx, x, dim, largest)
+    return reshape(indices, ctx.result_shape())
+
+
+lowers(aten.argmax.default)(partial(_argmax_argmin, True))
+lowers(aten.argmin.default)(partial(_argmax_argmin, False))
+
+
+def _max_min_dim(largest: bool, ctx: LoweringContext, x, dim, keepdim=False):
+    values, indices = _arg_reduce_node(ctx, x, dim, largest)
+    return reshape(values, ctx.result_shape(0)), reshape(indices, ctx.result_shape(1))
+
+
+lowers(aten.max.dim)(partial(_max_min_dim, True))
+lowers(aten.min.dim)(partial(_max_min_dim, False))
+
+
+# -- var, std -------------------------------------------------------------------------------
+def variance(x: ir.Value, dims: Sequence[int], correction: float) -> tuple[ir.Value, ir.Value]:
+    """(var, mean) over `dims`, both with keepdim shape, in x's (accumulation) dtype;
+    `var` is real for complex `x`. The divisor is max(N - correction, 0), as PyTorch's."""
+    shape = shape_of(x)
+    n = num_elements(shape, dims)
+    total = reduce_sum(x, dims, keepdim=True)
+    mean = stablehlo.DivOp(total, full(n, dtype(x), shape_of(total))).result
+    diff = stablehlo.SubtractOp(x, broadcast_to(mean, shape)).result
+    if dtype(x).is_complex:
+        re, im = stablehlo.RealOp(diff).result, stablehlo.ImagOp(diff).result
+        squares = stablehlo.AddOp(_binop(stablehlo.MulOp, re, re), _binop(stablehlo.MulOp, im, im)).result
+    else:
+        squares = stablehlo.MulOp(diff, diff).result
+    sum_sq = reduce_sum(squares, dims, keepdim=True)
+    divisor = full(max(n - correction, 0), dtype(sum_sq), shape_of(sum_sq))
+    return stablehlo.DivOp(sum_sq, divisor).result, mean
+
+
+def _correction(unbiased, correction) -> float:
+    if correction is not None:
+        return float(correction)
+    return 1.0 if unbiased in (None, True) else 0.0
+
+
+def _var_std(
+    take_sqrt: bool, with_mean: bool, ctx: LoweringContext, x, dim=None, unbiased=None,
+    keepdim=False, *, correction=None,
+):
+    if isinstance(dim, bool):  # var.default(self, unbiased): the bool arrives as `dim`
+        dim, unbiased = None, dim
+    if not (_is_float(dtype(x)) or dtype(x).is_complex):
+        raise ctx.fail(f"var/std need a floating point or complex input, got {dtype(x)}")
+    x = convert(x, accumulation_dtype(dtype(x)))
+    dims = reduction_dims(dim, len(shape_of(x)))
+    var, mean = variance(x, dims, _correction(unbiased, correction))
+    if take_sqrt:
+        var = stablehlo.SqrtOp(var).result
+    if with_mean:
+        return _finish(ctx, var, 0), _finish(ctx, mean, 1)
+    return _finish(ctx, var)
+
+
+for _op in (aten.var.dim, aten.var.correction, aten.var.default):
+    lowers(_op)(partial(_var_std, False, False))
+for _op in (aten.std.dim, aten.std.correction, aten.std.default):
+    lowers(_op)(partial(_var_std, True, False))
+for _op in (aten.var_mean.correction, aten.var_mean.dim, aten.var_mean.default):
+    lowers(_op)(partial(_var_std, False, True))
+for _op in (aten.std_mean.correction, aten.std_mean.dim, aten.std_mean.default):
+    lowers(_op)(partial(_var_std, True, True))
+
+
+# -- norms and logsumexp ------------------------------------------------------------------------
+def _vector_norm(ctx: LoweringContext, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    out = ctx.result_dtype()
+    if dtype is not None:
+        x = convert(x, dtype)
+    if not (_is_float(dtype_of_value(x)) or dtype_of_value(x).is_complex):
+        raise ctx.fail(f"vector norms need a floating point or complex input, got {dtype_of_value(x)}")
+    dims = reduction_dims(dim, len(shape_of(x)))
+    magnitude = convert(stablehlo.AbsOp(x).result, accumulation_dtype(out))
+    acc = dtype_of_value(magnitude)
+    shape = shape_of(magnitude)
+    ord = float(ord)
+    if ord == math.inf:
+        result = _extreme(magnitude, dims, True)
+    elif ord == -math.inf:
+        result = _extreme(magnitude, dims, False)
+    elif ord == 0:
+        result = reduce_sum(convert(convert(magnitude, torch.bool), acc), dims)
+    elif ord == 1:
+        result = reduce_sum(magnitude, dims)
+    elif ord == 2:
+        result = stablehlo.SqrtOp(reduce_sum(_binop(stablehlo.MulOp, magnitude, magnitude), dims)).result
+    else:
+        powered = stablehlo.PowOp(magnitude, full(ord, acc, shape)).result
+        total = reduce_sum(powered, dims)
+        result = stablehlo.PowOp(total, full(1.0 / ord, acc, shape_of(total))).result
+    return _finish(ctx, result)
+
+
+lowers(aten.linalg_vector_norm.default)(_vector_norm)
+
+
+@lowers(aten.norm.Scalar, aten.norm.ScalarOpt_dim, aten.norm.ScalarOpt_dim_dtype, aten.norm.ScalarOpt_dtype)
+def _norm(ctx: LoweringContext, x, p=2, dim=None, keepdim=False, *, dtype=None):
+    return _vector_norm(ctx, x, 2 if p is None else p, dim, keepdim, dtype=dtype)
+
+
+@lowers(aten.logsumexp.default)
+def _logsumexp(ctx: LoweringContext, x, dim, keepdim=False):
+    out = ctx.result_dtype()
+    if out.is_complex:
+        raise ctx.fail("logsumexp of complex tensors is not supported")
+    x = convert(x, accumulation_dtype(out))
+    shape = shape_of(x)
+    dims = reduction_dims(dim, len(shape))
+    # PyTorch's formulation: shift by the max, except where the max is infinite.
+    m = reduce_max(x, dims, keepdim=True)
+    magnitude = stablehlo.AbsOp(m).result
+    infinite = compare(magnitude, full(math.inf, dtype(m), shape_of(m)), "EQ")
+    m = select(infinite, full(0, dtype(m), shape_of(m)), m)
+    shifted = stablehlo.ExpOp(stablehlo.SubtractOp(x, broadcast_to(m, shape)).result).result
+    total = stablehlo.LogOp(reduce_sum(shifted, dims, keepdim=True)).result
+    return _finish(ctx, stablehlo.AddOp(total, m).result)
+
+
+# -- softmax family --------------------------------------------------------------------------------
+def _softmax_parts(x: ir.Value, dim: int) -> tuple[ir.Value, ir.Value]:
+    """(x - max, sum(exp(x - max))) along `dim`, the sum broadcast back to x's shape."""
+    shape = shape_of(x)
+    dims = reduction_dims(dim, len(shape))
+    shifted = stablehlo.SubtractOp(x, broadcast_to(reduce_max(x, dims, keepdim=True), shape)).result
+    total = reduce_sum(stablehlo.ExpOp(shifted).result, dims, keepdim=True)
+    return shifted, broadcast_to(total, shape)
+
+
+@lowers(aten._softmax.default)
+def _softmax(ctx: LoweringContext, x, dim, half_to_float=False):
+    out = ctx.result_dtype()
+    shifted, total = _softmax_parts(convert(x, accumulation_dtype(out)), dim)
+    return convert(stablehlo.DivOp(stablehlo.ExpOp(shifted).result, total).result, out)
+
+
+@lowers(aten._log_softmax.default)
+def _log_softmax(ctx: LoweringContext, x, dim, half_to_float=False):
+    out = ctx.result_dtype()
+    shifted, total = _softmax_parts(convert(x, accumulation_dtype(out)), dim)
+    return convert(stablehlo.SubtractOp(shifted, stablehlo.LogOp(total).result).result, out)
+
+
+@lowers(aten._safe_softmax.default)
+def _safe_softmax(ctx: LoweringContext, x, dim, dtype=None):
+    """softmax, but 0 (not NaN) along slices that are entirely -inf (masked rows)."""
+    out = ctx.result_dtype()
+    x = convert(x, accumulation_dtype(out))
+    acc, shape = dtype_of_value(x), shape_of(x)
+    shifted, total = _softmax_parts(x, dim)
+    result = stablehlo.DivOp(stablehlo.ExpOp(shifted).result, total).result
+    dims = reduction_dims(dim, len(shape))
+    masked = compare(x, full(-math.inf, acc, shape), "EQ")
+    all_masked = reshape(reduce_with(stablehlo.AndOp, masked, True, dims), keepdim_shape(shape, dims))
+    result = select(broadcast_to(all_masked, shape), full(0, acc, shape), result)
+    return convert(result, out)
+
+
+@lowers(aten._softmax_backward_data.default)
+def _softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
+    out = ctx.result_dtype()
+    acc = accumulation_dtype(out)
+    grad, output = convert(grad, acc), convert(output, acc)
+    shape = shape_of(grad)
+    dims = reduction_dims(dim, len(shape))
+    # y * (g - sum(g * y))
+    dot = broadcast_to(reduce_sum(_binop(stablehlo.MulOp, grad, output), dims, keepdim=True), shape)
+    return convert(stablehlo.MulOp(output, stablehlo.SubtractOp(grad, dot).result).result, out)
+
+
+@lowers(aten._log_softmax_backward_data.default)
+def _log_softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
+    out = ctx.result_dtype()
+    acc = accumulation_dtype(out)
+    grad, output = convert(grad, acc), convert(output, acc)
+    shape = shape_of(grad)
+    dims = reduction_dims(dim, len(shape))
+    # g - exp(y) * sum(g)
+    total = broadcast_to(reduce_sum(grad, dims, keepdim=True), shape)
+    correction = stablehlo.MulOp(stablehlo.ExpOp(output).result, total).result
+    return convert(stablehlo.SubtractOp(grad, correction).result, out)
+
+
+# -- scans ------------------------------------------------------------------------------------
+def scan(
+    values: Sequence[ir.Value], inits: Sequence[ir.Value], dim: int,
+    body: Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]],
+) -> list[ir.Value]:
+    """Inclusive prefix scan along `dim`: a reduce_window whose window covers the whole
+    dim, padded by n - 1 on the low side. `body(acc_args, new_args)` must be associative."""
+    shape = shape_of(values[0])
+    rank, n = len(shape), shape[dim]
+    window = [1] * rank
+    window[dim] = n
+    padding = np.zeros((rank, 2), dtype=np.int64)
+    padding[dim, 0] = n - 1
+    result_types = [v.type for v in values]
+    op = stablehlo.ReduceWindowOp(
+        result_types, list(values), list(inits), window,
+        padding=ir.DenseIntElementsAttr.get(padding, type=ir.IntegerType.get_signless(64)),
+    )
+    count = len(values)
+    scalar_region(
+        op.body, [dtype(v) for v in values] * 2, lambda args: body(args[:count], args[count:])
+    )
+    return list(op.results)
+
+
+def _scan_input(ctx: LoweringContext, x: ir.Value, dim: int) -> tuple[ir.Value, int]:
+    """Rank-0 inputs scan as a 1-element vector; returns (x, normalised dim)."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if len(shape_of(x)) == 0:
+        x = reshape(x, [1])
+    return x, dim
+
+
+def _cumulative(op_class, init, ctx: LoweringContext, x, dim, *, dtype=None):
+    out = ctx.result_dtype()
+    x, dim = _scan_input(ctx, convert(convert(x, out), accumulation_dtype(out)), dim)
+    if shape_of(x)[dim] == 0:
+        return _finish(ctx, x)
+    (result,) = scan([x], [full(init, dtype_of_value(x), [])], dim,
+                     lambda acc, new: [op_class(acc[0], new[0]).result])
+    return _finish(ctx, result)
+
+
+lowers(aten.cumsum.default)(partial(_cumulative, stablehlo.AddOp, 0))
+lowers(aten.cumprod.default)(partial(_cumulative, stablehlo.MulOp, 1))
+
+
+def _cumulative_extreme(largest: bool, ctx: LoweringContext, x, dim):
+    """cummax/cummin: the running extreme and the index PyTorch reports for it: the
+    latest index among equal values, and once a NaN is seen, the latest NaN."""
+    x, dim = _scan_input(ctx, x, dim)
+    if shape_of(x)[dim] == 0:
+        return _finish(ctx, x, 0), _finish(ctx, convert(x, torch.int64), 1)
+    iota = stablehlo.IotaOp(tensor_type(shape_of(x), torch.int64), dim).result
+    init_value = full(min_value(dtype(x)) if largest else max_value(dtype(x)), dtype(x), [])
+    init_index = full(-1, torch.int64, [])
+
+    def body(acc, new):
+        (va, ia), (vb, ib) = acc, new
+        # Total order: NaN first, then the better value, then the larger index.
+        pick_a = stablehlo.OrOp(
+            _better(va, vb, largest), stablehlo.AndOp(_ties(va, vb), compare(ia, ib, "GT")).result
+        ).result
+        return [select(pick_a, va, vb), select(pick_a, ia, ib)]
+
+    values, indices = scan([x, iota], [init_value, init_index], dim, body)
+    return _finish(ctx, values, 0), _finish(ctx, indices, 1)
+
+
+lowers(aten.cummax.default)(partial(_cumulative_extreme, True))
+lowers(aten.cummin.default)(partial(_cumulative_extreme, False))
+
+
+@lowers(aten.logcumsumexp.default)
+def _logcumsumexp(ctx: LoweringContext, x, dim):
+    out = ctx.result_dtype()
+    if out.is_complex:
+        raise ctx.fail("logcumsumexp of complex tensors is not supported")
+    x, dim = _scan_input(ctx, convert(x, accumulation_dtype(out)), dim)
+    if shape_of(x)[dim] == 0:
+        return _finish(ctx, x)
+
+    def log_add_exp(acc, new):
+        a, b = acc[0], new[0]
+        hi, lo = stablehlo.MaxOp(a, b).result, stablehlo.MinOp(a, b).result
+        # hi + log1p(exp(lo - hi)); equal operands (incl. both +-inf) give hi + log 2.
+        general = stablehlo.AddOp(
+            hi, stablehlo.Log1pOp(stablehlo.ExpOp(stablehlo.SubtractOp(lo, hi).result).result).result
+        ).result
+        equal = stablehlo.AddOp(hi, full(math.log(2.0), dtype(a), [])).result
+        return [select(compare(a, b, "EQ"), equal, general)]
+
+    (result,) = scan([x], [full(-math.inf, dtype_of_value(x), [])], dim, log_add_exp)
+    return _finish(ctx, result)
+
+
+# -- sort, topk ----------------------------------------------------------------------------------
+def _sort_less(a: ir.Value, b: ir.Value, descending: bool) -> ir.Value:
+    """Whether `a` sorts before `b`: ascending with NaN above +inf; descending reverses
+    that order (NaN first). -0.0 and 0.0 are equal, so a stable sort keeps their order."""
+    if descending:
+        a, b = b, a
+    less = compare(a, b, "LT")
+    if _is_float(dtype(a)):
+        b_nan_only = stablehlo.AndOp(stablehlo.NotOp(_is_nan(a)).result, _is_nan(b)).result
+        less = stablehlo.OrOp(less, b_nan_only).result
+    return less
+
+
+def sort_with_indices(x: ir.Value, dim: int, descending: bool) -> tuple[ir.Value, ir.Value]:
+    """Stable sort of `x` (rank >= 1) along `dim` with the int64 source indices."""
+    shape = shape_of(x)
+    iota = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
+    op = stablehlo.SortOp([x.type, iota.type], [x, iota], dimension=dim, is_stable=True)
+    scalar_region(
+        op.comparator, [dtype(x), dtype(x), torch.int64, torch.int64],
+        lambda args: [_sort_less(args[0], args[1], descending)],
+    )
+    return op.results[0], op.results[1]
+
+
+def _sort(ctx: LoweringContext, x, dim=-1, descending=False):
+    if dtype(x).is_complex:
+        raise ctx.fail("sorting complex tensors is not supported (PyTorch has no order on them)")
+    x, dim = _scan_input(ctx, x, dim)
+    values, indices = sort_with_indices(x, dim, bool(descending))
+    return _finish(ctx, values, 0), _finish(ctx, indices, 1)
+
+
+@lowers(aten.sort.default)
+def _sort_default(ctx: LoweringContext, x, dim=-1, descending=False):
+    return _sort(ctx, x, dim, descending)
+
+
+@lowers(aten.sort.stable)
+def _sort_stable(ctx: LoweringContext, x, *, stable=None, dim=-1, descending=False):
+    # Always stable: PyTorch's unstable sort may return any order among ties, and the
+    # stable order is one of them (and what PyTorch's CPU kernel returns).
+    return _sort(ctx, x, dim, descending)
+
+
+@lowers(aten.topk.default)
+def _topk(ctx: LoweringContext, x, k, dim=-1, largest=True, sorted=True):
+    """The k largest (smallest) along `dim`, NaN counting as the largest. Results come
+    sorted even for sorted=False, whose order PyTorch leaves unspecified."""
+    if dtype(x).is_complex:
+        raise ctx.fail("topk of complex tensors is not supported")
+    x, dim = _scan_input(ctx, x, dim)
+    values, indices = sort_with_indices(x, dim, bool(largest))
+    limit = list(shape_of(x))
+    limit[dim] = int(k)
+    start, strides = [0] * len(limit), [1] * len(limit)
+    values = stablehlo.SliceOp(values, start, limit, strides).result
+    indices = stablehlo.SliceOp(indices, start, limit, strides).result
+    return _finish(ctx, values, 0), _finish(ctx, indices, 1)

@@ -1,0 +1,751 @@
+"""View-like and shape ops: reshapes, permutations, slicing, concatenation, padding,
+diagonals, `as_strided` and their `*_scatter` / `*_copy` / `*_backward` relatives.
+
+Semantics are functional: a view op returns a new value holding the view's elements in
+logical (row-major) order. Aliasing (a later in-place write through a view) is resolved
+before lowering by functionalization, so nothing here tracks storage, with one
+exception: `as_strided` and `as_strided_scatter` address the *storage* of their input.
+We rebuild that storage from the input's logical value, which is exact when the input
+(per its FX metadata) is non-overlapping and dense — contiguous, channels-last or any
+other permutation of a dense layout — and fail loudly otherwise (see `_storage_of`).
+
+Result shapes are taken from `node.meta['val']` wherever PyTorch already computed them
+(view sizes with -1, split chunk sizes, squeeze), so the rules only decide *how* to move
+elements, never re-derive PyTorch's shape logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from ..context import ir, stablehlo
+from ..dtypes import tensor_type
+from .helpers import (
+    broadcast_to,
+    compare,
+    constant,
+    convert,
+    dtype,
+    full,
+    normalize_dim,
+    rank_of,
+    reshape,
+    select,
+    shape_of,
+    transpose,
+)
+from .registry import LoweringContext, lowers
+
+aten = torch.ops.aten
+
+
+# -- family-private builders -------------------------------------------------------------------
+def _slice(x: ir.Value, dim: int, start: int, limit: int, step: int = 1) -> ir.Value:
+    """x[..., start:limit:step, ...] along `dim` (indices already normalized)."""
+    shape = shape_of(x)
+    if start == 0 and limit == shape[dim] and step == 1:
+        return x
+    starts = [0] * len(shape)
+    limits = list(shape)
+    strides = [1] * len(shape)
+    starts[dim], limits[dim], strides[dim] = start, limit, step
+    return stablehlo.SliceOp(x, starts, limits, strides).result
+
+
+def _concat(values: Sequence[ir.Value], dim: int) -> ir.Value:
+    values = list(values)
+    if len(values) == 1:
+        return values[0]
+    return stablehlo.ConcatenateOp(values, dim).result
+
+
+def _reverse(x: ir.Value, dims: Sequence[int]) -> ir.Value:
+    dims = sorted({int(d) for d in dims})
+    if not dims:
+        return x
+    return stablehlo.ReverseOp(x, dims).result
+
+
+def _iota(shape: Sequence[int], dim: int, dtype_: torch.dtype = torch.int64) -> ir.Value:
+    return stablehlo.IotaOp(tensor_type(shape, dtype_), dim).result
+
+
+def _pad(x: ir.Value, value: ir.Value, low: Sequence[int], high: Sequence[int], interior: Sequence[int] | None = None) -> ir.Value:
+    """stablehlo.pad (negative `low`/`high` crop)."""
+    interior = list(interior) if interior is not None else [0] * len(low)
+    if not any(low) and not any(high) and not any(interior):
+        return x
+    return stablehlo.PadOp(x, value, list(low), list(high), interior).result
+
+
+def _take(x: ir.Value, dim: int, index: np.ndarray) -> ir.Value:
+    """Gathers along `dim` with a static index array: the result has shape
+    `x.shape[:dim] + index.shape + x.shape[dim+1:]`."""
+    shape = shape_of(x)
+    index = np.asarray(index, dtype=np.int64)
+    q = index.ndim
+    index_dtype = torch.int32 if shape[dim] < 2**31 else torch.int64
+    indices = constant(index.reshape(index.shape + (1,)), index_dtype, list(index.shape) + [1])
+    before, after = list(range(dim)), list(range(dim + q, dim + q + len(shape) - dim - 1))
+    offset_dims = before + after
+    fields = []
+    if offset_dims:
+        fields.append(f"offset_dims = [{', '.join(map(str, offset_dims))}]")
+    fields += [f"collapsed_slice_dims = [{dim}]", f"start_index_map = [{dim}]", f"index_vector_dim = {q}"]
+    numbers = ir.Attribute.parse(f"#stablehlo.gather<{', '.join(fields)}>")
+    slice_sizes = list(shape)
+    slice_sizes[dim] = 1
+    result_shape = shape[:dim] + list(index.shape) + shape[dim + 1 :]
+    return stablehlo.GatherOp(
+        x, indices, numbers, slice_sizes, indices_are_sorted=False, results=[tensor_type(result_shape, dtype(x))]
+    ).result
+
+
+def _slice_bounds(size: int, start: int | None, end: int | None) -> tuple[int, int]:
+    """PyTorch's `slice` start/end normalization: negatives wrap once, then both clamp to
+    [0, size] and end >= start."""
+    start = 0 if start is None else int(start)
+    end = size if end is None else int(end)
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    return start, end
+
+
+def _inverse_permutation(perm: Sequence[int]) -> list[int]:
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return inverse
+
+
+# -- reshapes ----------------------------------------------------------------------------------
+def _to_result_shape(ctx: LoweringContext, x, *args, **kwargs):
+    """Every op whose effect on a contiguous value is a reshape to the result shape."""
+    return reshape(x, ctx.result_shape())
+
+
+lowers(
+    aten.view.default,
+    aten.view_copy.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten._reshape_alias.default,
+    aten.squeeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.squeeze_copy.default,
+    aten.squeeze_copy.dim,
+    aten.squeeze_copy.dims,
+    aten.unsqueeze.default,
+    aten.unsqueeze_copy.default,
+)(_to_result_shape)
+
+
+def _identity(ctx: LoweringContext, x, *args, **kwargs):
+    """alias/detach/clone: values are immutable, so the view is the value (clone's
+    memory_format is a layout request with no effect on values)."""
+    return x
+
+
+lowers(
+    aten.alias.default,
+    aten.alias_copy.default,
+    aten.detach.default,
+    aten.detach_copy.default,
+    aten.clone.default,
+)(_identity)
+
+
+@lowers(aten.expand.default, aten.expand_copy.default)
+def _expand(ctx: LoweringContext, x, size, *, implicit=False):
+    return broadcast_to(x, ctx.result_shape())
+
+
+@lowers(aten.permute.default, aten.permute_copy.default)
+def _permute(ctx: LoweringContext, x, dims):
+    rank = rank_of(x)
+    return transpose(x, [normalize_dim(d, rank) for d in dims])
+
+
+@lowers(aten.t.default, aten.t_copy.default)
+def _t(ctx: LoweringContext, x):
+    return x if rank_of(x) < 2 else transpose(x, [1, 0])
+
+
+@lowers(aten.transpose.int, aten.transpose_copy.int)
+def _transpose(ctx: LoweringContext, x, dim0, dim1):
+    rank = rank_of(x)
+    if rank == 0:
+        return x
+    d0, d1 = normalize_dim(dim0, rank), normalize_dim(dim1, rank)
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return transpose(x, perm)
+
+
+@lowers(aten.movedim.int, aten.movedim.intlist)
+def _movedim(ctx: LoweringContext, x, source, destination):
+    rank = rank_of(x)
+    source = [source] if isinstance(source, int) else list(source)
+    destination = [destination] if isinstance(destination, int) else list(destination)
+    src = [normalize_dim(s, rank) for s in source]
+    dst = [normalize_dim(d, rank) for d in destination]
+    perm = [-1] * rank
+    for s, d in zip(src, dst):
+        perm[d] = s
+    rest_src = [i for i in range(rank) if i not in src]
+    rest_dst = [i for i in range(rank) if i not in dst]
+    for s, d in zip(rest_src, rest_dst):
+        perm[d] = s
+    return transpose(x, perm)
+
+
+# -- slicing -----------------------------------------------------------------------------------
+@lowers(aten.slice.Tensor, aten.slice_copy.Tensor)
+def _slice_tensor(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
+    dim = normalize_dim(dim, rank_of(x))
+    start, end = _slice_bounds(shape_of(x)[dim], start, end)
+    return reshape(_slice(x, dim, start, end, int(step)), ctx.result_shape())
+
+
+@lowers(aten.narrow.default)
+def _narrow(ctx: LoweringContext, x, dim, start, length):
+    dim = normalize_dim(dim, rank_of(x))
+    if start < 0:
+        start += shape_of(x)[dim]
+    return _slice(x, dim, int(start), int(start + length))
+
+
+@lowers(aten.select.int, aten.select_copy.int)
+def _select(ctx: LoweringContext, x, dim, index):
+    dim = normalize_dim(dim, rank_of(x))
+    size = shape_of(x)[dim]
+    index = int(index) + size if index < 0 else int(index)
+    return reshape(_slice(x, dim, index, index + 1), ctx.result_shape())
+
+
+def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
+    """Splits along `dim` into the chunk sizes PyTorch computed (node.meta['val'])."""
+    dim = normalize_dim(dim, rank_of(x))
+    pieces, offset = [], 0
+    for piece in ctx.meta():
+        size = int(piece.shape[dim])
+        pieces.append(_slice(x, dim, offset, offset + size))
+        offset += size
+    return tuple(pieces)
+
+
+@lowers(aten.split.Tensor, aten.unsafe_split.Tensor, aten.split_copy.Tensor)
+def _split(ctx: LoweringContext, x, split_size, dim=0):
+    return _split_by_sizes(ctx, x, dim)
+
+
+@lowers(
+    aten.split_with_sizes.default,
+    aten.split_with_sizes_copy.default,
+    aten.unsafe_split_with_sizes.default,
+    aten.split.sizes,
+    aten.split.default,
+)
+def _split_with_sizes(ctx: LoweringContext, x, split_sizes, dim=0):
+    return _split_by_sizes(ctx, x, dim)
+
+
+@lowers(aten.unbind.int, aten.unbind_copy.int)
+def _unbind(ctx: LoweringContext, x, dim=0):
+    dim = normalize_dim(dim, rank_of(x))
+    shape = shape_of(x)
+    rest = shape[:dim] + shape[dim + 1 :]
+    return tuple(reshape(_slice(x, dim, i, i + 1), rest) for i in range(shape[dim]))
+
+
+@lowers(aten.unfold.default, aten.unfold_copy.default)
+def _unfold(ctx: LoweringContext, x, dimension, size, step):
+    """Sliding windows along `dimension` (placed there), window elements as a new last
+    dim: a gather with static indices `w * step + k`."""
+    out_shape = ctx.result_shape()
+    if rank_of(x) == 0:
+        x = reshape(x, [1])
+    dim = normalize_dim(dimension, rank_of(x))
+    n = shape_of(x)[dim]
+    windows = (n - size) // step + 1
+    index = np.arange(windows)[:, None] * step + np.arange(size)[None, :]
+    gathered = _take(x, dim, index)  # shape[:dim] + [windows, size] + shape[dim+1:]
+    rank = rank_of(gathered)
+    perm = [i for i in range(rank) if i != dim + 1] + [dim + 1]
+    return reshape(transpose(gathered, perm), out_shape)
+
+
+# -- concatenation -------------------------------------------------------------------------------
+@lowers(aten.cat.default)
+def _cat(ctx: LoweringContext, tensors, dim=0):
+    """Concatenation in the promoted dtype. Like PyTorch, 1-D empty tensors (shape [0])
+    are skipped whatever the other inputs' rank (legacy behaviour)."""
+    out_dtype = ctx.result_dtype()
+    kept = [t for t in tensors if shape_of(t) != [0]]
+    if not kept:
+        return full(0, out_dtype, ctx.result_shape())
+    dim = normalize_dim(dim, rank_of(kept[0]))
+    kept = [convert(t, out_dtype) for t in kept]
+    return _concat(kept, dim)
+
+
+@lowers(aten.stack.default)
+def _stack(ctx: LoweringContext, tensors, dim=0):
+    out_dtype = ctx.result_dtype()
+    shape = shape_of(tensors[0])
+    dim = normalize_dim(dim, len(shape) + 1)
+    expanded = shape[:dim] + [1] + shape[dim:]
+    return _concat([reshape(convert(t, out_dtype), expanded) for t in tensors], dim)
+
+
+# -- reordering ----------------------------------------------------------------------------------
+@lowers(aten.flip.default)
+def _flip(ctx: LoweringContext, x, dims):
+    rank = rank_of(x)
+    if rank == 0:
+        return x
+    return _reverse(x, [normalize_dim(d, rank) for d in dims])
+
+
+@lowers(aten.roll.default)
+def _roll(ctx: LoweringContext, x, shifts, dims=()):
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not dims:
+        # No dims: roll the flattened tensor, then restore the shape.
+        shape = shape_of(x)
+        flat = reshape(x, [int(np.prod(shape, dtype=np.int64))])
+        return reshape(_roll(ctx, flat, shifts[:1], [0]), shape)
+    rank = rank_of(x)
+    for shift, d in zip(shifts, dims):
+        d = normalize_dim(d, rank)
+        n = shape_of(x)[d]
+        if n == 0:
+            continue
+        s = int(shift) % n
+        if s:
+            x = _concat([_slice(x, d, n - s, n), _slice(x, d, 0, n - s)], d)
+    return x
+
+
+@lowers(aten.rot90.default)
+def _rot90(ctx: LoweringContext, x, k=1, dims=(0, 1)):
+    rank = rank_of(x)
+    d0, d1 = normalize_dim(dims[0], rank), normalize_dim(dims[1], rank)
+    k %= 4
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    if k == 1:
+        return transpose(_reverse(x, [d1]), perm)
+    if k == 2:
+        return _reverse(x, [d0, d1])
+    if k == 3:
+        return transpose(_reverse(x, [d0]), perm)
+    return x
+
+
+@lowers(aten.repeat.default)
+def _repeat(ctx: LoweringContext, x, repeats):
+    """Tiling: broadcast to interleaved [r0, s0, r1, s1, ...] and merge pairs."""
+    repeats = [int(r) for r in repeats]
+    shape = [1] * (len(repeats) - rank_of(x)) + shape_of(x)
+    x = reshape(x, shape)
+    interleaved = [v for pair in zip(repeats, shape) for v in pair]
+    dims = [2 * i + 1 for i in range(len(shape))]
+    tiled = stablehlo.BroadcastInDimOp(tensor_type(interleaved, dtype(x)), x, dims).result
+    return reshape(tiled, ctx.result_shape())
+
+
+@lowers(aten.pixel_shuffle.default)
+def _pixel_shuffle(ctx: LoweringContext, x, upscale_factor):
+    r = int(upscale_factor)
+    *batch, c, h, w = shape_of(x)
+    b = len(batch)
+    x = reshape(x, batch + [c // (r * r), r, r, h, w])
+    x = transpose(x, list(range(b)) + [b, b + 3, b + 1, b + 4, b + 2])
+    return reshape(x, ctx.result_shape())
+
+
+@lowers(aten.pixel_unshuffle.default)
+def _pixel_unshuffle(ctx: LoweringContext, x, downscale_factor):
+    r = int(downscale_factor)
+    *batch, c, h, w = shape_of(x)
+    b = len(batch)
+    x = reshape(x, batch + [c, h // r, r, w // r, r])
+    x = transpose(x, list(range(b)) + [b, b + 2, b + 4, b + 1, b + 3])
+    return reshape(x, ctx.result_shape())
+
+
+# -- padding -------------------------------------------------------------------------------------
+def _pad_pairs(rank: int, pad: Sequence[int]) -> list[tuple[int, int, int]]:
+    """PyTorch's pad list (last dim first, (low, high) pairs) as (dim, low, high)."""
+    pad = [int(p) for p in pad]
+    return [(rank - 1 - i, pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]
+
+
+@lowers(aten.constant_pad_nd.default)
+def _constant_pad_nd(ctx: LoweringContext, x, pad, value=0):
+    rank = rank_of(x)
+    low, high = [0] * rank, [0] * rank
+    for d, lo, hi in _pad_pairs(rank, pad):
+        low[d], high[d] = lo, hi
+    return _pad(x, full(value, dtype(x), []), low, high)
+
+
+def _edge_pad(mode: str, ctx: LoweringContext, x, padding):
+    """reflection/replication padding of the last len(padding)/2 dims. Negative pads
+    crop (from the original tensor, as PyTorch does)."""
+    rank = rank_of(x)
+    for d, lo, hi in _pad_pairs(rank, padding):
+        n = shape_of(x)[d]
+        parts = []
+        if lo > 0:
+            if mode == "reflect":
+                parts.append(_reverse(_slice(x, d, 1, lo + 1), [d]))
+            else:
+                parts.append(_repeat_edge(x, d, 0, lo))
+        parts.append(_slice(x, d, max(-lo, 0), n - max(-hi, 0)))
+        if hi > 0:
+            if mode == "reflect":
+                parts.append(_reverse(_slice(x, d, n - 1 - hi, n - 1), [d]))
+            else:
+                parts.append(_repeat_edge(x, d, n - 1, hi))
+        x = _concat(parts, d)
+    return x
+
+
+def _repeat_edge(x: ir.Value, dim: int, index: int, count: int) -> ir.Value:
+    edge = _slice(x, dim, index, index + 1)
+    shape = shape_of(edge)
+    shape[dim] = count
+    return broadcast_to(edge, shape)
+
+
+for _op in (aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default):
+    lowers(_op)(lambda ctx, x, padding: _edge_pad("reflect", ctx, x, padding))
+for _op in (aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default):
+    lowers(_op)(lambda ctx, x, padding: _edge_pad("replicate", ctx, x, padding))
+
+
+# -- triangles and diagonals ----------------------------------------------------------------------
+def _triangle(lower: bool, ctx: LoweringContext, x, diagonal=0):
+    """tril/triu: keep elements with col - row <= k (tril) or >= k (triu)."""
+    shape = shape_of(x)
+    rank = len(shape)
+    rows, cols = _iota(shape, rank - 2), _iota(shape, rank - 1)
+    offset = stablehlo.SubtractOp(cols, rows).result
+    keep = compare(offset, full(int(diagonal), torch.int64, shape), "LE" if lower else "GE")
+    return select(keep, x, full(0, dtype(x), shape))
+
+
+lowers(aten.tril.default)(lambda ctx, x, diagonal=0: _triangle(True, ctx, x, diagonal))
+lowers(aten.triu.default)(lambda ctx, x, diagonal=0: _triangle(False, ctx, x, diagonal))
+
+
+def _diagonal_layout(shape: Sequence[int], offset: int, dim1: int, dim2: int):
+    """The permutation moving (dim1, dim2) last, and the diagonal's (row0, col0, length)
+    in the permuted [..., n, m] tensor."""
+    rank = len(shape)
+    d1, d2 = normalize_dim(dim1, rank), normalize_dim(dim2, rank)
+    if d1 == d2:
+        raise ValueError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    perm = [i for i in range(rank) if i not in (d1, d2)] + [d1, d2]
+    n, m = shape[d1], shape[d2]
+    if offset >= 0:
+        r0, c0, length = 0, offset, max(min(n, m - offset), 0)
+    else:
+        r0, c0, length = -offset, 0, max(min(n + offset, m), 0)
+    return perm, r0, c0, length
+
+
+@lowers(aten.diagonal.default, aten.diagonal_copy.default)
+def _diagonal(ctx: LoweringContext, x, offset=0, dim1=0, dim2=1):
+    """The square [L, L] block holding the diagonal, flattened, sliced with stride L+1."""
+    perm, r0, c0, length = _diagonal_layout(shape_of(x), int(offset), dim1, dim2)
+    if length == 0:
+        return full(0, dtype(x), ctx.result_shape())
+    xt = transpose(x, perm)
+    rank = len(perm)
+    block = _slice(_slice(xt, rank - 2, r0, r0 + length), rank - 1, c0, c0 + length)
+    batch = shape_of(block)[:-2]
+    flat = reshape(block, batch + [length * length])
+    return _slice(flat, rank - 2, 0, length * length, length + 1)
+
+
+def _place_on_diagonal(base: ir.Value, src: ir.Value, r0: int, offset: int) -> ir.Value:
+    """`base` ([..., n, m]) with its offset-diagonal replaced by `src` ([..., L])."""
+    shape = shape_of(base)
+    rank = len(shape)
+    n = shape[-2]
+    length = shape_of(src)[-1]
+    src = convert(src, dtype(base))
+    low, high = [0] * (rank - 1), [0] * (rank - 1)
+    low[-1], high[-1] = r0, n - r0 - length
+    rows = _pad(src, full(0, dtype(base), []), low, high)  # [..., n]: row i holds src[i - r0]
+    placed = stablehlo.BroadcastInDimOp(tensor_type(shape, dtype(base)), rows, list(range(rank - 1))).result
+    diff = stablehlo.SubtractOp(_iota(shape, rank - 1), _iota(shape, rank - 2)).result
+    on_diagonal = compare(diff, full(offset, torch.int64, shape), "EQ")
+    return select(on_diagonal, placed, base)
+
+
+@lowers(aten.diagonal_scatter.default)
+def _diagonal_scatter(ctx: LoweringContext, x, src, offset=0, dim1=0, dim2=1):
+    perm, r0, _, length = _diagonal_layout(shape_of(x), int(offset), dim1, dim2)
+    if length == 0:
+        return x
+    out = _place_on_diagonal(transpose(x, perm), src, r0, int(offset))
+    return transpose(out, _inverse_permutation(perm))
+
+
+@lowers(aten.diagonal_backward.default)
+def _diagonal_backward(ctx: LoweringContext, grad, input_sizes, offset, dim1, dim2):
+    zeros = full(0, dtype(grad), [int(s) for s in input_sizes])
+    return _diagonal_scatter(ctx, zeros, grad, offset, dim1, dim2)
+
+
+@lowers(aten.diag_embed.default)
+def _diag_embed(ctx: LoweringContext, x, offset=0, dim1=-2, dim2=-1):
+    """Builds [..., n, n] (batch = x.shape[:-1]) with x on the offset-diagonal, then moves
+    the two new dims to dim1/dim2 of the result."""
+    offset = int(offset)
+    out_shape = ctx.result_shape()
+    rank = len(out_shape)
+    d1, d2 = normalize_dim(dim1, rank), normalize_dim(dim2, rank)
+    batch = shape_of(x)[:-1]
+    n = shape_of(x)[-1] + abs(offset)
+    zeros = full(0, dtype(x), batch + [n, n])
+    square = _place_on_diagonal(zeros, x, max(-offset, 0), offset)
+    b = len(batch)
+    perm, next_batch = [], 0
+    for d in range(rank):
+        if d == d1:
+            perm.append(b)
+        elif d == d2:
+            perm.append(b + 1)
+        else:
+            perm.append(next_batch)
+            next_batch += 1
+    return transpose(square, perm)
+
+
+# -- scatters into slices -------------------------------------------------------------------------
+@lowers(aten.slice_scatter.default)
+def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, step=1):
+    shape = shape_of(x)
+    dim = normalize_dim(dim, len(shape))
+    start, _ = _slice_bounds(shape[dim], start, end)
+    step = int(step)
+    length = shape_of(src)[dim]
+    src = convert(src, dtype(x))
+    if length == 0 or 0 in shape:
+        return x
+    if step == 1:
+        starts = [full(start if d == dim else 0, torch.int64, []) for d in range(len(shape))]
+        return stablehlo.DynamicUpdateSliceOp(x, src, starts).result
+    # Strided: spread src with interior padding and select where it landed.
+    low, high, interior = [0] * len(shape), [0] * len(shape), [0] * len(shape)
+    low[dim], interior[dim] = start, step - 1
+    high[dim] = shape[dim] - (start + (length - 1) * step + 1)
+    placed = _pad(src, full(0, dtype(x), []), low, high, interior)
+    mask = _pad(full(True, torch.bool, shape_of(src)), full(False, torch.bool, []), low, high, interior)
+    return select(mask, placed, x)
+
+
+@lowers(aten.select_scatter.default)
+def _select_scatter(ctx: LoweringContext, x, src, dim, index):
+    shape = shape_of(x)
+    dim = normalize_dim(dim, len(shape))
+    index = int(index) + shape[dim] if index < 0 else int(index)
+    src = reshape(src, shape[:dim] + [1] + shape[dim + 1 :])
+    return _slice_scatter(ctx, x, src, dim, index, index + 1, 1)
+
+
+@lowers(aten.slice_backward.default)
+def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
+    zeros = full(0, dtype(grad), [int(s) for s in input_sizes])
+    return _slice_scatter(ctx, zeros, grad, dim, start, end, step)
+
+
+@lowers(aten.select_backward.default)
+def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
+    zeros = full(0, dtype(grad), [int(s) for s in input_sizes])
+    return _select_scatter(ctx, zeros, grad, dim, index)
+
+
+# -- as_strided: indexing the input's storage ---------------------------------------------------------
+def _strided_positions(size: Sequence[int], stride: Sequence[int], offset: int) -> np.ndarray:
+    """Storage positions of every element of an as_strided view, in logical order."""
+    positions = np.full([int(s) for s in size], int(offset), dtype=np.int64)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = int(n)
+        positions = positions + (np.arange(int(n), dtype=np.int64) * int(st)).reshape(shape)
+    return positions
+
+
+def _dense_order(meta: torch.Tensor) -> list[int] | None:
+    """A permutation of `meta`'s dims, outermost to innermost in memory, when its layout
+    is non-overlapping and dense (size-1 dims, whose stride is meaningless, go last);
+    None otherwise."""
+    if meta.numel() == 0:
+        return list(range(meta.dim()))
+    sized = [d for d in range(meta.dim()) if meta.shape[d] != 1]
+    unit = [d for d in range(meta.dim()) if meta.shape[d] == 1]
+    order = sorted(sized, key=lambda d: -int(meta.stride(d)))
+    expected = 1
+    for d in reversed(order):
+        if int(meta.stride(d)) != expected:
+            return None
+        expected *= int(meta.shape[d])
+    return order + unit
+
+
+def _storage_of(ctx: LoweringContext, x: ir.Value, meta, what: str) -> ir.Value:
+    """x's elements in storage order, flattened. Requires a non-overlapping dense layout
+    (then storage == a permutation of the logical value)."""
+    if not isinstance(meta, torch.Tensor):
+        raise ctx.fail(f"{what}: the input has no tensor metadata to read its strides from")
+    order = _dense_order(meta)
+    if order is None:
+        raise ctx.fail(
+            f"{what} of an input with sizes {list(meta.shape)} and strides {list(meta.stride())} "
+            "is not supported: the input's storage is not dense, so it cannot be rebuilt from "
+            "its value (as_strided is only lowered over non-overlapping dense inputs)"
+        )
+    x = transpose(x, order)
+    numel = int(np.prod(shape_of(x), dtype=np.int64))
+    return reshape(x, [numel])
+
+
+@lowers(aten.as_strided.default, aten.as_strided_copy.default)
+def _as_strided(ctx: LoweringContext, x, size, stride, storage_offset=None):
+    """A gather of the input's storage. Exact when the input is non-overlapping and dense
+    (PyTorch's functional graphs apply as_strided to a base, which is contiguous); other
+    inputs fail because their storage holds elements the value does not carry."""
+    meta = ctx.arg_meta(0)
+    storage = _storage_of(ctx, x, meta, "as_strided")
+    base_offset = int(meta.storage_offset())
+    offset = base_offset if storage_offset is None else int(storage_offset)
+    positions = _strided_positions(size, stride, offset) - base_offset
+    numel = shape_of(storage)[0]
+    if positions.size and (positions.min() < 0 or positions.max() >= numel):
+        raise ctx.fail(
+            f"as_strided(size={list(size)}, stride={list(stride)}, storage_offset={offset}) reads "
+            f"storage outside the input's {numel} elements (at offset {base_offset}); only views "
+            "within the input's own elements can be lowered"
+        )
+    return reshape(_take(storage, 0, positions.reshape(-1)), ctx.result_shape())
+
+
+@lowers(aten.as_strided_scatter.default)
+def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offset=None):
+    """`out = x.clone(); out.as_strided(size, stride, offset).copy_(src)`. The clone is a
+    fresh storage (offset 0) in x's dense layout; positions written twice take the last
+    write in logical order. Built as a gather: every storage position picks its source."""
+    meta = ctx.arg_meta(0)
+    storage = _storage_of(ctx, x, meta, "as_strided_scatter")
+    numel = shape_of(storage)[0]
+    offset = 0 if storage_offset is None else int(storage_offset)
+    positions = _strided_positions(size, stride, offset).reshape(-1)
+    if positions.size and (positions.min() < 0 or positions.max() >= numel):
+        raise ctx.fail(
+            f"as_strided_scatter(size={list(size)}, stride={list(stride)}, storage_offset={offset}) "
+            f"writes outside the input's {numel} elements"
+        )
+    if positions.size == 0:
+        return x
+    # source[p] = index into [src..., x...] of the value storage position p ends up with.
+    source = np.arange(positions.size, positions.size + numel, dtype=np.int64)
+    source[positions] = np.arange(positions.size, dtype=np.int64)  # last write wins
+    combined = _concat([reshape(convert(src, dtype(x)), [positions.size]), storage], 0)
+    new_storage = _take(combined, 0, source)
+    # Back from storage order to the logical layout.
+    order = _dense_order(meta)
+    shape = shape_of(x)
+    permuted = reshape(new_storage, [shape[d] for d in order])
+    return transpose(permuted, _inverse_permutation(order))
+
+
+# -- values: copies, dtype conversion, dtype views ------------------------------------------------------
+@lowers(aten.copy.default)
+def _copy(ctx: LoweringContext, x, src, non_blocking=False):
+    """The value of `x.copy_(src)`: src converted to x's dtype and broadcast to x's shape."""
+    return broadcast_to(convert(src, dtype(x)), shape_of(x))
+
+
+@lowers(aten._to_copy.default)
+def _to_copy(ctx: LoweringContext, x, **kwargs):
+    """dtype conversion (complex -> real keeps the real part, as PyTorch does). Device,
+    layout, memory_format, pin_memory and non_blocking do not change values."""
+    return convert(x, ctx.result_dtype())
+
+
+@lowers(aten.view_as_real.default)
+def _view_as_real(ctx: LoweringContext, x):
+    shape = shape_of(x) + [1]
+    parts = [reshape(op(x).result, shape) for op in (stablehlo.RealOp, stablehlo.ImagOp)]
+    return _concat(parts, len(shape) - 1)
+
+
+@lowers(aten.view_as_complex.default)
+def _view_as_complex(ctx: LoweringContext, x):
+    rank = rank_of(x)
+    out_shape = shape_of(x)[:-1]
+    real = reshape(_slice(x, rank - 1, 0, 1), out_shape)
+    imag = reshape(_slice(x, rank - 1, 1, 2), out_shape)
+    return stablehlo.ComplexOp(real, imag).result
+
+
+@lowers(aten.view.dtype, aten.view_copy.dtype)
+def _view_dtype(ctx: LoweringContext, x, dtype_):
+    """Reinterprets the bytes (little-endian, like PyTorch on CPU/TPU hosts): a different
+    element size changes the last dim. Complex types go through their (real, imag) pairs;
+    bool is one byte in PyTorch but i1 in StableHLO, so it converts via uint8."""
+    src, dst = dtype(x), ctx.result_dtype()
+    out_shape = ctx.result_shape()
+    if src == dst:
+        return x
+    if src.is_complex:
+        x = _view_as_real(ctx, x)
+        x = reshape(x, shape_of(x)[:-2] + [shape_of(x)[-2] * 2] if rank_of(x) > 1 else [2])
+        src = dtype(x)
+    if src is torch.bool:
+        x, src = convert(x, torch.uint8), torch.uint8
+    target = dst
+    if dst.is_complex:
+        target = torch.float32 if dst is torch.complex64 else torch.float64
+    elif dst is torch.bool:
+        target = torch.uint8
+    x = _bitcast(x, target)
+    if dst.is_complex:
+        shape = shape_of(x)
+        pairs = reshape(x, shape[:-1] + [shape[-1] // 2, 2])
+        x = _view_as_complex(ctx, pairs)
+    elif dst is torch.bool:
+        x = convert(x, torch.bool)
+    return reshape(x, out_shape)
+
+
+def _bitcast(x: ir.Value, to: torch.dtype) -> ir.Value:
+    src = dtype(x)
+    if src == to:
+        return x
+    src_bytes, dst_bytes = src.itemsize, to.itemsize
+    shape = shape_of(x)
+    if src_bytes == dst_bytes:
+        return stablehlo.BitcastConvertOp(tensor_type(shape, to), x).result
+    if src_bytes > dst_bytes:
+        ratio = src_bytes // dst_bytes
+        pieces = stablehlo.BitcastConvertOp(tensor_type(shape + [ratio], to), x).result
+        return reshape(pieces, (shape[:-1] + [shape[-1] * ratio]) if shape else [ratio])
+    ratio = dst_bytes // src_bytes
+    grouped = reshape(x, shape[:-1] + [shape[-1] // ratio, ratio])
+    return stablehlo.BitcastConvertOp(tensor_type(shape[:-1] + [shape[-1] // ratio], to), grouped).result

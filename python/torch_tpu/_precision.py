@@ -1,0 +1,59 @@
+"""Matmul precision, decided by PyTorch's own API.
+
+`torch.set_float32_matmul_precision` sets the process-wide mode (medium -> DEFAULT,
+high -> HIGH, highest -> HIGHEST on XLA's dot/convolution); `torch_tpu.precision(mode)`
+overrides it for the current thread in a `with` block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+
+import torch
+
+log = logging.getLogger("torch_tpu")
+
+MODES = ("medium", "high", "highest")
+# Passes of the bf16 matrix unit per f32 product on TPU, relative to "medium".
+_COST = {"high": 3, "highest": 6}
+
+_local = threading.local()
+_warned: set[str] = set()
+
+
+def current_mode() -> str:
+    """The precision mode in effect on this thread."""
+    stack = getattr(_local, "stack", None)
+    if stack:
+        return stack[-1]
+    return torch.get_float32_matmul_precision()
+
+
+@contextlib.contextmanager
+def precision(mode: str):
+    """Scoped matmul precision for code compiled inside the block (this thread only)."""
+    if mode not in MODES:
+        raise ValueError(f"torch_tpu.precision: mode must be one of {', '.join(MODES)}, got {mode!r}")
+    warn_cost(mode)
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append(mode)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def warn_cost(mode: str) -> None:
+    """Warns once per mode that high/highest cost extra matrix-unit passes on TPU."""
+    if mode in _COST and mode not in _warned:
+        _warned.add(mode)
+        log.warning(
+            "torch_tpu: float32 matmul precision '%s' costs about %dx the matrix-unit passes of "
+            "'medium' on TPU; use torch.set_float32_matmul_precision('medium') or "
+            "torch_tpu.precision('medium') where bf16-pass accuracy suffices",
+            mode, _COST[mode],
+        )

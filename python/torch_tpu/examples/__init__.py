@@ -1,0 +1,1 @@
+"""Runnable examples: `python -m torch_tpu.examples.quickstart`."""

@@ -1,0 +1,346 @@
+"""The one module of `torch_tpu.runtime` that touches jaxlib (`jaxlib._jax`,
+`jaxlib.xla_client`, `jaxlib.mlir`). Everything else in the runtime goes through the
+names defined here, so a jaxlib upgrade that moves an API is a one-file change.
+
+Never imports `jax`, and avoids the jaxlib entry points that import it behind our back.
+jaxlib's C++ creates a Python `ArrayImpl` for a buffer in two ways:
+
+* with an *explicit* abstract value ("aval") given by the caller: `batched_device_put`,
+  `array_result_handler(...)` + `ExecuteResults.consume_with_handlers`, and the
+  `ArrayImpl(aval, sharding, arrays, committed, skip_checks)` constructor;
+* with an aval it builds itself, in `PyArray::MakeFromSingleDeviceArray` (used by
+  `dlpack_managed_tensor_to_buffer`, `ExecuteResults.disassemble_into_single_device_arrays`,
+  `ArrayImpl._arrays` ...). That goes through `MakeShapedArrayCached`, whose first call
+  does `import jax.core` to fetch `jax.core.ShapedArray` -- about 1.25 s when jax is
+  installed -- and remembers the outcome for the life of the process.
+
+The single-device paths here only use the first kind (our own tiny `Aval`), so a process
+that never imports jax never pays for it, and a process that imports jax later still
+gets real `ShapedArray` avals from jaxlib (we never poison that one-time lookup).
+`unsafe_buffer_pointer()` and `_single_device_array_to_np_array_did_copy()` also import
+jax and are not used. Splitting the result of an N-replica execution into per-device
+buffers has no explicit-aval entry point in this jaxlib, so `disassemble` (replicated
+programs only) may import jax once when it is installed.
+
+Measured facts this module relies on are in `shared/JAXLIB_NOTES.md`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+from jaxlib import _jax, xla_client
+from jaxlib import version as _jaxlib_version
+
+JAXLIB_VERSION: str = _jaxlib_version.__version__
+
+# Exceptions jaxlib raises for runtime/compile failures (a RuntimeError subclass).
+JaxRuntimeError = _jax.JaxRuntimeError
+
+# Host buffer semantics for host -> device transfers.
+ZERO_COPY = _jax.HostBufferSemantics.ZERO_COPY  # alias host memory when the platform can
+COPY_DURING_CALL = _jax.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL  # copy before return
+COPY_ASYNC = _jax.HostBufferSemantics.IMMUTABLE_UNTIL_TRANSFER_COMPLETES  # copy, host kept alive
+
+RawArray = _jax.ArrayImpl
+RawClient = _jax.Client
+RawDevice = _jax.Device
+RawExecutable = _jax.LoadedExecutable
+
+# Hot-path entry points, re-exported as plain functions.
+batched_device_put = _jax.batched_device_put
+buffer_to_dlpack = _jax.buffer_to_dlpack_managed_tensor
+batched_block_until_ready = _jax.batched_block_until_ready
+
+
+class Aval:
+    """The abstract value jaxlib's C++ reads (`shape`, `dtype`, `weak_type`) when it
+    builds an array with a caller-given aval. Stands in for `jax.core.ShapedArray`."""
+
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape: Sequence[int], dtype: np.dtype) -> None:
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = False
+
+    def __repr__(self) -> str:
+        return f"Aval({self.shape}, {self.dtype})"
+
+
+# -- clients ------------------------------------------------------------------------------
+
+
+def make_cpu_client(num_devices: int) -> RawClient:
+    return xla_client.make_cpu_client(asynchronous=True, num_devices=num_devices)
+
+
+_plugin_lock = threading.Lock()
+
+
+def make_plugin_client(name: str, library_path: str, options: dict[str, Any]) -> RawClient:
+    """Loads (once per process), initializes and connects to a PjRT C-API plugin, the way
+    jax does: load_pjrt_plugin_dynamically -> initialize_pjrt_plugin -> make_c_api_client."""
+    with _plugin_lock:
+        if not xla_client.pjrt_plugin_loaded(name):
+            xla_client.load_pjrt_plugin_dynamically(name, library_path)
+        if not xla_client.pjrt_plugin_initialized(name):
+            xla_client.initialize_pjrt_plugin(name)
+    return xla_client.make_c_api_client(name, options, None)
+
+
+def gpu_plugin_options() -> dict[str, Any]:
+    return dict(xla_client.generate_pjrt_gpu_plugin_options())
+
+
+def device_list(devices: Sequence[RawDevice]) -> Any:
+    return xla_client.DeviceList(tuple(devices))
+
+
+def single_device_sharding(device: RawDevice) -> Any:
+    # jaxlib's SingleDeviceSharding needs methods that only jax adds (_to_xla_hlo_sharding);
+    # a replicated GSPMDSharding over one device is the same placement and is pure C++.
+    return _jax.GSPMDSharding(xla_client.DeviceList((device,)), xla_client.HloSharding.replicate())
+
+
+def replicated_sharding(devices: Sequence[RawDevice]) -> Any:
+    return _jax.GSPMDSharding(xla_client.DeviceList(tuple(devices)), xla_client.HloSharding.replicate())
+
+
+def result_handler(aval: Aval, sharding: Any) -> Any:
+    # skip_checks: the result already has this placement; the checks would call into jax.
+    return _jax.array_result_handler(aval, sharding, True, True)
+
+
+def assemble(aval: Aval, sharding: Any, arrays: Sequence[RawArray]) -> RawArray:
+    """One array over several devices from one single-device array per device."""
+    return _jax.ArrayImpl(aval, sharding, list(arrays), True, True)
+
+
+def disassemble(results: Any) -> list[list[RawArray]]:
+    """ExecuteResults of an N-replica execution -> [output][replica] single-device arrays.
+    See the module docstring: may import jax once when it is installed."""
+    return results.disassemble_into_single_device_arrays()
+
+
+# -- DLPack -------------------------------------------------------------------------------
+
+# Unversioned DLPack ABI (capsule name "dltensor"), as jaxlib produces it.
+_KDL_UINT = 1
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+class _CapsuleHolder:
+    """Gives numpy's `from_dlpack` the protocol object it wants around a bare capsule."""
+
+    __slots__ = ("capsule",)
+
+    def __init__(self, capsule: Any) -> None:
+        self.capsule = capsule
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):  # noqa: ANN001
+        return self.capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU
+
+
+def to_numpy(array: RawArray, dtype: np.dtype) -> np.ndarray:
+    """A read-only NumPy view (zero-copy on CPU) of a single-device array, by DLPack.
+
+    NumPy's DLPack import has no bfloat16/float8 codes: for those the capsule's dtype
+    is relabelled as an unsigned integer of the same width and the result viewed as the
+    ml_dtypes type, which is bit-identical."""
+    capsule = buffer_to_dlpack(array)
+    if dtype.kind == "V" or dtype.type.__module__.startswith("ml_dtypes"):
+        tensor = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+        tensor.dtype.code = _KDL_UINT
+        return np.from_dlpack(_CapsuleHolder(capsule)).view(dtype)
+    return np.from_dlpack(_CapsuleHolder(capsule))
+
+
+# -- compiling ----------------------------------------------------------------------------
+
+
+def compile_options(
+    num_replicas: int, device_ids: Sequence[int], xla_options: Sequence[tuple[str, str]]
+) -> Any:
+    opts = xla_client.CompileOptions()
+    opts.num_replicas = num_replicas
+    opts.num_partitions = 1
+    opts.device_assignment = xla_client.DeviceAssignment.create(
+        np.asarray(list(device_ids), dtype=np.int64).reshape(num_replicas, 1)
+    )
+    if xla_options:
+        opts.env_option_overrides = [(k, _xla_option_value(v)) for k, v in xla_options]
+    return opts
+
+
+def _xla_option_value(value: str) -> Any:
+    low = value.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def compile_and_load(client: RawClient, module: Any, devices: Sequence[RawDevice], options: Any) -> RawExecutable:
+    return client.compile_and_load(module, xla_client.DeviceList(tuple(devices)), options)
+
+
+def serialize_executable(client: RawClient, executable: RawExecutable) -> bytes:
+    return bytes(client.serialize_executable(executable))
+
+
+def deserialize_executable(client: RawClient, data: bytes, devices: Sequence[RawDevice]) -> RawExecutable:
+    return client.deserialize_executable(data, xla_client.DeviceList(tuple(devices)), None)
+
+
+_ALIAS_SECTION = re.compile(r"input_output_alias=\{(.*?)\}\s*(?:,\s*[a-z_]+=|$)")
+_ALIAS_ENTRY = re.compile(r"\{[^{}]*\}:\s*\((\d+),")
+_DONOR_SECTION = re.compile(r"buffer_donor=\{(.*?)\}\s*(?:,\s*[a-z_]+=|$)")
+_DONOR_ENTRY = re.compile(r"\((\d+),")
+
+
+def executable_signature(
+    executable: RawExecutable,
+) -> tuple[list[tuple[np.dtype, tuple[int, ...]]], list[tuple[np.dtype, tuple[int, ...]]], list[int]]:
+    """(parameters, results, donated parameter indices) of a compiled executable, from
+    its HLO: the program shape and the `input_output_alias` / `buffer_donor` header."""
+    module = executable.hlo_modules()[0]
+    program_shape = xla_client.XlaComputation(module.as_serialized_hlo_module_proto()).program_shape()
+
+    def leaf(shape: Any) -> tuple[np.dtype, tuple[int, ...]]:
+        return np.dtype(shape.numpy_dtype()), tuple(int(d) for d in shape.dimensions())
+
+    params = [leaf(s) for s in program_shape.parameter_shapes()]
+    result = program_shape.result_shape()
+    results = [leaf(s) for s in result.tuple_shapes()] if result.is_tuple() else [leaf(result)]
+    header = module.to_string().split("\n", 1)[0]
+    donated: set[int] = set()
+    section = _ALIAS_SECTION.search(header)
+    if section:
+        donated.update(int(m) for m in _ALIAS_ENTRY.findall(section.group(1)))
+    section = _DONOR_SECTION.search(header)
+    if section:
+        donated.update(int(m) for m in _DONOR_ENTRY.findall(section.group(1)))
+    return params, results, sorted(donated)
+
+
+# -- MLIR (only when a module must be edited or printed) ----------------------------------
+
+_mlir_lock = threading.Lock()
+_mlir_context: Any = None
+
+
+def _mlir() -> tuple[Any, Any]:
+    """jaxlib.mlir's `ir` and a context with jax's dialects, created on first use
+    (importing jaxlib.mlir costs ~0.6 s, so the runtime never does it eagerly)."""
+    global _mlir_context
+    with _mlir_lock:
+        from jaxlib.mlir import ir
+        from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+        from jaxlib.mlir.dialects import chlo, sdy, stablehlo
+
+        if _mlir_context is None:
+            registry = ir.DialectRegistry()
+            _jax_mlir_ext.register_dialects(registry)
+            ctx = ir.Context()
+            ctx.append_dialect_registry(registry)
+            ctx.load_all_available_dialects()
+            sdy.register_dialect(ctx)
+            chlo.register_dialect(ctx)
+            stablehlo.register_dialect(ctx)
+            ctx.allow_unregistered_dialects = True
+            _mlir_context = ctx
+        return ir, _mlir_context
+
+
+def is_mlir_object(obj: Any) -> bool:
+    """True for a jaxlib.mlir `ir.Module` or `ir.Operation` (checked without importing
+    jaxlib.mlir)."""
+    return type(obj).__module__.startswith("jaxlib.mlir")
+
+
+def mlir_text(obj: Any, debug_info: bool = False) -> str:
+    """The printed form of an `ir.Module` / `ir.Operation`."""
+    op = obj.operation
+    return op.get_asm(enable_debug_info=debug_info)
+
+
+def add_buffer_donors(module: str | bytes, arg_indices: Sequence[int], source_name: str) -> str:
+    """Marks arguments of the public entry function (`main`) as donated buffers
+    (`jax.buffer_donor = true`, which XLA turns into input/output aliasing when an output
+    can reuse the buffer), unless they already carry `tf.aliasing_output`. Returns text."""
+    ir, ctx = _mlir()
+    with ctx, ir.Location.unknown():
+        parsed = ir.Module.parse(module) if isinstance(module, bytes) else ir.Module.parse(module)
+        main = None
+        for op in parsed.body.operations:
+            if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+                main = op
+                break
+        if main is None:
+            raise ValueError(f"{source_name}: no func.func @main to mark donated arguments on")
+        n_args = len(main.regions[0].blocks[0].arguments)
+        old = main.attributes["arg_attrs"] if "arg_attrs" in main.attributes else None
+        dicts = []
+        for i in range(n_args):
+            entries = {}
+            if old is not None:
+                current = ir.DictAttr(ir.ArrayAttr(old)[i])
+                for j in range(len(current)):
+                    named = current[j]
+                    entries[named.name] = named.attr
+            if i in arg_indices and "tf.aliasing_output" not in entries:
+                entries["jax.buffer_donor"] = ir.BoolAttr.get(True)
+            dicts.append(ir.DictAttr.get(entries))
+        bad = [i for i in arg_indices if not 0 <= i < n_args]
+        if bad:
+            raise ValueError(
+                f"{source_name}: donate_argnums {bad} out of range; @main has {n_args} arguments"
+            )
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get(dicts)
+        return parsed.operation.get_asm(enable_debug_info=True)
+
+
+# -- versions -----------------------------------------------------------------------------
+
+
+def platform_of(client: RawClient) -> tuple[str, str]:
+    """(platform name, platform version) of a client."""
+    return str(client.platform), str(client.platform_version)

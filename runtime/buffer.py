@@ -1,0 +1,170 @@
+"""Device buffers and the host <-> device rules.
+
+Host -> device (`host_array`): a torch tensor is viewed as a NumPy array (no copy) and
+handed to PjRT with an explicit abstract value (see `_jaxlib` for why not DLPack
+import: that entry point makes jaxlib import jax). On XLA:CPU the device buffer then
+*aliases* the tensor's memory when the rule allows it, else PjRT copies:
+
+    zero-copy  iff  platform is cpu, the tensor is contiguous, its data is 64-byte
+                    aligned, and the argument is not donated
+    otherwise       one copy (a non-contiguous tensor is made contiguous first, and that
+                    fresh, aligned copy is the one aliased)
+
+Device -> host (`DeviceBuffer.to_torch` / `to_numpy`) goes by DLPack and is zero-copy on
+CPU: the tensor shares the buffer's memory and keeps it alive.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from . import _jaxlib, dtypes
+from .errors import ArgumentError, BufferDeletedError
+
+ALIGNMENT = 64
+
+
+def _torch_module() -> Any:
+    return sys.modules.get("torch")
+
+
+def is_torch_tensor(value: Any) -> bool:
+    torch = _torch_module()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def torch_to_numpy(t: Any, row: dtypes.ElementType) -> tuple[np.ndarray, bool]:
+    """A NumPy view of a torch tensor's data (copying only when the tensor is not a plain
+    contiguous CPU tensor), and whether that memory may be aliased (64-byte aligned)."""
+    if not t.is_cpu or t.requires_grad or not t.is_contiguous() or t.is_neg() or t.is_conj():
+        t = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
+    view = row.torch_view_as
+    host = t.numpy() if view is None else t.view(getattr(_torch_module(), view)).numpy().view(row.numpy)
+    return host, (t.data_ptr() & (ALIGNMENT - 1)) == 0
+
+
+def numpy_host(a: np.ndarray) -> tuple[np.ndarray, bool]:
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a, (a.__array_interface__["data"][0] & (ALIGNMENT - 1)) == 0
+
+
+def host_view(value: Any) -> tuple[np.ndarray, bool, dtypes.ElementType]:
+    """(host array, may alias, element type) of a torch tensor, NumPy array or scalar."""
+    if is_torch_tensor(value):
+        row = dtypes.from_torch(value.dtype)
+        host, aligned = torch_to_numpy(value, row)
+        return host, aligned, row
+    if isinstance(value, np.ndarray):
+        row = dtypes.from_numpy(value.dtype)
+        host, aligned = numpy_host(value)
+        return host, aligned, row
+    if isinstance(value, np.generic):
+        a = np.asarray(value)
+        return a, False, dtypes.from_numpy(a.dtype)
+    raise ArgumentError(
+        f"cannot move a {type(value).__module__}.{type(value).__qualname__} to a device: pass a "
+        "torch.Tensor, a numpy.ndarray (or NumPy scalar) or a DeviceBuffer; a Python number has "
+        "no dtype, wrap it as torch.tensor(x, dtype=...)"
+    )
+
+
+class DeviceBuffer:
+    """One array on one device. Execution is asynchronous: a buffer returned by
+    `Executable.execute` may still be being computed; `synchronize()` waits for it,
+    `to_torch()` / `to_numpy()` wait implicitly."""
+
+    __slots__ = ("_array", "shape", "_row", "device", "_exported", "__weakref__")
+
+    def __init__(self, array: Any, shape: tuple[int, ...], row: dtypes.ElementType, device: Any) -> None:
+        self._array = array
+        self.shape = shape
+        self._row = row
+        self.device = device
+        self._exported = False
+
+    # -- description ------------------------------------------------------------------------
+
+    @property
+    def dtype(self) -> Any:
+        """The torch dtype (imports torch)."""
+        return dtypes.torch_dtype(self._row)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return self._row.numpy
+
+    @property
+    def element_type(self) -> str:
+        """StableHLO spelling of the element type (`f32`, `bf16`, `i1` ...)."""
+        return self._row.mlir
+
+    @property
+    def type_string(self) -> str:
+        return dtypes.type_string(self.shape, self._row.numpy)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self._row.itemsize
+
+    def __repr__(self) -> str:
+        state = "deleted" if self.is_deleted else ("ready" if self._array.is_ready() else "pending")
+        return f"DeviceBuffer({self.type_string}, device={self.device}, {state})"
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def is_deleted(self) -> bool:
+        return self._array.is_deleted()
+
+    def _check_alive(self, what: str) -> None:
+        if self._array.is_deleted():
+            raise BufferDeletedError(
+                f"cannot {what} {self.type_string} on {self.device}: the buffer was deleted, or "
+                "donated to an executable that reused its memory for an output; use that "
+                "output instead, or compile without donating this argument"
+            )
+
+    def is_ready(self) -> bool:
+        self._check_alive("query")
+        return self._array.is_ready()
+
+    def synchronize(self) -> "DeviceBuffer":
+        """Blocks until the buffer's value is computed; raises if its computation failed."""
+        self._check_alive("synchronize")
+        try:
+            self._array.block_until_ready()
+        except _jaxlib.JaxRuntimeError as err:
+            from .errors import classify_jaxlib_error
+
+            raise classify_jaxlib_error(err, f"computing {self.type_string} on {self.device}", "see the error above") from None
+        return self
+
+    def delete(self) -> None:
+        """Frees the device memory now (tensors already made by to_torch keep theirs alive)."""
+        if not self._array.is_deleted():
+            self._array.delete()
+
+    # -- to host ----------------------------------------------------------------------------
+
+    def to_torch(self) -> Any:
+        """A torch tensor of the value, by DLPack: zero-copy on CPU (it shares this buffer's
+        memory and keeps it alive). Waits for the value."""
+        self._check_alive("read")
+        import torch
+
+        self._exported = True
+        return torch.from_dlpack(_jaxlib.buffer_to_dlpack(self._array))
+
+    def to_numpy(self) -> np.ndarray:
+        """A read-only NumPy array of the value (zero-copy on CPU). Waits for the value."""
+        self._check_alive("read")
+        self._exported = True
+        return _jaxlib.to_numpy(self._array, self._row.numpy)

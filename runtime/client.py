@@ -1,0 +1,455 @@
+"""PjRT clients: platform discovery, devices, host transfers and compilation through the
+compile cache.
+
+Discovery (unless TORCH_TPU_PLATFORM forces one):
+  1. tpu  -- the libtpu PjRT plugin, from TPU_LIBRARY_PATH or the `libtpu` package
+  2. cuda -- the jax CUDA PjRT plugin (`xla_cuda_plugin.so` of jax_cuda13_plugin /
+             jax_cuda12_plugin, or TORCH_TPU_CUDA_PLUGIN_PATH)
+  3. cpu  -- XLA:CPU with TORCH_TPU_NUM_CPU_DEVICES virtual devices
+A plugin that is present but fails to start is logged and skipped during discovery; a
+forced platform that cannot start raises `PlatformError` saying what to install or set.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+import sys
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from torch_tpu import config
+
+from . import _jaxlib
+from .buffer import DeviceBuffer, host_view
+from .cache import CacheConfig, CompileCache, Loaded
+from .errors import ArgumentError, CompileError, PlatformError, classify_jaxlib_error
+from .executable import CompileSpec, Executable, Signature
+from .fingerprint import CacheKey, fingerprint, host_cpu_features, options_key
+
+log = logging.getLogger("torch_tpu.runtime")
+
+PLATFORMS = ("cpu", "cuda", "tpu")
+_ALIASES = {"gpu": "cuda", "cpu": "cpu", "cuda": "cuda", "tpu": "tpu"}
+
+
+def _torch_tpu_version() -> str:
+    return getattr(sys.modules.get("torch_tpu"), "__version__", "unknown")
+
+
+@dataclass(frozen=True, eq=False)
+class Device:
+    """One addressable device of a client."""
+
+    index: int  # position in Client.devices
+    id: int  # PjRT global device id
+    platform: str
+    kind: str
+    _raw: Any = field(repr=False)
+    _sharding: Any = field(repr=False)
+    _raw_list: list = field(repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.platform}:{self.index}"
+
+
+# -- plugin discovery ---------------------------------------------------------------------
+
+
+def _libtpu_path(forced: bool) -> str | None:
+    env = os.environ.get("TPU_LIBRARY_PATH")
+    if env:
+        if os.path.isfile(env):
+            return env
+        message = f"TPU_LIBRARY_PATH={env} does not exist"
+        if forced:
+            raise PlatformError(f"{message}; point it at libtpu.so or unset it to use the libtpu package")
+        log.warning("%s; looking for the libtpu package instead", message)
+    if importlib.util.find_spec("libtpu") is not None:
+        try:
+            import libtpu
+
+            return libtpu.get_library_path()
+        except Exception as err:  # noqa: BLE001 - a broken package is "not found"
+            log.info("the libtpu package is installed but unusable: %s", err)
+    return None
+
+
+def _cuda_plugin_path() -> str | None:
+    env = config.get_str("TORCH_TPU_CUDA_PLUGIN_PATH")
+    if env:
+        if os.path.isfile(env):
+            return env
+        raise PlatformError(
+            f"TORCH_TPU_CUDA_PLUGIN_PATH={env} does not exist; point it at xla_cuda_plugin.so or unset it"
+        )
+    for package in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        for folder in spec.submodule_search_locations or [os.path.dirname(spec.origin or "")]:
+            candidate = os.path.join(folder, "xla_cuda_plugin.so")
+            if os.path.isfile(candidate):
+                return candidate
+    return None
+
+
+def _make_raw_client(platform: str, forced: bool, num_cpu_devices: int | None) -> Any:
+    if platform == "cpu":
+        n = num_cpu_devices if num_cpu_devices is not None else (config.get_int("TORCH_TPU_NUM_CPU_DEVICES") or 1)
+        if n < 1:
+            raise PlatformError(f"TORCH_TPU_NUM_CPU_DEVICES={n}: need at least one CPU device")
+        return _jaxlib.make_cpu_client(n)
+    if platform == "tpu":
+        path = _libtpu_path(forced)
+        if path is None:
+            raise PlatformError(
+                "no TPU PjRT plugin: install libtpu (pip install 'libtpu==0.0.42.*', the release "
+                f"paired with jaxlib {_jaxlib.JAXLIB_VERSION}) or set TPU_LIBRARY_PATH to libtpu.so"
+            )
+        what, options = f"the libtpu plugin at {path}", {}
+    elif platform == "cuda":
+        path = _cuda_plugin_path()
+        if path is None:
+            raise PlatformError(
+                "no CUDA PjRT plugin: install it (pip install 'jax-cuda12-plugin[with-cuda]=="
+                f"{_jaxlib.JAXLIB_VERSION}') or set TORCH_TPU_CUDA_PLUGIN_PATH to xla_cuda_plugin.so"
+            )
+        what, options = f"the CUDA plugin at {path}", _jaxlib.gpu_plugin_options()
+    else:
+        raise PlatformError(f"unknown platform {platform!r}; use one of {', '.join(PLATFORMS)}")
+    try:
+        return _jaxlib.make_plugin_client(platform, path, options)
+    except Exception as err:  # noqa: BLE001 - plugin failures come in many types
+        raise PlatformError(
+            f"{what} failed to start: {err}. Check that a {platform.upper()} device is present and "
+            f"not in use by another process, and that the plugin matches jaxlib {_jaxlib.JAXLIB_VERSION}"
+        ) from None
+
+
+def _discover(num_cpu_devices: int | None) -> tuple[str, Any]:
+    for platform, find in (("tpu", lambda: _libtpu_path(False)), ("cuda", _cuda_plugin_path)):
+        try:
+            if find() is None:
+                continue
+            return platform, _make_raw_client(platform, False, None)
+        except PlatformError as err:
+            log.info("skipping %s: %s", platform, err)
+    return "cpu", _make_raw_client("cpu", False, num_cpu_devices)
+
+
+def normalize_platform(name: str) -> str:
+    key = name.strip().lower()
+    if key not in _ALIASES:
+        raise PlatformError(f"unknown platform {name!r} (TORCH_TPU_PLATFORM); use one of cpu, cuda (gpu), tpu")
+    return _ALIASES[key]
+
+
+# -- the client ---------------------------------------------------------------------------
+
+
+class Client:
+    """A PjRT client for one platform. Use `get_client()` for the process-wide one."""
+
+    def __init__(self, platform: str, raw: Any, cache_config: CacheConfig | None = None) -> None:
+        self._raw = raw
+        name, version = _jaxlib.platform_of(raw)
+        self.platform = platform
+        self.platform_version = version
+        devices = []
+        for index, d in enumerate(raw.local_devices()):
+            devices.append(
+                Device(index, int(d.id), platform, str(d.device_kind), d, _jaxlib.single_device_sharding(d), [d])
+            )
+        self.devices: tuple[Device, ...] = tuple(devices)
+        self._cache_lock = threading.Lock()
+        self._cache: CompileCache | None = None
+        self._cache_config = cache_config
+        self._key_base = self._versions()
+
+    def __repr__(self) -> str:
+        return f"Client({self.platform}, {len(self.devices)} device(s), {self.platform_version!r})"
+
+    def _versions(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "torch_tpu": _torch_tpu_version(),
+            "jaxlib": _jaxlib.JAXLIB_VERSION,
+            "platform": self.platform,
+            "platform_version": self.platform_version,
+            "device_kind": self.devices[0].kind if self.devices else "",
+        }
+        if self.platform == "cpu":
+            fields["host_cpu"] = host_cpu_features()
+        if self.platform == "tpu":
+            try:
+                from importlib.metadata import version
+
+                fields["libtpu"] = version("libtpu")
+            except Exception:  # noqa: BLE001 - libtpu from TPU_LIBRARY_PATH has no metadata
+                fields["libtpu"] = os.environ.get("TPU_LIBRARY_PATH", "")
+        return fields
+
+    # -- cache --------------------------------------------------------------------------------
+
+    @property
+    def cache(self) -> CompileCache:
+        with self._cache_lock:
+            if self._cache is None:
+                self._cache = CompileCache(self._cache_config or CacheConfig.from_env())
+            return self._cache
+
+    def configure_cache(self, cache_config: CacheConfig) -> CompileCache:
+        """Replaces the compile cache (the old in-process L1 is dropped)."""
+        with self._cache_lock:
+            if self._cache is not None:
+                self._cache.shutdown()
+            self._cache_config = cache_config
+            self._cache = CompileCache(cache_config)
+            return self._cache
+
+    def options_key(self, spec: CompileSpec, device_ids: tuple[int, ...]) -> int:
+        return options_key({**self._key_base, **spec.key_fields(), "device_ids": list(device_ids)})
+
+    # -- buffers ------------------------------------------------------------------------------
+
+    def device(self, index: int) -> Device:
+        if not 0 <= index < len(self.devices):
+            raise ArgumentError(
+                f"device index {index} out of range: the {self.platform} client has {len(self.devices)} "
+                "device(s)" + (" (set TORCH_TPU_NUM_CPU_DEVICES for more)" if self.platform == "cpu" else "")
+            )
+        return self.devices[index]
+
+    def to_device(self, value: Any, device_index: int = 0, *, copy: bool = False) -> DeviceBuffer:
+        """A torch tensor or NumPy array on a device. On XLA:CPU a contiguous 64-byte aligned
+        tensor is aliased, not copied (`copy=True` forces a copy): do not modify it while the
+        buffer is in use. Other tensors, and other platforms, are copied."""
+        device = self.device(device_index)
+        host, aligned, row = host_view(value)
+        semantics = _jaxlib.ZERO_COPY if (aligned and not copy and self.platform == "cpu") else _jaxlib.COPY_DURING_CALL
+        aval = _jaxlib.Aval(host.shape, row.numpy)
+        try:
+            array = _jaxlib.batched_device_put(aval, device._sharding, [host], device._raw_list, True, False, semantics, True)
+        except _jaxlib.JaxRuntimeError as err:
+            raise classify_jaxlib_error(err, f"copying {aval} to {device}", "see the error above") from None
+        return DeviceBuffer(array, tuple(host.shape), row, device)
+
+    def synchronize(self) -> None:
+        """Waits for every computation and transfer of this client to finish."""
+        arrays = self._raw.live_arrays()
+        if arrays:
+            try:
+                _jaxlib.batched_block_until_ready(arrays)
+            except _jaxlib.JaxRuntimeError as err:
+                raise classify_jaxlib_error(err, f"synchronizing {self.platform}", "see the error above") from None
+
+    # -- compiling ----------------------------------------------------------------------------
+
+    def compile(
+        self,
+        module: Any,
+        *,
+        options: CompileSpec | None = None,
+        fingerprint: Any = None,
+        name: str | None = None,
+    ) -> Executable:
+        """Compiles a module through the compile cache (L1, L2, L3, then XLA).
+
+        module:      MLIR text, bytecode (bytes), a jaxlib.mlir ir.Module / ir.Operation, or
+                     a zero-argument callable returning one (called only on a cache miss;
+                     then `fingerprint` is required)
+        fingerprint: what keys the cache instead of the module: an object with
+                     cache_fingerprint() -> (bytes, bytes), or a (shapeless, dims) pair of ints
+        name:        how errors name the module (a file name, a graph name)
+        """
+        return self.compile_async(module, options=options, fingerprint=fingerprint, name=name).result()
+
+    def compile_async(
+        self,
+        module: Any,
+        *,
+        options: CompileSpec | None = None,
+        fingerprint: Any = None,
+        name: str | None = None,
+    ) -> "Future[Executable]":
+        """Like `compile`, returning a future; compiles run on the cache's thread pool."""
+        spec = options or CompileSpec()
+        name = name or "module"
+        devices = self._devices_for(spec)
+        key = self.cache_key(module, spec, fingerprint, devices)
+        loaded = self.cache.get_or_compile(
+            key,
+            lambda: self._compile_uncached(module, spec, key, devices, name),
+            lambda payload, meta: self._load(payload, meta, spec, key, devices, name),
+            self.platform_version,
+        )
+        result: Future[Executable] = Future()
+
+        def done(f: "Future[Loaded[Executable]]") -> None:
+            err = f.exception()
+            if err is not None:
+                result.set_exception(err)
+            else:
+                loaded = f.result()
+                if loaded.origin != "l1":
+                    loaded.value.origin = loaded.origin
+                result.set_result(loaded.value)
+
+        loaded.add_done_callback(done)
+        return result
+
+    def cache_key(self, module: Any, spec: CompileSpec, fp: Any = None, devices: tuple[Device, ...] | None = None) -> CacheKey:
+        devices = devices or self._devices_for(spec)
+        if fp is None:
+            if callable(module) and not _is_module_value(module):
+                raise TypeError("Client.compile: a module given as a callable needs fingerprint=...")
+            shapeless, dims = fingerprint(module)
+        elif isinstance(fp, tuple) and len(fp) == 2 and all(isinstance(v, int) for v in fp):
+            shapeless, dims = fp
+        else:
+            shapeless, dims = fingerprint(fp)
+        return CacheKey(shapeless, dims, self.options_key(spec, tuple(d.id for d in devices)))
+
+    def _devices_for(self, spec: CompileSpec) -> tuple[Device, ...]:
+        indices = spec.device_indices if spec.device_indices is not None else tuple(range(spec.num_replicas))
+        if spec.num_replicas > len(self.devices):
+            raise ArgumentError(
+                f"{spec.num_replicas} replicas need {spec.num_replicas} devices; the {self.platform} client "
+                f"has {len(self.devices)}"
+                + (" (set TORCH_TPU_NUM_CPU_DEVICES)" if self.platform == "cpu" else "")
+            )
+        return tuple(self.device(i) for i in indices)
+
+    def _compile_uncached(
+        self, module: Any, spec: CompileSpec, key: CacheKey, devices: tuple[Device, ...], name: str
+    ) -> tuple[Executable, bytes | None, dict[str, Any]]:
+        if callable(module) and not _is_module_value(module):
+            module = module()
+        source = module
+        if spec.donate_argnums:
+            if _jaxlib.is_mlir_object(source):
+                source = _jaxlib.mlir_text(source, debug_info=True)
+            try:
+                source = _jaxlib.add_buffer_donors(source, spec.donate_argnums, name)
+            except ValueError as err:
+                raise CompileError(str(err)) from None
+            except Exception as err:  # noqa: BLE001 - ir.MLIRError and friends
+                raise CompileError(f"{name}: cannot parse the module to mark donated arguments: {err}") from None
+        elif isinstance(source, bytearray):
+            source = bytes(source)
+        options = _jaxlib.compile_options(spec.num_replicas, [d.id for d in devices], spec.xla_options)
+        try:
+            raw = _jaxlib.compile_and_load(self._raw, source, [d._raw for d in devices], options)
+        except _jaxlib.JaxRuntimeError as err:
+            raise CompileError(format_xla_error(str(err), name)) from None
+        try:
+            signature = Signature.of(raw)
+        except Exception as err:  # noqa: BLE001
+            raise CompileError(f"{name}: {err}") from None
+        payload: bytes | None
+        try:
+            payload = _jaxlib.serialize_executable(self._raw, raw)
+        except Exception as err:  # noqa: BLE001 - some plugins cannot serialize
+            log.info("%s: the %s platform cannot serialize executables (%s); not caching on disk", name, self.platform, err)
+            payload = None
+        metadata = {
+            "platform": self.platform,
+            "platform_version": self.platform_version,
+            "jaxlib": _jaxlib.JAXLIB_VERSION,
+            "torch_tpu": _torch_tpu_version(),
+            "name": name,
+            "num_replicas": spec.num_replicas,
+            "device_ids": [d.id for d in devices],
+            "signature": signature.to_json(),
+        }
+        return Executable(self, raw, signature, spec, key, devices, "compile", name), payload, metadata
+
+    def _load(
+        self, payload: bytes, metadata: dict[str, Any], spec: CompileSpec, key: CacheKey,
+        devices: tuple[Device, ...], name: str,
+    ) -> Executable:
+        signature = Signature.from_json(metadata["signature"])
+        raw = _jaxlib.deserialize_executable(self._raw, payload, [d._raw for d in devices])
+        return Executable(self, raw, signature, spec, key, devices, "cache", name)
+
+
+def _is_module_value(module: Any) -> bool:
+    return isinstance(module, (str, bytes, bytearray)) or _jaxlib.is_mlir_object(module)
+
+
+_STATUS_PREFIX = re.compile(r"^[A-Z_]+:\s*")
+_STDIN_LOC = re.compile(r"(^|\s)-:(\d+):(\d+):")
+_NOISE = ("Failed to parse using StableHLO",)
+
+
+def format_xla_error(message: str, name: str) -> str:
+    """XLA's compile error, with the module's name in place of `-` in locations, the
+    status code and the parser's version boilerplate removed."""
+    lines = []
+    for line in message.strip().splitlines():
+        line = _STATUS_PREFIX.sub("", line, count=1) if not lines else line
+        if any(noise in line for noise in _NOISE) or not line.strip():
+            continue
+        line = _STDIN_LOC.sub(lambda m: f"{m.group(1)}{name}:{m.group(2)}:{m.group(3)}:", line)
+        if line.startswith("<unknown>:0: "):
+            line = line[len("<unknown>:0: ") :]
+        lines.append(line)
+    if not lines:
+        lines = [message.strip()]
+    first = lines[0]
+    if not first.startswith(name + ":"):
+        first = f"{name}: error: XLA cannot compile the module: {first}"
+    return "\n".join([first] + lines[1:])
+
+
+# -- process-wide clients -----------------------------------------------------------------
+
+_clients: dict[str, Client] = {}
+_default: str | None = None
+_clients_lock = threading.Lock()
+
+
+def get_client(platform: str | None = None, *, num_cpu_devices: int | None = None) -> Client:
+    """The process-wide client of a platform ("cpu", "cuda"/"gpu", "tpu"), created on first
+    use; without `platform`, TORCH_TPU_PLATFORM or discovery decides. `num_cpu_devices`
+    overrides TORCH_TPU_NUM_CPU_DEVICES when the CPU client is created."""
+    global _default
+    with _clients_lock:
+        if platform is None:
+            if _default is None:
+                forced = config.get_str("TORCH_TPU_PLATFORM")
+                if forced:
+                    name = normalize_platform(forced)
+                    raw = _make_raw_client(name, True, num_cpu_devices)
+                else:
+                    name, raw = _discover(num_cpu_devices)
+                _default = name
+                if name not in _clients:
+                    _clients[name] = Client(name, raw)
+                log.info("torch_tpu runtime: using %s", _clients[name])
+            client = _clients[_default]
+        else:
+            name = normalize_platform(platform)
+            client = _clients.get(name)
+            if client is None:
+                client = Client(name, _make_raw_client(name, True, num_cpu_devices))
+                _clients[name] = client
+        if num_cpu_devices is not None and client.platform == "cpu" and len(client.devices) < num_cpu_devices:
+            raise PlatformError(
+                f"the CPU client already exists with {len(client.devices)} device(s); {num_cpu_devices} "
+                "requested. Set TORCH_TPU_NUM_CPU_DEVICES before the first use of the runtime"
+            )
+        return client
+
+
+def synchronize() -> None:
+    """Waits for all work of every client created so far."""
+    for client in list(_clients.values()):
+        client.synchronize()

@@ -1,0 +1,65 @@
+"""Errors the runtime raises. Each message says what failed and what to do next."""
+
+from __future__ import annotations
+
+
+class TorchTPURuntimeError(RuntimeError):
+    """Base class of every error raised by torch_tpu.runtime."""
+
+
+class PlatformError(TorchTPURuntimeError):
+    """A PjRT platform could not be found or started (missing or broken plugin)."""
+
+
+class UnsupportedDtypeError(TorchTPURuntimeError, TypeError):
+    """A dtype that has no XLA element type."""
+
+
+class ArgumentError(TorchTPURuntimeError, ValueError):
+    """Arguments that do not match an executable's signature (count, dtype, shape, device)."""
+
+
+class CompileError(TorchTPURuntimeError):
+    """XLA rejected a module, or the module could not be read."""
+
+
+class ExecutionError(TorchTPURuntimeError):
+    """A compiled program failed while running."""
+
+
+class DeviceOutOfMemoryError(ExecutionError, MemoryError):
+    """The device ran out of memory (PjRT status RESOURCE_EXHAUSTED)."""
+
+
+class BufferDeletedError(TorchTPURuntimeError):
+    """A DeviceBuffer was used after it was deleted or donated to an executable."""
+
+
+class CacheError(TorchTPURuntimeError):
+    """The compile cache is misconfigured or unsafe to use."""
+
+
+class UnsafeCacheDirError(CacheError, PermissionError):
+    """A cache directory that another user can write: loading native code from it is refused."""
+
+
+class CacheEntryError(Exception):
+    """A cache entry that fails validation (corrupt, truncated, foreign version, other
+    key). Internal: the cache logs it once, recompiles and rewrites the entry."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def classify_jaxlib_error(err: BaseException, what: str, hint: str) -> TorchTPURuntimeError:
+    """Turns a jaxlib runtime error into ours: out-of-memory gets its own class and advice."""
+    text = str(err).strip()
+    status, _, detail = text.partition(":")
+    if status.strip() == "RESOURCE_EXHAUSTED" or "out of memory" in text.lower():
+        return DeviceOutOfMemoryError(
+            f"{what}: the device ran out of memory ({detail.strip() or text}); free device "
+            "buffers you no longer need (drop references to outputs, DeviceBuffer.delete()), "
+            "use smaller batches, or donate arguments that the program overwrites"
+        )
+    return ExecutionError(f"{what}: {text}; {hint}")

@@ -1,0 +1,372 @@
+"""Compiled programs: `CompileSpec` (how to compile), `Signature` (what a program takes
+and returns) and `Executable` (run it on one device, or as N replicas).
+
+Dispatch is asynchronous: `execute` / `execute_replicated` return DeviceBuffers as soon
+as the work is enqueued; `DeviceBuffer.synchronize()` or `Client.synchronize()` wait.
+`__call__` returns torch tensors, which waits for the outputs.
+
+Donation: a parameter the compiled program aliases to an output (`tf.aliasing_output`,
+`jax.buffer_donor`, or `CompileSpec.donate_argnums`) is *donated*: a DeviceBuffer passed
+there is consumed (deleted) by the call, and a host tensor passed there is copied in, so
+the caller's tensor is never overwritten.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from . import _jaxlib, dtypes
+from .buffer import ALIGNMENT, DeviceBuffer, numpy_host
+from .errors import ArgumentError, BufferDeletedError, UnsupportedDtypeError, classify_jaxlib_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import Client, Device
+    from .fingerprint import CacheKey
+
+
+_torch_state: dict[str, Any] = {}
+
+
+def _tensor_type() -> Any:
+    """torch.Tensor once torch is imported (by anyone), else None; never imports torch."""
+    cls = _torch_state.get("Tensor")
+    if cls is None:
+        torch = sys.modules.get("torch")
+        if torch is None or not hasattr(torch, "Tensor"):
+            return None
+        cls = _torch_state["Tensor"] = torch.Tensor
+        _torch_state["from_dlpack"] = torch.from_dlpack
+    return cls
+
+
+def _view_dtype(name: str) -> Any:
+    return getattr(sys.modules["torch"], name)
+
+
+def _from_dlpack() -> Any:
+    fn = _torch_state.get("from_dlpack")
+    if fn is None:
+        import torch
+
+        _tensor_type()
+        fn = _torch_state["from_dlpack"] = torch.from_dlpack
+    return fn
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """Options of one compilation; all of them are part of the cache key.
+
+    num_replicas:    run as N replicas (collectives across them), one device each
+    donate_argnums:  parameters to donate (marked `jax.buffer_donor`, so XLA may reuse
+                     their buffers for outputs); parameters that the module already
+                     aliases (`tf.aliasing_output`) are donated without being listed
+    device_indices:  indices into `Client.devices` to run on (default: the first
+                     `num_replicas` devices)
+    xla_options:     XLA debug-option overrides, e.g. (("xla_cpu_enable_fast_math", "false"),)
+    """
+
+    num_replicas: int = 1
+    donate_argnums: tuple[int, ...] = ()
+    device_indices: tuple[int, ...] | None = None
+    xla_options: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_replicas, int) or self.num_replicas < 1:
+            raise ValueError(f"CompileSpec.num_replicas must be a positive int, got {self.num_replicas!r}")
+        donate = tuple(sorted(set(int(i) for i in self.donate_argnums)))
+        if any(i < 0 for i in donate):
+            raise ValueError(f"CompileSpec.donate_argnums must be >= 0, got {self.donate_argnums!r}")
+        object.__setattr__(self, "donate_argnums", donate)
+        if self.device_indices is not None:
+            devices = tuple(int(i) for i in self.device_indices)
+            if len(devices) != self.num_replicas or len(set(devices)) != len(devices):
+                raise ValueError(
+                    f"CompileSpec.device_indices {self.device_indices!r} must list {self.num_replicas} "
+                    "distinct devices (one per replica)"
+                )
+            object.__setattr__(self, "device_indices", devices)
+        object.__setattr__(self, "xla_options", tuple((str(k), str(v)) for k, v in self.xla_options))
+
+    def key_fields(self) -> dict[str, Any]:
+        return {
+            "num_replicas": self.num_replicas,
+            "donate_argnums": list(self.donate_argnums),
+            "xla_options": [list(kv) for kv in self.xla_options],
+        }
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def element_type(self) -> dtypes.ElementType:
+        return dtypes.from_numpy(self.dtype)
+
+    def __str__(self) -> str:
+        return dtypes.type_string(self.shape, self.dtype)
+
+
+@dataclass(frozen=True)
+class Signature:
+    args: tuple[TensorSpec, ...]
+    results: tuple[TensorSpec, ...]
+    donated: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        def enc(specs: Sequence[TensorSpec]) -> list[Any]:
+            return [[dtypes.from_numpy(s.dtype).mlir, list(s.shape)] for s in specs]
+
+        return {"args": enc(self.args), "results": enc(self.results), "donated": list(self.donated)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Signature":
+        def dec(items: list[Any]) -> tuple[TensorSpec, ...]:
+            return tuple(TensorSpec(dtypes.from_mlir(t).numpy, tuple(int(d) for d in shape)) for t, shape in items)
+
+        return cls(dec(data["args"]), dec(data["results"]), tuple(int(i) for i in data["donated"]))
+
+    @classmethod
+    def of(cls, raw: Any) -> "Signature":
+        params, results, donated = _jaxlib.executable_signature(raw)
+        for dtype, _ in list(params) + list(results):
+            if np.dtype(dtype) not in dtypes.BY_NUMPY:
+                raise UnsupportedDtypeError(
+                    f"the program has a parameter or result of type {dtype}, which torch_tpu "
+                    "cannot exchange with PyTorch"
+                )
+        return cls(
+            tuple(TensorSpec(np.dtype(d), s) for d, s in params),
+            tuple(TensorSpec(np.dtype(d), s) for d, s in results),
+            tuple(donated),
+        )
+
+    def describe_args(self) -> str:
+        return "(" + ", ".join(str(a) for a in self.args) + ")"
+
+
+class Executable:
+    """A loaded program. Obtain one with `Client.compile`."""
+
+    def __init__(
+        self,
+        client: "Client",
+        raw: Any,
+        signature: Signature,
+        spec: CompileSpec,
+        key: "CacheKey",
+        devices: Sequence["Device"],
+        origin: str,
+        name: str,
+    ) -> None:
+        self.client = client
+        self.signature = signature
+        self.spec = spec
+        self.key = key
+        self.devices = tuple(devices)
+        self.origin = origin  # where it was first obtained: "compile", "l1", "l2", "l3"
+        self.name = name
+        self._raw = raw
+        self._execute_sharded = raw.execute_sharded
+        self._nargs = len(signature.args)
+        donated = set(signature.donated)
+        cpu = client.platform == "cpu"
+        self._in_rows = [a.element_type for a in signature.args]
+        self._in_avals = [_jaxlib.Aval(a.shape, a.dtype) for a in signature.args]
+        self._out_rows = [r.element_type for r in signature.results]
+        self._out_avals = [_jaxlib.Aval(r.shape, r.dtype) for r in signature.results]
+        self._donated = [i in donated for i in range(self._nargs)]
+        self._alias_ok = [cpu and not d for d in self._donated]
+        self._in_torch_dtypes: list[Any] | None = None
+        dev0 = self.devices[0]
+        self._handlers = [_jaxlib.result_handler(aval, dev0._sharding) for aval in self._out_avals]
+        if spec.num_replicas > 1:
+            raw_devices = [d._raw for d in self.devices]
+            self._replicated_sharding = _jaxlib.replicated_sharding(raw_devices)
+        self._converters = [self._make_converter(i) for i in range(self._nargs)]
+
+    def __repr__(self) -> str:
+        return (
+            f"Executable({self.name}: {self.signature.describe_args()} -> "
+            f"({', '.join(str(r) for r in self.signature.results)}), replicas={self.spec.num_replicas}, "
+            f"key={self.key})"
+        )
+
+    @property
+    def num_args(self) -> int:
+        return self._nargs
+
+    @property
+    def donated_args(self) -> tuple[int, ...]:
+        return self.signature.donated
+
+    # -- argument conversion ------------------------------------------------------------------
+
+    def _torch_dtypes(self) -> list[Any]:
+        if self._in_torch_dtypes is None:
+            self._in_torch_dtypes = [dtypes.torch_dtype(r) for r in self._in_rows]
+        return self._in_torch_dtypes
+
+    def _mismatch(self, index: int, got: str, replica: int | None = None) -> ArgumentError:
+        where = f"replica {replica}, " if replica is not None else ""
+        return ArgumentError(
+            f"{self.name}: {where}argument {index}: expected {self.signature.args[index]}, got {got}; "
+            f"the program takes {self.signature.describe_args()}"
+        )
+
+    def _make_converter(self, i: int) -> Callable[[Any, Any], Any]:
+        """Per-argument conversion to a raw device array, with everything that does not
+        depend on the value precomputed (the dispatch hot path)."""
+        aval = self._in_avals[i]
+        row = self._in_rows[i]
+        shape = aval.shape
+        alias_ok = self._alias_ok[i]
+        donated = self._donated[i]
+        put = _jaxlib.batched_device_put
+        zero_copy = _jaxlib.ZERO_COPY
+        copy = _jaxlib.COPY_DURING_CALL
+        torch_dtypes = self._torch_dtypes
+        np_dtype = row.numpy
+        mismatch = self._mismatch
+        align_mask = ALIGNMENT - 1
+
+        torch_dtype: list[Any] = []  # filled on the first torch tensor (imports nothing)
+        view = row.torch_view_as
+
+        def convert(value: Any, device: Any, replica: int | None = None) -> Any:
+            tensor_type = _tensor_type()
+            if tensor_type is not None and isinstance(value, tensor_type):
+                if not torch_dtype:
+                    torch_dtype.append(torch_dtypes()[i])
+                if value.dtype is not torch_dtype[0]:
+                    raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
+                t = value
+                if not t.is_cpu or t.requires_grad or not t.is_contiguous() or t.is_neg() or t.is_conj():
+                    t = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
+                host = t.numpy() if view is None else t.view(_view_dtype(view)).numpy().view(np_dtype)
+                if host.shape != shape:
+                    raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
+                semantics = zero_copy if (alias_ok and not (t.data_ptr() & align_mask)) else copy
+                return put(aval, device._sharding, [host], device._raw_list, True, False, semantics, True)
+            if type(value) is DeviceBuffer:
+                if value.shape != shape or value._row is not row:
+                    raise mismatch(i, f"DeviceBuffer {value.type_string}", replica)
+                if value.device is not device:
+                    raise mismatch(
+                        i, f"a DeviceBuffer on {value.device} (the program runs on {device}); "
+                        f"move it with Client.to_device(buffer.to_torch(), {device.index})", replica,
+                    )
+                array = value._array
+                if array.is_deleted():
+                    raise BufferDeletedError(
+                        f"{self.name}: argument {i}: the DeviceBuffer was deleted or donated to an "
+                        "earlier call; pass that call's output instead"
+                    )
+                if donated and value._exported:
+                    # Its memory is shared with a torch tensor / NumPy array: donate a copy.
+                    return array.clone()
+                return array
+            if isinstance(value, np.ndarray):
+                if value.dtype != np_dtype or value.shape != shape:
+                    raise mismatch(i, f"a {dtypes.type_string(value.shape, value.dtype)} NumPy array", replica)
+                host, aligned = numpy_host(value)
+                semantics = zero_copy if (alias_ok and aligned) else copy
+                return put(aval, device._sharding, [host], device._raw_list, True, False, semantics, True)
+            if isinstance(value, np.generic):
+                return convert(np.asarray(value), device, replica)
+            raise mismatch(i, f"a {type(value).__qualname__}", replica)
+
+        return convert
+
+    def _check_arity(self, n: int, replica: int | None = None) -> None:
+        if n != self._nargs:
+            where = f" (replica {replica})" if replica is not None else ""
+            raise ArgumentError(
+                f"{self.name}: takes {self._nargs} argument{'s' if self._nargs != 1 else ''} "
+                f"{self.signature.describe_args()}, got {n}{where}"
+            )
+
+    def _run(self, arrays: list[Any]) -> Any:
+        try:
+            return self._execute_sharded(arrays)
+        except _jaxlib.JaxRuntimeError as err:
+            raise classify_jaxlib_error(
+                err, f"running {self.name} on {', '.join(str(d) for d in self.devices)}",
+                "check the arguments' devices and that no buffer is passed twice where one is donated",
+            ) from None
+
+    # -- single device ------------------------------------------------------------------------
+
+    def __call__(self, *args: Any) -> list[Any]:
+        """Runs on the program's device with torch tensors / DeviceBuffers / NumPy arrays;
+        returns the results as a list of torch tensors (zero-copy on CPU)."""
+        if self.spec.num_replicas != 1:
+            raise ArgumentError(
+                f"{self.name} was compiled for {self.spec.num_replicas} replicas; call "
+                "execute_replicated([[args of replica 0], [args of replica 1], ...])"
+            )
+        if len(args) != self._nargs:
+            self._check_arity(len(args))
+        device = self.devices[0]
+        converters = self._converters
+        arrays = [converters[i](a, device) for i, a in enumerate(args)]
+        outs = self._run(arrays).consume_with_handlers(self._handlers)
+        from_dlpack = _from_dlpack()
+        to_dlpack = _jaxlib.buffer_to_dlpack
+        try:
+            return [from_dlpack(to_dlpack(o)) for o in outs]
+        except _jaxlib.JaxRuntimeError as err:
+            raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
+
+    def execute(self, args: Sequence[Any]) -> list[DeviceBuffer]:
+        """Enqueues one run; returns its outputs as DeviceBuffers without waiting for them
+        and without copying to the host. Torch tensors passed here may be aliased until
+        the outputs are ready: do not modify them before that."""
+        if self.spec.num_replicas != 1:
+            raise ArgumentError(
+                f"{self.name} was compiled for {self.spec.num_replicas} replicas; use execute_replicated"
+            )
+        if len(args) != self._nargs:
+            self._check_arity(len(args))
+        device = self.devices[0]
+        converters = self._converters
+        arrays = [converters[i](a, device) for i, a in enumerate(args)]
+        outs = self._run(arrays).consume_with_handlers(self._handlers)
+        specs = self.signature.results
+        rows = self._out_rows
+        return [DeviceBuffer(o, specs[k].shape, rows[k], device) for k, o in enumerate(outs)]
+
+    # -- replicated ---------------------------------------------------------------------------
+
+    def execute_replicated(self, per_device_args: Sequence[Sequence[Any]]) -> list[list[DeviceBuffer]]:
+        """Runs all replicas at once. `per_device_args[r]` are the arguments of replica r
+        (on `self.devices[r]`); returns `outputs[r][k]`, output k of replica r."""
+        n = self.spec.num_replicas
+        if len(per_device_args) != n:
+            raise ArgumentError(
+                f"{self.name}: compiled for {n} replica{'s' if n != 1 else ''}, got arguments for "
+                f"{len(per_device_args)}; pass one argument list per replica"
+            )
+        for r, args in enumerate(per_device_args):
+            self._check_arity(len(args), r)
+        if n == 1:
+            return [self.execute(per_device_args[0])]
+        arrays = []
+        for i in range(self._nargs):
+            convert = self._converters[i]
+            shards = [convert(per_device_args[r][i], self.devices[r], r) for r in range(n)]
+            arrays.append(_jaxlib.assemble(self._in_avals[i], self._replicated_sharding, shards))
+        results = self._run(arrays)
+        per_output = _jaxlib.disassemble(results)
+        specs = self.signature.results
+        rows = self._out_rows
+        return [
+            [DeviceBuffer(per_output[k][r], specs[k].shape, rows[k], self.devices[r]) for k in range(len(specs))]
+            for r in range(n)
+        ]

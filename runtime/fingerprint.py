@@ -1,0 +1,142 @@
+"""Compile-cache keys: `CacheKey(shapeless, dims, options)`, three 64-bit xxhash values.
+
+* `fingerprint(source)` is the one function that turns what is compiled into the first
+  two. A source that implements the protocol `cache_fingerprint() -> (bytes, bytes)`
+  (the Dynamo backend does, for FX graphs) gives the shapeless structure and the dims
+  itself; MLIR text, an `ir.Module`/`ir.Operation` (printed without locations) or MLIR
+  bytecode fall back to hashing the module. For text, every dimension size inside a
+  `tensor<...>` type is replaced by `#` in the shapeless part and listed, in order, in
+  the dims part. The pair determines the text exactly (`#`s of the text itself are
+  doubled, dynamic `?` sizes stay as they are), so two different modules never
+  share a (shapeless, dims) pair, while one module at different sizes shares its
+  shapeless hash.
+* `options_key(...)` hashes the compile options with everything that changes the
+  produced code or makes a serialized executable unloadable: torch_tpu, jaxlib (and
+  libtpu) versions, the PjRT platform, its version, the device kind and assignment, and
+  on XLA:CPU the host CPU's feature flags (XLA:CPU compiles for the host it runs on).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import xxhash
+
+from . import _jaxlib
+
+_TENSOR_DIMS = re.compile(r"tensor<((?:(?:\d+|\?)x)+)")
+_DIGITS = re.compile(r"\d+")
+
+
+@runtime_checkable
+class Fingerprintable(Protocol):
+    def cache_fingerprint(self) -> tuple[bytes, bytes]:
+        """(shapeless structure bytes, dims bytes) of what will be compiled."""
+
+
+@dataclass(frozen=True, order=True)
+class CacheKey:
+    shapeless: int
+    dims: int
+    options: int
+
+    def hex(self) -> str:
+        """`ssssssssssssssss-dddddddddddddddd-oooooooooooooooo`: the entry's file name stem."""
+        return f"{self.shapeless:016x}-{self.dims:016x}-{self.options:016x}"
+
+    @classmethod
+    def from_hex(cls, text: str) -> "CacheKey":
+        parts = text.split("-")
+        if len(parts) != 3 or not all(len(p) == 16 for p in parts):
+            raise ValueError(f"not a cache key: {text!r}")
+        return cls(*(int(p, 16) for p in parts))
+
+    def __str__(self) -> str:
+        return self.hex()
+
+
+def _h(data: bytes) -> int:
+    return xxhash.xxh64_intdigest(data)
+
+
+def mask_dims(text: str) -> tuple[str, list[int]]:
+    """`tensor<4x?x8xf32>` -> `tensor<#x?x#xf32>`, [4, 8] (for every tensor type).
+
+    Every `#` already in the text is doubled first, so a lone `#` always marks a masked
+    size and the masked text with the sizes gives back the original exactly."""
+    dims: list[int] = []
+    text = text.replace("#", "##")
+
+    def replace(match: re.Match[str]) -> str:
+        def digit(m: re.Match[str]) -> str:
+            dims.append(int(m.group(0)))
+            return "#"
+
+        return "tensor<" + _DIGITS.sub(digit, match.group(1))
+
+    return _TENSOR_DIMS.sub(replace, text), dims
+
+
+def fingerprint(source: Any) -> tuple[int, int]:
+    """(shapeless, dims) hashes of a compile source. See the module docstring."""
+    method = getattr(source, "cache_fingerprint", None)
+    if method is not None:
+        shapeless, dims = method()
+        if not isinstance(shapeless, (bytes, bytearray)) or not isinstance(dims, (bytes, bytearray)):
+            raise TypeError(
+                f"{type(source).__name__}.cache_fingerprint() must return (bytes, bytes), got "
+                f"({type(shapeless).__name__}, {type(dims).__name__})"
+            )
+        return _h(b"protocol\0" + bytes(shapeless)), _h(bytes(dims))
+    if _jaxlib.is_mlir_object(source):
+        source = _jaxlib.mlir_text(source, debug_info=False)
+    if isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+        if data.startswith(b"ML\xefR"):  # MLIR bytecode: hashed as is
+            return _h(b"mlirbc\0" + data), _h(b"")
+        try:
+            source = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TypeError("module bytes are neither UTF-8 MLIR text nor MLIR bytecode") from None
+    if isinstance(source, str):
+        masked, dims = mask_dims(source)
+        return _h(b"mlir\0" + masked.encode("utf-8")), _h(struct.pack(f"<{len(dims)}q", *dims))
+    raise TypeError(
+        f"cannot fingerprint a {type(source).__name__}: pass MLIR text, bytecode, an "
+        "ir.Module / ir.Operation, or an object with cache_fingerprint() -> (bytes, bytes)"
+    )
+
+
+def options_key(fields: dict[str, Any]) -> int:
+    """Hash of a JSON-able dict of compile options and versions (sorted, canonical)."""
+    return _h(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+
+
+_cpu_features: str | None = None
+
+
+def host_cpu_features() -> str:
+    """The host CPU's identity and feature flags (Linux /proc/cpuinfo), or the machine
+    type elsewhere. XLA:CPU code is compiled for these."""
+    global _cpu_features
+    if _cpu_features is None:
+        import platform
+
+        parts = [platform.machine()]
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                seen: set[str] = set()
+                for line in f:
+                    name, _, value = line.partition(":")
+                    name = name.strip()
+                    if name in ("flags", "Features", "vendor_id", "model name", "CPU part") and name not in seen:
+                        seen.add(name)
+                        parts.append(f"{name}={value.strip()}")
+        except OSError:
+            pass
+        _cpu_features = xxhash.xxh64_hexdigest("\n".join(parts).encode())
+    return _cpu_features

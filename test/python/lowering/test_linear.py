@@ -1,0 +1,103 @@
+"""Matrix-product lowerings (dot_general) against eager."""
+
+import pytest
+import torch
+from harness import check, lower_and_run
+
+aten = torch.ops.aten
+torch.manual_seed(0)
+
+
+def _r(*shape, dtype=torch.float32):
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.randn(*shape, dtype=dtype)
+    return torch.randint(-4, 5, shape, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32, torch.complex64])
+def test_mm(dtype):
+    check(aten.mm, _r(3, 5, dtype=dtype), _r(5, 4, dtype=dtype), ops=[aten.mm.default])
+
+
+def test_mm_edge_shapes():
+    check(aten.mm, _r(1, 1), _r(1, 7), ops=[aten.mm.default])
+    check(aten.mm, _r(3, 0), _r(0, 4), ops=[aten.mm.default])  # empty contraction -> zeros
+    check(aten.mm, _r(0, 3), _r(3, 4), ops=[aten.mm.default])
+
+
+def test_mm_reduced_precision():
+    check(aten.mm, _r(4, 8).half(), _r(8, 3).half(), atol=1e-2, rtol=1e-2, ops=[aten.mm.default])
+    check(aten.mm, _r(4, 8).bfloat16(), _r(8, 3).bfloat16(), atol=5e-2, rtol=5e-2, ops=[aten.mm.default])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_bmm(dtype):
+    check(aten.bmm, _r(2, 3, 5, dtype=dtype), _r(2, 5, 4, dtype=dtype), ops=[aten.bmm.default])
+    check(aten.bmm, _r(1, 1, 5, dtype=dtype), _r(1, 5, 1, dtype=dtype), ops=[aten.bmm.default])
+
+
+def test_matmul_reaches_mm():
+    # matmul is CompositeImplicit: it arrives as view + mm / bmm / dot / mv.
+    check(lambda a, b: a @ b, _r(4), _r(4), ops=[aten.dot.default])
+    check(lambda a, b: a @ b, _r(3, 4), _r(4), ops=[aten.mv.default])
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, {"beta": 0.5, "alpha": 2.0}, {"beta": 0}, {"alpha": 0.0}]
+)
+def test_addmm(kw):
+    check(lambda c, a, b: aten.addmm(c, a, b, **kw), _r(3, 4), _r(3, 5), _r(5, 4), ops=[aten.addmm.default])
+    # broadcast bias (as F.linear emits)
+    check(lambda c, a, b: aten.addmm(c, a, b, **kw), _r(4), _r(3, 5), _r(5, 4), ops=[aten.addmm.default])
+
+
+def test_addmm_beta_zero_ignores_nan():
+    c = torch.full((3, 4), float("nan"))
+    check(lambda c, a, b: aten.addmm(c, a, b, beta=0), c, _r(3, 5), _r(5, 4), ops=[aten.addmm.default])
+
+
+def test_addmm_int():
+    check(lambda c, a, b: aten.addmm(c, a, b, beta=2, alpha=3), _r(1, 4, dtype=torch.int64),
+          _r(3, 5, dtype=torch.int64), _r(5, 4, dtype=torch.int64), ops=[aten.addmm.default])
+
+
+def test_baddbmm_addbmm():
+    check(lambda c, a, b: aten.baddbmm(c, a, b), _r(2, 3, 4), _r(2, 3, 5), _r(2, 5, 4), ops=[aten.baddbmm.default])
+    check(lambda c, a, b: aten.baddbmm(c, a, b, beta=0.5, alpha=-1.5), _r(3, 4), _r(2, 3, 5), _r(2, 5, 4),
+          ops=[aten.baddbmm.default])
+    check(lambda c, a, b: aten.addbmm(c, a, b), _r(3, 4), _r(2, 3, 5), _r(2, 5, 4), ops=[aten.addbmm.default])
+    check(lambda c, a, b: aten.addbmm(c, a, b, beta=0, alpha=2), _r(4), _r(2, 3, 5), _r(2, 5, 4),
+          ops=[aten.addbmm.default])
+
+
+def test_mv_addmv_dot_vdot():
+    check(aten.mv, _r(3, 5), _r(5), ops=[aten.mv.default])
+    check(aten.mv, _r(3, 5, dtype=torch.int64), _r(5, dtype=torch.int64), ops=[aten.mv.default])
+    check(lambda c, a, b: aten.addmv(c, a, b, beta=0.5, alpha=2), _r(3), _r(3, 5), _r(5), ops=[aten.addmv.default])
+    check(lambda c, a, b: aten.addmv(c, a, b), _r(1), _r(3, 5), _r(5), ops=[aten.addmv.default])
+    check(aten.dot, _r(7), _r(7), ops=[aten.dot.default])
+    check(aten.dot, _r(7, dtype=torch.int32), _r(7, dtype=torch.int32), ops=[aten.dot.default])
+    check(aten.dot, _r(0), _r(0), ops=[aten.dot.default])
+    check(aten.vdot, _r(5), _r(5), ops=[aten.vdot.default])
+    check(aten.vdot, _r(5, dtype=torch.complex64), _r(5, dtype=torch.complex64), ops=[aten.vdot.default])
+
+
+def test_int_mm():
+    a = torch.randint(-100, 100, (32, 16), dtype=torch.int8)
+    b = torch.randint(-100, 100, (16, 8), dtype=torch.int8)
+    check(aten._int_mm, a, b, ops=[aten._int_mm.default])
+
+
+def test_mm_out_dtype():
+    # mm.dtype / bmm.dtype / addmm.dtype have no CPU kernel: compare with an f32 reference.
+    a, b = _r(3, 8).half(), _r(8, 4).half()
+    (out,), _, _ = lower_and_run(lambda a, b: [aten.mm.dtype(a, b, torch.float32)], a, b)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    a3, b3 = _r(2, 3, 8).bfloat16(), _r(2, 8, 4).bfloat16()
+    (out,), _, _ = lower_and_run(lambda a, b: [aten.bmm.dtype(a, b, torch.float32)], a3, b3)
+    torch.testing.assert_close(out, a3.float() @ b3.float(), rtol=1e-3, atol=1e-3)
+    c = _r(3, 4)
+    (out,), _, _ = lower_and_run(lambda c, a, b: [aten.addmm.dtype(c, a, b, torch.float32, beta=2)], c, a, b)
+    torch.testing.assert_close(out, 2 * c + a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
