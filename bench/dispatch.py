@@ -41,7 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import torch
-
     from torch_tpu.runtime import get_client
 
     torch.manual_seed(0)
@@ -64,7 +63,6 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         import jax
-        import jax.numpy as jnp
     except ImportError:
         print("jax is not installed: only our numbers are shown", file=sys.stderr)
         jax = None

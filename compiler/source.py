@@ -30,6 +30,8 @@ from .context import ir
 from .diagnostics import DiagnosticEngine, SourceLoc
 
 BYTECODE_MAGIC = b"ML\xefR"
+# How long `probe_bytecode_reader` lets MLIR's reader run (plus 1 s per 10 MB).
+BYTECODE_READER_TIMEOUT_S = 30.0
 _NOT_ONE_TOP_LEVEL_OP = "source must contain a single top-level operation"
 
 
@@ -42,14 +44,21 @@ def parse_source(
     source_name: str,
     ctx: ir.Context,
     engine: DiagnosticEngine,
+    *,
+    isolate_bytecode_reader: bool = False,
 ) -> ir.Operation | None:
     """Parses text or bytecode into a detached, verified `builtin.module` operation.
 
     Returns None after reporting located errors into `engine` on failure.
+
+    `isolate_bytecode_reader=True` first runs MLIR's bytecode reader on `data` in a
+    forked child process (POSIX only) so that a corrupt file that makes the reader hang
+    or crash is reported as an error instead (see `probe_bytecode_reader`). Command-line
+    tools, which read files of unknown origin, should set it.
     """
     if isinstance(data, bytes):
         if is_bytecode(data):
-            return _parse_bytecode(data, source_name, ctx, engine)
+            return _parse_bytecode(data, source_name, ctx, engine, isolate_bytecode_reader)
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -144,7 +153,9 @@ def _parse_text(text: str, source_name: str, ctx: ir.Context, engine: Diagnostic
         return wrapped.operation
 
 
-def _parse_bytecode(data: bytes, source_name: str, ctx: ir.Context, engine: DiagnosticEngine):
+def _parse_bytecode(
+    data: bytes, source_name: str, ctx: ir.Context, engine: DiagnosticEngine, isolate: bool
+):
     problem = _check_bytecode(data)
     if problem is not None:
         offset, message = problem
@@ -153,6 +164,11 @@ def _parse_bytecode(data: bytes, source_name: str, ctx: ir.Context, engine: Diag
             f"invalid MLIR bytecode at byte offset {offset}: {message}",
         )
         return None
+    if isolate:
+        failure = probe_bytecode_reader(data)
+        if failure is not None:
+            engine.error(SourceLoc(source_name, 1, 1), f"invalid MLIR bytecode: {failure}")
+            return None
     with ctx:
         try:
             module = ir.Module.parse(data)
@@ -168,9 +184,71 @@ def _parse_bytecode(data: bytes, source_name: str, ctx: ir.Context, engine: Diag
 
 
 def _relocate_unknown(engine: DiagnosticEngine, source_name: str) -> None:
+    # The bytecode reader locates its errors at `-:0:0` (the unnamed buffer).
     for diag in engine.diagnostics:
-        if diag.loc is None:
-            diag.loc = SourceLoc(source_name, 1, 1)
+        for d in (diag, *diag.notes):
+            if d.loc is None or (d.loc.file == "-" and d.loc.line == 0):
+                d.loc = SourceLoc(source_name, 1, 1)
+
+
+def probe_bytecode_reader(data: bytes, timeout_s: float | None = None) -> str | None:
+    """Runs MLIR's bytecode reader on `data` in a forked child; returns why it failed
+    (hang or crash) or None when it finished (having parsed or rejected the file).
+
+    Why: a corrupt attribute table whose entries reference each other makes jaxlib
+    0.10.2's reader loop forever while holding the GIL (found by test_opt_fuzz.py; the
+    reader defers entries nested too deeply and retries them, which never ends on a
+    cycle), and no check short of decoding every dialect's attribute encoding finds
+    such cycles. fork() makes the probe cost milliseconds: the child already has jaxlib
+    loaded. Without fork (Windows) the probe is skipped.
+    """
+    import os
+    import signal
+    import time
+
+    if not hasattr(os, "fork"):
+        return None
+    if timeout_s is None:
+        # Generous: the reader does ~100 MB/s.
+        timeout_s = BYTECODE_READER_TIMEOUT_S + len(data) / 10e6
+    pid = os.fork()
+    if pid == 0:  # child: parse, never return into the caller's code
+        code = 3
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            from .context import make_context
+
+            child_ctx = make_context()
+            child_ctx.enable_multithreading(False)  # the parent's thread pool is not here
+            with child_ctx:
+                try:
+                    ir.Module.parse(data)
+                except ir.MLIRError:
+                    pass
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return (f"MLIR's bytecode reader did not finish within {timeout_s:.0f} s; the file "
+                    "is corrupt (e.g. attributes that reference each other)")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    if os.WIFSIGNALED(status):
+        return (f"MLIR's bytecode reader crashed on this file (signal "
+                f"{os.WTERMSIG(status)}); the file is corrupt")
+    if os.WEXITSTATUS(status) != 0:
+        return "MLIR's bytecode reader failed on this file in an unexpected way"
+    return None
 
 
 # --------------------------------------------------------------------------------------

@@ -28,9 +28,15 @@ Measured facts this module relies on are in `shared/JAXLIB_NOTES.md`.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
+
+# XLA's C++ logs INFO lines (device lists ...) to stderr unless told otherwise; jax sets
+# the same default before it loads jaxlib. It is read when jaxlib's library loads.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 import numpy as np
 from jaxlib import _jax, xla_client
@@ -51,17 +57,23 @@ RawClient = _jax.Client
 RawDevice = _jax.Device
 RawExecutable = _jax.LoadedExecutable
 
-# Hot-path entry points, re-exported as plain functions.
+# Hot-path entry points, re-exported as plain functions (unbound methods are as fast as
+# bound ones, and keep jaxlib's method names in this file).
 batched_device_put = _jax.batched_device_put
 buffer_to_dlpack = _jax.buffer_to_dlpack_managed_tensor
 batched_block_until_ready = _jax.batched_block_until_ready
+array_is_deleted = _jax.ArrayImpl.is_deleted
+array_is_ready = _jax.ArrayImpl.is_ready
+array_block_until_ready = _jax.ArrayImpl.block_until_ready
+array_delete = _jax.ArrayImpl.delete
+array_clone = _jax.ArrayImpl.clone
 
 
 class Aval:
     """The abstract value jaxlib's C++ reads (`shape`, `dtype`, `weak_type`) when it
     builds an array with a caller-given aval. Stands in for `jax.core.ShapedArray`."""
 
-    __slots__ = ("shape", "dtype", "weak_type")
+    __slots__ = ("dtype", "shape", "weak_type")
 
     def __init__(self, shape: Sequence[int], dtype: np.dtype) -> None:
         self.shape = tuple(int(d) for d in shape)
@@ -93,6 +105,15 @@ def make_plugin_client(name: str, library_path: str, options: dict[str, Any]) ->
     return xla_client.make_c_api_client(name, options, None)
 
 
+def client_devices(client: RawClient) -> list[tuple[RawDevice, int, str]]:
+    """(device, global id, device kind) of each addressable device, in PjRT's order."""
+    return [(d, int(d.id), str(d.device_kind)) for d in client.local_devices()]
+
+
+def live_arrays(client: RawClient) -> list[RawArray]:
+    return client.live_arrays()
+
+
 def gpu_plugin_options() -> dict[str, Any]:
     return dict(xla_client.generate_pjrt_gpu_plugin_options())
 
@@ -119,6 +140,21 @@ def result_handler(aval: Aval, sharding: Any) -> Any:
 def assemble(aval: Aval, sharding: Any, arrays: Sequence[RawArray]) -> RawArray:
     """One array over several devices from one single-device array per device."""
     return _jax.ArrayImpl(aval, sharding, list(arrays), True, True)
+
+
+def make_runner(executable: RawExecutable, handlers: list[Any]) -> Any:
+    """run(arrays) -> output arrays of one single-device execution (asynchronous)."""
+    execute_sharded = executable.execute_sharded
+
+    def run(arrays: list[RawArray]) -> list[RawArray]:
+        return execute_sharded(arrays).consume_with_handlers(handlers)
+
+    return run
+
+
+def execute_replicated(executable: RawExecutable, arrays: list[RawArray]) -> list[list[RawArray]]:
+    """[output][replica] single-device arrays of an N-replica execution."""
+    return disassemble(executable.execute_sharded(arrays))
 
 
 def disassemble(results: Any) -> list[list[RawArray]]:
@@ -166,7 +202,7 @@ class _CapsuleHolder:
     def __init__(self, capsule: Any) -> None:
         self.capsule = capsule
 
-    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):  # noqa: ANN001
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
         return self.capsule
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -308,7 +344,7 @@ def add_buffer_donors(module: str | bytes, arg_indices: Sequence[int], source_na
     can reuse the buffer), unless they already carry `tf.aliasing_output`. Returns text."""
     ir, ctx = _mlir()
     with ctx, ir.Location.unknown():
-        parsed = ir.Module.parse(module) if isinstance(module, bytes) else ir.Module.parse(module)
+        parsed = ir.Module.parse(module)  # text or bytecode
         main = None
         for op in parsed.body.operations:
             if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
@@ -317,7 +353,7 @@ def add_buffer_donors(module: str | bytes, arg_indices: Sequence[int], source_na
         if main is None:
             raise ValueError(f"{source_name}: no func.func @main to mark donated arguments on")
         n_args = len(main.regions[0].blocks[0].arguments)
-        old = main.attributes["arg_attrs"] if "arg_attrs" in main.attributes else None
+        old = main.attributes["arg_attrs"] if "arg_attrs" in main.attributes else None  # noqa: SIM401 (no .get)
         dicts = []
         for i in range(n_args):
             entries = {}

@@ -77,7 +77,7 @@ class DeviceBuffer:
     `Executable.execute` may still be being computed; `synchronize()` waits for it,
     `to_torch()` / `to_numpy()` wait implicitly."""
 
-    __slots__ = ("_array", "shape", "_row", "device", "_exported", "__weakref__")
+    __slots__ = ("__weakref__", "_array", "_exported", "_row", "device", "shape")
 
     def __init__(self, array: Any, shape: tuple[int, ...], row: dtypes.ElementType, device: Any) -> None:
         self._array = array
@@ -115,17 +115,17 @@ class DeviceBuffer:
         return int(np.prod(self.shape, dtype=np.int64)) * self._row.itemsize
 
     def __repr__(self) -> str:
-        state = "deleted" if self.is_deleted else ("ready" if self._array.is_ready() else "pending")
+        state = "deleted" if self.is_deleted else ("ready" if _jaxlib.array_is_ready(self._array) else "pending")
         return f"DeviceBuffer({self.type_string}, device={self.device}, {state})"
 
     # -- state ------------------------------------------------------------------------------
 
     @property
     def is_deleted(self) -> bool:
-        return self._array.is_deleted()
+        return _jaxlib.array_is_deleted(self._array)
 
     def _check_alive(self, what: str) -> None:
-        if self._array.is_deleted():
+        if _jaxlib.array_is_deleted(self._array):
             raise BufferDeletedError(
                 f"cannot {what} {self.type_string} on {self.device}: the buffer was deleted, or "
                 "donated to an executable that reused its memory for an output; use that "
@@ -134,13 +134,13 @@ class DeviceBuffer:
 
     def is_ready(self) -> bool:
         self._check_alive("query")
-        return self._array.is_ready()
+        return _jaxlib.array_is_ready(self._array)
 
-    def synchronize(self) -> "DeviceBuffer":
+    def synchronize(self) -> DeviceBuffer:
         """Blocks until the buffer's value is computed; raises if its computation failed."""
         self._check_alive("synchronize")
         try:
-            self._array.block_until_ready()
+            _jaxlib.array_block_until_ready(self._array)
         except _jaxlib.JaxRuntimeError as err:
             from .errors import classify_jaxlib_error
 
@@ -149,8 +149,8 @@ class DeviceBuffer:
 
     def delete(self) -> None:
         """Frees the device memory now (tensors already made by to_torch keep theirs alive)."""
-        if not self._array.is_deleted():
-            self._array.delete()
+        if not _jaxlib.array_is_deleted(self._array):
+            _jaxlib.array_delete(self._array)
 
     # -- to host ----------------------------------------------------------------------------
 

@@ -23,9 +23,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 
 from torch_tpu import config
 
@@ -76,7 +77,7 @@ class CacheConfig:
     compile_threads: int = 0  # 0: min(4, CPUs)
 
     @classmethod
-    def from_env(cls) -> "CacheConfig":
+    def from_env(cls) -> CacheConfig:
         l2 = _parse_switch("TORCH_TPU_CACHE_L2")
         if l2 is None:
             l2 = _world_size() > 1
@@ -118,7 +119,7 @@ class CacheStats:
 class Loaded(Generic[T]):
     """What a cache lookup produced and where it came from."""
 
-    __slots__ = ("value", "origin")
+    __slots__ = ("origin", "value")
 
     def __init__(self, value: T, origin: str) -> None:
         self.value = value
@@ -158,6 +159,9 @@ class CompileCache(Generic[T]):
 
         compile_fn() -> (value, serialized payload or None, metadata) compiles;
         load_fn(payload, metadata) -> value loads a validated cache entry."""
+        for store in (self.l2, self.l3):
+            if isinstance(store, LocalDirStore):
+                store.ensure()  # an unsafe directory is the caller's error, raised here
         with self._lock:
             hit = self._l1.get(key)
             if hit is not None:
@@ -173,16 +177,18 @@ class CompileCache(Generic[T]):
             future = Future()
             self._inflight[key] = future
             pool = self._get_pool()
-        for store in (self.l2, self.l3):
-            if store is not None and isinstance(store, LocalDirStore):
-                try:
-                    store.ensure()  # an unsafe directory is the caller's error, raised here
-                except Exception:
-                    with self._lock:
-                        self._inflight.pop(key, None)
-                    raise
         pool.submit(self._resolve, key, future, compile_fn, load_fn, platform_version)
         return future
+
+    def l1_get(self, key: CacheKey) -> T | None:
+        """The L1 entry of a key (counted as a hit), or None."""
+        with self._lock:
+            hit = self._l1.get(key)
+            if hit is None:
+                return None
+            self._l1.move_to_end(key)
+            self.stats.l1_hits += 1
+            return hit.value
 
     def clear_l1(self) -> None:
         with self._lock:
@@ -204,6 +210,10 @@ class CompileCache(Generic[T]):
             self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="torch_tpu-compile")
         return self._pool
 
+    def _count(self, stat: str) -> None:
+        with self._lock:
+            setattr(self.stats, stat, getattr(self.stats, stat) + 1)
+
     def _log_once(self, tier: str, name: str, message: str, level: int = logging.WARNING) -> None:
         with self._lock:
             token = (tier, name + ":" + message)
@@ -212,7 +222,7 @@ class CompileCache(Generic[T]):
             self._logged.add(token)
         log.log(level, "compile cache %s: %s: %s", tier, name, message)
 
-    def _resolve(self, key, future, compile_fn, load_fn, platform_version) -> None:  # noqa: ANN001
+    def _resolve(self, key, future, compile_fn, load_fn, platform_version) -> None:
         try:
             loaded = self._lookup_or_compile(key, compile_fn, load_fn, platform_version)
             with self._lock:
@@ -228,17 +238,17 @@ class CompileCache(Generic[T]):
                 self._inflight.pop(key, None)
             future.set_exception(err)
 
-    def _load_from(self, tier: str, store, key, load_fn, platform_version):  # noqa: ANN001
+    def _load_from(self, tier: str, store, key, load_fn, platform_version, recheck=False):
         """(loaded value, entry bytes) from one tier, or None (missing, or rejected: then
         logged once)."""
         name = cache_entry.entry_name(key)
         try:
             data = store.get(name)
         except CacheEntryError as err:
-            self._reject(tier, name, err.reason)
+            self._reject(tier, name, err.reason, recheck)
             return None
         except Exception as err:  # noqa: BLE001 - an unreadable tier is a miss
-            self.stats.io_errors += 1
+            self._count("io_errors")
             self._log_once(tier, name, f"cannot read entry ({type(err).__name__}: {err}); compiling instead")
             return None
         if data is None:
@@ -246,42 +256,43 @@ class CompileCache(Generic[T]):
         try:
             _, metadata, payload = cache_entry.decode(data, key, platform_version)
         except CacheEntryError as err:
-            self._reject(tier, name, err.reason)
+            self._reject(tier, name, err.reason, recheck)
             return None
         try:
             value = load_fn(payload, metadata)
         except Exception as err:  # noqa: BLE001 - a payload PjRT cannot load is rejected
-            self._reject(tier, name, f"PjRT could not load the executable ({err})")
+            self._reject(tier, name, f"PjRT could not load the executable ({err})", recheck)
             return None
         return value, data
 
-    def _reject(self, tier: str, name: str, reason: str) -> None:
-        self.stats.rejected += 1
+    def _reject(self, tier: str, name: str, reason: str, recheck: bool = False) -> None:
+        if not recheck:  # the second look under the lock is the same rejection
+            self._count("rejected")
         self._log_once(tier, name, f"rejected entry ({reason}); recompiling and rewriting it")
 
-    def _store(self, tier: str, store, key, data: bytes) -> None:  # noqa: ANN001
+    def _store(self, tier: str, store, key, data: bytes) -> None:
         name = cache_entry.entry_name(key)
         try:
             store.put(name, data)
         except Exception as err:  # noqa: BLE001 - a full disk never fails a compile
-            self.stats.io_errors += 1
+            self._count("io_errors")
             self._log_once(tier, name, f"cannot write entry ({type(err).__name__}: {err})")
             return
         if tier == "L2":
-            self.stats.l2_writes += 1
+            self._count("l2_writes")
         else:
-            self.stats.l3_writes += 1
+            self._count("l3_writes")
 
-    def _lookup_or_compile(self, key, compile_fn, load_fn, platform_version) -> Loaded:  # noqa: ANN001
+    def _lookup_or_compile(self, key, compile_fn, load_fn, platform_version) -> Loaded:
         if self.l2 is not None:
             found = self._load_from("L2", self.l2, key, load_fn, platform_version)
             if found is not None:
-                self.stats.l2_hits += 1
+                self._count("l2_hits")
                 return Loaded(found[0], "l2")
         if self.l3 is not None:
             found = self._load_from("L3", self.l3, key, load_fn, platform_version)
             if found is not None:
-                self.stats.l3_hits += 1
+                self._count("l3_hits")
                 if self.l2 is not None:
                     self._store("L2", self.l2, key, found[1])
                 return Loaded(found[0], "l3")
@@ -296,16 +307,16 @@ class CompileCache(Generic[T]):
                 )
             else:
                 # Another process of this host may have compiled it while we waited.
-                found = self._load_from("L2", self.l2, key, load_fn, platform_version)
+                found = self._load_from("L2", self.l2, key, load_fn, platform_version, recheck=True)
                 if found is not None:
-                    self.stats.l2_hits += 1
+                    self._count("l2_hits")
                     return Loaded(found[0], "l2")
             return self._compile_and_store(key, compile_fn)
 
-    def _compile_and_store(self, key: CacheKey, compile_fn) -> Loaded:  # noqa: ANN001
+    def _compile_and_store(self, key: CacheKey, compile_fn) -> Loaded:
         start = time.perf_counter()
         value, payload, metadata = compile_fn()
-        self.stats.compiles += 1
+        self._count("compiles")
         metadata = dict(metadata)
         metadata.setdefault("compile_seconds", round(time.perf_counter() - start, 6))
         metadata.setdefault("created", time.time())

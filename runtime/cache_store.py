@@ -20,8 +20,9 @@ import os
 import stat
 import time
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .cache_entry import HEADER_SIZE, SUFFIX, decode_header
 from .errors import CacheEntryError, CacheError, UnsafeCacheDirError

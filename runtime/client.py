@@ -20,7 +20,7 @@ import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from torch_tpu import config
 
@@ -34,6 +34,7 @@ from .fingerprint import CacheKey, fingerprint, host_cpu_features, options_key
 log = logging.getLogger("torch_tpu.runtime")
 
 PLATFORMS = ("cpu", "cuda", "tpu")
+_DEFAULT_SPEC = CompileSpec()
 _ALIASES = {"gpu": "cuda", "cpu": "cpu", "cuda": "cuda", "tpu": "tpu"}
 
 
@@ -160,22 +161,34 @@ class Client:
 
     def __init__(self, platform: str, raw: Any, cache_config: CacheConfig | None = None) -> None:
         self._raw = raw
-        name, version = _jaxlib.platform_of(raw)
+        _, version = _jaxlib.platform_of(raw)
         self.platform = platform
         self.platform_version = version
         devices = []
-        for index, d in enumerate(raw.local_devices()):
-            devices.append(
-                Device(index, int(d.id), platform, str(d.device_kind), d, _jaxlib.single_device_sharding(d), [d])
-            )
+        for index, (d, device_id, kind) in enumerate(_jaxlib.client_devices(raw)):
+            devices.append(Device(index, device_id, platform, kind, d, _jaxlib.single_device_sharding(d), [d]))
         self.devices: tuple[Device, ...] = tuple(devices)
         self._cache_lock = threading.Lock()
         self._cache: CompileCache | None = None
         self._cache_config = cache_config
         self._key_base = self._versions()
+        self._options_keys: dict[tuple[CompileSpec, tuple[int, ...]], int] = {}
 
     def __repr__(self) -> str:
         return f"Client({self.platform}, {len(self.devices)} device(s), {self.platform_version!r})"
+
+    @classmethod
+    def create(
+        cls,
+        platform: str = "cpu",
+        *,
+        num_cpu_devices: int | None = None,
+        cache_config: CacheConfig | None = None,
+    ) -> Client:
+        """A new client of its own (not the process-wide one of `get_client`), with its
+        own compile cache: for tests and tools that need isolation."""
+        name = normalize_platform(platform)
+        return cls(name, _make_raw_client(name, True, num_cpu_devices), cache_config)
 
     def _versions(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -200,6 +213,9 @@ class Client:
 
     @property
     def cache(self) -> CompileCache:
+        cache = self._cache
+        if cache is not None:
+            return cache
         with self._cache_lock:
             if self._cache is None:
                 self._cache = CompileCache(self._cache_config or CacheConfig.from_env())
@@ -215,7 +231,13 @@ class Client:
             return self._cache
 
     def options_key(self, spec: CompileSpec, device_ids: tuple[int, ...]) -> int:
-        return options_key({**self._key_base, **spec.key_fields(), "device_ids": list(device_ids)})
+        memo = (spec, device_ids)
+        key = self._options_keys.get(memo)
+        if key is None:
+            key = options_key({**self._key_base, **spec.key_fields(), "device_ids": list(device_ids)})
+            if len(self._options_keys) < 4096:
+                self._options_keys[memo] = key
+        return key
 
     # -- buffers ------------------------------------------------------------------------------
 
@@ -243,7 +265,7 @@ class Client:
 
     def synchronize(self) -> None:
         """Waits for every computation and transfer of this client to finish."""
-        arrays = self._raw.live_arrays()
+        arrays = _jaxlib.live_arrays(self._raw)
         if arrays:
             try:
                 _jaxlib.batched_block_until_ready(arrays)
@@ -269,7 +291,11 @@ class Client:
                      cache_fingerprint() -> (bytes, bytes), or a (shapeless, dims) pair of ints
         name:        how errors name the module (a file name, a graph name)
         """
-        return self.compile_async(module, options=options, fingerprint=fingerprint, name=name).result()
+        spec = options or _DEFAULT_SPEC
+        hit = self.cache.l1_get(self.cache_key(module, spec, fingerprint))
+        if hit is not None:
+            return hit
+        return self.compile_async(module, options=spec, fingerprint=fingerprint, name=name).result()
 
     def compile_async(
         self,
@@ -278,13 +304,19 @@ class Client:
         options: CompileSpec | None = None,
         fingerprint: Any = None,
         name: str | None = None,
-    ) -> "Future[Executable]":
+    ) -> Future[Executable]:
         """Like `compile`, returning a future; compiles run on the cache's thread pool."""
-        spec = options or CompileSpec()
+        spec = options or _DEFAULT_SPEC
         name = name or "module"
         devices = self._devices_for(spec)
         key = self.cache_key(module, spec, fingerprint, devices)
-        loaded = self.cache.get_or_compile(
+        cache = self.cache
+        hit = cache.l1_get(key)
+        if hit is not None:
+            done: Future[Executable] = Future()
+            done.set_result(hit)
+            return done
+        loaded = cache.get_or_compile(
             key,
             lambda: self._compile_uncached(module, spec, key, devices, name),
             lambda payload, meta: self._load(payload, meta, spec, key, devices, name),
@@ -292,7 +324,7 @@ class Client:
         )
         result: Future[Executable] = Future()
 
-        def done(f: "Future[Loaded[Executable]]") -> None:
+        def done(f: Future[Loaded[Executable]]) -> None:
             err = f.exception()
             if err is not None:
                 result.set_exception(err)
@@ -398,8 +430,7 @@ def format_xla_error(message: str, name: str) -> str:
         if any(noise in line for noise in _NOISE) or not line.strip():
             continue
         line = _STDIN_LOC.sub(lambda m: f"{m.group(1)}{name}:{m.group(2)}:{m.group(3)}:", line)
-        if line.startswith("<unknown>:0: "):
-            line = line[len("<unknown>:0: ") :]
+        line = line.removeprefix("<unknown>:0: ")
         lines.append(line)
     if not lines:
         lines = [message.strip()]

@@ -14,8 +14,9 @@ the caller's tensor is never overwritten.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -78,7 +79,7 @@ class CompileSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.num_replicas, int) or self.num_replicas < 1:
             raise ValueError(f"CompileSpec.num_replicas must be a positive int, got {self.num_replicas!r}")
-        donate = tuple(sorted(set(int(i) for i in self.donate_argnums)))
+        donate = tuple(sorted({int(i) for i in self.donate_argnums}))
         if any(i < 0 for i in donate):
             raise ValueError(f"CompileSpec.donate_argnums must be >= 0, got {self.donate_argnums!r}")
         object.__setattr__(self, "donate_argnums", donate)
@@ -126,14 +127,14 @@ class Signature:
         return {"args": enc(self.args), "results": enc(self.results), "donated": list(self.donated)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Signature":
+    def from_json(cls, data: dict[str, Any]) -> Signature:
         def dec(items: list[Any]) -> tuple[TensorSpec, ...]:
             return tuple(TensorSpec(dtypes.from_mlir(t).numpy, tuple(int(d) for d in shape)) for t, shape in items)
 
         return cls(dec(data["args"]), dec(data["results"]), tuple(int(i) for i in data["donated"]))
 
     @classmethod
-    def of(cls, raw: Any) -> "Signature":
+    def of(cls, raw: Any) -> Signature:
         params, results, donated = _jaxlib.executable_signature(raw)
         for dtype, _ in list(params) + list(results):
             if np.dtype(dtype) not in dtypes.BY_NUMPY:
@@ -156,12 +157,12 @@ class Executable:
 
     def __init__(
         self,
-        client: "Client",
+        client: Client,
         raw: Any,
         signature: Signature,
         spec: CompileSpec,
-        key: "CacheKey",
-        devices: Sequence["Device"],
+        key: CacheKey,
+        devices: Sequence[Device],
         origin: str,
         name: str,
     ) -> None:
@@ -173,7 +174,6 @@ class Executable:
         self.origin = origin  # where it was first obtained: "compile", "l1", "l2", "l3"
         self.name = name
         self._raw = raw
-        self._execute_sharded = raw.execute_sharded
         self._nargs = len(signature.args)
         donated = set(signature.donated)
         cpu = client.platform == "cpu"
@@ -186,6 +186,7 @@ class Executable:
         self._in_torch_dtypes: list[Any] | None = None
         dev0 = self.devices[0]
         self._handlers = [_jaxlib.result_handler(aval, dev0._sharding) for aval in self._out_avals]
+        self._runner = _jaxlib.make_runner(raw, self._handlers)
         if spec.num_replicas > 1:
             raw_devices = [d._raw for d in self.devices]
             self._replicated_sharding = _jaxlib.replicated_sharding(raw_devices)
@@ -229,6 +230,8 @@ class Executable:
         alias_ok = self._alias_ok[i]
         donated = self._donated[i]
         put = _jaxlib.batched_device_put
+        is_deleted = _jaxlib.array_is_deleted
+        clone = _jaxlib.array_clone
         zero_copy = _jaxlib.ZERO_COPY
         copy = _jaxlib.COPY_DURING_CALL
         torch_dtypes = self._torch_dtypes
@@ -240,6 +243,29 @@ class Executable:
         view = row.torch_view_as
 
         def convert(value: Any, device: Any, replica: int | None = None) -> Any:
+            if type(value) is DeviceBuffer:
+                if value.shape != shape or value._row is not row:
+                    raise mismatch(i, f"DeviceBuffer {value.type_string}", replica)
+                if value.device is not device:
+                    if str(value.device) == str(device):
+                        raise mismatch(
+                            i, f"a DeviceBuffer of another Client (its {value.device} is not this "
+                            "program's); create buffers with the client that compiled the program", replica,
+                        )
+                    raise mismatch(
+                        i, f"a DeviceBuffer on {value.device} (the program runs on {device}); "
+                        f"move it with Client.to_device(buffer.to_torch(), {device.index})", replica,
+                    )
+                array = value._array
+                if is_deleted(array):
+                    raise BufferDeletedError(
+                        f"{self.name}: argument {i}: the DeviceBuffer was deleted or donated to an "
+                        "earlier call; pass that call's output instead"
+                    )
+                if donated and value._exported:
+                    # Its memory is shared with a torch tensor / NumPy array: donate a copy.
+                    return clone(array)
+                return array
             tensor_type = _tensor_type()
             if tensor_type is not None and isinstance(value, tensor_type):
                 if not torch_dtype:
@@ -254,24 +280,6 @@ class Executable:
                     raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
                 semantics = zero_copy if (alias_ok and not (t.data_ptr() & align_mask)) else copy
                 return put(aval, device._sharding, [host], device._raw_list, True, False, semantics, True)
-            if type(value) is DeviceBuffer:
-                if value.shape != shape or value._row is not row:
-                    raise mismatch(i, f"DeviceBuffer {value.type_string}", replica)
-                if value.device is not device:
-                    raise mismatch(
-                        i, f"a DeviceBuffer on {value.device} (the program runs on {device}); "
-                        f"move it with Client.to_device(buffer.to_torch(), {device.index})", replica,
-                    )
-                array = value._array
-                if array.is_deleted():
-                    raise BufferDeletedError(
-                        f"{self.name}: argument {i}: the DeviceBuffer was deleted or donated to an "
-                        "earlier call; pass that call's output instead"
-                    )
-                if donated and value._exported:
-                    # Its memory is shared with a torch tensor / NumPy array: donate a copy.
-                    return array.clone()
-                return array
             if isinstance(value, np.ndarray):
                 if value.dtype != np_dtype or value.shape != shape:
                     raise mismatch(i, f"a {dtypes.type_string(value.shape, value.dtype)} NumPy array", replica)
@@ -292,14 +300,11 @@ class Executable:
                 f"{self.signature.describe_args()}, got {n}{where}"
             )
 
-    def _run(self, arrays: list[Any]) -> Any:
-        try:
-            return self._execute_sharded(arrays)
-        except _jaxlib.JaxRuntimeError as err:
-            raise classify_jaxlib_error(
-                err, f"running {self.name} on {', '.join(str(d) for d in self.devices)}",
-                "check the arguments' devices and that no buffer is passed twice where one is donated",
-            ) from None
+    def _failed(self, err: Exception) -> Exception:
+        return classify_jaxlib_error(
+            err, f"running {self.name} on {', '.join(str(d) for d in self.devices)}",
+            "check the arguments' devices and that no buffer is passed twice where one is donated",
+        )
 
     # -- single device ------------------------------------------------------------------------
 
@@ -316,7 +321,10 @@ class Executable:
         device = self.devices[0]
         converters = self._converters
         arrays = [converters[i](a, device) for i, a in enumerate(args)]
-        outs = self._run(arrays).consume_with_handlers(self._handlers)
+        try:
+            outs = self._runner(arrays)
+        except _jaxlib.JaxRuntimeError as err:
+            raise self._failed(err) from None
         from_dlpack = _from_dlpack()
         to_dlpack = _jaxlib.buffer_to_dlpack
         try:
@@ -337,7 +345,10 @@ class Executable:
         device = self.devices[0]
         converters = self._converters
         arrays = [converters[i](a, device) for i, a in enumerate(args)]
-        outs = self._run(arrays).consume_with_handlers(self._handlers)
+        try:
+            outs = self._runner(arrays)
+        except _jaxlib.JaxRuntimeError as err:
+            raise self._failed(err) from None
         specs = self.signature.results
         rows = self._out_rows
         return [DeviceBuffer(o, specs[k].shape, rows[k], device) for k, o in enumerate(outs)]
@@ -362,8 +373,10 @@ class Executable:
             convert = self._converters[i]
             shards = [convert(per_device_args[r][i], self.devices[r], r) for r in range(n)]
             arrays.append(_jaxlib.assemble(self._in_avals[i], self._replicated_sharding, shards))
-        results = self._run(arrays)
-        per_output = _jaxlib.disassemble(results)
+        try:
+            per_output = _jaxlib.execute_replicated(self._raw, arrays)
+        except _jaxlib.JaxRuntimeError as err:
+            raise self._failed(err) from None
         specs = self.signature.results
         rows = self._out_rows
         return [

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
@@ -49,7 +50,7 @@ class CacheKey:
         return f"{self.shapeless:016x}-{self.dims:016x}-{self.options:016x}"
 
     @classmethod
-    def from_hex(cls, text: str) -> "CacheKey":
+    def from_hex(cls, text: str) -> CacheKey:
         parts = text.split("-")
         if len(parts) != 3 or not all(len(p) == 16 for p in parts):
             raise ValueError(f"not a cache key: {text!r}")
@@ -69,16 +70,26 @@ def mask_dims(text: str) -> tuple[str, list[int]]:
     Every `#` already in the text is doubled first, so a lone `#` always marks a masked
     size and the masked text with the sizes gives back the original exactly."""
     dims: list[int] = []
-    text = text.replace("#", "##")
+    append = dims.append
 
     def replace(match: re.Match[str]) -> str:
-        def digit(m: re.Match[str]) -> str:
-            dims.append(int(m.group(0)))
-            return "#"
+        parts = match.group(1).split("x")
+        parts.pop()  # the empty piece after the last "x"
+        for k, part in enumerate(parts):
+            if part != "?":
+                append(int(part))
+                parts[k] = "#"
+        return "tensor<" + "x".join(parts) + "x"
 
-        return "tensor<" + _DIGITS.sub(digit, match.group(1))
+    return _TENSOR_DIMS.sub(replace, text.replace("#", "##")), dims
 
-    return _TENSOR_DIMS.sub(replace, text), dims
+
+@functools.lru_cache(maxsize=256)
+def _text_fingerprint(text: str) -> tuple[int, int]:
+    # Memoized on the text itself (exact, not a hash of it): an L1 hit on a module given
+    # as text costs a dict lookup, not a re-scan.
+    masked, dims = mask_dims(text)
+    return _h(b"mlir\0" + masked.encode("utf-8")), _h(struct.pack(f"<{len(dims)}q", *dims))
 
 
 def fingerprint(source: Any) -> tuple[int, int]:
@@ -103,8 +114,7 @@ def fingerprint(source: Any) -> tuple[int, int]:
         except UnicodeDecodeError:
             raise TypeError("module bytes are neither UTF-8 MLIR text nor MLIR bytecode") from None
     if isinstance(source, str):
-        masked, dims = mask_dims(source)
-        return _h(b"mlir\0" + masked.encode("utf-8")), _h(struct.pack(f"<{len(dims)}q", *dims))
+        return _text_fingerprint(source)
     raise TypeError(
         f"cannot fingerprint a {type(source).__name__}: pass MLIR text, bytecode, an "
         "ir.Module / ir.Operation, or an object with cache_fingerprint() -> (bytes, bytes)"

@@ -249,7 +249,9 @@ class _Driver:
             data = "\n" * (chunk.first_line - 1) + data
         output = None
         with engine.capture(self.ctx):
-            module = parse_source(data, self.source_name, self.ctx, engine)
+            module = parse_source(
+                data, self.source_name, self.ctx, engine, isolate_bytecode_reader=True
+            )
             if module is not None and verify_each:
                 VerifyPass(engine).run(module)
             if module is not None and not engine.has_errors():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import torch
 import torch.fx
 
 from ..context import ir
@@ -30,9 +31,8 @@ def op_name(node: torch.fx.Node) -> str:
     target = node.target
     if isinstance(target, str):
         return target
-    name = getattr(target, "name", None)
-    if callable(name):  # OpOverload.name() -> "aten::add.Tensor"
-        return name().replace("::", ".")
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)  # "aten.add.Tensor", "aten.tanh.default"
     return getattr(target, "__name__", str(target))
 
 

@@ -176,7 +176,9 @@ def _linear_steps(out: torch.dtype, start, end, steps: int) -> ir.Value:
     if not out.is_floating_point:
         start, end = int(start), int(end)  # Scalar.to<int>() truncates
     start, end = float(start), float(end)
-    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    if steps == 1:
+        return full(start, compute, [1])
+    step = (end - start) / (steps - 1)
     i = _iota([steps], 0, compute)
     head = _add(_mul(i, step), start)
     remaining = _add(_mul(i, -1.0), float(steps - 1))
@@ -346,11 +348,6 @@ def _random_to(ctx: LoweringContext, x, to, *, generator=None):
     return _integers(ctx, 0, to, generator)
 
 
-@lowers(getattr(aten.random, "from"))
-def _random_from(ctx: LoweringContext, x, from_, to=None, *, generator=None):
-    return _integers(ctx, from_, _random_high(dtype(x)) if to is None else to, generator)
-
-
 @lowers(aten.uniform.default)
 def _uniform(ctx: LoweringContext, x, low=0.0, high=1.0, *, generator=None):
     _no_generator(ctx, generator)
@@ -383,14 +380,15 @@ def _bernoulli_p(ctx: LoweringContext, x, p, *, generator=None):
 @lowers(aten.native_dropout.default)
 def _native_dropout(ctx: LoweringContext, x, p, train):
     """(x * mask / (1 - p), mask) with mask ~ Bernoulli(1 - p); `train=None` trains, as
-    ATen's kernel does. p == 1 gives zeros; train=False is the identity."""
+    ATen's kernel does. p == 1 gives zeros (scale 0); train=False is the identity."""
     shape, dt = shape_of(x), dtype(x)
     if train is False:
         return x, full(True, torch.bool, shape)
     keep_probability = 1.0 - float(p)
     mask = _bernoulli_mask(ctx, keep_probability, shape, dt)
     scale = 0.0 if keep_probability == 0 else 1.0 / keep_probability
-    kept = select(mask, x, full(0, dt, shape))
+    # Multiply (not select) like ATen, so dropped NaN/inf elements still give NaN.
+    kept = stablehlo.MulOp(x, convert(mask, dt)).result
     return _mul(kept, scale), mask
 
 

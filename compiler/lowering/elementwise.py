@@ -170,6 +170,13 @@ lowers(aten.minimum.default)(partial(_binary, stablehlo.MinOp))
 lowers(aten.atan2.default)(partial(_binary, stablehlo.Atan2Op))
 
 
+@lowers(aten.atan2.out)
+def _atan2_out(ctx, a, b, *, out):
+    # In a functional graph the `out=` form yields the new value of `out` (its previous
+    # contents are irrelevant); writing it into `out`'s storage is the view passes' job.
+    return _binary(stablehlo.Atan2Op, ctx, a, b)
+
+
 @lowers(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(ctx, a, b, alpha=1):
     return _with_alpha(stablehlo.SubtractOp, ctx, b, a, alpha)

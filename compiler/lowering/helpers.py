@@ -97,7 +97,8 @@ def array_constant(array, dtype_: torch.dtype) -> ir.Value:
             return stablehlo.ConstantOp(attr).result
         array = t.contiguous().numpy()
     np_dtype = _NUMPY_DTYPES.get(dtype_)
-    array = np.ascontiguousarray(np.asarray(array, dtype=np_dtype))
+    # (np.ascontiguousarray would turn a 0-d array into a 1-d one.)
+    array = np.asarray(array, dtype=np_dtype).copy(order="C")
     shape = list(array.shape)
     if dtype_ is torch.bool:
         attr = ir.DenseElementsAttr.get(np.packbits(array.reshape(-1), bitorder="little"), type=ir.IntegerType.get_signless(1), shape=shape)

@@ -20,6 +20,7 @@ import torch
 from ..context import ir, stablehlo
 from .helpers import (
     broadcast_shapes,
+    reduce,
     broadcast_to,
     compare,
     convert,
@@ -116,6 +117,16 @@ def _take_1d(operand: ir.Value, index: ir.Value) -> ir.Value:
     return _gather(
         operand, index, collapsed_slice_dims=[0], start_index_map=[0],
         index_vector_dim=rank_of(index), slice_sizes=[1],
+    )
+
+
+def _take_rows(operand: ir.Value, index: ir.Value) -> ir.Value:
+    """`operand[index]` along dim 0 for a 1-D index: rows of a rank-r operand."""
+    shape = shape_of(operand)
+    (k,) = shape_of(index)
+    return _gather(
+        operand, reshape(index, [k, 1]), offset_dims=list(range(1, len(shape))), collapsed_slice_dims=[0],
+        start_index_map=[0], index_vector_dim=1, slice_sizes=[1] + shape[1:],
     )
 
 
@@ -382,7 +393,8 @@ def _gather_dim(ctx, self, dim, index, *, sparse_grad=False):
     # Only self[..., :index.size(d), ...] is read along the other dims: slice to the
     # index's shape so they become gather batching dims.
     limits = [shape_of(self)[d] if d == dim else ishape[d] for d in range(rank)]
-    self = stablehlo.SliceOp(self, [0] * rank, limits, [1] * rank).result
+    if limits != shape_of(self):
+        self = stablehlo.SliceOp(self, [0] * rank, limits, [1] * rank).result
     others = [d for d in range(rank) if d != dim]
     index = convert(index, _index_dtype(shape_of(self)[dim]))
     result = _gather(
@@ -752,6 +764,23 @@ def _bucketize(ctx, self, boundaries, *, out_int32=False, right=False):
 _MODE_SUM, _MODE_MEAN, _MODE_MAX = 0, 1, 2
 
 
+def _bag_of_each_index(offsets: ir.Value, n: int, num_bags: int, idt: torch.dtype) -> ir.Value:
+    """offset2bag: the bag starts offsets[1:num_bags] marked and prefix-summed (repeated
+    offsets are empty bags; an offset == n marks nothing)."""
+    marks = full(0, idt, [n])
+    if num_bags > 1:
+        starts = reshape(stablehlo.SliceOp(convert(offsets, idt), [1], [num_bags], [1]).result, [num_bags - 1, 1])
+        marks = _Scatter(starts, (), (0,), (0,), 1).apply(marks, full(1, idt, [num_bags - 1]), "add")
+    return _cumsum_1d(marks)
+
+
+def _not_padding(ids: ir.Value, padding_idx: int) -> ir.Value:
+    shape = shape_of(ids)
+    if padding_idx is None or padding_idx < 0:
+        return full(True, torch.bool, shape)
+    return compare(ids, full(padding_idx, dtype(ids), shape), "NE")
+
+
 @lowers(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
 def _embedding_bag(
     ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
@@ -772,20 +801,11 @@ def _embedding_bag(
     odt = ctx.result_dtype(1)
     idt = _index_dtype(max(n, num_rows) + 1)
 
-    # Bag of each index: bag starts offsets[1:num_bags] marked and prefix-summed
-    # (repeated offsets are empty bags; an offset == n marks nothing).
     if n:
-        starts = reshape(stablehlo.SliceOp(convert(offsets, idt), [1], [max(num_bags, 1)], [1]).result, [max(num_bags - 1, 0), 1])
-        marks = full(0, idt, [n])
-        if num_bags > 1:
-            marks = _Scatter(starts, (), (0,), (0,), 1).apply(marks, full(1, idt, [num_bags - 1]), "add")
-        bag = _cumsum_1d(marks)
+        bag = _bag_of_each_index(offsets, n, num_bags, idt)
         ids = convert(indices, idt)
-        valid = compare(ids, full(padding_idx, idt, [n]), "NE") if padding_idx >= 0 else full(True, torch.bool, [n])
-        rows = _gather(
-            weight, reshape(ids, [n, 1]), offset_dims=[1], collapsed_slice_dims=[0], start_index_map=[0],
-            index_vector_dim=1, slice_sizes=[1, feat],
-        ) if num_rows and feat else full(0, wdt, [n, feat])
+        valid = _not_padding(ids, padding_idx)
+        rows = _take_rows(weight, ids) if num_rows and feat else full(0, wdt, [n, feat])
     by_bag = _Scatter(reshape(bag, [n, 1]), (1,), (0,), (0,), 1) if n else None
     valid_rows = broadcast_to(reshape(valid, [n, 1]), [n, feat]) if n else None
 
@@ -845,3 +865,92 @@ def _embedding_bag(
         sized(bag_size, out_shapes[2]),
         sized(max_indices, out_shapes[3]),
     )
+
+
+def _bags_for_backward(offsets, offset2bag, n: int, num_bags: int, idt: torch.dtype) -> ir.Value:
+    """The forward's offset2bag, or recomputed from offsets when the forward left it
+    empty (the CPU fast path of mode='sum'), as ATen's backward does."""
+    if math.prod(shape_of(offset2bag)) == n:
+        return convert(reshape(offset2bag, [n]), idt)
+    return _bag_of_each_index(offsets, n, num_bags, idt)
+
+
+def _embedding_bag_grad_weight(
+    ctx, grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+    scale_grad_by_freq, mode, per_sample_weights, padding_idx,
+):
+    """Dense gradient of the bag table: every index adds its bag's gradient row (scaled by
+    its per-sample weight, 1/bag_size for mean, 1/frequency with scale_grad_by_freq) to
+    its table row; max mode adds each bag's gradient at its argmax rows."""
+    gdt = dtype(grad)
+    num_bags, feat = shape_of(grad)
+    (n,) = shape_of(indices)
+    out = full(0, gdt, [num_weights, feat])
+    if n == 0 or num_bags == 0 or feat == 0 or num_weights == 0:
+        return out
+    idt = _index_dtype(max(n, num_weights, num_bags) + 1)
+    if mode == _MODE_MAX:
+        nonempty = compare(convert(bag_size, idt), full(0, idt, [num_bags]), "GT")
+        updates = select(broadcast_to(reshape(nonempty, [num_bags, 1]), [num_bags, feat]), grad, full(0, gdt, [num_bags, feat]))
+        spec = _scatter_dim_spec(out, 0, convert(maximum_indices, idt))
+        return spec.apply(out, updates, "add")
+    bag = _bags_for_backward(offsets, offset2bag, n, num_bags, idt)
+    ids = convert(indices, idt)
+    scale = full(1, gdt, [n])
+    if mode == _MODE_MEAN:
+        sizes = _take_1d(convert(bag_size, gdt), bag)
+        scale = stablehlo.DivOp(scale, sizes).result
+    if per_sample_weights is not None:
+        scale = stablehlo.MulOp(scale, convert(per_sample_weights, gdt)).result
+    if scale_grad_by_freq:
+        counts = _Scatter(reshape(ids, [n, 1]), (), (0,), (0,), 1).apply(full(0, gdt, [num_weights]), full(1, gdt, [n]), "add")
+        scale = stablehlo.DivOp(scale, _take_1d(counts, ids)).result
+    scale = select(_not_padding(ids, padding_idx), scale, full(0, gdt, [n]))
+    rows = stablehlo.MulOp(_take_rows(grad, bag), broadcast_to(reshape(scale, [n, 1]), [n, feat])).result
+    return _Scatter(reshape(ids, [n, 1]), (1,), (0,), (0,), 1).apply(out, rows, "add")
+
+
+@lowers(aten._embedding_bag_backward.default)
+def _embedding_bag_backward(
+    ctx, grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+    scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1,
+):
+    if sparse:
+        raise ctx.fail("sparse gradients (EmbeddingBag(sparse=True)) are not supported: XLA has no sparse tensors")
+    return _embedding_bag_grad_weight(
+        ctx, grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+        scale_grad_by_freq, mode, per_sample_weights, padding_idx,
+    )
+
+
+@lowers(aten._embedding_bag_dense_backward.default)
+def _embedding_bag_dense_backward(
+    ctx, grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+    scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1,
+):
+    if mode != _MODE_MAX and math.prod(shape_of(offset2bag)) != math.prod(shape_of(indices)):
+        raise ctx.fail("_embedding_bag_dense_backward needs the forward's offset2bag for every index")
+    return _embedding_bag_grad_weight(
+        ctx, grad, indices, None, offset2bag, bag_size, maximum_indices, num_weights,
+        scale_grad_by_freq, mode, per_sample_weights, padding_idx,
+    )
+
+
+@lowers(aten._embedding_bag_per_sample_weights_backward.default)
+def _embedding_bag_per_sample_weights_backward(ctx, grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
+    """d output / d per_sample_weights[i] = <grad[bag(i)], weight[indices[i]]> (0 for
+    padding); only mode='sum' has per-sample weights."""
+    if mode != _MODE_SUM:
+        raise ctx.fail("per_sample_weights are only supported with mode='sum'")
+    out_shape, out_dtype = ctx.result_shape(), ctx.result_dtype()
+    (n,) = shape_of(indices)
+    num_bags, feat = shape_of(grad)
+    if n == 0 or feat == 0:
+        return full(0, out_dtype, out_shape)
+    idt = _index_dtype(max(n, shape_of(weight)[0], num_bags) + 1)
+    bag = _bags_for_backward(offsets, offset2bag, n, num_bags, idt)
+    ids = convert(indices, idt)
+    products = stablehlo.MulOp(_take_rows(grad, bag), convert(_take_rows(weight, ids), dtype(grad))).result
+    (dots,) = reduce([products], [full(0, dtype(grad), [])], [1], lambda acc, new: [stablehlo.AddOp(acc[0], new[0]).result])
+    dots = select(_not_padding(ids, padding_idx), dots, full(0, dtype(grad), [n]))
+    return convert(dots, out_dtype)

@@ -40,7 +40,9 @@ def _same(a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
     sa, sb = shape_of(a), shape_of(b)
     if sa == sb:
         return a, b
-    shape = [max(x, y) for x, y in zip([1] * (len(sb) - len(sa)) + sa, [1] * (len(sa) - len(sb)) + sb)]
+    shape = [
+        max(x, y) for x, y in zip([1] * (len(sb) - len(sa)) + sa, [1] * (len(sa) - len(sb)) + sb)
+    ]
     return broadcast_to(a, shape), broadcast_to(b, shape)
 
 
@@ -62,7 +64,9 @@ def _channel(value: ir.Value, rank: int, acc: torch.dtype) -> ir.Value:
     return reshape(convert(value, acc), [1, c] + [1] * (rank - 2))
 
 
-def _out(ctx: LoweringContext, index: int, value: ir.Value | None, shape: Sequence[int] | None = None):
+def _out(
+    ctx: LoweringContext, index: int, value: ir.Value | None, shape: Sequence[int] | None = None
+):
     """Output `index` converted to PyTorch's dtype and shape, or None where PyTorch's is."""
     meta = ctx.meta(index)
     if meta is None or value is None:
@@ -189,9 +193,14 @@ def _native_batch_norm_legit(
 
 
 @lowers(aten._native_batch_norm_legit.no_stats)
-def _native_batch_norm_legit_no_stats(ctx: LoweringContext, x, weight, bias, training, momentum, eps):
+def _native_batch_norm_legit_no_stats(
+    ctx: LoweringContext, x, weight, bias, training, momentum, eps
+):
     if not training:
-        raise ctx.fail("batch norm without running stats needs training=True (PyTorch has no statistics to use)")
+        raise ctx.fail(
+            "batch norm without running stats needs training=True "
+            "(PyTorch has no statistics to use)"
+        )
     out, mean, invstd, _, _ = _batch_norm_training(ctx, x, weight, bias, eps)
     return _out(ctx, 0, out), _out(ctx, 1, mean), _out(ctx, 2, invstd)
 
@@ -212,12 +221,24 @@ def _native_batch_norm_legit_functional(
     to the inputs in inference mode)."""
     if not training:
         out = _batch_norm_inference(x, weight, bias, running_mean, running_var, eps)
-        return (_out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2),
-                _out(ctx, 3, running_mean), _out(ctx, 4, running_var))
+        return (
+            _out(ctx, 0, out),
+            _empty(ctx, 1),
+            _empty(ctx, 2),
+            _out(ctx, 3, running_mean),
+            _out(ctx, 4, running_var),
+        )
     out, mean, invstd, var, count = _batch_norm_training(ctx, x, weight, bias, eps)
-    new_mean, new_var = _updated_running_stats(running_mean, running_var, mean, var, count, momentum)
-    return (_out(ctx, 0, out), _out(ctx, 1, mean), _out(ctx, 2, invstd),
-            _out(ctx, 3, new_mean), _out(ctx, 4, new_var))
+    new_mean, new_var = _updated_running_stats(
+        running_mean, running_var, mean, var, count, momentum
+    )
+    return (
+        _out(ctx, 0, out),
+        _out(ctx, 1, mean),
+        _out(ctx, 2, invstd),
+        _out(ctx, 3, new_mean),
+        _out(ctx, 4, new_var),
+    )
 
 
 @lowers(aten.native_batch_norm.default)
@@ -235,10 +256,86 @@ def _native_batch_norm(
     return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2)
 
 
+@lowers(aten._batch_norm_with_update.default)
+def _batch_norm_with_update(ctx: LoweringContext, *args):
+    raise _mutation_unsupported(ctx, "_batch_norm_with_update")
+
+
+@lowers(aten._batch_norm_with_update_functional.default)
+def _batch_norm_with_update_functional(
+    ctx: LoweringContext, x, weight, bias, running_mean, running_var, momentum, eps
+):
+    """Training batch norm returning (out, save_mean, save_invstd, reserve, new
+    running_mean, new running_var); `reserve` is empty (cuDNN's workspace elsewhere)."""
+    out, mean, invstd, var, count = _batch_norm_training(ctx, x, weight, bias, eps)
+    new_mean, new_var = _updated_running_stats(
+        running_mean, running_var, mean, var, count, momentum
+    )
+    return (
+        _out(ctx, 0, out),
+        _out(ctx, 1, mean),
+        _out(ctx, 2, invstd),
+        _empty(ctx, 3),
+        _out(ctx, 4, new_mean),
+        _out(ctx, 5, new_var),
+    )
+
+
+@lowers(aten._batch_norm_no_update.default)
+def _batch_norm_no_update(
+    ctx: LoweringContext, x, weight, bias, running_mean, running_var, momentum, eps
+):
+    if running_mean is None or running_var is None:
+        raise ctx.fail("batch norm in inference mode needs running_mean and running_var")
+    out = _batch_norm_inference(x, weight, bias, running_mean, running_var, eps)
+    return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2), _empty(ctx, 3)
+
+
+@lowers(aten.batch_norm_backward.default)
+def _batch_norm_backward(
+    ctx: LoweringContext,
+    grad_out,
+    x,
+    weight,
+    running_mean,
+    running_var,
+    save_mean,
+    save_var,
+    update,
+    eps,
+    output_mask,
+    reserve,
+):
+    """The backward of `_batch_norm_with_update`/`_batch_norm_no_update`: `save_var`
+    holds the saved inverse std, as in native_batch_norm_backward; `update` is `train`."""
+    return _native_batch_norm_backward(
+        ctx,
+        grad_out,
+        x,
+        weight,
+        running_mean,
+        running_var,
+        save_mean,
+        save_var,
+        update,
+        eps,
+        output_mask,
+    )
+
+
 @lowers(aten.native_batch_norm_backward.default)
 def _native_batch_norm_backward(
-    ctx: LoweringContext, grad_out, x, weight, running_mean, running_var, save_mean,
-    save_invstd, train, eps, output_mask,
+    ctx: LoweringContext,
+    grad_out,
+    x,
+    weight,
+    running_mean,
+    running_var,
+    save_mean,
+    save_invstd,
+    train,
+    eps,
+    output_mask,
 ):
     shape = shape_of(x)
     rank = len(shape)
@@ -252,7 +349,9 @@ def _native_batch_norm_backward(
         mean, invstd = _channel(save_mean, rank, acc), _channel(save_invstd, rank, acc)
     else:
         if running_mean is None or running_var is None:
-            raise ctx.fail("batch norm backward in inference mode needs running_mean and running_var")
+            raise ctx.fail(
+                "batch norm backward in inference mode needs running_mean and running_var"
+            )
         mean = _channel(running_mean, rank, acc)
         invstd = _rsqrt_plus(_channel(running_var, rank, acc), eps)
     centered = _sub(xf, mean)
@@ -307,7 +406,9 @@ def _native_group_norm_backward(
     x_hat = _mul(_sub(xf, mean), rstd)
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
-        g_hat = _mul(g, reshape(convert(weight, acc), [1, group, cpg, 1])) if weight is not None else g
+        g_hat = (
+            _mul(g, reshape(convert(weight, acc), [1, group, cpg, 1])) if weight is not None else g
+        )
         n = cpg * HxW
         # rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) over each group
         inv_n = 1.0 / n if n else 0.0
@@ -353,7 +454,9 @@ def _fused_rms_norm(ctx: LoweringContext, x, normalized_shape, weight, eps):
 
 
 @lowers(aten._fused_rms_norm_backward.default)
-def _fused_rms_norm_backward(ctx: LoweringContext, grad_out, x, normalized_shape, rstd, weight, output_mask):
+def _fused_rms_norm_backward(
+    ctx: LoweringContext, grad_out, x, normalized_shape, rstd, weight, output_mask
+):
     shape = shape_of(x)
     dims = list(range(len(shape) - len(normalized_shape), len(shape)))
     outer = list(range(dims[0])) if dims else list(range(len(shape)))

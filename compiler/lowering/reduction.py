@@ -175,7 +175,7 @@ def _count_nonzero(ctx: LoweringContext, x, dim=None):
     return _finish(ctx, reduce_sum(nonzero, reduction_dims(dim, len(shape_of(x)))))
 
 
-# -- amax, amin, max, min, aminmax ------------------------------------------------------------------
+# -- amax, amin, max, min, aminmax -------------------------------------------------------------
 def _extreme(x: ir.Value, dims: Sequence[int], largest: bool) -> ir.Value:
     if dtype(x) is torch.bool:  # max/min of i1 as or/and
         return reduce_with(stablehlo.OrOp if largest else stablehlo.AndOp, x, not largest, dims)
@@ -201,7 +201,7 @@ def _aminmax(ctx: LoweringContext, x, *, dim=None, keepdim=False):
     return _finish(ctx, _extreme(x, dims, False), 0), _finish(ctx, _extreme(x, dims, True), 1)
 
 
-# -- argmax, argmin, max.dim, min.dim ---------------------------------------------------------------
+# -- argmax, argmin, max.dim, min.dim ----------------------------------------------------------
 def _better(a: ir.Value, b: ir.Value, largest: bool) -> ir.Value:
     """Whether `a` strictly beats `b` (NaN beats every number, in both directions)."""
     beats = compare(a, b, "GT" if largest else "LT")
@@ -280,7 +280,9 @@ def variance(x: ir.Value, dims: Sequence[int], correction: float) -> tuple[ir.Va
     diff = stablehlo.SubtractOp(x, broadcast_to(mean, shape)).result
     if dtype(x).is_complex:
         re, im = stablehlo.RealOp(diff).result, stablehlo.ImagOp(diff).result
-        squares = stablehlo.AddOp(_binop(stablehlo.MulOp, re, re), _binop(stablehlo.MulOp, im, im)).result
+        squares = stablehlo.AddOp(
+            _binop(stablehlo.MulOp, re, re), _binop(stablehlo.MulOp, im, im)
+        ).result
     else:
         squares = stablehlo.MulOp(diff, diff).result
     sum_sq = reduce_sum(squares, dims, keepdim=True)
@@ -295,8 +297,15 @@ def _correction(unbiased, correction) -> float:
 
 
 def _var_std(
-    take_sqrt: bool, with_mean: bool, ctx: LoweringContext, x, dim=None, unbiased=None,
-    keepdim=False, *, correction=None,
+    take_sqrt: bool,
+    with_mean: bool,
+    ctx: LoweringContext,
+    x,
+    dim=None,
+    unbiased=None,
+    keepdim=False,
+    *,
+    correction=None,
 ):
     if isinstance(dim, bool):  # var.default(self, unbiased): the bool arrives as `dim`
         dim, unbiased = None, dim
@@ -328,7 +337,9 @@ def _vector_norm(ctx: LoweringContext, x, ord=2, dim=None, keepdim=False, *, dty
     if dtype is not None:
         x = convert(x, dtype)
     if not (_is_float(dtype_of_value(x)) or dtype_of_value(x).is_complex):
-        raise ctx.fail(f"vector norms need a floating point or complex input, got {dtype_of_value(x)}")
+        raise ctx.fail(
+            f"vector norms need a floating point or complex input, got {dtype_of_value(x)}"
+        )
     dims = reduction_dims(dim, len(shape_of(x)))
     magnitude = convert(stablehlo.AbsOp(x).result, accumulation_dtype(out))
     acc = dtype_of_value(magnitude)
@@ -343,7 +354,9 @@ def _vector_norm(ctx: LoweringContext, x, ord=2, dim=None, keepdim=False, *, dty
     elif ord == 1:
         result = reduce_sum(magnitude, dims)
     elif ord == 2:
-        result = stablehlo.SqrtOp(reduce_sum(_binop(stablehlo.MulOp, magnitude, magnitude), dims)).result
+        result = stablehlo.SqrtOp(
+            reduce_sum(_binop(stablehlo.MulOp, magnitude, magnitude), dims)
+        ).result
     else:
         powered = stablehlo.PowOp(magnitude, full(ord, acc, shape)).result
         total = reduce_sum(powered, dims)
@@ -354,7 +367,12 @@ def _vector_norm(ctx: LoweringContext, x, ord=2, dim=None, keepdim=False, *, dty
 lowers(aten.linalg_vector_norm.default)(_vector_norm)
 
 
-@lowers(aten.norm.Scalar, aten.norm.ScalarOpt_dim, aten.norm.ScalarOpt_dim_dtype, aten.norm.ScalarOpt_dtype)
+@lowers(
+    aten.norm.Scalar,
+    aten.norm.ScalarOpt_dim,
+    aten.norm.ScalarOpt_dim_dtype,
+    aten.norm.ScalarOpt_dtype,
+)
 def _norm(ctx: LoweringContext, x, p=2, dim=None, keepdim=False, *, dtype=None):
     return _vector_norm(ctx, x, 2 if p is None else p, dim, keepdim, dtype=dtype)
 
@@ -378,27 +396,32 @@ def _logsumexp(ctx: LoweringContext, x, dim, keepdim=False):
 
 
 # -- softmax family --------------------------------------------------------------------------------
-def _softmax_parts(x: ir.Value, dim: int) -> tuple[ir.Value, ir.Value]:
-    """(x - max, sum(exp(x - max))) along `dim`, the sum broadcast back to x's shape."""
+def _softmax_parts(x: ir.Value, dim: int) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """(x - max, exp(x - max), sum(exp(x - max)) with keepdim shape) along `dim`."""
     shape = shape_of(x)
     dims = reduction_dims(dim, len(shape))
     shifted = stablehlo.SubtractOp(x, broadcast_to(reduce_max(x, dims, keepdim=True), shape)).result
-    total = reduce_sum(stablehlo.ExpOp(shifted).result, dims, keepdim=True)
-    return shifted, broadcast_to(total, shape)
+    exp = stablehlo.ExpOp(shifted).result
+    return shifted, exp, reduce_sum(exp, dims, keepdim=True)
+
+
+def _softmax_of(x: ir.Value, dim: int) -> ir.Value:
+    _, exp, total = _softmax_parts(x, dim)
+    return stablehlo.DivOp(exp, broadcast_to(total, shape_of(x))).result
 
 
 @lowers(aten._softmax.default)
 def _softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     out = ctx.result_dtype()
-    shifted, total = _softmax_parts(convert(x, accumulation_dtype(out)), dim)
-    return convert(stablehlo.DivOp(stablehlo.ExpOp(shifted).result, total).result, out)
+    return convert(_softmax_of(convert(x, accumulation_dtype(out)), dim), out)
 
 
 @lowers(aten._log_softmax.default)
 def _log_softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     out = ctx.result_dtype()
-    shifted, total = _softmax_parts(convert(x, accumulation_dtype(out)), dim)
-    return convert(stablehlo.SubtractOp(shifted, stablehlo.LogOp(total).result).result, out)
+    shifted, _, total = _softmax_parts(convert(x, accumulation_dtype(out)), dim)
+    log_total = broadcast_to(stablehlo.LogOp(total).result, shape_of(shifted))
+    return convert(stablehlo.SubtractOp(shifted, log_total).result, out)
 
 
 @lowers(aten._safe_softmax.default)
@@ -407,11 +430,12 @@ def _safe_softmax(ctx: LoweringContext, x, dim, dtype=None):
     out = ctx.result_dtype()
     x = convert(x, accumulation_dtype(out))
     acc, shape = dtype_of_value(x), shape_of(x)
-    shifted, total = _softmax_parts(x, dim)
-    result = stablehlo.DivOp(stablehlo.ExpOp(shifted).result, total).result
+    result = _softmax_of(x, dim)
     dims = reduction_dims(dim, len(shape))
     masked = compare(x, full(-math.inf, acc, shape), "EQ")
-    all_masked = reshape(reduce_with(stablehlo.AndOp, masked, True, dims), keepdim_shape(shape, dims))
+    all_masked = reshape(
+        reduce_with(stablehlo.AndOp, masked, True, dims), keepdim_shape(shape, dims)
+    )
     result = select(broadcast_to(all_masked, shape), full(0, acc, shape), result)
     return convert(result, out)
 
@@ -443,7 +467,9 @@ def _log_softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
 
 # -- scans ------------------------------------------------------------------------------------
 def scan(
-    values: Sequence[ir.Value], inits: Sequence[ir.Value], dim: int,
+    values: Sequence[ir.Value],
+    inits: Sequence[ir.Value],
+    dim: int,
     body: Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]],
 ) -> list[ir.Value]:
     """Inclusive prefix scan along `dim`: a reduce_window whose window covers the whole
@@ -456,7 +482,10 @@ def scan(
     padding[dim, 0] = n - 1
     result_types = [v.type for v in values]
     op = stablehlo.ReduceWindowOp(
-        result_types, list(values), list(inits), window,
+        result_types,
+        list(values),
+        list(inits),
+        window,
         padding=ir.DenseIntElementsAttr.get(padding, type=ir.IntegerType.get_signless(64)),
     )
     count = len(values)
@@ -479,8 +508,12 @@ def _cumulative(op_class, init, ctx: LoweringContext, x, dim, *, dtype=None):
     x, dim = _scan_input(ctx, convert(convert(x, out), accumulation_dtype(out)), dim)
     if shape_of(x)[dim] == 0:
         return _finish(ctx, x)
-    (result,) = scan([x], [full(init, dtype_of_value(x), [])], dim,
-                     lambda acc, new: [op_class(acc[0], new[0]).result])
+    (result,) = scan(
+        [x],
+        [full(init, dtype_of_value(x), [])],
+        dim,
+        lambda acc, new: [op_class(acc[0], new[0]).result],
+    )
     return _finish(ctx, result)
 
 
@@ -488,25 +521,34 @@ lowers(aten.cumsum.default)(partial(_cumulative, stablehlo.AddOp, 0))
 lowers(aten.cumprod.default)(partial(_cumulative, stablehlo.MulOp, 1))
 
 
+def _running(op_class, x: ir.Value, init, dim: int) -> ir.Value:
+    (result,) = scan(
+        [x], [full(init, dtype(x), [])], dim, lambda acc, new: [op_class(acc[0], new[0]).result]
+    )
+    return result
+
+
 def _cumulative_extreme(largest: bool, ctx: LoweringContext, x, dim):
-    """cummax/cummin: the running extreme and the index PyTorch reports for it: the
-    latest index among equal values, and once a NaN is seen, the latest NaN."""
+    """cummax/cummin: the running extreme (NaN propagates) and the index PyTorch reports
+    for it: the latest index among equal values, and once a NaN is seen, the latest NaN.
+    That index is the latest j <= i where x[j] is the running extreme at j (or NaN): a
+    running max of those positions. Two single-operand scans (no variadic
+    reduce_window, which not every XLA backend implements)."""
     x, dim = _scan_input(ctx, x, dim)
     if shape_of(x)[dim] == 0:
         return _finish(ctx, x, 0), _finish(ctx, convert(x, torch.int64), 1)
+    if dtype(x) is torch.bool:
+        op_class = stablehlo.OrOp if largest else stablehlo.AndOp
+    else:
+        op_class = stablehlo.MaxOp if largest else stablehlo.MinOp
+    init = min_value(dtype(x)) if largest else max_value(dtype(x))
+    values = _running(op_class, x, init, dim)
+    marked = compare(x, values, "EQ")
+    if _is_float(dtype(x)):
+        marked = stablehlo.OrOp(marked, _is_nan(x)).result
     iota = stablehlo.IotaOp(tensor_type(shape_of(x), torch.int64), dim).result
-    init_value = full(min_value(dtype(x)) if largest else max_value(dtype(x)), dtype(x), [])
-    init_index = full(-1, torch.int64, [])
-
-    def body(acc, new):
-        (va, ia), (vb, ib) = acc, new
-        # Total order: NaN first, then the better value, then the larger index.
-        pick_a = stablehlo.OrOp(
-            _better(va, vb, largest), stablehlo.AndOp(_ties(va, vb), compare(ia, ib, "GT")).result
-        ).result
-        return [select(pick_a, va, vb), select(pick_a, ia, ib)]
-
-    values, indices = scan([x, iota], [init_value, init_index], dim, body)
+    positions = select(marked, iota, full(-1, torch.int64, shape_of(x)))
+    indices = _running(stablehlo.MaxOp, positions, -1, dim)
     return _finish(ctx, values, 0), _finish(ctx, indices, 1)
 
 
@@ -528,7 +570,8 @@ def _logcumsumexp(ctx: LoweringContext, x, dim):
         hi, lo = stablehlo.MaxOp(a, b).result, stablehlo.MinOp(a, b).result
         # hi + log1p(exp(lo - hi)); equal operands (incl. both +-inf) give hi + log 2.
         general = stablehlo.AddOp(
-            hi, stablehlo.Log1pOp(stablehlo.ExpOp(stablehlo.SubtractOp(lo, hi).result).result).result
+            hi,
+            stablehlo.Log1pOp(stablehlo.ExpOp(stablehlo.SubtractOp(lo, hi).result).result).result,
         ).result
         equal = stablehlo.AddOp(hi, full(math.log(2.0), dtype(a), [])).result
         return [select(compare(a, b, "EQ"), equal, general)]
@@ -556,7 +599,8 @@ def sort_with_indices(x: ir.Value, dim: int, descending: bool) -> tuple[ir.Value
     iota = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
     op = stablehlo.SortOp([x.type, iota.type], [x, iota], dimension=dim, is_stable=True)
     scalar_region(
-        op.comparator, [dtype(x), dtype(x), torch.int64, torch.int64],
+        op.comparator,
+        [dtype(x), dtype(x), torch.int64, torch.int64],
         lambda args: [_sort_less(args[0], args[1], descending)],
     )
     return op.results[0], op.results[1]
@@ -596,3 +640,89 @@ def _topk(ctx: LoweringContext, x, k, dim=-1, largest=True, sorted=True):
     values = stablehlo.SliceOp(values, start, limit, strides).result
     indices = stablehlo.SliceOp(indices, start, limit, strides).result
     return _finish(ctx, values, 0), _finish(ctx, indices, 1)
+
+
+# -- order statistics: kthvalue, median, nanmedian ---------------------------------------------
+# The value is exact; among equal values PyTorch's CPU kernel (quickselect) may report
+# any of their indices, and we report the one a stable sort gives.
+def _order_statistic_input(ctx: LoweringContext, x, dim) -> tuple[ir.Value, int]:
+    if dtype(x).is_complex:
+        raise ctx.fail("order statistics of complex tensors are not defined")
+    if dim is None:
+        return reshape(x, [math.prod(shape_of(x))]), 0
+    return _scan_input(ctx, x, dim)
+
+
+def _pick(values: ir.Value, indices: ir.Value, position: ir.Value, dim: int):
+    """values/indices at a per-slice `position` (keepdim shape) along `dim`."""
+    shape = shape_of(values)
+    iota = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
+    hit = compare(iota, broadcast_to(position, shape), "EQ")
+    zero_v = full(0, dtype(values), shape)
+    picked_values = select(hit, values, zero_v)
+    if dtype(values) is torch.bool:
+        value = reduce_with(stablehlo.OrOp, picked_values, False, [dim])
+    else:
+        value = reduce_with(stablehlo.AddOp, picked_values, 0, [dim])
+    index = reduce_with(
+        stablehlo.AddOp, select(hit, indices, full(0, torch.int64, shape)), 0, [dim]
+    )
+    return value, index
+
+
+def _count_nan(x: ir.Value, dim: int) -> ir.Value:
+    """Number of NaNs along `dim`, int64, keepdim shape."""
+    if not _is_float(dtype(x)):
+        return full(0, torch.int64, keepdim_shape(shape_of(x), [dim]))
+    return reduce_sum(convert(_is_nan(x), torch.int64), [dim], keepdim=True)
+
+
+def _median(ignore_nan: bool, ctx: LoweringContext, x, dim=None, keepdim=False):
+    """The lower median. `median` returns NaN (and the first NaN's index) when the
+    slice holds one; `nanmedian` takes the median of the non-NaN values (NaN if none)."""
+    x, dim = _order_statistic_input(ctx, x, dim)
+    n = shape_of(x)[dim]
+    if n == 0:
+        raise ctx.fail("median of an empty dimension is not defined")
+    values, indices = sort_with_indices(x, dim, False)  # NaNs sort last, in order
+    nan_count = _count_nan(x, dim)
+    count = stablehlo.SubtractOp(full(n, torch.int64, shape_of(nan_count)), nan_count).result
+    if ignore_nan:
+        # (count - 1) // 2, and 0 (a NaN) when every value is NaN.
+        one = full(1, torch.int64, shape_of(count))
+        position = stablehlo.DivOp(
+            stablehlo.MaxOp(
+                stablehlo.SubtractOp(count, one).result, full(0, torch.int64, shape_of(count))
+            ).result,
+            full(2, torch.int64, shape_of(count)),
+        ).result
+    else:
+        # (n - 1) // 2 without NaNs; the first NaN (sorted position `count`) otherwise.
+        has_nan = compare(nan_count, full(0, torch.int64, shape_of(nan_count)), "GT")
+        position = select(has_nan, count, full((n - 1) // 2, torch.int64, shape_of(count)))
+    value, index = _pick(values, indices, position, dim)
+    if isinstance(ctx.meta(), (tuple, list)):  # the .dim overloads: (values, indices)
+        return _finish(ctx, value, 0), _finish(ctx, index, 1)
+    return _finish(ctx, value)
+
+
+lowers(aten.median.default, aten.median.dim)(partial(_median, False))
+lowers(aten.nanmedian.default, aten.nanmedian.dim)(partial(_median, True))
+
+
+@lowers(aten.kthvalue.default)
+def _kthvalue(ctx: LoweringContext, x, k, dim=-1, keepdim=False):
+    """The k-th smallest (1-based) along `dim`, NaN counting as the largest."""
+    x, dim = _order_statistic_input(ctx, x, dim)
+    n = shape_of(x)[dim]
+    if not 1 <= k <= n:
+        raise ctx.fail(f"kthvalue: k={k} is out of range for a dimension of size {n}")
+    values, indices = sort_with_indices(x, dim, False)
+    start = [0] * len(shape_of(x))
+    start[dim] = k - 1
+    limit = list(shape_of(x))
+    limit[dim] = k
+    strides = [1] * len(limit)
+    value = stablehlo.SliceOp(values, start, limit, strides).result
+    index = stablehlo.SliceOp(indices, start, limit, strides).result
+    return _finish(ctx, value, 0), _finish(ctx, index, 1)

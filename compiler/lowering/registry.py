@@ -35,7 +35,8 @@ def lowers(*ops: Any) -> Callable[[Callable], Callable]:
     registers all of its overloads)."""
 
     def register(fn: Callable) -> Callable:
-        family = fn.__module__.rsplit(".", 1)[-1]
+        # functools.partial rules report the module of the function they specialise.
+        family = getattr(fn, "func", fn).__module__.rsplit(".", 1)[-1]
         for op in ops:
             targets = (
                 [getattr(op, o) for o in op.overloads()]

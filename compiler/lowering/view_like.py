@@ -32,6 +32,7 @@ from .helpers import (
     full,
     normalize_dim,
     rank_of,
+    reduce,
     reshape,
     select,
     shape_of,
@@ -433,6 +434,46 @@ for _op in (aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.r
     lowers(_op)(lambda ctx, x, padding: _edge_pad("reflect", ctx, x, padding))
 for _op in (aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default):
     lowers(_op)(lambda ctx, x, padding: _edge_pad("replicate", ctx, x, padding))
+
+
+def _replication_pad_backward(ctx: LoweringContext, grad, x, padding):
+    """Gradient of replication padding: the centre passes through, each edge region sums
+    into the first/last input element, cropped (negative-pad) elements get zero. There
+    is no PyTorch decomposition for it, and training graphs with replicate padding hold
+    it."""
+    rank = rank_of(grad)
+    zero = full(0, dtype(grad), [])
+    for d, lo, hi in _pad_pairs(rank, padding):
+        n = shape_of(x)[d]
+        length = shape_of(grad)[d]
+        crop_lo, crop_hi = max(-lo, 0), max(-hi, 0)
+        begin = max(lo, 0)
+        centre = _slice(grad, d, begin, begin + n - crop_lo - crop_hi)
+        low, high = [0] * rank, [0] * rank
+        low[d], high[d] = crop_lo, crop_hi
+        result = _pad(centre, zero, low, high)
+        for start, stop, at in ((0, lo, 0), (length - hi, length, n - 1)):
+            if stop - start <= 0:
+                continue
+            edge = _sum_keepdim(_slice(grad, d, start, stop), d)
+            low, high = [0] * rank, [0] * rank
+            low[d], high[d] = at, n - 1 - at
+            result = stablehlo.AddOp(result, _pad(edge, zero, low, high)).result
+        grad = result
+    return grad
+
+
+def _sum_keepdim(x: ir.Value, dim: int) -> ir.Value:
+    shape = shape_of(x)
+    (total,) = reduce([x], [full(0, dtype(x), [])], [dim], lambda acc, new: [stablehlo.AddOp(acc[0], new[0]).result])
+    return reshape(total, shape[:dim] + [1] + shape[dim + 1 :])
+
+
+lowers(
+    aten.replication_pad1d_backward.default,
+    aten.replication_pad2d_backward.default,
+    aten.replication_pad3d_backward.default,
+)(_replication_pad_backward)
 
 
 # -- triangles and diagonals ----------------------------------------------------------------------

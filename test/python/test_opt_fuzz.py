@@ -226,7 +226,12 @@ def _worker() -> None:
     os.dup2(2, 1)
     requests = sys.stdin.buffer
 
+    from torch_tpu.compiler import source
     from torch_tpu.tools.opt import run
+
+    # A corrupt bytecode file can make MLIR's reader loop forever; torchtpu-opt reports
+    # that after this long (30 s by default), which must stay below the parent's TIMEOUT_S.
+    source.BYTECODE_READER_TIMEOUT_S = 5.0
 
     channel.write("ready\n")
     channel.flush()

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
+from direct_graph import check_direct
 from harness import check, execute, lower_and_run
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -18,27 +18,13 @@ B = torch.rand(3, 4) > 0.5
 S = torch.tensor(2.5)
 
 
-def check_retargeted(fn, traced_op, op, args_of, *inputs):
-    """For ops PyTorch decomposes before make_fx sees them (reshape, narrow, movedim):
-    traces `fn`, rewrites its single `traced_op` node into `op(*args_of(node))`, and
-    compares the imported graph with eager `fn`."""
-    gm = make_fx(fn, tracing_mode="fake")(*inputs)
-    nodes = [n for n in gm.graph.nodes if n.target is traced_op]
-    assert len(nodes) == 1, gm.graph
-    nodes[0].target = op
-    nodes[0].args = args_of(nodes[0])
-    gm.recompile()
-    actual = execute(import_graph(gm), list(inputs))
-    torch.testing.assert_close(pytree.tree_leaves(actual), pytree.tree_leaves(fn(*inputs)))
-
-
 # -- reshapes and permutations ---------------------------------------------------------------
 @pytest.mark.parametrize("x", [X, I, M.double(), B], ids=["f32", "i64", "f64", "bool"])
 def test_view_reshape(x):
     check(lambda t: t.view(-1), x, ops=[aten.view.default])
     check(lambda t: t.reshape(x.shape[0], -1).unsqueeze(-1), x, ops=[aten.unsqueeze.default])
     check(lambda t: aten._unsafe_view(t, [-1, 2]), x, ops=[aten._unsafe_view.default])
-    check_retargeted(lambda t: t.view(2, -1), aten.view.default, aten.reshape.default, lambda n: n.args, x)
+    check_direct(aten.reshape.default, x, [2, -1])  # CompositeImplicit: never in make_fx graphs
     check(lambda t: aten.view_copy(t, [-1]), x, ops=[aten.view_copy.default])
 
 
@@ -62,17 +48,8 @@ def test_permute_transpose():
     check(lambda t: t[0, 0].t(), M, ops=[aten.t.default])
     check(lambda t: aten.permute_copy(t, [1, 0, 2]), X, ops=[aten.permute_copy.default])
     check(lambda t: aten.transpose_copy(t, 0, 1), M, ops=[aten.transpose_copy.int])
-    def movedim(source, destination):
-        def args_of(node):
-            return (node.args[0], source, destination)
-
-        return args_of
-
-    check_retargeted(lambda t: t.movedim(0, -1), aten.permute.default, aten.movedim.int, movedim(0, -1), X)
-    check_retargeted(
-        lambda t: t.movedim([0, 1], [2, 0]), aten.permute.default, aten.movedim.intlist, movedim([0, 1], [2, 0]), X
-    )
-
+    check_direct(aten.movedim.int, X, 0, -1)
+    check_direct(aten.movedim.intlist, X, [0, 1], [2, 0])
 
 def test_expand():
     check(lambda t: t[:, :1].expand(3, 4, 5), X, ops=[aten.expand.default])
@@ -102,14 +79,23 @@ def test_indexing_views():
     check(lambda t: t[1:, ::2, -2], X, ops=[aten.slice.Tensor, aten.select.int])
     check(lambda t: t.select(-1, -1), X, ops=[aten.select.int])
     check(lambda t: aten.select_copy.int(t, 0, 2), I, ops=[aten.select_copy.int])
-    check_retargeted(lambda t: t.narrow(1, -3, 2), aten.slice.Tensor, aten.narrow.default, lambda n: (n.args[0], 1, -3, 2), X)
+    check_direct(aten.narrow.default, X, 1, -3, 2)
+
+
+def _splitter(sizes, dim):
+    return lambda t: t.split(sizes, dim)
 
 
 def test_split_unbind():
     check(lambda t: t.split(2, dim=1), X, ops=[aten.split.Tensor])
     check(lambda t: t.split([1, 3, 1], dim=-1), X, ops=[aten.split_with_sizes.default])
-    for op in (aten.split.default, aten.split.sizes):
-        check_retargeted(lambda t: t.split([2, 1]), aten.split_with_sizes.default, op, lambda n: n.args, X)
+    # check_direct cannot take list-returning ops: trace split_with_sizes, then retarget.
+    for op, sizes, dim in ((aten.split.default, [2, 1], 0), (aten.split.sizes, [1, 3, 1], -1)):
+        gm = make_fx(_splitter(sizes, dim), tracing_mode="fake")(X)
+        (node,) = [n for n in gm.graph.nodes if n.target is aten.split_with_sizes.default]
+        node.target = op
+        gm.recompile()
+        torch.testing.assert_close(list(execute(import_graph(gm), [X])), list(op(X, sizes, dim)))
     check(lambda t: t.chunk(3, 0), M, ops=[aten.split.Tensor])
     check(lambda t: t.unbind(1), X, ops=[aten.unbind.int])
     check(lambda t: tuple(aten.unsafe_split.Tensor(t, 4, 1)), M, ops=[aten.unsafe_split.Tensor])
@@ -150,6 +136,10 @@ def test_stack():
 
 
 # -- reordering --------------------------------------------------------------------------------------
+def _rotator(k):
+    return lambda t: t.rot90(k, (1, 2))
+
+
 def test_flip_roll_rot90():
     check(lambda t: t.flip(0, -1), X, ops=[aten.flip.default])
     check(lambda t: t.flip(()), I, ops=[aten.flip.default])
@@ -157,7 +147,7 @@ def test_flip_roll_rot90():
     check(lambda t: t.roll((-1, 7), (0, 2)), X, ops=[aten.roll.default])
     check(lambda t: t.roll(5), M, ops=[aten.roll.default])
     for k in (-1, 0, 1, 2, 3, 5):
-        check(lambda t: t.rot90(k, (1, 2)), X, ops=[aten.rot90.default])
+        check(_rotator(k), X, ops=[aten.rot90.default])
 
 
 def test_repeat():
@@ -193,6 +183,16 @@ def test_edge_pads(mode):
     check(lambda t: pad(t, (1, 2, 0, 3, 2, 1), mode=mode), x3, ops=[getattr(aten, f"{suffix}_pad3d").default])
     check(lambda t: getattr(aten, f"{suffix}_pad1d")(t, [-1, 2]), x1)
     check(lambda t: getattr(aten, f"{suffix}_pad2d")(t, [2, -2, -1, 1]), x2[0])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("pair", [[2, 1], [-1, 3], [0, -2]])
+def test_replication_pad_backward(n, pair):
+    x = torch.randn(*([2, 3] + [5, 4, 6][:n]))
+    padding = pair * n
+    op = getattr(aten, f"replication_pad{n}d_backward").default
+    grad = torch.randn(getattr(aten, f"replication_pad{n}d")(x, padding).shape)
+    check(lambda g, t: op(g, t, padding), grad, x, ops=[op])
 
 
 # -- triangles and diagonals -----------------------------------------------------------------------
@@ -286,3 +286,28 @@ def test_view_dtype():
     check(lambda t: t.view(torch.uint8), M.half(), ops=[aten.view.dtype])
     check(lambda t: t.view(torch.float32), torch.randn(3, 2, dtype=torch.complex64), ops=[aten.view.dtype])
     check(lambda t: t.view(torch.complex64), M, ops=[aten.view.dtype])
+
+
+def test_other_dtypes_and_empty():
+    c = torch.randn(3, 3, dtype=torch.complex64)
+    u8 = torch.randint(0, 255, (2, 3), dtype=torch.uint8)
+    check(lambda t: torch.cat([t, t[:0]]), M, ops=[aten.cat.default])
+    check(lambda t: t.tril(-1), c, ops=[aten.tril.default])
+    check(lambda t: t.diagonal(), c, ops=[aten.diagonal.default])
+    check(lambda t: t.flip(0).permute(1, 0), M.bfloat16(), ops=[aten.flip.default])
+    check(lambda t: t.repeat(2, 1).roll(1, 1), u8, ops=[aten.repeat.default, aten.roll.default])
+    check(lambda t: t.real.to(torch.float64), c, ops=[aten._to_copy.default])
+    check(lambda t: t.view(5, 0).unsqueeze(0), torch.empty(0, 5), ops=[aten.view.default])
+    check(lambda t: t[2:2].flip(0), M, ops=[aten.flip.default])
+
+
+def test_remaining_copy_variants():
+    check(lambda t: aten._reshape_alias(t, [12, 5], [5, 1]), X, ops=[aten._reshape_alias.default])
+    check(lambda t: aten.detach_copy(t), X, ops=[aten.detach_copy.default])
+    check(lambda t: aten.t_copy(t), M, ops=[aten.t_copy.default])
+    check(lambda t: aten.unfold_copy(t, 1, 2, 2), M, ops=[aten.unfold_copy.default])
+    check(lambda t: tuple(aten.split_copy.Tensor(t, 2, 1)), X, ops=[aten.split_copy.Tensor])
+    check(lambda t: tuple(aten.unsafe_split_with_sizes(t, [1, 2], 0)), X, ops=[aten.unsafe_split_with_sizes.default])
+    check(lambda t: aten.squeeze_copy(t), X[:1], ops=[aten.squeeze_copy.default])
+    check(lambda t: aten.squeeze_copy.dim(t, 0), X[:1], ops=[aten.squeeze_copy.dim])
+    check(lambda t: aten.view_copy.dtype(t, torch.int32), M, ops=[aten.view_copy.dtype])

@@ -1,0 +1,120 @@
+"""Shared helpers of the benchmarks in bench/: timing (median of per-call samples,
+interleaved rounds) and small formatting utilities. Nothing here asserts."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+__all__ = ["time_first_call", "interleaved_timings", "Timing", "calls_for_budget", "fmt_s", "fmt_ratio", "LogCounter"]
+
+
+def time_first_call(fn: Callable[[], object], sync: Callable[[object], object] = lambda r: r) -> tuple[float, object]:
+    """Seconds taken by one call of `fn` (including `sync` of its result), and the result."""
+    t0 = time.perf_counter()
+    result = sync(fn())
+    return time.perf_counter() - t0, result
+
+
+def calls_for_budget(per_call_s: float, budget_s: float, lo: int, hi: int) -> int:
+    """How many timed calls fit into `budget_s`, clamped to [lo, hi]."""
+    if per_call_s <= 0:
+        return hi
+    return max(lo, min(hi, int(budget_s / per_call_s)))
+
+
+@dataclass
+class Timing:
+    """Per-call samples of one contender: wall seconds (perf_counter) and process CPU
+    seconds (process_time: all threads of this process, so it includes XLA's and
+    PyTorch's worker threads; it is much less disturbed by other processes than wall
+    time on a loaded machine)."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.wall)
+
+    @property
+    def best(self) -> float:
+        return min(self.wall)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu)
+
+
+def interleaved_timings(
+    contenders: dict[str, tuple[Callable[[], object], Callable[[object], object]]],
+    calls: dict[str, int],
+    rounds: int,
+    warmup: int = 2,
+) -> dict[str, Timing]:
+    """Per-call timings of each contender. Each contender is (fn, sync); `sync` blocks on
+    the result (e.g. `.block_until_ready()`). The `calls[name]` timed calls of every
+    contender are spread over `rounds` interleaved rounds (round r runs a short block of
+    calls of each contender in turn), so that machine noise (other processes, clock
+    changes) hits all contenders alike; every call is timed on its own."""
+    samples: dict[str, Timing] = {name: Timing() for name in contenders}
+    for name, (fn, sync) in contenders.items():
+        for _ in range(warmup):
+            sync(fn())
+    for r in range(rounds):
+        for name, (fn, sync) in contenders.items():
+            total = calls[name]
+            n = total // rounds + (1 if r < total % rounds else 0)
+            t = samples[name]
+            for _ in range(n):
+                c0 = time.process_time()
+                t0 = time.perf_counter()
+                sync(fn())
+                t1 = time.perf_counter()
+                t.cpu.append(time.process_time() - c0)
+                t.wall.append(t1 - t0)
+    return {name: t for name, t in samples.items() if t.wall}
+
+
+def fmt_s(seconds: float | None) -> str:
+    """Human-readable duration: µs / ms / s."""
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def fmt_ratio(num: float | None, den: float | None) -> str:
+    if num is None or den is None or den <= 0:
+        return "-"
+    return f"{num / den:.2f}x"
+
+
+class LogCounter(logging.Handler):
+    """Counts the records of a logger whose message contains `needle` (and keeps them)."""
+
+    def __init__(self, needle: str) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.needle = needle
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record must not break a benchmark
+            return
+        if self.needle in message:
+            self.messages.append(message)
+
+    @property
+    def count(self) -> int:
+        return len(self.messages)
+
+    def clear(self) -> None:
+        self.messages.clear()

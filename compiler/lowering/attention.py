@@ -1,0 +1,181 @@
+"""Scaled dot-product attention.
+
+On CPU, `F.scaled_dot_product_attention` reaches the graph as
+`_scaled_dot_product_flash_attention_for_cpu` (make_fx and aot_autograd alike; a bool
+mask is first turned into an additive float mask by `where`), and its backward as
+`_scaled_dot_product_flash_attention_for_cpu_backward`. Both are lowered whole, as
+softmax(Q K^T * scale + mask) V with dot_general, returning the logsumexp the schema
+has. Grouped-query attention (fewer K/V heads than Q heads) is handled by grouping the
+query heads over the K/V heads inside dot_general, without repeating K and V.
+
+Numerics follow the CPU flash kernel: scores, softmax and the output accumulate in f32
+for f16/bf16 inputs (the probabilities are rounded to the input type before the P V
+product, as the kernel does), the causal mask is top-left aligned (query i sees keys
+j <= i), and a fully masked row yields 0 with logsumexp 0 instead of NaN.
+`_scaled_dot_product_efficient_attention` (what a CUDA trace holds) shares the forward.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..context import ir, stablehlo
+from ..dtypes import tensor_type
+from .helpers import compare, convert, dtype, full, reduce, reshape, select, shape_of
+from .linear import dot_general
+from .registry import LoweringContext, lowers
+
+aten = torch.ops.aten
+
+_REDUCED = (torch.float16, torch.bfloat16)
+
+
+def _acc(dt: torch.dtype) -> torch.dtype:
+    return torch.float32 if dt in _REDUCED else dt
+
+
+def _bcast(value: ir.Value, shape, dims) -> ir.Value:
+    return stablehlo.BroadcastInDimOp(tensor_type(shape, dtype(value)), value, list(dims)).result
+
+
+def _row_reduce(x: ir.Value, op_class, init) -> ir.Value:
+    dt = dtype(x)
+    (out,) = reduce([x], [full(init, dt, [])], [len(shape_of(x)) - 1], lambda a, b: [op_class(a[0], b[0]).result])
+    return out
+
+
+class _Heads:
+    """Shapes of one attention call: q (B, Hq, L, E), k (B, Hk, S, E), v (B, Hk, S, Ev),
+    with Hq = Hk * G."""
+
+    def __init__(self, ctx: LoweringContext, q, k, v):
+        for name, t in (("query", q), ("key", k), ("value", v)):
+            if len(shape_of(t)) != 4:
+                raise ctx.fail(f"attention expects 4-d (batch, heads, seq, dim) {name}, got {shape_of(t)}")
+        self.b, self.hq, self.l, self.e = shape_of(q)
+        _, self.hk, self.s, _ = shape_of(k)
+        self.ev = shape_of(v)[3]
+        if self.hk == 0 or self.hq % self.hk:
+            raise ctx.fail(f"query heads ({self.hq}) must be a multiple of key/value heads ({self.hk})")
+        self.g = self.hq // self.hk
+
+    def grouped(self, x: ir.Value) -> ir.Value:
+        """(B, Hq, L, X) -> (B, Hk, G, L, X)."""
+        s = shape_of(x)
+        return reshape(x, [self.b, self.hk, self.g, s[2], s[3]])
+
+    def flat(self, x: ir.Value) -> ir.Value:
+        """(B, Hk, G, L, X) -> (B, Hq, L, X)."""
+        s = shape_of(x)
+        return reshape(x, [self.b, self.hq, s[3], s[4]])
+
+
+def _scale_value(scale, e: int) -> float:
+    return float(scale) if scale is not None else 1.0 / math.sqrt(e)
+
+
+def _scores(ctx, heads: _Heads, q, k, attn_mask, is_causal, scale) -> ir.Value:
+    """scale * Q K^T + mask, with causal/bool masking as -inf: (B, Hk, G, L, S) in the
+    accumulation type."""
+    acc = _acc(dtype(q))
+    s = dot_general(heads.grouped(q), k, ([4], [3]), ([0, 1], [0, 1]), out_dtype=acc)
+    shape = shape_of(s)
+    s = stablehlo.MulOp(s, full(_scale_value(scale, heads.e), acc, shape)).result
+    ninf = full(float("-inf"), acc, shape)
+    if attn_mask is not None:
+        m = attn_mask
+        ms = shape_of(m)
+        # Broadcast the mask (any prefix of (B, Hq, L, S)) to (B, Hq, L, S), then group.
+        full_shape = [heads.b, heads.hq, heads.l, heads.s]
+        m = _bcast(m, full_shape, range(4 - len(ms), 4))
+        m = heads.grouped(m)
+        if dtype(m) is torch.bool:
+            s = select(m, s, ninf)
+        else:
+            s = stablehlo.AddOp(s, convert(m, acc)).result
+    if is_causal:
+        rows = stablehlo.IotaOp(tensor_type(shape, torch.int64), 3).result
+        cols = stablehlo.IotaOp(tensor_type(shape, torch.int64), 4).result
+        s = select(compare(cols, rows, "LE"), s, ninf)
+    return s
+
+
+def _forward(ctx, q, k, v, attn_mask, is_causal, scale):
+    """Returns (output (B, Hq, L, Ev) in q's dtype, logsumexp (B, Hq, L) in the
+    accumulation type)."""
+    heads = _Heads(ctx, q, k, v)
+    dt = dtype(q)
+    acc = _acc(dt)
+    s = _scores(ctx, heads, q, k, attn_mask, is_causal, scale)
+    shape = shape_of(s)
+    row = shape[:4]
+    m = _row_reduce(s, stablehlo.MaxOp, float("-inf"))
+    # A fully masked row: max -inf -> 0 and sum 0 -> 1, so the row is 0 and lse is 0.
+    m = select(compare(m, full(float("-inf"), acc, row), "EQ"), full(0, acc, row), m)
+    p = stablehlo.ExpOp(stablehlo.SubtractOp(s, _bcast(m, shape, range(4))).result).result
+    total = _row_reduce(p, stablehlo.AddOp, 0)
+    total = select(compare(total, full(0, acc, row), "EQ"), full(1, acc, row), total)
+    pv = convert(p, dt) if dt in _REDUCED else p
+    o = dot_general(pv, v, ([4], [2]), ([0, 1], [0, 1]), out_dtype=acc)  # (B, Hk, G, L, Ev)
+    inv = stablehlo.DivOp(full(1, acc, row), total).result
+    o = stablehlo.MulOp(o, _bcast(inv, shape_of(o), range(4))).result
+    lse = stablehlo.AddOp(m, stablehlo.LogOp(total).result).result
+    return convert(heads.flat(o), dt), reshape(lse, [heads.b, heads.hq, heads.l])
+
+
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _flash_attention_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    if dropout_p:
+        raise ctx.fail("attention dropout is not supported (the CPU flash kernel rejects dropout_p > 0 too)")
+    out, lse = _forward(ctx, query, key, value, attn_mask, is_causal, scale)
+    return out, convert(lse, ctx.result_dtype(1))
+
+
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _flash_attention_cpu_backward(ctx, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *,
+                                  attn_mask=None, scale=None):
+    if dropout_p:
+        raise ctx.fail("attention dropout is not supported (the CPU flash kernel rejects dropout_p > 0 too)")
+    heads = _Heads(ctx, query, key, value)
+    dt = dtype(query)
+    acc = _acc(dt)
+    s = _scores(ctx, heads, query, key, attn_mask, is_causal, scale)
+    shape = shape_of(s)
+    lse = reshape(convert(logsumexp, acc), [heads.b, heads.hk, heads.g, heads.l])
+    p = stablehlo.ExpOp(stablehlo.SubtractOp(s, _bcast(lse, shape, range(4))).result).result
+    do = heads.grouped(convert(grad_out, acc))  # (B, Hk, G, L, Ev)
+    o = heads.grouped(convert(out, acc))
+    vf, kf, qf = convert(value, acc), convert(key, acc), heads.grouped(convert(query, acc))
+    # dV = P^T dO, summed over the query heads of each group.
+    grad_v = dot_general(p, do, ([2, 3], [2, 3]), ([0, 1], [0, 1]))  # (B, Hk, S, Ev)
+    dp = dot_general(do, vf, ([4], [3]), ([0, 1], [0, 1]))  # (B, Hk, G, L, S)
+    d = _row_reduce(stablehlo.MulOp(do, o).result, stablehlo.AddOp, 0)  # (B, Hk, G, L)
+    ds = stablehlo.MulOp(p, stablehlo.SubtractOp(dp, _bcast(d, shape, range(4))).result).result
+    sc = _scale_value(scale, heads.e)
+    grad_q = dot_general(ds, kf, ([4], [2]), ([0, 1], [0, 1]))  # (B, Hk, G, L, E)
+    grad_q = stablehlo.MulOp(grad_q, full(sc, acc, shape_of(grad_q))).result
+    grad_k = dot_general(ds, qf, ([2, 3], [2, 3]), ([0, 1], [0, 1]))  # (B, Hk, S, E)
+    grad_k = stablehlo.MulOp(grad_k, full(sc, acc, shape_of(grad_k))).result
+    return convert(heads.flat(grad_q), dt), convert(grad_k, dt), convert(grad_v, dtype(value))
+
+
+@lowers(aten._scaled_dot_product_efficient_attention.default)
+def _efficient_attention(ctx, query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *,
+                         scale=None):
+    if dropout_p:
+        raise ctx.fail("attention dropout is not supported")
+    out, lse = _forward(ctx, query, key, value, attn_bias, is_causal, scale)
+    lse_shape = ctx.result_shape(1)
+    lse_dtype = ctx.result_dtype(1)
+    lse = convert(lse, lse_dtype)
+    pad = lse_shape[2] - shape_of(lse)[2]
+    if lse_shape[2] == 0:
+        lse = full(0, lse_dtype, lse_shape)
+    elif pad:
+        # The kernel pads logsumexp to a multiple of 32 rows; the padding is never read.
+        lse = stablehlo.PadOp(lse, full(float("inf"), lse_dtype, []), [0, 0, 0], [0, 0, pad], [0, 0, 0]).result
+    seed = full(0, ctx.result_dtype(2), ctx.result_shape(2))
+    offset = full(0, ctx.result_dtype(3), ctx.result_shape(3))
+    return out, lse, seed, offset

@@ -1,0 +1,49 @@
+"""Size queries (`sym_size`, `sym_stride`, `sym_numel`, `sym_storage_offset`).
+
+Shapes are static for now (bounded dynamism is future work), so these fold to the
+Python integers PyTorch recorded in the argument's metadata; rules that take sizes
+receive them as plain ints.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .registry import LoweringContext, lowers
+
+aten = torch.ops.aten
+
+
+def _static(ctx: LoweringContext, value) -> int:
+    if isinstance(value, torch.SymInt):
+        hint = value.node.maybe_as_int() if hasattr(value.node, "maybe_as_int") else None
+        if hint is None:
+            raise ctx.fail("symbolic (dynamic) sizes are not supported yet; compile with dynamic=False")
+        return int(hint)
+    return int(value)
+
+
+@lowers(aten.sym_size.int)
+def _sym_size(ctx, x, dim):
+    meta = ctx.arg_meta(0)
+    return _static(ctx, meta.shape[dim])
+
+
+@lowers(aten.sym_numel.default)
+def _sym_numel(ctx, x):
+    meta = ctx.arg_meta(0)
+    return math.prod(_static(ctx, s) for s in meta.shape)
+
+
+@lowers(aten.sym_stride.int)
+def _sym_stride(ctx, x, dim):
+    meta = ctx.arg_meta(0)
+    return _static(ctx, meta.stride()[dim])
+
+
+@lowers(aten.sym_storage_offset.default)
+def _sym_storage_offset(ctx, x):
+    meta = ctx.arg_meta(0)
+    return _static(ctx, meta.storage_offset())

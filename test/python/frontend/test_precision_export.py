@@ -1,0 +1,77 @@
+"""Precision follows PyTorch's API; export produces loadable StableHLO."""
+
+import logging
+
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu._compile import pipeline_for
+from torch_tpu._precision import current_mode
+
+
+def test_precision_context_is_scoped_and_thread_local():
+    base = torch.get_float32_matmul_precision()
+    with torch_tpu.precision("medium"):
+        assert current_mode() == "medium"
+        with torch_tpu.precision("highest"):
+            assert current_mode() == "highest"
+        assert current_mode() == "medium"
+    assert current_mode() == base
+    with pytest.raises(ValueError, match="mode must be one of"):
+        with torch_tpu.precision("ultra"):
+            pass
+
+
+def test_precision_reaches_the_module():
+    m = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    with torch_tpu.precision("high"):
+        exported = torch_tpu.export(m, (x,))
+    assert "precision = [HIGH, HIGH]" in exported.text
+    with torch_tpu.precision("medium"):
+        assert "precision = [DEFAULT, DEFAULT]" in torch_tpu.export(m, (x,)).text
+
+
+def test_set_float32_matmul_precision_is_honoured():
+    old = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert current_mode() == "high"
+        assert "mode=high" in pipeline_for(current_mode())
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
+def test_high_precision_warns_once(caplog):
+    from torch_tpu import _precision
+
+    _precision._warned.discard("highest")
+    with caplog.at_level(logging.WARNING, logger="torch_tpu"):
+        with torch_tpu.precision("highest"):
+            pass
+        with torch_tpu.precision("highest"):
+            pass
+    warnings = [r for r in caplog.records if "6x" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_export_text_bytecode_and_portable_artifact_run():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)).eval()
+    x = torch.randn(3, 6)
+    exported = torch_tpu.export(model, (x,))
+    assert "func.func public @main" in exported.text or "func.func @main" in exported.text
+    assert exported.bytecode.startswith(b"ML\xefR")
+    torch.testing.assert_close(exported(x), model(x), rtol=1e-5, atol=1e-5)
+
+    # The portable artifact loads back (as another StableHLO consumer would) and runs.
+    from torch_tpu.compiler.context import make_context, stablehlo
+    from torch_tpu.runtime import get_client
+
+    artifact = exported.portable_artifact()
+    context = make_context()
+    module = stablehlo.deserialize_portable_artifact(context, artifact)
+    executable = get_client().compile(module)
+    (out,) = executable(*exported.state, x)
+    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)

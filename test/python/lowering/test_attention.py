@@ -1,0 +1,117 @@
+"""Scaled dot-product attention lowerings against eager (CPU flash kernel)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from harness import check, lower_and_run
+
+aten = torch.ops.aten
+torch.manual_seed(0)
+FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
+FLASH_BW = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+def _qkv(b=2, hq=4, hk=4, L=5, S=7, E=8, dtype=torch.float32):
+    return (torch.randn(b, hq, L, E, dtype=dtype), torch.randn(b, hk, S, E, dtype=dtype),
+            torch.randn(b, hk, S, E, dtype=dtype))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [dict(), dict(L=7, S=3), dict(L=1, S=1), dict(hk=2), dict(hk=1, L=6, S=6)],
+                         ids=["basic", "L>S", "single", "gqa2", "mqa"])
+def test_flash_attention_cpu(shape, causal):
+    q, k, v = _qkv(**shape)
+    check(lambda q, k, v: FLASH(q, k, v, is_causal=causal), q, k, v, rtol=1e-5, atol=1e-5, ops=[FLASH])
+
+
+def test_flash_attention_cpu_masks_and_scale():
+    q, k, v = _qkv()
+    mask = torch.randn(5, 7)
+    mask[0] = float("-inf")  # a fully masked row: output 0, logsumexp 0
+    mask[2, 3] = float("-inf")
+    check(lambda q, k, v, m: FLASH(q, k, v, attn_mask=m, scale=0.3), q, k, v, mask, rtol=1e-5, atol=1e-5, ops=[FLASH])
+    check(lambda q, k, v, m: FLASH(q, k, v, 0.0, True, attn_mask=m), q, k, v, torch.randn(2, 1, 5, 7),
+          rtol=1e-5, atol=1e-5, ops=[FLASH])
+
+
+def test_sdpa_functional():
+    q, k, v = _qkv()
+    bool_mask = torch.rand(5, 7) > 0.3
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v, rtol=1e-5, atol=1e-5, ops=[FLASH])
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5), q, k, v,
+          rtol=1e-5, atol=1e-5, ops=[FLASH])
+    # A bool mask becomes an additive float mask (where) before the op.
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, bool_mask,
+          rtol=1e-5, atol=1e-5, ops=[FLASH])
+    q, k, v = _qkv(hk=2)
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), q, k, v,
+          rtol=1e-5, atol=1e-5, ops=[FLASH])
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-7), (torch.float16, 2e-3), (torch.bfloat16, 2e-2)])
+def test_flash_attention_cpu_dtypes(dtype, tol):
+    q, k, v = _qkv(dtype=dtype)
+    check(lambda q, k, v: FLASH(q, k, v, is_causal=True), q, k, v, rtol=tol, atol=tol, ops=[FLASH])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [dict(), dict(L=7, S=3), dict(hk=2), dict(hk=1)], ids=["basic", "L>S", "gqa2", "mqa"])
+def test_flash_attention_cpu_backward(shape, causal):
+    q, k, v = _qkv(**shape)
+    mask = torch.randn(5 if "L" not in shape else shape["L"], 7 if "S" not in shape else shape["S"])
+    mask[0, :] = float("-inf")
+    out, lse = FLASH(q, k, v, is_causal=causal, attn_mask=mask)
+    g = torch.randn(out.shape)
+
+    def fn(g, q, k, v, out, lse, mask):
+        return FLASH_BW(g, q, k, v, out, lse, 0.0, causal, attn_mask=mask)
+
+    check(fn, g, q, k, v, out, lse, mask, rtol=1e-4, atol=1e-4, ops=[FLASH_BW])
+
+
+def test_flash_attention_cpu_backward_half():
+    q, k, v = _qkv(dtype=torch.bfloat16)
+    out, lse = FLASH(q, k, v)
+    g = torch.randn(out.shape, dtype=torch.bfloat16)
+    check(lambda g, q, k, v, out, lse: FLASH_BW(g, q, k, v, out, lse, 0.0, False), g, q, k, v, out, lse,
+          rtol=3e-2, atol=3e-2, ops=[FLASH_BW])
+
+
+def test_sdpa_training_graph_matches_autograd():
+    # aot_autograd's backward graph for SDPA holds the flash backward op.
+    from torch._functorch.aot_autograd import aot_function
+    from functorch.compile import make_boxed_func
+
+    graphs = []
+
+    def compiler(gm, _):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    q, k, v = (t.requires_grad_() for t in _qkv(hk=2))
+    fn = aot_function(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                      fw_compiler=compiler, bw_compiler=compiler)
+    fn(q, k, v).sum().backward()
+    targets = {n.target for gm in graphs for n in gm.graph.nodes}
+    assert FLASH_BW in targets
+
+
+def test_efficient_attention():
+    # No CPU kernel: compare with the flash lowering's eager result.
+    q, k, v = _qkv(L=40, S=9)
+    bias = torch.randn(2, 4, 40, 9)
+    outs, _, _ = lower_and_run(
+        lambda q, k, v, b: aten._scaled_dot_product_efficient_attention(q, k, v, b, True, 0.0, True, scale=0.2),
+        q, k, v, bias)
+    ref, lse = FLASH(q, k, v, is_causal=True, attn_mask=bias, scale=0.2)
+    torch.testing.assert_close(outs[0], ref, rtol=1e-5, atol=1e-5)
+    assert outs[1].shape == (2, 4, 64)
+    torch.testing.assert_close(outs[1][..., :40], lse, rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_fails_clearly():
+    from torch_tpu.compiler.lowering import LoweringError
+
+    q, k, v = _qkv()
+    with pytest.raises(LoweringError, match="dropout"):
+        lower_and_run(lambda q, k, v: FLASH_BW(q, q, k, v, q, q[..., 0], 0.5, False), q, k, v)
