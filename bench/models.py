@@ -11,15 +11,26 @@ Models (random weights built from configs, inference under torch.no_grad, float3
   resnet  conv-bn-relu stem (stride 2), 3 stages x 2 basic blocks (32/64/128 channels,
           stride-2 downsampling), global average pool, fc; input 8x3x64x64; BN in eval mode
 
-Reported per model: steady-state time per call (median of individually timed calls,
-interleaved rounds, after warm-up; JAX results blocked on with block_until_ready),
-first-call latency (torch._dynamo.reset() before ours and inductor; a fresh jax.jit),
-ours/JAX and ours/eager, the split of our first call into Dynamo+AOT (the rest),
-conversion (FX -> StableHLO), passes and XLA compile, max |difference| of every
-contender against eager, and the fallbacks to eager that torch_tpu logged.
+Reported per model: steady-state time per call (median of individually timed calls with
+time.perf_counter, after warm-up, the contenders interleaved in short blocks so that load
+from other processes hits all of them alike; JAX results blocked on with
+block_until_ready), with the best call and the process CPU time per call beside it (both
+less disturbed by a loaded machine than the median); first-call latency
+(torch._dynamo.reset() before ours and inductor; a fresh jax.jit); ours/JAX and
+ours/eager; the split of our first call into Dynamo+AOT (the rest), conversion (FX ->
+StableHLO, phase "convert"), "passes" and "xla_compile" (torch_tpu._timing); the JAX first
+call split into trace+lower and XLA compile; max |difference| of every contender against
+eager; the fallbacks to eager that torch_tpu logged ("... runs in PyTorch eager") and the
+Dynamo graph breaks. "ours program" is a diagnostic: our compiled XLA program alone, run
+on DeviceBuffers (no Dynamo, no argument conversion), so that ours vs JAX splits into code
+generation (program/JAX) and per-call dispatch overhead (ours - program).
 
 Goals shown next to the figures (never asserted): steady state <= 1.10x JAX;
 conversion + passes <= 15% of the first call.
+
+Compile caches: torch_tpu's L2 cache is off (TORCH_TPU_CACHE_L2=0 unless set), so our
+first call is a real compile. Inductor keeps its usual on-disk caches unless
+--inductor-cold (a cache hit is marked); a cold inductor compile takes minutes here.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 from .context import ir, passmanager
 from .diagnostics import DiagnosticEngine
 from .passes import PASS_REGISTRY, Pass, PassOptionError
+from .passes.base import matching_brace
 
 # Upstream passes that only run nested on functions (JAXLIB_NOTES.md). Named at module
 # level, in either syntax, they are nested under func.func for the user.
@@ -102,13 +103,8 @@ class _Parser:
             raise self.error(f"expected a pass or operation name, found '{self.peek() or 'end of pipeline'}'")
         element = Element(name, column=start + 1)
         if self.peek() == "{":
-            depth, j = 0, self.pos
-            while j < len(self.text):
-                depth += {"{": 1, "}": -1}.get(self.text[j], 0)
-                if depth == 0:
-                    break
-                j += 1
-            if depth != 0:
+            j = matching_brace(self.text, self.pos)
+            if j < 0:
                 raise self.error(f"unbalanced '{{' in the options of '{name}'")
             element.options = self.text[self.pos + 1 : j]
             self.pos = j + 1

@@ -1,4 +1,4 @@
-"""Reading `.mlir` text and MLIR bytecode into a module, the way `mlir-opt` does:
+r"""Reading `.mlir` text and MLIR bytecode into a module, the way `mlir-opt` does:
 an implicit `builtin.module` around top-level ops that are not one module, located
 diagnostics instead of exceptions, and no crash on garbage.
 
@@ -205,13 +205,18 @@ def probe_bytecode_reader(data: bytes, timeout_s: float | None = None) -> str | 
     import os
     import signal
     import time
+    import warnings
 
     if not hasattr(os, "fork"):
         return None
     if timeout_s is None:
         # Generous: the reader does ~100 MB/s.
         timeout_s = BYTECODE_READER_TIMEOUT_S + len(data) / 10e6
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # jax (when imported) warns on every fork; the child touches nothing of jax's.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: threads
+        pid = os.fork()
     if pid == 0:  # child: parse, never return into the caller's code
         code = 3
         try:

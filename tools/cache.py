@@ -16,9 +16,16 @@ import argparse
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 PROG = "torchtpu-cache"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one-line errors with exit status 1, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see --help)")
 
 
 class UsageError(Exception):
@@ -30,7 +37,7 @@ def _arg_parser() -> argparse.ArgumentParser:
     common.add_argument("--dir", default=None, help="L2 cache directory (default: TORCH_TPU_CACHE_DIR or ~/.cache/torch_tpu/executables)")
     common.add_argument("--url", default=None, help="L3 cache URL (default: TORCH_TPU_CACHE_URL)")
     common.add_argument("--tier", choices=("l2", "l3", "all"), default="all", help="which tier to act on (default all)")
-    p = argparse.ArgumentParser(prog=PROG, description="Inspect and maintain torch_tpu's L2/L3 compile caches.", allow_abbrev=False)
+    p = _Parser(prog=PROG, description="Inspect and maintain torch_tpu's L2/L3 compile caches.", allow_abbrev=False)
     sub = p.add_subparsers(dest="command", required=True, metavar="{stats,list,verify,clear}")
     sub.add_parser("stats", parents=[common], help="entries and total size per tier")
     sub.add_parser("list", parents=[common], help="one line per entry: tier, key, size, age, platform, name")

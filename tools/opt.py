@@ -102,7 +102,8 @@ def _list_passes(out: TextIO) -> None:
 
 
 def _write_outputs(out, outputs: list[str | bytes], binary: bool) -> None:
-    """Writes the chunks' outputs; bytecode goes to the binary side of a text stream."""
+    """Writes the chunks' outputs: text to text or binary streams (as UTF-8), bytecode to
+    binary streams or the binary side of a text stream."""
     if binary:
         if isinstance(out, io.TextIOBase):
             if not hasattr(out, "buffer"):
@@ -112,7 +113,8 @@ def _write_outputs(out, outputs: list[str | bytes], binary: bool) -> None:
         for piece in outputs:
             out.write(piece)
     else:
-        out.write("// -----\n".join(outputs))
+        text = "// -----\n".join(outputs)
+        out.write(text if isinstance(out, io.TextIOBase) else text.encode("utf-8"))
     out.flush()
 
 

@@ -20,10 +20,18 @@ import os
 import re
 import sys
 import time
+from typing import NoReturn
 
 import numpy as np
 
 PROG = "torchtpu-run"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one-line errors with exit status 1, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see --help)")
 
 
 class UsageError(Exception):
@@ -40,7 +48,7 @@ class _InputAction(argparse.Action):
 
 
 def _arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=PROG,
         description="Compile a StableHLO module (text or bytecode) through the torch_tpu compile "
         "cache and run it on a PjRT device.",

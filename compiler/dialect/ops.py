@@ -23,10 +23,12 @@ def _same_tensor_type(ref_type: ir.Type, value_type: ir.Type, what: str) -> None
 
 
 def _verify_load(op: ir.Operation, attrs: dict) -> None:
+    """the result type is the referenced tensor type"""
     _same_tensor_type(op.operands[0].type, op.results[0].type, "result")
 
 
 def _verify_store(op: ir.Operation, attrs: dict) -> None:
+    """the stored value's type is the referenced tensor type"""
     _same_tensor_type(op.operands[0].type, op.operands[1].type, "stored value")
 
 

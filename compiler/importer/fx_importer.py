@@ -22,6 +22,7 @@ _PYTHON_OPERATORS = {
     operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
     operator.mod, operator.pow, operator.neg, operator.eq, operator.ne, operator.lt,
     operator.le, operator.gt, operator.ge, operator.and_, operator.or_, operator.not_,
+    torch.sym_ite, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_float, torch.sym_int,
 }
 
 
@@ -133,9 +134,11 @@ class FxImporter:
                     if node.op == "placeholder":
                         continue
                     if node.op == "output":
-                        leaves, tree = pytree.tree_flatten(node.args[0])
-                        for leaf in leaves:
-                            value = self.env[leaf] if isinstance(leaf, torch.fx.Node) else leaf
+                        # Map nodes to their values first, so a multi-result node
+                        # returned without getitem flattens into its results.
+                        structure = torch.fx.node.map_arg(node.args[0], lambda n: self.env[n])
+                        leaves, tree = pytree.tree_flatten(structure)
+                        for value in leaves:
                             if isinstance(value, ir.Value):
                                 outputs.append(OutputSpec("tensor", len(results)))
                                 results.append(value)

@@ -18,15 +18,15 @@ convolution algebra (as JAX's conv transpose rules do):
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
-from .helpers import convert, dtype, full, rank_of as rank, reduce, reshape, shape_of, transpose
-from .linear import precision_config
+from .helpers import convert, dtype, full, reduce, reshape, shape_of, transpose
+from .helpers import rank_of as rank
 from .registry import LoweringContext, lowers
 
 aten = torch.ops.aten
@@ -70,7 +70,7 @@ def conv_general(
         spatial.append(max(0, (size - window) // strides[d] + 1) if size >= window else 0)
     sizes = {"b": ls[lhs_spec.index("b")] // batch_groups, "f": rs[rhs_spec.index("o")]}
     out_shape = [sizes[c] if c in sizes else spatial[int(c)] for c in out_spec]
-    fmt = lambda spec: "[" + ", ".join(spec) + "]"  # noqa: E731
+    fmt = lambda spec: "[" + ", ".join(spec) + "]"
     attr = ir.Attribute.parse(f"#stablehlo.conv<{fmt(lhs_spec)}x{fmt(rhs_spec)}->{fmt(out_spec)}>")
     out_dtype = out_dtype or dtype(lhs)
     return stablehlo.ConvolutionOp(
@@ -84,7 +84,6 @@ def conv_general(
         padding=np.array(padding, dtype=np.int64).reshape(n, 2),
         lhs_dilation=lhs_dilation,
         rhs_dilation=rhs_dilation,
-        precision_config=precision_config(dtype(lhs)),
     ).result
 
 
@@ -209,3 +208,11 @@ def _convolution_backward(ctx: LoweringContext, grad_output, x, weight, bias_siz
         grad_bias = convert(grad_bias, ctx.result_dtype(2))
     return grad_input, grad_weight, grad_bias
 
+
+
+@lowers(aten.conv_tbc.default)
+def _conv_tbc(ctx: LoweringContext, x, weight, bias, pad=0):
+    """Time-batch-channel 1-d convolution: x (T, B, Cin), weight (K, Cin, Cout)."""
+    y = conv_general(x, weight, ("0bf", "0io", "0bf"), strides=[1], padding=[(pad, pad)])
+    b = stablehlo.BroadcastInDimOp(tensor_type(shape_of(y), dtype(y)), convert(bias, dtype(y)), [2]).result
+    return stablehlo.AddOp(y, b).result

@@ -12,13 +12,23 @@ top of that.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
-from .helpers import convert, dtype, full, normalize_dim, rank_of, select, shape_of, transpose, compare
+from .helpers import (
+    compare,
+    convert,
+    dtype,
+    full,
+    normalize_dim,
+    rank_of,
+    select,
+    shape_of,
+    transpose,
+)
 from .registry import LoweringContext, lowers
 
 aten = torch.ops.aten
@@ -77,6 +87,11 @@ def _norm_factor(normalization: int, n: int) -> float:
 
 
 def _dims(ctx: LoweringContext, x: ir.Value, dim) -> list[int]:
+    """The transformed dims (in the given order); fails for complex32 (half) FFTs,
+    which StableHLO has no element type for."""
+    complex_dtype = ctx.result_dtype() if ctx.result_dtype().is_complex else dtype(x)
+    if complex_dtype.is_complex and complex_dtype not in _REAL_OF:
+        raise ctx.fail(f"FFTs of {complex_dtype} are not supported (only complex64 and complex128)")
     rank = rank_of(x)
     return [normalize_dim(int(d), rank) for d in dim]
 

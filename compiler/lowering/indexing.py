@@ -12,15 +12,14 @@ gather with natively; out-of-range indices are undefined behaviour in this lower
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
 from ..context import ir, stablehlo
 from .helpers import (
     broadcast_shapes,
-    reduce,
     broadcast_to,
     compare,
     convert,
@@ -29,6 +28,7 @@ from .helpers import (
     max_value,
     min_value,
     rank_of,
+    reduce,
     reshape,
     scalar_region,
     select,
@@ -758,6 +758,68 @@ def _bucketize(ctx, self, boundaries, *, out_int32=False, right=False):
     if not isinstance(self, ir.Value):
         self = full(self, dtype(boundaries), [])
     return _searchsorted(ctx, boundaries, self, out_int32=out_int32, right=right)
+
+
+# -- isin / histc ------------------------------------------------------------------------------------------------
+@lowers(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
+def _isin(ctx, elements, test_elements, *, assume_unique=False, invert=False):
+    """Every element against every test element (an [E, T] compare and an any-reduce)."""
+    from .helpers import promote_dtypes
+
+    out_shape = ctx.result_shape()
+    common = promote_dtypes(elements, test_elements)
+    elements = convert(elements, common) if isinstance(elements, ir.Value) else full(elements, common, [])
+    tests = convert(test_elements, common) if isinstance(test_elements, ir.Value) else full(test_elements, common, [])
+    e = math.prod(shape_of(elements))
+    t = math.prod(shape_of(tests))
+    if e == 0 or t == 0:
+        return full(invert, torch.bool, out_shape)
+    from ..dtypes import tensor_type
+
+    grid = tensor_type([e, t], common)
+    lhs = stablehlo.BroadcastInDimOp(grid, reshape(elements, [e]), [0]).result
+    rhs = stablehlo.BroadcastInDimOp(grid, reshape(tests, [t]), [1]).result
+    equal = compare(lhs, rhs, "EQ")
+    (found,) = reduce([equal], [full(False, torch.bool, [])], [1], lambda acc, new: [stablehlo.OrOp(acc[0], new[0]).result])
+    if invert:
+        found = stablehlo.NotOp(found).result
+    return reshape(found, out_shape)
+
+
+@lowers(aten.histc.default)
+def _histc(ctx, self, bins=100, min=0, max=0):
+    """ATen's histc: bin = (x - lo) * bins / (hi - lo) truncated, x == hi in the last bin,
+    values outside [lo, hi] (and NaN) not counted; min == max takes the data's range
+    (widened by 1 on each side if that is a single value)."""
+    out_dtype = ctx.result_dtype()
+    dt = dtype(self)
+    n = math.prod(shape_of(self))
+    if n == 0 or bins == 0:
+        return full(0, out_dtype, [bins])
+    x = reshape(self, [n])
+    if min == max:
+        def extreme(op, init):
+            (value,) = reduce([x], [full(init, dt, [])], [0], lambda acc, new: [op(acc[0], new[0]).result])
+            return value
+
+        lo = extreme(stablehlo.MinOp, float("inf"))
+        hi = extreme(stablehlo.MaxOp, float("-inf"))
+        same = compare(lo, hi, "EQ")
+        lo = select(same, stablehlo.SubtractOp(lo, full(1, dt, [])).result, lo)
+        hi = select(same, stablehlo.AddOp(hi, full(1, dt, [])).result, hi)
+    else:
+        lo, hi = full(min, dt, []), full(max, dt, [])
+    lo_b, hi_b = broadcast_to(lo, [n]), broadcast_to(hi, [n])
+    inside = stablehlo.AndOp(compare(x, lo_b, "GE"), compare(x, hi_b, "LE")).result
+    scaled = stablehlo.DivOp(
+        stablehlo.MulOp(stablehlo.SubtractOp(x, lo_b).result, full(bins, dt, [n])).result,
+        stablehlo.SubtractOp(hi_b, lo_b).result,
+    ).result
+    idt = _index_dtype(bins + 1)
+    position = stablehlo.MinOp(convert(select(inside, scaled, full(0, dt, [n])), idt), full(bins - 1, idt, [n])).result
+    target = select(inside, position, full(bins, idt, [n]))  # out of range: dropped by the scatter
+    counts = _Scatter(reshape(target, [n, 1]), (), (0,), (0,), 1).apply(full(0, out_dtype, [bins]), full(1, out_dtype, [n]), "add")
+    return counts
 
 
 # -- _embedding_bag ------------------------------------------------------------------------------------------

@@ -1,43 +1,29 @@
-"""Matrix products: mm, bmm, addmm, baddbmm, addbmm, mv, addmv, dot, vdot, _int_mm.
+"""Matrix products: mm, bmm, addmm (and `_addmm_activation`), baddbmm, addbmm, mv, addmv,
+dot, vdot, _int_mm. (The pairwise distances `_cdist_forward` / `_pdist_forward` live in
+the misc family.)
 
 Every product is one `stablehlo.dot_general` with explicit batch and contracting
-dimensions (`dot_general` below, shared with the convolution, pooling and attention
-families). Integer products stay integer. f32 products carry the precision that
-`torch.get_float32_matmul_precision()` asks for ("highest" by default), so a TPU does
-not silently compute them in one bf16 pass.
+dimensions (`dot_general` below, shared with the attention family). Integer products
+stay integer. No `precision_config` is set here: the `torchtpu-set-precision` pass
+applies `torch.get_float32_matmul_precision()` to every dot_general and convolution.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from collections.abc import Sequence
 
 import torch
 
-from ..context import ir, stablehlo
+from ..context import chlo, ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import broadcast_to, convert, dtype, full, shape_of
 from .registry import LoweringContext, lowers
 
 aten = torch.ops.aten
 
-_PRECISION = {"highest": "HIGHEST", "high": "HIGH", "medium": "DEFAULT"}
 
-
-# -- shared builders (used by convolution, pooling and attention too) ------------------------
-def precision_config(dtype_: torch.dtype) -> ir.ArrayAttr | None:
-    """The `precision_config` PyTorch's semantics imply for a product in `dtype_`: f32
-    follows `torch.get_float32_matmul_precision()`, f64 is always exact, reduced-precision
-    floats and integers use the default."""
-    if dtype_ in (torch.float32, torch.complex64):
-        level = _PRECISION.get(torch.get_float32_matmul_precision(), "HIGHEST")
-    elif dtype_ in (torch.float64, torch.complex128):
-        level = "HIGHEST"
-    else:
-        return None
-    attr = ir.Attribute.parse(f"#stablehlo<precision {level}>")
-    return ir.ArrayAttr.get([attr, attr])
-
-
+# -- shared builder (attention uses it too) -------------------------------------------------------
 def _dims(dims: Sequence[int]) -> str:
     return "[" + ", ".join(str(int(d)) for d in dims) + "]"
 
@@ -62,9 +48,7 @@ def dot_general(
         + (f"lhs_batching_dimensions = {_dims(lb)}, rhs_batching_dimensions = {_dims(rb)}, " if lb else "")
         + f"lhs_contracting_dimensions = {_dims(lc)}, rhs_contracting_dimensions = {_dims(rc)}>"
     )
-    return stablehlo.DotGeneralOp(
-        tensor_type(shape, out_dtype), lhs, rhs, attr, precision_config=precision_config(dtype(lhs))
-    ).result
+    return stablehlo.DotGeneralOp(tensor_type(shape, out_dtype), lhs, rhs, attr).result
 
 
 def _scale(value: ir.Value, factor) -> ir.Value:
@@ -162,3 +146,16 @@ def _int_mm(ctx: LoweringContext, a, b):
     # int8 x int8 -> int32, accumulated in int32 (exact).
     out = ctx.result_dtype()
     return dot_general(convert(a, out), convert(b, out), ([1], [0]), out_dtype=out)
+
+
+@lowers(aten._addmm_activation.default)
+def _addmm_activation(ctx: LoweringContext, self, mat1, mat2, *, beta=1, alpha=1, use_gelu=False):
+    """addmm followed by relu, or by the exact (erf) GELU, as the CPU kernel applies it."""
+    y = _addmm(ctx, self, mat1, mat2, beta=beta, alpha=alpha)
+    shape, dt = shape_of(y), dtype(y)
+    if not use_gelu:
+        return stablehlo.MaxOp(y, full(0, dt, shape)).result
+    # 0.5 * x * (1 + erf(x / sqrt(2)))
+    erf = chlo.ErfOp(stablehlo.MulOp(y, full(math.sqrt(0.5), dt, shape)).result).result
+    one_plus = stablehlo.AddOp(erf, full(1, dt, shape)).result
+    return stablehlo.MulOp(stablehlo.MulOp(y, full(0.5, dt, shape)).result, one_plus).result

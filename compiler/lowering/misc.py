@@ -12,7 +12,7 @@ Like ATen's `opmath`, float16/bfloat16 compute in float32 and round once at the 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -332,6 +332,96 @@ def _log_sigmoid_forward(ctx, self):
     return convert(value, out), buffer
 
 
+def _halves(x: ir.Value, dim: int) -> tuple[ir.Value, ir.Value]:
+    shape = shape_of(x)
+    rank = len(shape)
+    half = shape[dim] // 2
+    first_limit = list(shape)
+    first_limit[dim] = half
+    second_start = [0] * rank
+    second_start[dim] = half
+    first = stablehlo.SliceOp(x, [0] * rank, first_limit, [1] * rank).result
+    second = stablehlo.SliceOp(x, second_start, shape, [1] * rank).result
+    return first, second
+
+
+@lowers(aten.glu.default)
+def _glu(ctx, self, dim=-1):
+    out = ctx.result_dtype()
+    x = convert(self, _opmath(out))
+    a, b = _halves(x, normalize_dim(dim, rank_of(x)))
+    return convert(_mul(a, stablehlo.LogisticOp(b).result), out)
+
+
+@lowers(aten.glu_backward.default)
+def _glu_backward(ctx, grad_output, self, dim):
+    out = ctx.result_dtype()
+    cdt = _opmath(out)
+    x = convert(self, cdt)
+    d = normalize_dim(dim, rank_of(x))
+    g = convert(grad_output, cdt)
+    a, b = _halves(x, d)
+    s = stablehlo.LogisticOp(b).result
+    second = _mul(_mul(_mul(_sub(_c(1.0, s), s), s), a), g)
+    return convert(stablehlo.ConcatenateOp([_mul(s, g), second], d).result, out)
+
+
+@lowers(aten._prelu_kernel.default)
+def _prelu_kernel(ctx, self, weight):
+    (x, w), out = _inputs(ctx, self, weight)
+    return convert(select(_cmp(x, _c(0, x), "GT"), x, _mul(w, x)), out)
+
+
+@lowers(aten._prelu_kernel_backward.default)
+def _prelu_kernel_backward(ctx, grad_output, self, weight):
+    out = ctx.result_dtype(0)
+    shape = broadcast_shapes(shape_of(grad_output), shape_of(self), shape_of(weight))
+    cdt = _opmath(out)
+    g, x, w = (broadcast_to(convert(v, cdt), shape) for v in (grad_output, self, weight))
+    positive = _cmp(x, _c(0, x), "GT")
+    input_grad = select(positive, g, _mul(w, g))
+    weight_grad = select(positive, _c(0, x), _mul(x, g))
+    return (
+        reshape(convert(input_grad, out), ctx.result_shape(0)),
+        reshape(convert(weight_grad, ctx.result_dtype(1)), ctx.result_shape(1)),
+    )
+
+
+def _in_band(x: ir.Value, lambd) -> ir.Value:
+    """-lambd <= x <= lambd"""
+    return _and(_cmp(x, _c(-lambd, x), "GE"), _cmp(x, _c(lambd, x), "LE"))
+
+
+@lowers(aten.softshrink.default)
+def _softshrink(ctx, self, lambd=0.5):
+    (x,), out = _inputs(ctx, self)
+    result = select(
+        _cmp(x, _c(lambd, x), "GT"), _sub(x, _c(lambd, x)),
+        select(_cmp(x, _c(-lambd, x), "LT"), _add(x, _c(lambd, x)), _mul(x, _c(0, x))),
+    )
+    return convert(result, out)
+
+
+@lowers(aten.hardshrink.default)
+def _hardshrink(ctx, self, lambd=0.5):
+    (x,), out = _inputs(ctx, self)
+    return convert(select(_in_band(x, lambd), _c(0, x), x), out)
+
+
+@lowers(aten.softshrink_backward.default, aten.hardshrink_backward.default)
+def _shrink_backward(ctx, grad_output, self, lambd):
+    (g, x), out = _inputs(ctx, grad_output, self)
+    return convert(select(_in_band(x, lambd), _c(0, g), g), out)
+
+
+@lowers(aten.celu.default)
+def _celu(ctx, self, alpha=1.0):
+    """elu(x, alpha, scale=1, input_scale=1/alpha), as ATen computes celu."""
+    (x,), out = _inputs(ctx, self)
+    negative = _mul(_c(alpha, x), stablehlo.Expm1Op(_mul(x, _c(1.0 / alpha, x))).result)
+    return convert(select(_cmp(x, _c(0, x), "GT"), x, negative), out)
+
+
 # -- activation backward ops ---------------------------------------------------------------------------------
 @lowers(aten.threshold_backward.default)
 def _threshold_backward(ctx, grad_output, self, threshold):
@@ -408,6 +498,15 @@ def _elu_backward(ctx, grad_output, alpha, scale, input_scale, is_result, self_o
     else:
         negative = _mul(_mul(_mul(g, _c(negiptcoef, g)), _c(negcoef, g)), _exp(_mul(y, _c(negiptcoef, y))))
     return convert(select(_cmp(y, _c(0, y), "LE"), negative, _mul(g, _c(poscoef, g))), out)
+
+
+@lowers(aten.rrelu_with_noise_backward.default)
+def _rrelu_with_noise_backward(ctx, grad_output, self, noise, lower, upper, training, self_is_result):
+    (g, x, n), out = _inputs(ctx, grad_output, self, noise)
+    if training:
+        return convert(_mul(g, n), out)
+    slope = (lower + upper) / 2
+    return convert(select(_cmp(x, _c(0, x), "GT"), g, _mul(g, _c(slope, g))), out)
 
 
 @lowers(aten.hardsigmoid_backward.default)

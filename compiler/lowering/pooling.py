@@ -13,7 +13,7 @@ would put it.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -26,7 +26,6 @@ from .helpers import (
     convert,
     dtype,
     full,
-    max_value,
     min_value,
     rank_of,
     reduce,
@@ -505,9 +504,11 @@ def _adaptive_max_pool3d_backward(ctx, grad_output, x, indices):
 
 # -- upsampling ------------------------------------------------------------------------------------
 # Each mode maps one axis (in size, out size, scale) to taps: a list of (source indices,
-# weights or None). The output is sum_t weight_t * take(x, indices_t), axis by axis from
-# the innermost, as PyTorch's separable CPU kernel nests them.
-Taps = list[tuple[np.ndarray, np.ndarray | None]]
+# weights or None, validity or None), one entry per output position. The output is
+# sum_t weight_t * take(x, indices_t) (invalid taps contribute exactly 0), axis by axis
+# from the innermost, as PyTorch's separable CPU kernels nest them.
+Tap = tuple[np.ndarray, "np.ndarray | None", "np.ndarray | None"]
+Taps = list[Tap]
 
 
 def _scales_value(scale: float | None, in_size: int, out_size: int, np_t) -> np.floating:
@@ -537,7 +538,7 @@ def _guard(src: np.ndarray, in_size: int, np_t) -> tuple[np.ndarray, np.ndarray]
     return index, lam
 
 
-def _nearest_taps(in_size, out_size, scale, np_t) -> Taps:
+def _nearest_taps(in_size, out_size, scale, np_t, align_corners=None) -> Taps:
     o = np.arange(out_size)
     if out_size == in_size:
         idx = o
@@ -546,27 +547,27 @@ def _nearest_taps(in_size, out_size, scale, np_t) -> Taps:
     else:
         s = _scales_value(scale, in_size, out_size, np.float32)
         idx = np.minimum(np.floor(o.astype(np.float32) * s).astype(np.int64), in_size - 1)
-    return [(idx, None)]
+    return [(idx, None, None)]
 
 
-def _nearest_exact_taps(in_size, out_size, scale, np_t) -> Taps:
+def _nearest_exact_taps(in_size, out_size, scale, np_t, align_corners=None) -> Taps:
     s = _scales_value(scale, in_size, out_size, np.float32)
     o = np.arange(out_size)
     # floorf((dst + 0.5) * scale): the product is a double that floorf's argument rounds to float.
     idx = np.minimum(np.floor(((o + 0.5) * np.float64(s)).astype(np.float32)).astype(np.int64), in_size - 1)
-    return [(idx, None)]
+    return [(idx, None, None)]
 
 
 def _linear_taps(in_size, out_size, scale, np_t, align_corners) -> Taps:
     o = np.arange(out_size)
     if out_size == in_size:
-        return [(o, None)]
+        return [(o, None, None)]
     ratio = _area_scale(in_size, out_size, align_corners, scale, np_t)
     src = _source_index(ratio, out_size, align_corners, False, np_t)
     i0, lam1 = _guard(src, in_size, np_t)
     i1 = i0 + (i0 < in_size - 1)
     lam0 = (np_t(1) - lam1).astype(np_t)
-    return [(i0, lam0), (i1, lam1)]
+    return [(i0, lam0, None), (i1, lam1, None)]
 
 
 def _cubic_coefficients(t: np.ndarray, np_t) -> list[np.ndarray]:
@@ -588,7 +589,65 @@ def _cubic_taps(in_size, out_size, scale, np_t, align_corners) -> Taps:
     src = _source_index(ratio, out_size, align_corners, True, np_t)
     i0, t = _guard(src, in_size, np_t)
     coeffs = _cubic_coefficients(t, np_t)
-    return [(np.clip(i0 - 1 + j, 0, in_size - 1), coeffs[j]) for j in range(4)]
+    return [(np.clip(i0 - 1 + j, 0, in_size - 1), coeffs[j], None) for j in range(4)]
+
+
+def _filter_rows(in_size, out_size, scale, np_t, align_corners, cubic: bool, antialias: bool):
+    """Per output (first index, weights) of PyTorch's separable filter kernels
+    (`_compute_indices_min_size_weights_aa`): a triangle or cubic filter (Keys a = -0.5
+    when antialiasing, -0.75 otherwise) widened by the downscale factor when
+    antialiasing, truncated to the input and normalized to sum 1. align_corners only
+    changes the scale when antialiasing."""
+    s = np_t(_area_scale(in_size, out_size, align_corners, scale, np.float64))
+    half = np_t(2.0 if cubic else 1.0)
+    widen = antialias and s >= 1
+    support = np_t(half * s) if widen else half
+    invscale = np_t(1.0 / s) if widen else np_t(1.0)
+    shift = 0.5 if (align_corners and not antialias) else 0.0
+    a = -0.5 if antialias else -0.75
+    max_size = math.ceil(float(support)) * 2 + 1
+
+    def filt(x):
+        x = abs(float(x))
+        if not cubic:
+            return max(0.0, 1.0 - x)
+        if x < 1.0:
+            return ((a + 2) * x - (a + 3)) * x * x + 1
+        if x < 2.0:
+            return (((x - 5) * x + 8) * x - 4) * a
+        return 0.0
+
+    rows = []
+    for k in range(out_size):
+        center = np_t(s * (k + 0.5 - shift))
+        xmin = max(int(center - support + 0.5 + shift), 0)
+        xsize = min(max(min(int(center + support + 0.5 + shift), in_size) - xmin, 0), max_size)
+        w = [np_t(filt(np_t((j + xmin - center + 0.5 - shift) * invscale))) for j in range(xsize)]
+        total = np_t(0)
+        for v in w:
+            total = np_t(total + v)
+        rows.append((xmin, [np_t(v / total) for v in w] if total != 0 else w))
+    return rows
+
+
+def _rows_to_taps(rows, in_size: int, np_t) -> Taps:
+    k = max((len(w) for _, w in rows), default=1)
+    taps = []
+    for t in range(k):
+        idx = np.array([min(xmin + t, in_size - 1) if t < len(w) else min(xmin, in_size - 1) for xmin, w in rows])
+        weight = np.array([w[t] if t < len(w) else 0 for _, w in rows], dtype=np_t)
+        valid = np.array([t < len(w) for _, w in rows])
+        taps.append((idx, weight, None if valid.all() else valid))
+    return taps
+
+
+def _aa_taps(cubic: bool):
+    def taps(in_size, out_size, scale, np_t, align_corners) -> Taps:
+        if in_size == out_size:
+            return [(np.arange(out_size), None, None)]
+        return _rows_to_taps(_filter_rows(in_size, out_size, scale, np_t, align_corners, cubic, True), in_size, np_t)
+
+    return taps
 
 
 def _np_type(dt: torch.dtype):
@@ -599,33 +658,88 @@ def _weight(w: np.ndarray, shape: Sequence[int], axis: int, dt: torch.dtype) -> 
     return stablehlo.BroadcastInDimOp(tensor_type(shape, dt), array_constant(w, dt), [axis]).result
 
 
+def _masked(term: ir.Value, axis: int, valid: np.ndarray | None) -> ir.Value:
+    if valid is None:
+        return term
+    shape = shape_of(term)
+    mask = stablehlo.BroadcastInDimOp(tensor_type(shape, torch.bool), _mask_constant(valid), [axis]).result
+    return select(mask, term, full(0, dtype(term), shape))
+
+
 def _apply_taps(x: ir.Value, axis: int, taps: Taps) -> ir.Value:
     out = None
-    for idx, w in taps:
+    for idx, w, valid in taps:
         term = _take(x, axis, idx)
         if w is not None:
             term = _mul(term, _weight(w, shape_of(term), axis, dtype(term)))
+        term = _masked(term, axis, valid)
         out = term if out is None else _add(out, term)
     return out
 
 
 def _apply_taps_transposed(g: ir.Value, axis: int, taps: Taps, size: int) -> ir.Value:
     out = None
-    for idx, w in taps:
+    for idx, w, valid in taps:
         term = g if w is None else _mul(g, _weight(w, shape_of(g), axis, dtype(g)))
-        term = _put_add(term, axis, idx, size)
+        term = _put_add(_masked(term, axis, valid), axis, idx, size)
         out = term if out is None else _add(out, term)
     return out
 
 
-def _taps_fn(mode: str, align_corners: bool | None):
-    if mode == "nearest":
-        return _nearest_taps
-    if mode == "nearest_exact":
-        return _nearest_exact_taps
-    if mode == "linear":
-        return lambda i, o, s, t: _linear_taps(i, o, s, t, align_corners)
-    return lambda i, o, s, t: _cubic_taps(i, o, s, t, align_corners)
+_TAPS = {
+    "nearest": _nearest_taps,
+    "nearest_exact": _nearest_exact_taps,
+    "linear": _linear_taps,
+    "cubic": _cubic_taps,
+    "linear_aa": _aa_taps(cubic=False),
+    "cubic_aa": _aa_taps(cubic=True),
+}
+
+
+# uint8 images: PyTorch's CPU kernels resample uint8 in int16 fixed point, one pass per
+# dim (innermost first, unchanged dims skipped), rounding and saturating after each.
+def _uint8_rows(mode, in_size, out_size, scale, align_corners):
+    if mode == "cubic":
+        # Clamped cubic taps, with the weights of repeated (border) indices merged.
+        rows = []
+        taps = _cubic_taps(in_size, out_size, scale, np.float64, align_corners)
+        for k in range(out_size):
+            merged: dict[int, float] = {}
+            for idx, w, _ in taps:
+                merged[int(idx[k])] = merged.get(int(idx[k]), 0.0) + float(w[k])
+            first = min(merged)
+            rows.append((first, [merged.get(first + j, 0.0) for j in range(max(merged) - first + 1)]))
+        return rows
+    antialias = mode.endswith("_aa")
+    return _filter_rows(in_size, out_size, scale, np.float64, align_corners, mode.startswith("cubic"), antialias)
+
+
+def _fixed_point_pass(y: ir.Value, axis: int, rows, in_size: int) -> ir.Value:
+    wmax = max((max(w) for _, w in rows if w), default=0.0)
+    precision = 0
+    while precision < 22 and int(0.5 + wmax * (1 << (precision + 1))) < (1 << 15):
+        precision += 1
+    scale = 1 << precision
+    quantized = [(xmin, [int(0.5 + v * scale) if v >= 0 else int(-0.5 + v * scale) for v in w]) for xmin, w in rows]
+    acc = None
+    for idx, w, valid in _rows_to_taps(quantized, in_size, np.int32):
+        term = _take(y, axis, idx)
+        w = np.where(valid, w, 0).astype(np.int32) if valid is not None else w.astype(np.int32)
+        term = _mul(term, _weight(w, shape_of(term), axis, torch.int32))
+        acc = term if acc is None else _add(acc, term)
+    shape = shape_of(acc)
+    acc = _add(acc, full(1 << (precision - 1), torch.int32, shape))
+    acc = stablehlo.ShiftRightArithmeticOp(acc, full(precision, torch.int32, shape)).result
+    return stablehlo.ClampOp(full(0, torch.int32, []), acc, full(255, torch.int32, [])).result
+
+
+def _upsample_uint8(mode, x, lead, in_sizes, out_sizes, align_corners, scales):
+    y = convert(x, torch.int32)
+    for i in reversed(range(len(in_sizes))):
+        if in_sizes[i] != out_sizes[i]:
+            rows = _uint8_rows(mode, in_sizes[i], out_sizes[i], scales[i], align_corners)
+            y = _fixed_point_pass(y, lead + i, rows, in_sizes[i])
+    return convert(y, torch.uint8)
 
 
 def _upsample(ctx, mode: str, nd: int, x, out_sizes, align_corners, scales):
@@ -634,17 +748,19 @@ def _upsample(ctx, mode: str, nd: int, x, out_sizes, align_corners, scales):
     out_sizes = [int(o) for o in ctx.result_shape()[lead:]]
     scales = list(scales) if scales is not None else [None] * nd
     dt = dtype(x)
-    np_t = _np_type(dt)
-    taps_fn = _taps_fn(mode, align_corners)
-    interpolating = mode in ("linear", "cubic")
-    y = convert(x, _acc_dtype(dt) if dt.is_floating_point else torch.float32) if interpolating else x
-    for i in reversed(range(nd)):
-        y = _apply_taps(y, lead + i, taps_fn(xs[lead + i], out_sizes[i], scales[i], np_t))
+    interpolating = not mode.startswith("nearest")
     if interpolating and not dt.is_floating_point:
-        # uint8 images: round to nearest and saturate, as the CPU kernel stores them.
-        y = stablehlo.RoundNearestEvenOp(y).result
-        lo, hi = full(min_value(dt), torch.float32, []), full(max_value(dt), torch.float32, [])
-        y = stablehlo.ClampOp(lo, y, hi).result
+        if dt is torch.uint8 and nd == 2:
+            return _upsample_uint8(mode, x, lead, xs[lead:], out_sizes, align_corners, scales)
+        raise ctx.fail(f"{mode} upsampling of {dt} tensors is not supported (PyTorch's CPU kernels take floats, "
+                       "and uint8 for 2-d bilinear/bicubic)")
+    np_t = _np_type(dt)
+    taps_fn = _TAPS[mode]
+    y = convert(x, _acc_dtype(dt)) if interpolating else x
+    for i in reversed(range(nd)):
+        if mode.endswith("_aa") and xs[lead + i] == out_sizes[i]:
+            continue
+        y = _apply_taps(y, lead + i, taps_fn(xs[lead + i], out_sizes[i], scales[i], np_t, align_corners))
     return convert(y, dt)
 
 
@@ -655,11 +771,13 @@ def _upsample_backward(ctx, mode, nd, grad_output, out_sizes, input_size, align_
     scales = list(scales) if scales is not None else [None] * nd
     dt = dtype(grad_output)
     acc = _acc_dtype(dt)
-    taps_fn = _taps_fn(mode, align_corners)
+    taps_fn = _TAPS[mode]
     g = convert(grad_output, acc)
     for i in range(nd):
-        taps = taps_fn(input_size[lead + i], gs[lead + i], scales[i], _np_type(dt))
-        g = _apply_taps_transposed(g, lead + i, taps, input_size[lead + i])
+        n = input_size[lead + i]
+        if mode.endswith("_aa") and n == gs[lead + i]:
+            continue
+        g = _apply_taps_transposed(g, lead + i, taps_fn(n, gs[lead + i], scales[i], _np_type(dt), align_corners), n)
     return convert(g, dt)
 
 
@@ -708,6 +826,8 @@ for _mode, _nd, _name, _align in [
     ("linear", 2, "upsample_bilinear2d", True),
     ("linear", 3, "upsample_trilinear3d", True),
     ("cubic", 2, "upsample_bicubic2d", True),
+    ("linear_aa", 2, "_upsample_bilinear2d_aa", True),
+    ("cubic_aa", 2, "_upsample_bicubic2d_aa", True),
 ]:
     _packet = getattr(aten, _name)
     _backward = getattr(aten, _name + "_backward", None)
@@ -918,7 +1038,7 @@ def _grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corne
     sample = _Sampler(convert(x, acc))
     ix = _unnormalize(gx, w, align_corners)
     iy = _unnormalize(gy, h, align_corners)
-    both = lambda p, q: stablehlo.AndOp(p, q).result  # noqa: E731
+    both = lambda p, q: stablehlo.AndOp(p, q).result
     if interpolation_mode == _BILINEAR:
         ix = _apply_padding(ix, w, padding_mode, align_corners)
         iy = _apply_padding(iy, h, padding_mode, align_corners)
@@ -1054,7 +1174,7 @@ def _channel_sum(x: ir.Value) -> ir.Value:
 
 def _cubic_weight_grads(t: ir.Value) -> list[ir.Value]:
     a = -0.75
-    f = lambda v: _f(v, t)  # noqa: E731
+    f = lambda v: _f(v, t)
     x0 = _sub(f(-1), t)
     x1 = _sub(f(0), t)
     x2 = _sub(f(1), t)
@@ -1081,8 +1201,8 @@ def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, pad
     go = transpose(reshape(convert(grad_output, acc), [n, c, p]), [0, 2, 1])  # (N, P, C)
     sample = _Sampler(convert(x, acc))
     scatter = _Scatterer(n, c, h, w, acc) if output_mask[0] else None
-    both = lambda a, b: stablehlo.AndOp(a, b).result  # noqa: E731
-    bc = lambda v: stablehlo.BroadcastInDimOp(tensor_type([n, p, c], acc), v, [0, 1]).result  # noqa: E731
+    both = lambda a, b: stablehlo.AndOp(a, b).result
+    bc = lambda v: stablehlo.BroadcastInDimOp(tensor_type([n, p, c], acc), v, [0, 1]).result
     zero_np = full(0, acc, [n, p])
     if interpolation_mode == _BILINEAR:
         ix, mx = _coords_with_grad(gx, w, padding_mode, align_corners)
@@ -1157,7 +1277,7 @@ def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, pad
 def _gather_rows(weight: ir.Value, indices: ir.Value) -> ir.Value:
     """weight[indices] for a 2-D weight and 1-D indices: (M, D)."""
     (m,) = shape_of(indices)
-    v, d = shape_of(weight)
+    _, d = shape_of(weight)
     attr = ir.Attribute.parse(
         "#stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>"
     )

@@ -16,6 +16,7 @@ from ..diagnostics import DiagnosticEngine
 
 _TRUE = {"true", "1", "on", "yes"}
 _FALSE = {"false", "0", "off", "no"}
+_TYPE_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
 
 class PassOptionError(ValueError):
@@ -42,7 +43,7 @@ class Option:
             value = self.type(text)
         except ValueError:
             raise PassOptionError(
-                f"{pass_argument}: option '{self.name}' expects a {self.type.__name__}, got '{text}'"
+                f"{pass_argument}: option '{self.name}' expects {_TYPE_WORDS[self.type]}, got '{text}'"
             ) from None
         if self.choices and value not in self.choices:
             raise PassOptionError(
@@ -123,6 +124,27 @@ def _location(where):
     return where
 
 
+def matching_brace(text: str, start: int) -> int:
+    """Index of the `}` closing the `{` at `start`, skipping nested braces and quoted
+    strings ("..." or '...'); -1 when there is none."""
+    depth, i, n = 0, start, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "\"'":
+            end = text.find(ch, i + 1)
+            if end < 0:
+                return -1
+            i = end
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
 def split_options(text: str) -> list[tuple[str, str | None]]:
     """Splits `a=1 b="x y" c={nested opts} flag` into (key, value) pairs."""
     pairs: list[tuple[str, str | None]] = []
@@ -146,13 +168,8 @@ def split_options(text: str) -> list[tuple[str, str | None]]:
                 value = text[i + 1 : end]
                 i = end + 1
             elif i < n and text[i] == "{":
-                depth, j = 0, i
-                while j < n:
-                    depth += {"{": 1, "}": -1}.get(text[j], 0)
-                    if depth == 0:
-                        break
-                    j += 1
-                if depth != 0:
+                j = matching_brace(text, i)
+                if j < 0:
                     raise PassOptionError(f"unbalanced '{{' in pass options '{text}'")
                 value = text[i + 1 : j]
                 i = j + 1

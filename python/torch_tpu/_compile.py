@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -40,7 +41,35 @@ def _shared_context():
 
 
 def pipeline_for(mode: str) -> str:
-    return f"builtin.module(torchtpu-verify,torchtpu-set-precision{{mode={mode}}})"
+    # PyTorch's precision setting is authoritative for every matrix op of a graph, so
+    # it overrides whatever a lowering chose.
+    return f"builtin.module(torchtpu-verify,torchtpu-set-precision{{mode={mode} override=true}})"
+
+
+class _ResidentParameters:
+    """Parameters stay on the device between calls: each nn.Parameter is uploaded once
+    and again only when its storage (`data_ptr`) or `_version` changes (an optimizer step,
+    `p.data = ...`). Entries hold weak references, so models can be freed."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple] = {}
+
+    def get(self, tensor: torch.Tensor, client):
+        key = id(tensor)
+        entry = self._entries.get(key)
+        pointer, version = tensor.data_ptr(), tensor._version
+        if entry is not None and entry[0]() is tensor and entry[1] == pointer and entry[2] == version:
+            return entry[3]
+        buffer = client.to_device(tensor.detach())
+        ref = weakref.ref(tensor, lambda _, k=key: self._entries.pop(k, None))
+        self._entries[key] = (ref, pointer, version, buffer)
+        return buffer
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+RESIDENT_PARAMETERS = _ResidentParameters()
 
 
 class CompiledGraph:
@@ -54,11 +83,14 @@ class CompiledGraph:
         self._needs_rng = any(s.role == "rng_state" for s in imported.inputs)
         self._outputs = imported.outputs
         self._tree = imported.output_tree
+        self._client = executable.client if hasattr(executable, "client") else None
 
     def __call__(self, *args):
         inputs = []
         for spec, arg in zip(self._input_specs, args):
-            if not isinstance(arg, torch.Tensor):
+            if isinstance(arg, torch.nn.Parameter):
+                arg = RESIDENT_PARAMETERS.get(arg, self._client)
+            elif not isinstance(arg, torch.Tensor):
                 arg = torch.tensor(arg, dtype=spec.dtype)
             inputs.append(arg)
         if self._needs_rng:
@@ -154,6 +186,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "gr
     """Compiles `gm` (an ATen graph with meta['val'] on its nodes). Nodes without a
     lowering, or whose lowering rejects their arguments, run in PyTorch eager; the rest
     runs compiled."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    # aot_autograd may call compilers with its FakeTensorMode active; constants baked
+    # into the module are real tensors and must be read as such.
+    with unset_fake_temporarily():
+        return _compile_graph(gm, example_inputs, name)
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable[..., Any]:
     _fill_placeholder_meta(gm, example_inputs)
     rejected: dict[str, str] = {}
     for node in gm.graph.nodes:

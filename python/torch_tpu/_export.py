@@ -18,6 +18,15 @@ from ._errors import TorchTpuCompileError
 from ._precision import current_mode
 
 
+def pipeline_for(mode: str) -> str:
+    """The backend's pipeline plus CHLO legalization: an exported artifact is pure
+    StableHLO (VHLO has no CHLO ops). Compiled graphs keep CHLO, because XLA expands
+    ops such as chlo.top_k better than the generic legalization does."""
+    from ._compile import pipeline_for as _pipeline
+
+    return _pipeline(mode)[: -len(")")] + ",func.func(chlo-legalize-to-stablehlo))"
+
+
 @dataclass
 class ExportedProgram:
     """The exported `@main`. Its arguments are the model's parameters and buffers (in
@@ -47,8 +56,9 @@ class ExportedProgram:
         from torch_tpu.compiler.context import stablehlo
 
         version = target_version or stablehlo.get_current_version()
-        with self.imported.context:
-            return stablehlo.serialize_portable_artifact(self.imported.module, version)
+        # The text form round-trips through VHLO here; the Module overload rejects
+        # modules whose ops carry our name locations in this jaxlib build.
+        return stablehlo.serialize_portable_artifact_str(self.imported.text(), version)
 
     def __call__(self, *args):
         """Runs the exported module on the default device (convenience and testing)."""
@@ -87,7 +97,7 @@ def export(module: torch.nn.Module, args: tuple, kwargs: dict | None = None) -> 
     imported = import_graph(gm)
     engine = DiagnosticEngine()
     mode = current_mode()
-    if not run_pipeline(imported.module.operation, f"builtin.module(torchtpu-verify,torchtpu-set-precision{{mode={mode}}})", engine):
+    if not run_pipeline(imported.module.operation, pipeline_for(mode), engine):
         raise TorchTpuCompileError(f"torch_tpu.export: the compiler pipeline failed:\n{engine.format()}")
     user_outputs = [i for i, spec in enumerate(ep.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
     return ExportedProgram(imported, state, names, user_outputs)

@@ -69,7 +69,7 @@ def _fingerprint(gm: torch.fx.GraphModule, settings: str) -> tuple[bytes, bytes]
                 attr = getattr(attr, part)
             if isinstance(attr, torch.Tensor):
                 data = attr.detach().cpu().contiguous()
-                digest = xxhash.xxh3_64_hexdigest(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+                digest = xxhash.xxh3_64_hexdigest(data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b"")
                 shapeless.append(f"const:{data.dtype}:{data.dim()}:{digest}")
                 dims.extend(int(s) for s in data.shape)
             continue

@@ -93,7 +93,9 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
         bw_compiler=_make_compiler("backward", graph_id),
         inference_compiler=_make_compiler("inference", graph_id),
         decompositions=decomposition_table(),
-        keep_inference_input_mutations=True,
+        # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
+        # back (the torchtpu view passes will turn this into buffer donation).
+        keep_inference_input_mutations=False,
     )
     return backend(gm, example_inputs)
 
@@ -125,7 +127,9 @@ class _StaticSpecializer:
                 bw_compiler=_make_compiler("backward", graph_id),
                 inference_compiler=_make_compiler("inference", graph_id),
                 decompositions=decomposition_table(),
-                keep_inference_input_mutations=True,
+                # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
+        # back (the torchtpu view passes will turn this into buffer donation).
+        keep_inference_input_mutations=False,
             )
             fn = self.compiled[key] = backend(specialized, list(args))
         return fn(*args)

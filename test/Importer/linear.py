@@ -5,7 +5,6 @@
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
-
 from torch_tpu.compiler.importer import import_graph
 
 aten = torch.ops.aten
@@ -16,16 +15,16 @@ def run(name, fn, *args):
     print(import_graph(make_fx(fn, tracing_mode="fake")(*args)).text())
 
 
-# addmm: one dot_general at PyTorch's default f32 precision ("highest"), then
+# addmm: one dot_general (precision is left to torchtpu-set-precision), then
 # beta * self + product with the 1-d bias broadcast along the rows.
 # CHECK-LABEL: test_addmm
-# CHECK: stablehlo.dot_general %arg1, %arg2, contracting_dims = [1] x [0], precision = [HIGHEST, HIGHEST]
+# CHECK: stablehlo.dot_general %arg1, %arg2, contracting_dims = [1] x [0] : (tensor<3x5xf32>, tensor<5x4xf32>) -> tensor<3x4xf32>
 # CHECK: stablehlo.broadcast_in_dim %arg0, dims = [1] : (tensor<4xf32>) -> tensor<3x4xf32>
 # CHECK: stablehlo.multiply
 # CHECK: stablehlo.add
 run("test_addmm", lambda c, a, b: aten.addmm(c, a, b, beta=0.5), torch.randn(4), torch.randn(3, 5), torch.randn(5, 4))
 
-# Integer products stay integer, with no precision config.
+# Integer products stay integer.
 # CHECK-LABEL: test_bmm_int
 # CHECK: stablehlo.dot_general %arg0, %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] :
 # CHECK-SAME: -> tensor<2x3x4xi64>

@@ -5,7 +5,7 @@
 // MODE: torchtpu-opt: error: invalid pass pipeline 'torchtpu-set-precision{mode=fast}': torchtpu-set-precision: option 'mode' must be one of medium, high, highest; got 'fast' (at column 1)
 
 // RUN: not torchtpu-opt %s --pass-pipeline='builtin.module(canonicalize,torchtpu-set-precision{override=maybe})' 2>&1 | FileCheck %s --check-prefix=BOOL
-// BOOL: torchtpu-set-precision: option 'override' expects a bool, got 'maybe' (at column 29)
+// BOOL: torchtpu-set-precision: option 'override' expects true or false, got 'maybe' (at column 29)
 
 // RUN: not torchtpu-opt %s --torchtpu-set-precision=precision=high 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: torchtpu-set-precision: unknown option 'precision'; available: mode, override

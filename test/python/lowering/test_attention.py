@@ -17,7 +17,7 @@ def _qkv(b=2, hq=4, hk=4, L=5, S=7, E=8, dtype=torch.float32):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [dict(), dict(L=7, S=3), dict(L=1, S=1), dict(hk=2), dict(hk=1, L=6, S=6)],
+@pytest.mark.parametrize("shape", [{}, {"L": 7, "S": 3}, {"L": 1, "S": 1}, {"hk": 2}, {"hk": 1, "L": 6, "S": 6}],
                          ids=["basic", "L>S", "single", "gqa2", "mqa"])
 def test_flash_attention_cpu(shape, causal):
     q, k, v = _qkv(**shape)
@@ -55,10 +55,10 @@ def test_flash_attention_cpu_dtypes(dtype, tol):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [dict(), dict(L=7, S=3), dict(hk=2), dict(hk=1)], ids=["basic", "L>S", "gqa2", "mqa"])
+@pytest.mark.parametrize("shape", [{}, {"L": 7, "S": 3}, {"hk": 2}, {"hk": 1}], ids=["basic", "L>S", "gqa2", "mqa"])
 def test_flash_attention_cpu_backward(shape, causal):
     q, k, v = _qkv(**shape)
-    mask = torch.randn(5 if "L" not in shape else shape["L"], 7 if "S" not in shape else shape["S"])
+    mask = torch.randn(shape.get("L", 5), shape.get("S", 7))
     mask[0, :] = float("-inf")
     out, lse = FLASH(q, k, v, is_causal=causal, attn_mask=mask)
     g = torch.randn(out.shape)
@@ -79,8 +79,8 @@ def test_flash_attention_cpu_backward_half():
 
 def test_sdpa_training_graph_matches_autograd():
     # aot_autograd's backward graph for SDPA holds the flash backward op.
-    from torch._functorch.aot_autograd import aot_function
     from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_function
 
     graphs = []
 

@@ -28,7 +28,7 @@ CASES = [
 
 
 def _ids(case):
-    x, w, s, p, d, t, op, g = case
+    x, _, s, p, d, t, _, g = case
     return f"{'T' if t else 'C'}{len(x) - 2}d-x{'x'.join(map(str, x))}-s{s}-p{p}-d{d}-g{g}"
 
 
@@ -103,3 +103,9 @@ def test_convolution_empty_batch():
     x, w = torch.randn(0, 3, 5, 5), torch.randn(4, 3, 3, 3)
     check(lambda x, w: aten.convolution(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1), x, w,
           ops=[aten.convolution.default])
+
+
+@pytest.mark.parametrize("pad", [0, 2])
+def test_conv_tbc(pad):
+    x, w, b = torch.randn(7, 2, 3), torch.randn(3, 3, 4), torch.randn(4)
+    check(lambda x, w, b: aten.conv_tbc(x, w, b, pad), x, w, b, rtol=1e-5, atol=1e-5, ops=[aten.conv_tbc.default])

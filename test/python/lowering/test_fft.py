@@ -8,7 +8,7 @@ aten = torch.ops.aten
 torch.manual_seed(0)
 R = torch.randn(3, 4, 6)
 C = torch.randn(3, 4, 6, dtype=torch.complex64)
-TOL = dict(rtol=1e-4, atol=1e-4)
+TOL = {"rtol": 1e-4, "atol": 1e-4}
 
 
 @pytest.mark.parametrize("norm", [None, "ortho", "forward", "backward"])

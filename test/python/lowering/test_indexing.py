@@ -4,7 +4,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from harness import check, lower_and_run
-
 from torch_tpu.compiler.lowering import LoweringError
 
 aten = torch.ops.aten
@@ -102,7 +101,7 @@ def test_index_put_bool_mask_per_element_fails():
 def test_unsafe_masked_index_put_accumulate():
     idx = torch.tensor([[0, 7], [-2, 3], [1, 1]])
     mask = (idx >= 0) & (idx < 5)
-    fn = lambda x, m, i, v: aten._unsafe_masked_index_put_accumulate(x, m, [i], v)  # noqa: E731
+    fn = lambda x, m, i, v: aten._unsafe_masked_index_put_accumulate(x, m, [i], v)
     check(fn, torch.zeros(5), mask, idx, torch.randn(3, 2), ops=[aten._unsafe_masked_index_put_accumulate.default])
 
 
@@ -186,7 +185,7 @@ def test_scatter_add():
 @pytest.mark.parametrize("include_self", [True, False])
 def test_scatter_reduce_two(reduce, include_self):
     index = torch.randint(0, 5, (4, 3, 6))
-    fn = lambda x, i, s: torch.scatter_reduce(x, 1, i, s, reduce, include_self=include_self)  # noqa: E731
+    fn = lambda x, i, s: torch.scatter_reduce(x, 1, i, s, reduce, include_self=include_self)
     check(fn, X, index, torch.randn(4, 3, 6), ops=[aten.scatter_reduce.two])
     ints = torch.randint(-20, 20, (4, 5, 6))
     check(fn, ints, index, torch.randint(-20, 20, (4, 3, 6)))
@@ -223,7 +222,7 @@ def test_index_fill(dim):
 @pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("include_self", [True, False])
 def test_index_reduce(reduce, include_self):
-    fn = lambda x, i, s: torch.index_reduce(x, 1, i, s, reduce, include_self=include_self)  # noqa: E731
+    fn = lambda x, i, s: torch.index_reduce(x, 1, i, s, reduce, include_self=include_self)
     check(fn, X, torch.tensor([0, 4, 0, 2]), torch.randn(4, 4, 6), ops=[aten.index_reduce.default])
     check(fn, torch.randint(-9, 9, (3, 5)), torch.tensor([1, 1, 3]), torch.randint(-9, 9, (3, 3)))
 
@@ -243,13 +242,13 @@ def test_masked_scatter():
 
 
 def test_masked_scatter_backward():
-    fn = lambda g, m: aten.masked_scatter_backward(g, m, [4, 7])  # noqa: E731
+    fn = lambda g, m: aten.masked_scatter_backward(g, m, [4, 7])
     check(fn, torch.randn(3, 5), torch.rand(3, 5) > 0.4, ops=[aten.masked_scatter_backward.default])
     check(fn, torch.randn(3, 5), torch.rand(5) > 0.4)
 
 
 def test_nonzero_static():
-    fn = lambda x: torch.nonzero_static(x, size=8)  # noqa: E731
+    fn = lambda x: torch.nonzero_static(x, size=8)
     check(fn, torch.tensor([[0, 1, 1], [1, 0, 0]]), ops=[aten.nonzero_static.default])
     check(lambda x: torch.nonzero_static(x, size=2, fill_value=9), torch.tensor([0.0, 1.0, 2.0, 3.0]))
 
@@ -316,6 +315,23 @@ def test_bucketize(right):
     check(lambda b: torch.bucketize(0.0, b, right=right, out_int32=True), SEQ, ops=[aten.bucketize.Scalar])
 
 
+# -- isin / histc -------------------------------------------------------------------------------------------------------
+def test_isin():
+    check(lambda a, b: torch.isin(a, b), torch.arange(12).reshape(3, 4), torch.tensor([3, 7, 7, 11, 20]), ops=[aten.isin.Tensor_Tensor])
+    check(lambda a, b: torch.isin(a, b, invert=True), torch.tensor([1.0, float("nan"), -0.0]), torch.tensor([0.0, float("nan")]))
+    check(lambda a: torch.isin(a, 3), torch.arange(6), ops=[aten.isin.Tensor_Scalar])
+    check(lambda b: torch.isin(3, b), torch.arange(6), ops=[aten.isin.Scalar_Tensor])
+    check(lambda a, b: torch.isin(a, b), torch.arange(4), torch.zeros(0, dtype=torch.long))
+
+
+def test_histc():
+    x = torch.cat([torch.randn(50), torch.tensor([2.0, -2.0, 1.0, float("nan"), 5.0])])
+    check(lambda x: torch.histc(x, bins=8, min=-2, max=2), x, ops=[aten.histc.default])
+    check(lambda x: torch.histc(x, bins=5), torch.randn(40))  # the data's range
+    check(lambda x: torch.histc(x, bins=3), torch.full((4,), 2.0))  # a single value: [v - 1, v + 1]
+    check(lambda x: torch.histc(x, bins=4, min=0, max=1), torch.rand(30).double())
+
+
 # -- _embedding_bag -------------------------------------------------------------------------------------------------------------
 W = torch.randn(10, 3)
 BAG_IDX = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
@@ -327,14 +343,14 @@ BAG_OFF = torch.tensor([0, 4, 4, 6])
 def test_embedding_bag(mode, include_last_offset):
     # With include_last_offset the last offset is len(indices) (ATen's kernels disagree otherwise).
     offsets = torch.cat([BAG_OFF, torch.tensor([8])]) if include_last_offset else BAG_OFF
-    fn = lambda w, i, o: aten._embedding_bag(w, i, o, False, mode, False, None, include_last_offset)  # noqa: E731
+    fn = lambda w, i, o: aten._embedding_bag(w, i, o, False, mode, False, None, include_last_offset)
     check(fn, W, BAG_IDX, offsets, ops=[aten._embedding_bag.default])
-    fn = lambda w, i, o: aten._embedding_bag(w, i, o, False, mode, False, None, include_last_offset, 4)  # noqa: E731
+    fn = lambda w, i, o: aten._embedding_bag(w, i, o, False, mode, False, None, include_last_offset, 4)
     check(fn, W.double(), BAG_IDX.int(), offsets.int())
 
 
 def test_embedding_bag_per_sample_weights_and_functional():
-    fn = lambda w, i, o, p: aten._embedding_bag(w, i, o, False, 0, False, p)  # noqa: E731
+    fn = lambda w, i, o, p: aten._embedding_bag(w, i, o, False, 0, False, p)
     check(fn, W, BAG_IDX, BAG_OFF, torch.rand(8))
     check(lambda w, i: F.embedding_bag(i, w, mode="max"), W, BAG_IDX.reshape(2, 4), ops=[aten._embedding_bag_forward_only.default])
     check(lambda w, i, o: F.embedding_bag(i, w, o, mode="mean", padding_idx=2), W, BAG_IDX, BAG_OFF)
@@ -357,10 +373,10 @@ def test_embedding_bag_backward_scale_grad_by_freq(mode):
     # (counts[indices[group]] instead of counts[indices[start of group]]); the lowering
     # divides by each index's own frequency, as CUDA and F.embedding do. Unique indices
     # agree with eager; repeated ones are checked against a hand-written reference.
-    fn = lambda w, i, o, g: _grad_of(lambda w: F.embedding_bag(i, w, o, mode=mode, scale_grad_by_freq=True), w, g)  # noqa: E731
+    fn = lambda w, i, o, g: _grad_of(lambda w: F.embedding_bag(i, w, o, mode=mode, scale_grad_by_freq=True), w, g)
     g = torch.randn(4, 3)
     check(fn, W, torch.tensor([1, 2, 4, 5, 0, 3, 7, 9]), BAG_OFF, g)
-    (actual,), _, _ = lower_and_run(fn, W, BAG_IDX, BAG_OFF, g)
+    actual, _, _ = lower_and_run(fn, W, BAG_IDX, BAG_OFF, g)
     bags = [0, 0, 0, 0, 2, 2, 3, 3]
     sizes = [4, 0, 2, 2]
     counts = torch.bincount(BAG_IDX, minlength=10)
@@ -384,3 +400,10 @@ def test_embedding_bag_per_sample_weights_backward():
         return torch.autograd.grad(out, (w, p), g)
 
     check(grads, W, BAG_IDX, BAG_OFF, torch.rand(8), torch.randn(4, 3), ops=[aten._embedding_bag_per_sample_weights_backward.default])
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+def test_embedding_bag_dense_backward(mode):
+    _, offset2bag, bag_size, max_indices = aten._embedding_bag(W, BAG_IDX, BAG_OFF, False, mode)
+    fn = lambda g, i, ob, bs, mi: aten._embedding_bag_dense_backward(g, i, ob, bs, mi, 10, False, mode, None)
+    check(fn, torch.randn(4, 3), BAG_IDX, offset2bag, bag_size, max_indices, ops=[aten._embedding_bag_dense_backward.default])

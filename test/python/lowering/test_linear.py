@@ -101,3 +101,9 @@ def test_mm_out_dtype():
     (out,), _, _ = lower_and_run(lambda c, a, b: [aten.addmm.dtype(c, a, b, torch.float32, beta=2)], c, a, b)
     torch.testing.assert_close(out, 2 * c + a.float() @ b.float(), rtol=1e-3, atol=1e-3)
 
+
+
+@pytest.mark.parametrize("gelu", [False, True])
+def test_addmm_activation(gelu):
+    check(lambda c, a, b: aten._addmm_activation(c, a, b, beta=0.5, use_gelu=gelu), _r(4), _r(3, 5), _r(5, 4),
+          rtol=1e-5, atol=1e-5, ops=[aten._addmm_activation.default])

@@ -90,6 +90,10 @@ GA = torch.randn(ACT.shape)
         (lambda x: F.softplus(x, beta=2.0, threshold=5.0), aten.softplus.default),
         (lambda x: F.threshold(x, 0.5, -2.0), aten.threshold.default),
         (F.logsigmoid, aten.log_sigmoid_forward.default),
+        (lambda x: F.glu(x.reshape(-1, 4), dim=1), aten.glu.default),
+        (lambda x: F.softshrink(x, 0.7), aten.softshrink.default),
+        (lambda x: F.hardshrink(x, 0.7), aten.hardshrink.default),
+        (lambda x: F.celu(x, 0.6), aten.celu.default),
     ],
 )
 def test_activations(fn, op):
@@ -121,6 +125,11 @@ def test_log_sigmoid_forward_outputs():
         (lambda g, x: aten.logit_backward(g, torch.sigmoid(x)), aten.logit_backward.default),
         (lambda g, x: aten.logit_backward(g, torch.sigmoid(x) * 1.2 - 0.1, 0.05), aten.logit_backward.default),
         (lambda g, x: aten.log_sigmoid_backward(g, x, *aten.log_sigmoid_forward(x)[1:]), aten.log_sigmoid_backward.default),
+        (lambda g, x: aten.glu_backward(g[:10], x, 0), aten.glu_backward.default),
+        (lambda g, x: aten.softshrink_backward(g, x, 0.7), aten.softshrink_backward.default),
+        (lambda g, x: aten.hardshrink_backward(g, x, 0.7), aten.hardshrink_backward.default),
+        (lambda g, x: aten.rrelu_with_noise_backward(g, x, g * 0.1, 0.1, 0.3, False, False), aten.rrelu_with_noise_backward.default),
+        (lambda g, x: aten.rrelu_with_noise_backward(g, x, g * 0.1, 0.1, 0.3, True, False), aten.rrelu_with_noise_backward.default),
     ],
 )
 def test_activation_backward(fn, op):
@@ -130,7 +139,8 @@ def test_activation_backward(fn, op):
 
 @pytest.mark.parametrize(
     "act",
-    [F.gelu, F.silu, F.hardswish, F.hardsigmoid, F.mish, F.softplus, F.elu, F.logsigmoid, torch.tanh, torch.sigmoid, F.relu6],
+    [F.gelu, F.silu, F.hardswish, F.hardsigmoid, F.mish, F.softplus, F.elu, F.logsigmoid, torch.tanh, torch.sigmoid, F.relu6,
+     F.softshrink, F.hardshrink, F.celu, F.selu, lambda x: torch.cat([F.glu(x, 0)] * 2)],
     ids=lambda f: f.__name__,
 )
 def test_backward_as_autograd_traces_it(act):
@@ -184,12 +194,12 @@ WEIGHT = torch.rand(4)
 def test_nll_loss(reduction, weighted):
     # (weights are graph inputs: tensors captured by a closure would be constants)
     if weighted:
-        fwd = lambda x, t, w: aten.nll_loss_forward(x, t, w, reduction, -100)  # noqa: E731
-        bwd = lambda g, x, t, tw, w: aten.nll_loss_backward(g, x, t, w, reduction, -100, tw)  # noqa: E731
+        fwd = lambda x, t, w: aten.nll_loss_forward(x, t, w, reduction, -100)
+        bwd = lambda g, x, t, tw, w: aten.nll_loss_backward(g, x, t, w, reduction, -100, tw)
         extra = (WEIGHT,)
     else:
-        fwd = lambda x, t: aten.nll_loss_forward(x, t, None, reduction, -100)  # noqa: E731
-        bwd = lambda g, x, t, tw: aten.nll_loss_backward(g, x, t, None, reduction, -100, tw)  # noqa: E731
+        fwd = lambda x, t: aten.nll_loss_forward(x, t, None, reduction, -100)
+        bwd = lambda g, x, t, tw: aten.nll_loss_backward(g, x, t, None, reduction, -100, tw)
         extra = ()
     check(fwd, LOGP, TARGET, *extra, ops=[aten.nll_loss_forward.default])
     check(fwd, LOGP[0], torch.tensor(2), *extra)  # no batch dim
@@ -205,11 +215,11 @@ def test_nll_loss2d(reduction):
     x = torch.log_softmax(torch.randn(2, 4, 3, 5), dim=1)
     t = torch.randint(0, 4, (2, 3, 5))
     t[0, 1, 2] = -100
-    fwd = lambda x, t, w: aten.nll_loss2d_forward(x, t, w, reduction, -100)  # noqa: E731
+    fwd = lambda x, t, w: aten.nll_loss2d_forward(x, t, w, reduction, -100)
     check(fwd, x, t, WEIGHT, ops=[aten.nll_loss2d_forward.default])
     _, total = fwd(x, t, WEIGHT)
     g = torch.randn(2, 3, 5) if reduction == 0 else torch.tensor(0.7)
-    bwd = lambda g, x, t, tw, w: aten.nll_loss2d_backward(g, x, t, w, reduction, -100, tw)  # noqa: E731
+    bwd = lambda g, x, t, tw, w: aten.nll_loss2d_backward(g, x, t, w, reduction, -100, tw)
     check(bwd, g, x, t, total, WEIGHT, ops=[aten.nll_loss2d_backward.default])
 
 
@@ -238,6 +248,16 @@ def test_cdist_matmul_modes():
     check(lambda a, b: torch.cdist(a, b), a, b, ops=[aten._euclidean_dist.default])  # > 25 rows: matmul form
     check(lambda a, b: torch.cdist(a, b, compute_mode="use_mm_for_euclid_dist"), a[:3], b)
     check(lambda a, b: torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist"), a, b)
+
+
+def test_prelu():
+    check(lambda x, w: F.prelu(x, w), torch.randn(2, 3, 4), torch.rand(3), ops=[aten._prelu_kernel.default])
+
+    def grads(x, w, g):
+        x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+        return torch.autograd.grad(F.prelu(x, w), (x, w), g)
+
+    check(grads, torch.randn(2, 3, 4), torch.rand(3), torch.randn(2, 3, 4), ops=[aten._prelu_kernel_backward.default])
 
 
 def test_linalg_cross():

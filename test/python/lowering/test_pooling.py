@@ -3,7 +3,7 @@
 import pytest
 import torch
 from direct_graph import check_direct
-from harness import check
+from harness import check, lower_and_run
 
 aten = torch.ops.aten
 torch.manual_seed(0)
@@ -90,16 +90,17 @@ def test_avg_pool2d_dtypes():
     check(lambda x: aten.avg_pool2d(x, [2, 2], [1, 1]), X4[0], ops=[aten.avg_pool2d.default])
 
 
-def test_avg_pool3d():
-    for args in [([2, 2, 2], [], [0, 0, 0], False, True, None), ([3, 2, 3], [2, 1, 2], [1, 1, 1], True, False, None)]:
-        check(lambda x: aten.avg_pool3d(x, *args), X5, ops=[aten.avg_pool3d.default])
-        out = aten.avg_pool3d(X5, *args)
-        g = torch.randn(out.shape)
-        check(lambda g, x: aten.avg_pool3d_backward(g, x, *args), g, X5, ops=[aten.avg_pool3d_backward.default])
+@pytest.mark.parametrize("args", [([2, 2, 2], [], [0, 0, 0], False, True, None),
+                                  ([3, 2, 3], [2, 1, 2], [1, 1, 1], True, False, None)])
+def test_avg_pool3d(args):
+    check(lambda x: aten.avg_pool3d(x, *args), X5, ops=[aten.avg_pool3d.default])
+    out = aten.avg_pool3d(X5, *args)
+    g = torch.randn(out.shape)
+    check(lambda g, x: aten.avg_pool3d_backward(g, x, *args), g, X5, ops=[aten.avg_pool3d_backward.default])
 
 
 # -- adaptive pooling -------------------------------------------------------------------------
-@pytest.mark.parametrize("size", [[3, 4], [4, 5], [1, 3], [5, 7]])
+@pytest.mark.parametrize("size", [[3, 4], [4, 5], [1, 3], [5, 7], [12, 10]])
 def test_adaptive_avg_pool2d(size):
     check(lambda x: aten._adaptive_avg_pool2d(x, size), X4, rtol=1e-5, atol=1e-5,
           ops=[aten._adaptive_avg_pool2d.default])
@@ -120,7 +121,7 @@ def test_adaptive_avg_pool_misc():
     check(lambda g, x: aten._adaptive_avg_pool3d_backward(g, x), g, X5, ops=[aten._adaptive_avg_pool3d_backward.default])
 
 
-@pytest.mark.parametrize("size", [[3, 4], [4, 5], [1, 1], [9, 8]])
+@pytest.mark.parametrize("size", [[3, 4], [4, 5], [1, 1], [9, 8], [12, 10]])
 def test_adaptive_max_pool2d(size):
     check(lambda x: aten.adaptive_max_pool2d(x, size), X4, ops=[aten.adaptive_max_pool2d.default])
     out, idx = aten.adaptive_max_pool2d(X4, size)
@@ -179,6 +180,13 @@ def test_upsample_functional_default_overloads():
           ops=[aten.upsample_trilinear3d.default])
 
 
+def test_upsample_unsupported_dtype_fails():
+    from torch_tpu.compiler.lowering import LoweringError
+
+    with pytest.raises(LoweringError, match="not supported"):
+        lower_and_run(lambda x: aten.upsample_linear1d(x, [9], False), torch.zeros(1, 2, 5, dtype=torch.int64))
+
+
 def test_upsample_dtypes():
     check_direct(aten.upsample_bilinear2d.vec, X4S.double(), [9, 11], False, None)
     check_direct(aten.upsample_bilinear2d.vec, X4S.half(), [9, 11], False, None, rtol=1e-2, atol=1e-2)
@@ -190,10 +198,14 @@ def test_upsample_dtypes():
     check_direct(aten.upsample_trilinear3d.vec, X5, None, False, [1.5, 0.5, 2.0])
 
 
-def test_upsample_bilinear_uint8():
-    # The CPU kernel uses fixed-point weights for uint8; results may differ by one.
-    u8 = torch.randint(0, 256, (1, 3, 5, 6), dtype=torch.uint8)
-    check_direct(aten.upsample_bilinear2d.vec, u8, [9, 11], False, None, atol=1, rtol=0)
+@pytest.mark.parametrize("size,align", [([9, 11], False), ([40, 29], True), ([17, 30], False), ([5, 5], False)])
+def test_upsample_bilinear_uint8(size, align):
+    # uint8 follows the CPU kernel's int16 fixed-point passes exactly.
+    u8 = torch.randint(0, 256, (1, 3, 17, 13), dtype=torch.uint8)
+    check(lambda x: aten.upsample_bilinear2d(x, size, align), u8, ops=[aten.upsample_bilinear2d.default])
+    check(lambda x: aten.upsample_bilinear2d(x, size, align), u8.repeat(1, 2, 1, 1),
+          ops=[aten.upsample_bilinear2d.default])
+    check_direct(aten.upsample_bilinear2d.vec, u8, None, align, [1.7, 0.6])
 
 
 @pytest.mark.parametrize(
@@ -284,3 +296,33 @@ def test_grid_sampler_2d_backward(interp, padding, align):
     g = torch.randn(2, 3, 4, 5)
     check(lambda g, x, grid: aten.grid_sampler_2d_backward(g, x, grid, interp, padding, align, [True, True]),
           g, X4S, GRID, rtol=1e-4, atol=1e-4, ops=[aten.grid_sampler_2d_backward.default])
+
+
+AA_CASES = [([9, 11], False), ([40, 29], True), ([5, 5], True), ([17, 6], False)]
+
+
+@pytest.mark.parametrize("size,align", AA_CASES)
+def test_upsample_antialias(size, align):
+    x = torch.rand(1, 3, 17, 13) * 255
+    for op in (aten._upsample_bilinear2d_aa, aten._upsample_bicubic2d_aa):
+        check(lambda x, op=op: op(x, size, align), x, rtol=1e-5, atol=1e-4, ops=[op.default])
+        # uint8 follows the kernel's int16 fixed point exactly.
+        check(lambda x, op=op: op(x, size, align), x.round().to(torch.uint8), ops=[op.default])
+    g = torch.randn(1, 3, *size)
+    for op in (aten._upsample_bilinear2d_aa_backward, aten._upsample_bicubic2d_aa_backward):
+        check(lambda g, op=op: op(g, size, [1, 3, 17, 13], align), g, rtol=1e-5, atol=1e-5, ops=[op.default])
+
+
+@pytest.mark.parametrize("size,align", [([9, 11], False), ([40, 29], True), ([17, 30], False)])
+def test_upsample_bicubic_uint8(size, align):
+    u8 = torch.randint(0, 256, (1, 3, 17, 13), dtype=torch.uint8)
+    check(lambda x: aten.upsample_bicubic2d(x, size, align), u8, ops=[aten.upsample_bicubic2d.default])
+
+
+def test_upsample_functional_antialias():
+    F = torch.nn.functional
+    x = torch.rand(2, 3, 20, 24)
+    check(lambda x: F.interpolate(x, size=(7, 9), mode="bilinear", antialias=True), x, rtol=1e-5, atol=1e-5,
+          ops=[aten._upsample_bilinear2d_aa.default])
+    check(lambda x: F.interpolate(x, scale_factor=0.3, mode="bicubic", antialias=True), x, rtol=1e-5, atol=1e-5,
+          ops=[aten._upsample_bicubic2d_aa.default])

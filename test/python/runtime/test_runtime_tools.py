@@ -72,6 +72,7 @@ def test_run_writes_npz(files, tmp_path, capsys):
         (["{m}", "--input", "{d}/missing.npy"], "torchtpu-run: error: cannot read input '{d}/missing.npy': no such file"),
         (["{d}/missing.mlir"], "torchtpu-run: error: cannot read '{d}/missing.mlir': No such file or directory"),
         (["{m}", "--replicas", "0"], "torchtpu-run: error: --replicas 0: must be at least 1"),
+        (["{m}", "--bogus"], "torchtpu-run: error: unrecognized arguments: --bogus (see --help)"),
     ],
 )
 def test_run_errors_are_one_line(files, capsys, tmp_path, argv, message):
@@ -148,3 +149,5 @@ def test_cache_tool_refuses_unsafe_directory_and_needs_a_url(cache_dirs, capsys)
     assert "other users can write it (mode 0777)" in capsys.readouterr().err
     assert cache_tool.main(["stats", "--tier", "l3"]) == 1
     assert capsys.readouterr().err == "torchtpu-cache: error: no L3 cache: pass --url or set TORCH_TPU_CACHE_URL\n"
+    assert cache_tool.main([]) == 1
+    assert capsys.readouterr().err.startswith("torchtpu-cache: error: the following arguments are required")

@@ -1,0 +1,148 @@
+"""The generated reference docs are up to date, say what their tables hold, and the
+how-to's example pass is real code that works as the page says."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from torch_tpu.tools import gendocs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("path", [path for path, _ in gendocs.GENERATED_DOCS])
+def test_generated_doc_is_up_to_date(path: str) -> None:
+    generator = dict(gendocs.GENERATED_DOCS)[path]
+    target = ROOT / path
+    assert target.exists(), f"{path} is missing; generate it with: {gendocs.REGENERATE}"
+    assert target.read_text(encoding="utf-8") == gendocs.render(generator), (
+        f"{path} is stale: its source table changed. Regenerate it with: {gendocs.REGENERATE}"
+    )
+
+
+def test_check_reports_stale_and_missing_docs(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert gendocs.main(["--check", "--root", str(tmp_path)], out) == 1
+    for path, _ in gendocs.GENERATED_DOCS:
+        assert f"gendocs: {path} is stale or missing" in out.getvalue()
+    assert gendocs.REGENERATE in out.getvalue()
+
+    assert gendocs.main(["--root", str(tmp_path)], io.StringIO()) == 0
+    assert gendocs.main(["--check", "--root", str(tmp_path)], io.StringIO()) == 0
+
+    first = gendocs.GENERATED_DOCS[0][0]
+    (tmp_path / first).write_text("# edited by hand\n", encoding="utf-8")
+    out = io.StringIO()
+    assert gendocs.main(["--check", "--root", str(tmp_path)], out) == 1
+    assert out.getvalue().splitlines()[0] == f"gendocs: {first} is stale or missing"
+
+
+def test_generators_can_be_named_lazily(tmp_path: Path) -> None:
+    docs = [("docs/x.md", "torch_tpu.tools.gendocs:env_markdown")]
+    assert gendocs.stale_docs(tmp_path, docs) == ["docs/x.md"]
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs/x.md").write_text(gendocs.render(gendocs.env_markdown), encoding="utf-8")
+    assert gendocs.stale_docs(tmp_path, docs) == []
+
+
+def test_passes_doc_covers_every_pass_and_option() -> None:
+    from torch_tpu.compiler.passes import PASS_REGISTRY
+    from torch_tpu.compiler.pipeline import FUNC_ANCHORED_UPSTREAM, MODULE_LEVEL_UPSTREAM
+
+    text = gendocs.passes_markdown()
+    for argument, cls in PASS_REGISTRY.items():
+        assert f"## `{argument}`" in text
+        assert cls.summary in text
+        for option in cls.options:
+            assert re.search(rf"\| `{re.escape(option.name)}` \| {option.type.__name__} \|", text), option
+            for choice in option.choices:
+                assert f"`{choice}`" in text
+    for name in (*MODULE_LEVEL_UPSTREAM, *FUNC_ANCHORED_UPSTREAM):
+        assert f"`{name}`" in text
+
+
+def test_dialect_doc_covers_every_op_operand_and_type() -> None:
+    from torch_tpu.compiler.dialect import TORCHTPU
+    from torch_tpu.compiler.dialect.spec import KNOWN_TYPES
+
+    text = gendocs.dialect_markdown()
+    for spec in TORCHTPU.ops.values():
+        assert f"### `{spec.full_name}`" in text
+        assert spec.summary in text
+        for operand in spec.operands:
+            assert f"| `{operand.name}` | {operand.type.description} |" in text
+        for result in spec.results:
+            assert f"| `{result.name}` | {result.type.description} |" in text
+        for attr in spec.attributes:
+            assert f"| `{attr.name}` |" in text
+    for name in KNOWN_TYPES:
+        assert f"`!torchtpu.{name}`" in text
+
+
+def test_env_doc_covers_every_variable() -> None:
+    from torch_tpu.config import ENV_VARS
+
+    text = gendocs.env_markdown()
+    for name, var in ENV_VARS.items():
+        assert f"`{name}`" in text
+        assert " ".join(var.help.split()).replace("|", "\\|") in text
+
+
+# --------------------------------------------------------------------------------------
+# docs/howto/write-a-pass.md: its example pass and its lit test run as written
+# --------------------------------------------------------------------------------------
+HOWTO = ROOT / "docs/howto/write-a-pass.md"
+
+
+def _code_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", HOWTO.read_text(encoding="utf-8"), re.S)
+
+
+@pytest.fixture
+def example_pass():
+    from torch_tpu.compiler.passes import PASS_REGISTRY
+
+    (source,) = [b for b in _code_blocks("python") if "@register_pass" in b]
+    before = dict(PASS_REGISTRY)
+    # Executed as if it were a module of compiler/passes/, relative imports included.
+    namespace = {"__name__": "torch_tpu.compiler.passes._howto_example",
+                 "__package__": "torch_tpu.compiler.passes"}
+    exec(compile(source, str(HOWTO), "exec"), namespace)
+    added = set(PASS_REGISTRY) - set(before)
+    assert len(added) == 1, "the how-to's example must register exactly one pass"
+    (argument,) = added
+    try:
+        yield argument, PASS_REGISTRY[argument]
+    finally:
+        PASS_REGISTRY.pop(argument)
+
+
+def test_howto_example_pass_runs_its_documented_lit_test(example_pass) -> None:
+    from torch_tpu.tools.opt import run
+
+    argument, cls = example_pass
+    assert cls.description and cls.summary
+    (lit_test,) = [b for b in _code_blocks("mlir") if "RUN:" in b]
+    run_line = re.search(r"// RUN: torchtpu-opt %s (.*)", lit_test).group(1)
+    assert f"--{argument}" in run_line and "--verify-diagnostics" in run_line
+    argv = [a for a in run_line.split() if a.startswith("--")]
+    stderr = io.StringIO()
+    rc = run(argv + ["-"], stdin=io.BytesIO(lit_test.encode()), stdout=io.StringIO(), stderr=stderr)
+    assert rc == 0, stderr.getvalue()
+
+    # And the expectations are not vacuous: without them, the errors are reported.
+    stderr = io.StringIO()
+    argv = [a for a in argv if a != "--verify-diagnostics"]
+    rc = run(argv + ["-"], stdin=io.BytesIO(lit_test.encode()), stdout=io.StringIO(), stderr=stderr)
+    assert rc == 1
+    assert re.search(rf"<stdin>:\d+:\d+: error: {argument}: ", stderr.getvalue()), stderr.getvalue()
+
+
+def test_howto_example_pass_is_documented_by_gendocs(example_pass) -> None:
+    argument, cls = example_pass
+    text = gendocs.passes_markdown()
+    assert f"## `{argument}`" in text and cls.summary in text
