@@ -9,7 +9,7 @@ IR printing and timing cover both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .context import ir, passmanager

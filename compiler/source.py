@@ -16,10 +16,21 @@ by checking the input *before* MLIR sees it:
   input and every string of a bytecode input must be valid UTF-8 (`_check_text_strings`,
   `_check_bytecode`). Binary payloads belong in `dense<"0x...">`/resource blobs, which
   are not strings and are not affected.
+* StableHLO's parser of convolution `dim_numbers` (`[b, 0, 1, f]x[0, 1, i, o]->[...]`,
+  also inside `#stablehlo.conv<...>`) allocates a table as large as the biggest
+  dimension index written: `[0, 0x7FC00000, i, o]` allocates gigabytes (std::bad_alloc
+  or the OOM killer). `_check_conv_dimension_numbers` rejects absurd indices first.
 * The bytecode reader trusts the counts in the attribute/type offset section: a dialect
   group that declares more entries than the header announced writes past the end of
-  the reader's table. `_check_bytecode` walks the section structure (lengths, counts,
-  string table) and rejects such files with a located error first.
+  the reader's table (heap corruption: "malloc(): corrupted top size").
+  `_check_bytecode` walks the section structure (lengths, counts, string table) and
+  rejects such files with a located error first.
+* A corrupt attribute table whose entries reference each other makes the bytecode
+  reader loop forever, holding the GIL. That cannot be found without decoding every
+  dialect's encodings, so `probe_bytecode_reader` runs the reader in a forked child
+  with a timeout first (`isolate_bytecode_reader=True`, as torchtpu-opt does).
+* `ir.Type.parse("")` and `ir.Attribute.parse("")` segfault (guarded where we parse
+  type text: `dialect/spec.py`, `ref_tensor_type`).
 """
 
 from __future__ import annotations
@@ -75,6 +86,8 @@ def parse_source(
         return None
     if not _check_text_strings(data, source_name, engine):
         return None
+    if not _check_conv_dimension_numbers(data, source_name, engine):
+        return None
     return _parse_text(data, source_name, ctx, engine)
 
 
@@ -109,6 +122,11 @@ def _literal_bytes(body: str) -> bytes:
     return bytes(out)
 
 
+def _position(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
 def _check_text_strings(text: str, source_name: str, engine: DiagnosticEngine) -> bool:
     if _HIGH_ESCAPE.search(text) is None:  # the common case: one fast scan
         return True
@@ -119,8 +137,7 @@ def _check_text_strings(text: str, source_name: str, engine: DiagnosticEngine) -
         try:
             _literal_bytes(body).decode("utf-8")
         except UnicodeDecodeError as err:
-            line = text.count("\n", 0, match.start()) + 1
-            col = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+            line, col = _position(text, match.start())
             engine.error(
                 SourceLoc(source_name, line, col),
                 f"string literal is not valid UTF-8 (byte 0x{err.object[err.start]:02X} at "
@@ -254,6 +271,43 @@ def probe_bytecode_reader(data: bytes, timeout_s: float | None = None) -> str | 
     if os.WEXITSTATUS(status) != 0:
         return "MLIR's bytecode reader failed on this file in an unexpected way"
     return None
+
+
+# --------------------------------------------------------------------------------------
+# Text: convolution dimension numbers that make StableHLO's parser allocate gigabytes
+# --------------------------------------------------------------------------------------
+_CONV_DIMS = re.compile(r"dim_numbers\s*=|#stablehlo\.conv<")
+_INTEGER = re.compile(r"-?(?:0[xX][0-9a-fA-F]+|\d+)")
+# A dimension index is below the rank; real ranks are tiny, this only stops absurd ones.
+_MAX_CONV_DIMENSION = 1 << 16
+
+
+def _check_conv_dimension_numbers(text: str, source_name: str, engine: DiagnosticEngine) -> bool:
+    if "dim_numbers" not in text and "#stablehlo.conv<" not in text:
+        return True
+    for keyword in _CONV_DIMS.finditer(text):
+        pos = keyword.end()
+        for _ in range(3):  # [input]x[kernel]->[output]
+            while pos < len(text) and text[pos] in " \t\r\nx->":
+                pos += 1
+            if pos >= len(text) or text[pos] != "[":
+                break
+            end = pos + 1
+            while end < len(text) and text[end] not in "]\n":
+                end += 1
+            for number in _INTEGER.finditer(text, pos + 1, end):
+                literal = number.group()
+                value = int(literal, 16 if "x" in literal.lower() else 10) if literal[0] != "-" else 0
+                if value >= _MAX_CONV_DIMENSION:
+                    line, col = _position(text, number.start())
+                    engine.error(
+                        SourceLoc(source_name, line, col),
+                        f"convolution dimension number {literal} is out of range: a dimension "
+                        "index must be below the operand's rank",
+                    )
+                    return False
+            pos = end + 1
+    return True
 
 
 # --------------------------------------------------------------------------------------

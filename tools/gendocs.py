@@ -17,10 +17,11 @@ import argparse
 import importlib
 import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TextIO, Union
+from typing import TextIO
 
-Generator = Union[Callable[[], str], str]
+Generator = Callable[[], str] | str
 
 REGENERATE = "python -m torch_tpu.tools.gendocs"
 
@@ -86,12 +87,14 @@ def passes_markdown() -> str:
     out = [
         _header("Passes", "the pass declarations in `compiler/passes/` and the upstream lists in "
                 "`compiler/pipeline.py`"),
-        "torch_tpu's own passes are Python classes (one per file in `compiler/passes/`), "
-        "registered by argument. `torchtpu-opt` accepts each as a flag "
-        "(`--torchtpu-set-precision=mode=highest`) or inside a pipeline "
-        "(`--pass-pipeline='builtin.module(torchtpu-verify,canonicalize,"
-        "torchtpu-set-precision{mode=highest})'`), mixed freely with the upstream MLIR "
-        "passes listed at the end. `torchtpu-opt --list-passes` prints the same list.\n",
+        (
+            "torch_tpu's own passes are Python classes (one per file in `compiler/passes/`), "
+            "registered by argument. `torchtpu-opt` accepts each as a flag "
+            "(`--torchtpu-set-precision=mode=highest`) or inside a pipeline "
+            "(`--pass-pipeline='builtin.module(torchtpu-verify,canonicalize,"
+            "torchtpu-set-precision{mode=highest})'`), mixed freely with the upstream MLIR "
+            "passes listed at the end. `torchtpu-opt --list-passes` prints the same list.\n"
+        ),
         "| pass | summary |\n|---|---|",
     ]
     for argument, cls in sorted(PASS_REGISTRY.items()):
@@ -143,10 +146,12 @@ def dialect_markdown() -> str:
 
     out = [
         _header(f"The `{DIALECT}` dialect", "the op table in `compiler/dialect/ops.py`"),
-        f"`{DIALECT}` ops are written in MLIR's generic form (`\"{DIALECT}.load\"(%r) : "
-        "(...) -> ...`): MLIR parses and prints them as ops of an unregistered dialect, "
-        "and the `torchtpu-verify` pass checks them against the table this page is "
-        "generated from. Each op below lists what that verifier enforces.\n",
+        (
+            f"`{DIALECT}` ops are written in MLIR's generic form (`\"{DIALECT}.load\"(%r) : "
+            "(...) -> ...`): MLIR parses and prints them as ops of an unregistered dialect, "
+            "and the `torchtpu-verify` pass checks them against the table this page is "
+            "generated from. Each op below lists what that verifier enforces.\n"
+        ),
         "## Types\n",
         _table(("type", "meaning"), [(f"`!{DIALECT}.{name}`", text) for name, text in sorted(KNOWN_TYPES.items())]),
         "## Ops\n",
@@ -209,8 +214,10 @@ def env_markdown() -> str:
 
     out = [
         _header("Environment variables", "`ENV_VARS` in `python/torch_tpu/config.py`"),
-        "Every environment variable torch_tpu reads, grouped by the layer that reads it. "
-        "Unset means the default.\n",
+        (
+            "Every environment variable torch_tpu reads, grouped by the layer that reads it. "
+            "Unset means the default.\n"
+        ),
     ]
     layers: dict[str, list] = {}
     for var in ENV_VARS.values():
@@ -232,6 +239,7 @@ GENERATED_DOCS: list[tuple[str, Generator]] = [
     ("docs/reference/passes.md", passes_markdown),
     ("docs/reference/dialect.md", dialect_markdown),
     ("docs/reference/env.md", env_markdown),
+    ("docs/reference/ops.md", "torch_tpu.compiler.lowering.docs:ops_markdown"),
 ]
 
 

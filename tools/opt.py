@@ -24,15 +24,30 @@ class Chunk:
     first_line: int  # line of the original file where the chunk starts
 
 
-def _arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+class _UsageError(Exception):
+    pass
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """Reports usage errors as `torchtpu-opt: error: ...` and exit status 1 (never
+    SystemExit from inside `run`, which in-process callers use)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise _UsageError(message)
+
+
+def _arg_parser(epilog: str = "Run --list-passes for every pass with its options.") -> argparse.ArgumentParser:
+    p = _ArgumentParser(
         prog="torchtpu-opt",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
         description="torch_tpu's MLIR optimizer driver (mlir-opt conventions). Passes are "
         "given as --pass-pipeline='builtin.module(...)' or as one flag each "
         "(--torchtpu-verify --canonicalize --torchtpu-set-precision=mode=highest).",
-        epilog="Run --list-passes for every pass with its options.",
+        epilog=epilog,
         allow_abbrev=False,
     )
+    p.add_argument("-h", "--help", action="store_true", help="show this help (with the passes) and exit")
     p.add_argument("input", nargs="?", default="-", help="input .mlir or bytecode file ('-' for stdin)")
     p.add_argument("-o", dest="output", default="-", help="output file ('-' for stdout)")
     p.add_argument("--pass-pipeline", default=None, help="textual pass pipeline, e.g. 'builtin.module(cse)'")
@@ -47,7 +62,7 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
     p.add_argument("--verify-each", default="true", choices=("true", "false"), help="verify after parsing and after the pipeline (default true)")
     p.add_argument("--allow-unregistered-dialect", action="store_true", help="accepted for mlir-opt compatibility (always on)")
-    p.add_argument("--mlir-disable-threading", action="store_true", help="accepted for mlir-opt compatibility")
+    p.add_argument("--mlir-disable-threading", action="store_true", help="run everything on one thread")
     return p
 
 
@@ -146,7 +161,16 @@ def _native_stderr_to(stream: TextIO):
 def run(argv: list[str], stdin: BinaryIO | None = None, stdout=None, stderr: TextIO | None = None) -> int:
     stderr = stderr or sys.stderr
     parser = _arg_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except _UsageError as err:
+        stderr.write(f"torchtpu-opt: error: {err}; see --help\n")
+        return 1
+    if args.help:
+        passes = io.StringIO()
+        _list_passes(passes)
+        (stdout or sys.stdout).write(_arg_parser(passes.getvalue()).format_help())
+        return 0
     if args.list_passes:
         _list_passes(stdout or sys.stdout)
         return 0

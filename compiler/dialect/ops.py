@@ -7,8 +7,8 @@ from ..context import ir
 from .spec import (
     TORCHTPU,
     AnyRankedTensor,
-    OpSpec,
     Operand,
+    OpSpec,
     Ref,
     Result,
     VerifyError,

@@ -6,7 +6,7 @@ import pkgutil
 
 from .registry import LOWERINGS, Lowering, LoweringContext, LoweringError, UnsupportedOpError, lookup, lowers
 
-_NOT_FAMILIES = {"registry", "helpers", "decompositions"}
+_NOT_FAMILIES = {"registry", "helpers", "decompositions", "docs"}
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _module not in _NOT_FAMILIES and not _module.startswith("_"):

@@ -115,6 +115,7 @@ def _ones(ctx: LoweringContext, *args, **kwargs):
 
 lowers(
     aten.zeros.default,
+    aten._efficientzerotensor.default,  # autograd's "known zero" gradient
     aten.zeros_like.default,
     aten.new_zeros.default,
     aten.zero.default,

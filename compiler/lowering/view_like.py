@@ -161,6 +161,10 @@ lowers(
     aten.detach.default,
     aten.detach_copy.default,
     aten.clone.default,
+    # Conjugate/negative bits are lazy flags in eager PyTorch; our values are always
+    # materialized, so resolving them is the identity.
+    aten.resolve_conj.default,
+    aten.resolve_neg.default,
 )(_identity)
 
 

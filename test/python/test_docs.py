@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from torch_tpu.tools import gendocs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +98,7 @@ HOWTO = ROOT / "docs/howto/write-a-pass.md"
 
 
 def _code_blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", HOWTO.read_text(encoding="utf-8"), re.S)
+    return re.findall(rf"```{language}\n(.*?)```", HOWTO.read_text(encoding="utf-8"), re.DOTALL)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from torch_tpu.compiler import source
 
 OPT = [sys.executable, "-m", "torch_tpu.tools.opt"]
@@ -55,6 +54,27 @@ def test_valid_utf8_escapes_and_comments_are_accepted() -> None:
     result = opt(text.encode())
     assert result.returncode == 0, result.stderr.decode()
     assert b"caf\\C3\\A9" in result.stdout
+
+
+# -- StableHLO's convolution dim_numbers parser allocates by the largest index ----------
+@pytest.mark.parametrize(
+    "dims",
+    [
+        "dim_numbers = [b, 0, 1, f]x[0, 0x7FC00000, i, o]->[b, 0, 1, f], window = {stride = [1, 1]}",
+        "dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 2147483647, f], window = {stride = [1, 1]}",
+    ],
+)
+def test_absurd_convolution_dimension_numbers(dims: str) -> None:
+    text = (
+        "func.func @f(%x: tensor<1x8x8x3xf32>, %w: tensor<3x3x3x16xf32>) -> tensor<1x6x6x16xf32> {\n"
+        f"  %0 = stablehlo.convolution(%x, %w) {dims} {{batch_group_count = 1 : i64, "
+        "feature_group_count = 1 : i64} : (tensor<1x8x8x3xf32>, tensor<3x3x3x16xf32>) -> tensor<1x6x6x16xf32>\n"
+        "  return %0 : tensor<1x6x6x16xf32>\n}\n"
+    )
+    result = opt(text.encode())
+    assert result.returncode == 1
+    assert b"<stdin>:2:" in result.stderr
+    assert b"error: convolution dimension number" in result.stderr and b"is out of range" in result.stderr
 
 
 # -- ir.Type.parse("") segfaults ----------------------------------------------------------

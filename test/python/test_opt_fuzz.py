@@ -36,6 +36,7 @@ NUM_TEXT_MUTANTS = 520
 NUM_BYTECODE_MUTANTS = 60
 NUM_GARBAGE = 20
 TIMEOUT_S = 60.0  # per input; generous for a loaded CI machine (a run takes ~10 ms)
+WORKER_MEMORY_LIMIT = 6 << 30  # address space of the worker, in bytes
 
 TEST_ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,8 +51,8 @@ PIPELINES: list[list[str]] = [
     ["--emit-bytecode", "--torchtpu-verify"],
 ]
 
-_LOCATED_ERROR = re.compile(r"^(?:\S.*?:\d+:\d+|\S[^:\n]*): error: ", re.M)
-_TOOL_ERROR = re.compile(r"^torchtpu-opt: error: ", re.M)
+_LOCATED_ERROR = re.compile(r"^(?:\S.*?:\d+:\d+|\S[^:\n]*): error: ", re.MULTILINE)
+_TOOL_ERROR = re.compile(r"^torchtpu-opt: error: ", re.MULTILINE)
 
 
 # --------------------------------------------------------------------------------------
@@ -225,6 +226,12 @@ def _worker() -> None:
     channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
+    try:  # an allocation bomb must fail (MemoryError, reported) instead of swapping
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_LIMIT, WORKER_MEMORY_LIMIT))
+    except (ImportError, ValueError, OSError):
+        pass
 
     from torch_tpu.compiler import source
     from torch_tpu.tools.opt import run

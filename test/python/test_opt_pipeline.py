@@ -4,7 +4,6 @@ option syntax (compiler/passes/base.py) behind torchtpu-opt."""
 from __future__ import annotations
 
 import pytest
-
 from torch_tpu.compiler.context import ir, make_context
 from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.passes import PASS_REGISTRY, Option, Pass, PassOptionError, register_pass

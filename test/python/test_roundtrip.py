@@ -7,17 +7,16 @@ computes the same outputs as the original on the same inputs.
 from __future__ import annotations
 
 import io
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
-from jax import lax  # noqa: E402
-from jaxlib import _jax, xla_client  # noqa: E402
-
-from torch_tpu.tools.opt import run as opt_run  # noqa: E402
+from jax import lax
+from jaxlib import _jax, xla_client
+from torch_tpu.tools.opt import run as opt_run
 
 RNG = np.random.default_rng(0)
 

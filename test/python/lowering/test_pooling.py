@@ -1,5 +1,7 @@
 """Pooling, resampling, im2col/col2im, grid_sampler and embedding lowerings against eager."""
 
+import functools
+
 import pytest
 import torch
 from direct_graph import check_direct
@@ -305,12 +307,14 @@ AA_CASES = [([9, 11], False), ([40, 29], True), ([5, 5], True), ([17, 6], False)
 def test_upsample_antialias(size, align):
     x = torch.rand(1, 3, 17, 13) * 255
     for op in (aten._upsample_bilinear2d_aa, aten._upsample_bicubic2d_aa):
-        check(lambda x, op=op: op(x, size, align), x, rtol=1e-5, atol=1e-4, ops=[op.default])
+        fn = functools.partial(op, output_size=size, align_corners=align)
+        check(fn, x, rtol=1e-5, atol=1e-4, ops=[op.default])
         # uint8 follows the kernel's int16 fixed point exactly.
-        check(lambda x, op=op: op(x, size, align), x.round().to(torch.uint8), ops=[op.default])
+        check(fn, x.round().to(torch.uint8), ops=[op.default])
     g = torch.randn(1, 3, *size)
     for op in (aten._upsample_bilinear2d_aa_backward, aten._upsample_bicubic2d_aa_backward):
-        check(lambda g, op=op: op(g, size, [1, 3, 17, 13], align), g, rtol=1e-5, atol=1e-5, ops=[op.default])
+        fn = functools.partial(op, output_size=size, input_size=[1, 3, 17, 13], align_corners=align)
+        check(fn, g, rtol=1e-5, atol=1e-5, ops=[op.default])
 
 
 @pytest.mark.parametrize("size,align", [([9, 11], False), ([40, 29], True), ([17, 30], False)])

@@ -54,6 +54,16 @@ def _differentiable_outputs(out):
     return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
 
 
+def _loss(outputs, weights):
+    """A real scalar that depends on every output element with a random weight (real
+    and imaginary parts of complex outputs separately)."""
+    total = 0
+    for o, w in zip(outputs, weights):
+        term = (o * w).sum()
+        total = total + (term.real + term.imag if term.is_complex() else term)
+    return total
+
+
 @pytest.mark.opinfo
 @pytest.mark.parametrize("op", list(_params([o for o in OPS if o.supports_autograd], BACKWARD_XFAIL)))
 def test_backward(op):
@@ -69,13 +79,10 @@ def test_backward(op):
         if not expected_out:
             pytest.skip("no differentiable output")
         generator = torch.Generator().manual_seed(1)
-        weights = [torch.randn(o.shape, generator=generator, dtype=o.dtype) for o in expected_out]
-        expected = torch.autograd.grad(
-            sum((o * w).sum() for o, w in zip(expected_out, weights)), inputs, allow_unused=True
-        )
+        weights = [torch.randn(o.shape, generator=generator, dtype=o.real.dtype if o.is_complex() else o.dtype)
+                   for o in expected_out]
+        expected = torch.autograd.grad(_loss(expected_out, weights), inputs, allow_unused=True)
         torch._dynamo.reset()
         actual_out = _differentiable_outputs(_compiled(fn)(*tensors))
-        actual = torch.autograd.grad(
-            sum((o * w).sum() for o, w in zip(actual_out, weights)), inputs, allow_unused=True
-        )
+        actual = torch.autograd.grad(_loss(actual_out, weights), inputs, allow_unused=True)
         compare(actual, expected, atol, rtol)

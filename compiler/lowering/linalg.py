@@ -1,0 +1,984 @@
+"""Dense linear algebra: Cholesky and triangular solves (native `stablehlo.cholesky` /
+`stablehlo.triangular_solve`), LU with partial pivoting, Householder QR, symmetric
+eigendecomposition and SVD (Jacobi), and what PyTorch builds on them (solve, inv, det,
+slogdet, lu_solve, lu_unpack, householder_product, ormqr, pinv, matrix_exp).
+
+Algorithms without a StableHLO op are written as `stablehlo.while` loops over
+elementwise, masked updates of the whole (batched) matrix, so every batch element
+takes the same steps and no dynamic shapes appear:
+
+* LU: LAPACK getrf's partial pivoting (the first row of largest |a| — |re|+|im| for
+  complex — at or below the diagonal), 1-based int32 pivots, `info` = the first zero
+  pivot, so pivots and factors equal eager's up to rounding.
+* QR: LAPACK geqrf's Householder reflectors (beta = -sign(alpha) * norm, tau =
+  (beta - alpha) / beta), so `geqrf`, `linalg_qr`, `householder_product` and `ormqr`
+  equal eager's up to rounding.
+* eigh: cyclic Jacobi with round-robin (parallel) ordering until the off-diagonal part
+  is below eps relative to the matrix; eigenvalues ascending. SVD: one-sided (Hestenes)
+  Jacobi, then a Householder QR of the rotated columns for U. Singular values and
+  eigenvalues equal eager's; singular/eigen *vectors* are unique only up to sign
+  (phase), which LAPACK fixes by its own algorithm's accident; ours may differ.
+
+Errors: `info` outputs are computed as LAPACK defines them (cholesky: 1 + the first
+non-positive pivot; LU: 1 + the first exactly-zero pivot). The `_linalg_check_errors`
+that `torch.linalg.inv/solve/cholesky/lu_factor` add to raise on a nonzero info has no
+lowering: aot_autograd wraps it in a `with_effects` node, which runs in eager on the
+compiled info, so eager's errors are raised (as under Inductor, which falls back too).
+
+Some PyTorch ops (`_linalg_det`, `_linalg_slogdet`, `_linalg_solve_ex`) return the LU
+factorization of A^T instead of A when A is real and contiguous (their backward
+formulas rely on it); the lowerings do the same, reading contiguity from the FX
+node's metadata.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..context import ir, stablehlo
+from ..dtypes import tensor_type
+from .helpers import (
+    array_constant,
+    broadcast_shapes,
+    broadcast_to,
+    compare,
+    convert,
+    dtype,
+    full,
+    reduce,
+    reshape,
+    select,
+    shape_of,
+    transpose,
+)
+from .registry import LoweringContext, lowers
+
+aten = torch.ops.aten
+
+_REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+_LINALG_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+# -- small builders ------------------------------------------------------------------------------
+def _real_dtype(dt: torch.dtype) -> torch.dtype:
+    return _REAL_OF.get(dt, dt)
+
+
+def _check_dtype(ctx: LoweringContext, dt: torch.dtype) -> None:
+    if dt not in _LINALG_DTYPES:
+        raise ctx.fail(f"linear algebra in {dt} is not supported (PyTorch supports float32/64, complex64/128)")
+
+
+def _c(value, dt: torch.dtype, shape: Sequence[int] = ()) -> ir.Value:
+    """A splat of `value` (real scalar; complex dtypes get a zero imaginary part)."""
+    if dt.is_complex:
+        part = _REAL_OF[dt]
+        return stablehlo.ComplexOp(full(value, part, shape), full(0, part, shape)).result
+    return full(value, dt, shape)
+
+
+def _like(value, x: ir.Value) -> ir.Value:
+    return _c(value, dtype(x), shape_of(x))
+
+
+def _add(a, b):
+    return stablehlo.AddOp(a, b).result
+
+
+def _sub(a, b):
+    return stablehlo.SubtractOp(a, b).result
+
+
+def _mul(a, b):
+    return stablehlo.MulOp(a, b).result
+
+
+def _div(a, b):
+    return stablehlo.DivOp(a, b).result
+
+
+def _neg(a):
+    return stablehlo.NegOp(a).result
+
+
+def _abs(a):
+    return stablehlo.AbsOp(a).result
+
+
+def _sqrt(a):
+    return stablehlo.SqrtOp(a).result
+
+
+def _and(a, b):
+    return stablehlo.AndOp(a, b).result
+
+
+def _or(a, b):
+    return stablehlo.OrOp(a, b).result
+
+
+def _not(a):
+    return stablehlo.NotOp(a).result
+
+
+def _real(x: ir.Value) -> ir.Value:
+    return stablehlo.RealOp(x).result if dtype(x).is_complex else x
+
+
+def _imag(x: ir.Value) -> ir.Value:
+    return stablehlo.ImagOp(x).result
+
+
+def _complex(re: ir.Value, im: ir.Value) -> ir.Value:
+    return stablehlo.ComplexOp(re, im).result
+
+
+def _conj(x: ir.Value) -> ir.Value:
+    if not dtype(x).is_complex:
+        return x
+    return _complex(_real(x), _neg(_imag(x)))
+
+
+def _to_complex(x: ir.Value, like: torch.dtype) -> ir.Value:
+    """A real value as `like` (complex) with zero imaginary part; a no-op for real `like`."""
+    if not like.is_complex or dtype(x).is_complex:
+        return x
+    return _complex(x, full(0, dtype(x), shape_of(x)))
+
+
+def _iota(shape: Sequence[int], dim: int, dt: torch.dtype = torch.int32) -> ir.Value:
+    return stablehlo.IotaOp(tensor_type(list(shape), dt), dim).result
+
+
+def _scalar_i32(value: int) -> ir.Value:
+    return full(value, torch.int32, [])
+
+
+def _sum(x: ir.Value, dims: Sequence[int]) -> ir.Value:
+    dt = dtype(x)
+    return reduce([x], [_c(0, dt)], dims, lambda a, b: [_add(a[0], b[0])])[0]
+
+
+def _max(x: ir.Value, dims: Sequence[int]) -> ir.Value:
+    dt = dtype(x)
+    init = full(float("-inf") if dt.is_floating_point else torch.iinfo(dt).min, dt, [])
+    return reduce([x], [init], dims, lambda a, b: [stablehlo.MaxOp(a[0], b[0]).result])[0]
+
+
+def _min(x: ir.Value, dims: Sequence[int]) -> ir.Value:
+    dt = dtype(x)
+    init = full(float("inf") if dt.is_floating_point else torch.iinfo(dt).max, dt, [])
+    return reduce([x], [init], dims, lambda a, b: [stablehlo.MinOp(a[0], b[0]).result])[0]
+
+
+def _prod(x: ir.Value, dims: Sequence[int]) -> ir.Value:
+    dt = dtype(x)
+    return reduce([x], [_c(1, dt)], dims, lambda a, b: [_mul(a[0], b[0])])[0]
+
+
+def _abs2(x: ir.Value) -> ir.Value:
+    """|x|^2 (real)."""
+    if dtype(x).is_complex:
+        re, im = _real(x), _imag(x)
+        return _add(_mul(re, re), _mul(im, im))
+    return _mul(x, x)
+
+
+def _expand_last(x: ir.Value, size: int, axis: int) -> ir.Value:
+    """Inserts a dim of `size` at `axis` (negative: from the end of the result) by
+    broadcasting."""
+    shape = shape_of(x)
+    rank = len(shape) + 1
+    axis = axis % rank
+    out = shape[:axis] + [size] + shape[axis:]
+    dims = [d for d in range(rank) if d != axis]
+    return stablehlo.BroadcastInDimOp(tensor_type(out, dtype(x)), x, dims).result
+
+
+def _mT(x: ir.Value) -> ir.Value:
+    rank = len(shape_of(x))
+    return transpose(x, list(range(rank - 2)) + [rank - 1, rank - 2])
+
+
+def _mH(x: ir.Value) -> ir.Value:
+    return _conj(_mT(x))
+
+
+def _slice(x: ir.Value, dim: int, start: int, limit: int, stride: int = 1) -> ir.Value:
+    shape = shape_of(x)
+    starts = [0] * len(shape)
+    limits = list(shape)
+    strides = [1] * len(shape)
+    starts[dim], limits[dim], strides[dim] = start, limit, stride
+    return stablehlo.SliceOp(x, starts, limits, strides).result
+
+
+def _concat(values: Sequence[ir.Value], dim: int) -> ir.Value:
+    return stablehlo.ConcatenateOp(list(values), dim).result
+
+
+def _dynamic_slice_last(x: ir.Value, index: ir.Value, size: int = 1) -> ir.Value:
+    """x[..., index:index+size] along the last dim (index: 0-d int32)."""
+    shape = shape_of(x)
+    zero = _scalar_i32(0)
+    starts = [zero] * (len(shape) - 1) + [index]
+    sizes = shape[:-1] + [size]
+    return stablehlo.DynamicSliceOp(x, starts, sizes).result
+
+
+def _matrix_masks(shape: Sequence[int]) -> tuple[ir.Value, ir.Value]:
+    """(row index, column index) int32 iotas of `shape` (a batch of matrices)."""
+    rank = len(shape)
+    return _iota(shape, rank - 2), _iota(shape, rank - 1)
+
+
+def _tri_mask(shape: Sequence[int], lower: bool, k: int = 0) -> ir.Value:
+    """True on and below (lower) / above (upper) diagonal k."""
+    rows, cols = _matrix_masks(shape)
+    diff = _sub(cols, rows)  # col - row
+    return compare(diff, full(k, torch.int32, shape), "LE" if lower else "GE")
+
+
+def _tril(x: ir.Value, k: int = 0) -> ir.Value:
+    return select(_tri_mask(shape_of(x), True, k), x, _like(0, x))
+
+
+def _triu(x: ir.Value, k: int = 0) -> ir.Value:
+    return select(_tri_mask(shape_of(x), False, k), x, _like(0, x))
+
+
+def _eye(shape: Sequence[int], dt: torch.dtype) -> ir.Value:
+    """A batch of identity matrices (ones on the main diagonal) of `shape`."""
+    rows, cols = _matrix_masks(shape)
+    return select(compare(rows, cols, "EQ"), _c(1, dt, shape), _c(0, dt, shape))
+
+
+def _diagonal(x: ir.Value) -> ir.Value:
+    """The main diagonal of the last two dims: (..., min(m, n)), by a strided slice of
+    the flattened matrices (exact: no arithmetic)."""
+    shape = shape_of(x)
+    batch, (m, n) = shape[:-2], shape[-2:]
+    k = min(m, n)
+    if k == 0:
+        return full(0, dtype(x), batch + [0]) if not dtype(x).is_complex else _c(0, dtype(x), batch + [0])
+    flat = reshape(x, batch + [m * n])
+    return _slice(flat, len(batch), 0, (k - 1) * (n + 1) + 1, n + 1)
+
+
+def _diag_embed(v: ir.Value, m: int, n: int) -> ir.Value:
+    """(..., k) -> (..., m, n) with v on the main diagonal (k = min(m, n))."""
+    shape = shape_of(v)
+    batch = shape[:-1]
+    out = batch + [m, n]
+    k = shape[-1]
+    if k < n:
+        v = stablehlo.PadOp(v, _c(0, dtype(v)), [0] * len(shape), [0] * (len(shape) - 1) + [n - k], [0] * len(shape)).result
+    cols = _expand_last(v, m, -2)
+    rows, colsi = _matrix_masks(out)
+    return select(compare(rows, colsi, "EQ"), cols, _c(0, dtype(v), out))
+
+
+def _dot_attr(lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> ir.Attribute:
+    def dims(d):
+        return "[" + ", ".join(str(int(i)) for i in d) + "]"
+
+    text = "#stablehlo.dot<"
+    if lhs_batch:
+        text += f"lhs_batching_dimensions = {dims(lhs_batch)}, rhs_batching_dimensions = {dims(rhs_batch)}, "
+    text += f"lhs_contracting_dimensions = {dims(lhs_contract)}, rhs_contracting_dimensions = {dims(rhs_contract)}>"
+    return ir.Attribute.parse(text)
+
+
+def _matmul(a: ir.Value, b: ir.Value) -> ir.Value:
+    """Batched a @ b (equal batch dims) at full precision: linear algebra never runs in
+    a reduced-precision pass, whatever `torch.get_float32_matmul_precision()` says."""
+    sa, sb = shape_of(a), shape_of(b)
+    nb = len(sa) - 2
+    batch = list(range(nb))
+    out = sa[:-2] + [sa[-2], sb[-1]]
+    precision = ir.Attribute.parse("#stablehlo<precision HIGHEST>")
+    return stablehlo.DotGeneralOp(
+        tensor_type(out, dtype(a)), a, b, _dot_attr(batch, batch, [nb + 1], [nb]),
+        precision_config=ir.ArrayAttr.get([precision, precision]),
+    ).result
+
+
+def _batch_broadcast(x: ir.Value, batch: Sequence[int]) -> ir.Value:
+    shape = shape_of(x)
+    return broadcast_to(x, list(batch) + shape[-2:])
+
+
+# -- loops -----------------------------------------------------------------------------------------
+def _while(init: Sequence[ir.Value], cond: Callable, body: Callable) -> list[ir.Value]:
+    """`stablehlo.while`: `cond(values) -> 0-d i1`, `body(values) -> values`."""
+    types = [v.type for v in init]
+    op = stablehlo.WhileOp(types, list(init))
+    cond_block = op.cond.blocks.append(*types)
+    with ir.InsertionPoint(cond_block):
+        stablehlo.ReturnOp([cond(list(cond_block.arguments))])
+    body_block = op.body.blocks.append(*types)
+    with ir.InsertionPoint(body_block):
+        stablehlo.ReturnOp(list(body(list(body_block.arguments))))
+    return list(op.results)
+
+
+def _fori(start: int, stop: int, init: Sequence[ir.Value], body: Callable, step: int = 1) -> list[ir.Value]:
+    """for i in range(start, stop, step): values = body(i, values), with i a 0-d int32."""
+    if (stop - start) * step <= 0:
+        return list(init)
+
+    def cond(vals):
+        return compare(vals[0], _scalar_i32(stop), "LT" if step > 0 else "GT")
+
+    def loop(vals):
+        i, rest = vals[0], vals[1:]
+        new = body(i, rest)
+        return [_add(i, _scalar_i32(step))] + list(new)
+
+    return _while([_scalar_i32(start)] + list(init), cond, loop)[1:]
+
+
+def _is_empty(shape: Sequence[int]) -> bool:
+    return any(int(s) == 0 for s in shape)
+
+
+def _zeros(ctx: LoweringContext, index: int | None = None) -> ir.Value:
+    return _c(0, ctx.result_dtype(index), ctx.result_shape(index))
+
+
+# -- Cholesky ----------------------------------------------------------------------------------------
+def _cholesky_lower(a: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(L, info): the lower Cholesky factor (upper triangle zeroed) and LAPACK potrf's
+    info (see `_cholesky_info`)."""
+    shape = shape_of(a)
+    if _is_empty(shape):
+        return a, full(0, torch.int32, shape[:-2])
+    factor = stablehlo.CholeskyOp(a, lower=ir.BoolAttr.get(True), results=[a.type]).result
+    return _tril(factor), _cholesky_info(a)
+
+
+@lowers(aten.linalg_cholesky_ex.default)
+def _linalg_cholesky_ex(ctx, self, *, upper=False, check_errors=False):
+    _check_dtype(ctx, dtype(self))
+    factor, info = _cholesky_lower(self)
+    return (_mH(factor) if upper else factor), info
+
+
+@lowers(aten.cholesky.default)
+def _cholesky(ctx, self, upper=False):
+    return _linalg_cholesky_ex(ctx, self, upper=upper)[0]
+
+
+# -- triangular solves --------------------------------------------------------------------------------
+def _trsm(a: ir.Value, b: ir.Value, *, left: bool, lower: bool, unit: bool, op: str = "NO_TRANSPOSE") -> ir.Value:
+    """stablehlo.triangular_solve on equal batch dims: op(a) x = b (left) or
+    x op(a) = b; only the `lower`/upper triangle of a is read."""
+    if _is_empty(shape_of(b)):  # (a 0x0 a means an empty b)
+        return b
+    attr = ir.Attribute.parse(f"#stablehlo<transpose {op}>")
+    return stablehlo.TriangularSolveOp(a, b, left, lower, unit, attr, results=[b.type]).result
+
+
+def _broadcast_pair(a: ir.Value, b: ir.Value, out_dtype: torch.dtype) -> tuple[ir.Value, ir.Value]:
+    """Converts both to `out_dtype` and broadcasts their batch dims together."""
+    a, b = convert(a, out_dtype), convert(b, out_dtype)
+    batch = broadcast_shapes(shape_of(a)[:-2], shape_of(b)[:-2])
+    return _batch_broadcast(a, batch), _batch_broadcast(b, batch)
+
+
+@lowers(aten.linalg_solve_triangular.default)
+def _linalg_solve_triangular(ctx, self, B, *, upper, left=True, unitriangular=False):
+    out = ctx.result_dtype()
+    _check_dtype(ctx, out)
+    a, b = _broadcast_pair(self, B, out)
+    return _trsm(a, b, left=left, lower=not upper, unit=unitriangular)
+
+
+@lowers(aten.triangular_solve.default)
+def _triangular_solve(ctx, self, A, upper=True, transpose=False, unitriangular=False):
+    out = ctx.result_dtype(0)
+    _check_dtype(ctx, out)
+    a, b = _broadcast_pair(A, self, out)
+    op = "TRANSPOSE" if transpose else "NO_TRANSPOSE"
+    return _trsm(a, b, left=True, lower=not upper, unit=unitriangular, op=op), a
+
+
+def _cholesky_solve_impl(b: ir.Value, factor: ir.Value, upper: bool) -> ir.Value:
+    """A^-1 b with A = L L^H (lower) or U^H U (upper)."""
+    if upper:
+        y = _trsm(factor, b, left=True, lower=False, unit=False, op="ADJOINT")
+        return _trsm(factor, y, left=True, lower=False, unit=False)
+    y = _trsm(factor, b, left=True, lower=True, unit=False)
+    return _trsm(factor, y, left=True, lower=True, unit=False, op="ADJOINT")
+
+
+@lowers(aten.cholesky_solve.default)
+def _cholesky_solve(ctx, self, input2, upper=False):
+    out = ctx.result_dtype()
+    _check_dtype(ctx, out)
+    factor, b = _broadcast_pair(input2, self, out)
+    return _cholesky_solve_impl(b, factor, upper)
+
+
+@lowers(aten.cholesky_inverse.default)
+def _cholesky_inverse(ctx, self, upper=False):
+    out = ctx.result_dtype()
+    _check_dtype(ctx, out)
+    factor = convert(self, out)
+    return _cholesky_solve_impl(_eye(shape_of(factor), out), factor, upper)
+
+
+def _cholesky_info(a: ir.Value) -> ir.Value:
+    """LAPACK potrf's info for each matrix of the batch: 1 + the first k whose pivot
+    a_kk - sum_j |l_kj|^2 is not positive (or NaN), else 0. XLA's Cholesky fills a
+    failed factor with NaN entirely, so the failure point is found by an unblocked
+    right-looking factorization of its own (dead code, removed by XLA, when the info
+    output is unused, as under `torch.linalg.cholesky`)."""
+    shape = shape_of(a)
+    batch, n = shape[:-2], shape[-1]
+    rows, cols = _matrix_masks(shape)
+    real = _real_dtype(dtype(a))
+
+    def body(k, vals):
+        x, info = vals
+        col = reshape(_dynamic_slice_last(x, k), batch + [n])
+        d = _real(reshape(_dynamic_slice_last(_diagonal(x), k), batch))
+        bad = _not(compare(d, full(0, real, batch), "GT"))
+        kk = broadcast_to(k, batch)
+        info = select(_and(bad, compare(info, full(0, torch.int32, batch), "EQ")), _add(kk, full(1, torch.int32, batch)), info)
+        below = compare(_iota(batch + [n], len(batch)), broadcast_to(k, batch + [n]), "GT")
+        l = select(below, _div(col, _to_complex(broadcast_to(reshape(_sqrt(d), batch + [1]), batch + [n]), dtype(a))), _like(0, col))
+        outer = _mul(_expand_last(l, n, -1), _conj(_expand_last(l, n, -2)))
+        x = _sub(x, outer)
+        return [x, info]
+
+    return _fori(0, n, [a, full(0, torch.int32, batch)], body)[1]
+
+
+# -- LU with partial pivoting ----------------------------------------------------------------------
+def _pivot_magnitude(x: ir.Value) -> ir.Value:
+    """LAPACK i?amax's measure: |x| for real, |re| + |im| for complex."""
+    if dtype(x).is_complex:
+        return _add(_abs(_real(x)), _abs(_imag(x)))
+    return _abs(x)
+
+
+def _pick(x: ir.Value, index: ir.Value, dim: int) -> ir.Value:
+    """x indexed by `index` (per batch element, shape = x's shape without `dim` and the
+    dims after it) along `dim`, dropping `dim`; exact (a masked sum of zeros)."""
+    shape = shape_of(x)
+    idx = broadcast_to(index, shape[:dim]) if shape_of(index) != shape[:dim] else index
+    dims = list(range(len(shape[:dim])))
+    idx = stablehlo.BroadcastInDimOp(tensor_type(shape, torch.int32), idx, dims).result
+    hit = compare(_iota(shape, dim), idx, "EQ")
+    return _sum(select(hit, x, _like(0, x)), [dim])
+
+
+def _lu_factor(a: ir.Value, pivot: bool = True) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
+    """(LU, pivots, perm, info) of a batch of m x n matrices, as LAPACK getrf: pivots
+    are 1-based int32 row interchanges, perm (..., m) the resulting row order (row i
+    of L U is row perm[i] of a), info 1 + the first exactly-zero pivot (0 if none)."""
+    shape = shape_of(a)
+    batch, (m, n) = shape[:-2], shape[-2:]
+    k = min(m, n)
+    nb = len(batch)
+    dt = dtype(a)
+    i32 = torch.int32
+    if _is_empty(batch):
+        return a, full(0, i32, batch + [k]), full(0, i32, batch + [m]), full(0, i32, batch)
+    rows, cols = _matrix_masks(shape)
+    vrows = _iota(batch + [m], nb)
+
+    def body(j, vals):
+        x, perm, piv = vals
+        jb = broadcast_to(j, batch)
+        col = reshape(_dynamic_slice_last(x, j), batch + [m])
+        if pivot:
+            mag = _pivot_magnitude(col)
+            rdt = dtype(mag)
+            usable = _and(compare(vrows, broadcast_to(j, batch + [m]), "GE"), compare(mag, mag, "EQ"))
+            mag = select(usable, mag, full(-1, rdt, batch + [m]))
+            top = _max(mag, [nb])
+            hit = compare(mag, broadcast_to(reshape(top, batch + [1]), batch + [m]), "EQ")
+            p = _min(select(hit, vrows, full(m, i32, batch + [m])), [nb])
+        else:
+            p = jb
+        row_j, row_p = _pick(x, jb, nb), _pick(x, p, nb)  # (..., n)
+        is_j = compare(rows, broadcast_to(j, shape), "EQ")
+        is_p = compare(rows, stablehlo.BroadcastInDimOp(tensor_type(shape, i32), p, list(range(nb))).result, "EQ")
+        x = select(is_j, _expand_last(row_p, m, -2), select(is_p, _expand_last(row_j, m, -2), x))
+        perm_j, perm_p = _pick(perm, jb, nb), _pick(perm, p, nb)
+        vj = compare(vrows, broadcast_to(j, batch + [m]), "EQ")
+        vp = compare(vrows, _expand_last(p, m, -1), "EQ")
+        perm = select(vj, _expand_last(perm_p, m, -1), select(vp, _expand_last(perm_j, m, -1), perm))
+        piv = select(compare(_iota(batch + [k], nb), broadcast_to(j, batch + [k]), "EQ"),
+                     _expand_last(_add(p, full(1, i32, batch)), k, -1), piv)
+        # Eliminate below the pivot (a zero pivot leaves the column, all zeros, as is).
+        pv = reshape(_dynamic_slice_last(row_p, j), batch)
+        col = reshape(_dynamic_slice_last(x, j), batch + [m])
+        nonzero = compare(pv, _like(0, pv), "NE")
+        below = compare(vrows, broadcast_to(j, batch + [m]), "GT")
+        # LAPACK getrf2 scales by the reciprocal unless it would overflow.
+        pvm = _expand_last(pv, m, -1)
+        tiny = full(torch.finfo(_real_dtype(dt)).tiny, _real_dtype(dt), batch + [m])
+        scaled = select(compare(_abs(pvm), tiny, "GE"), _mul(col, _div(_like(1, pvm), pvm)), _div(col, pvm))
+        l = select(_and(below, _expand_last(nonzero, m, -1)), scaled, select(below, col, _like(0, col)))
+        outer = _mul(_expand_last(l, n, -1), _expand_last(row_p, m, -2))
+        trailing = _and(compare(rows, broadcast_to(j, shape), "GT"), compare(cols, broadcast_to(j, shape), "GT"))
+        x = select(trailing, _sub(x, outer), x)
+        x = select(_and(compare(rows, broadcast_to(j, shape), "GT"), compare(cols, broadcast_to(j, shape), "EQ")),
+                   _expand_last(l, n, -1), x)
+        return [x, perm, piv]
+
+    lu, perm, piv = _fori(0, k, [a, vrows, full(0, i32, batch + [k])], body)
+    return lu, piv, perm, _first_zero_pivot(lu)
+
+
+def _first_zero_pivot(lu: ir.Value) -> ir.Value:
+    diag = _diagonal(lu)
+    shape = shape_of(diag)
+    batch, k = shape[:-1], shape[-1]
+    if k == 0:
+        return full(0, torch.int32, batch)
+    positions = _iota(shape, len(batch))
+    zero = compare(diag, _like(0, diag), "EQ")
+    first = _min(select(zero, positions, full(k, torch.int32, shape)), [len(batch)])
+    return select(compare(first, full(k, torch.int32, batch), "EQ"), full(0, torch.int32, batch),
+                  _add(first, full(1, torch.int32, batch)))
+
+
+def _perm_from_pivots(piv: ir.Value, m: int) -> ir.Value:
+    """The row order (..., m) int32 that LAPACK's sequential row interchanges
+    (1-based pivots (..., k)) produce: row i of L U is row perm[i] of A."""
+    shape = shape_of(piv)
+    batch, k = shape[:-1], shape[-1]
+    nb = len(batch)
+    piv = convert(piv, torch.int32)
+    vrows = _iota(batch + [m], nb)
+
+    def body(j, vals):
+        (perm,) = vals
+        p = _sub(_pick(piv, broadcast_to(j, batch), nb), full(1, torch.int32, batch))
+        perm_j, perm_p = _pick(perm, broadcast_to(j, batch), nb), _pick(perm, p, nb)
+        vj = compare(vrows, broadcast_to(j, batch + [m]), "EQ")
+        vp = compare(vrows, _expand_last(p, m, -1), "EQ")
+        return [select(vj, _expand_last(perm_p, m, -1), select(vp, _expand_last(perm_j, m, -1), perm))]
+
+    if _is_empty(batch):
+        return vrows
+    return _fori(0, k, [vrows], body)[0]
+
+
+def _inverse_perm(perm: ir.Value) -> ir.Value:
+    """inv[perm[i]] = i, exact (a masked integer sum)."""
+    shape = shape_of(perm)
+    batch, m = shape[:-1], shape[-1]
+    nb = len(batch)
+    square = batch + [m, m]
+    # hit[r, i] = perm[i] == r ; inv[r] = sum_i hit * i
+    hit = compare(_expand_last(perm, m, -2), _iota(square, nb), "EQ")
+    return _sum(select(hit, _iota(square, nb + 1), full(0, torch.int32, square)), [nb + 1])
+
+
+def _take_rows(x: ir.Value, idx: ir.Value) -> ir.Value:
+    """out[..., i, :] = x[..., idx[..., i], :] (a batched gather; equal batch dims)."""
+    shape = shape_of(x)
+    nb = len(shape) - 2
+    batch = list(range(nb))
+
+    def dims(d):
+        return "[" + ", ".join(str(i) for i in d) + "]"
+
+    attr = ir.Attribute.parse(
+        f"#stablehlo.gather<offset_dims = [{nb + 1}], collapsed_slice_dims = [{nb}], "
+        f"operand_batching_dims = {dims(batch)}, start_indices_batching_dims = {dims(batch)}, "
+        f"start_index_map = [{nb}], index_vector_dim = {nb + 1}>"
+    )
+    out = shape_of(idx) + [shape[-1]]
+    return stablehlo.GatherOp(x, convert(idx, torch.int32), attr, [1] * nb + [1, shape[-1]],
+                              results=[tensor_type(out, dtype(x))]).result
+
+
+def _perm_matrix(perm: ir.Value, dt: torch.dtype) -> ir.Value:
+    """P with A = P L U: P[perm[i], i] = 1."""
+    shape = shape_of(perm)
+    batch, m = shape[:-1], shape[-1]
+    square = batch + [m, m]
+    hit = compare(_iota(square, len(batch)), _expand_last(perm, m, -2), "EQ")
+    return select(hit, _c(1, dt, square), _c(0, dt, square))
+
+
+def _unit_lower(lu: ir.Value, cols: int) -> ir.Value:
+    """L (..., m, cols) from packed LU: strictly-lower part plus a unit diagonal."""
+    shape = shape_of(lu)
+    lower = _slice(lu, len(shape) - 1, 0, cols)
+    lshape = shape_of(lower)
+    return select(_tri_mask(lshape, True, -1), lower, _eye(lshape, dtype(lu)))
+
+
+def _upper(lu: ir.Value, rows: int) -> ir.Value:
+    shape = shape_of(lu)
+    return _triu(_slice(lu, len(shape) - 2, 0, rows))
+
+
+def _lu_solve_impl(lu: ir.Value, perm: ir.Value, b: ir.Value, left: bool, adjoint: bool) -> ir.Value:
+    """X with op(A) X = B (left) or X op(A) = B, A = P L U given as packed LU and the
+    row order `perm`; all three share batch dims."""
+    if not left:
+        # X A = B <=> A^H X^H = B^H ;  X A^H = B <=> A X^H = B^H
+        return _mH(_lu_solve_impl(lu, perm, _mH(b), True, not adjoint))
+    if _is_empty(shape_of(b)):
+        return b
+    if not adjoint:
+        y = _take_rows(b, perm)  # P^T B
+        y = _trsm(lu, y, left=True, lower=True, unit=True)
+        return _trsm(lu, y, left=True, lower=False, unit=False)
+    # A^H = U^H L^H P^T: X = P L^-H U^-H B
+    y = _trsm(lu, b, left=True, lower=False, unit=False, op="ADJOINT")
+    y = _trsm(lu, y, left=True, lower=True, unit=True, op="ADJOINT")
+    return _take_rows(y, _inverse_perm(perm))
+
+
+@lowers(aten.linalg_lu_factor_ex.default)
+def _linalg_lu_factor_ex(ctx, A, *, pivot=True, check_errors=False):
+    _check_dtype(ctx, dtype(A))
+    lu, piv, _, info = _lu_factor(A, pivot)
+    if not pivot:
+        # Without pivoting PyTorch (CUDA only) reports the identity interchanges 1..k.
+        shape = shape_of(piv)
+        piv = _add(_iota(shape, len(shape) - 1), full(1, torch.int32, shape))
+    return lu, piv, info
+
+
+@lowers(aten.linalg_lu.default)
+def _linalg_lu(ctx, A, *, pivot=True):
+    _check_dtype(ctx, dtype(A))
+    shape = shape_of(A)
+    m, n = shape[-2:]
+    k = min(m, n)
+    lu, _, perm, _ = _lu_factor(A, pivot)
+    if pivot:
+        p = _perm_matrix(perm, dtype(A))
+    else:
+        p = _zeros(ctx, 0)  # PyTorch returns an empty P without pivoting
+    return p, _unit_lower(lu, k), _upper(lu, k)
+
+
+@lowers(aten.lu_unpack.default)
+def _lu_unpack(ctx, LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+    shape = shape_of(LU_data)
+    m, n = shape[-2:]
+    k = min(m, n)
+    if unpack_data:
+        l, u = _unit_lower(LU_data, k), _upper(LU_data, k)
+    else:
+        l, u = _zeros(ctx, 1), _zeros(ctx, 2)
+    if unpack_pivots:
+        pshape = ctx.result_shape(0)
+        piv = broadcast_to(LU_pivots, pshape[:-2] + shape_of(LU_pivots)[-1:])
+        p = _perm_matrix(_perm_from_pivots(piv, m), ctx.result_dtype(0))
+    else:
+        p = _zeros(ctx, 0)
+    return p, l, u
+
+
+def _broadcast_lu(lu: ir.Value, piv: ir.Value, b: ir.Value, out_dtype: torch.dtype):
+    lu, b = convert(lu, out_dtype), convert(b, out_dtype)
+    batch = broadcast_shapes(shape_of(lu)[:-2], shape_of(b)[:-2], shape_of(piv)[:-1])
+    lu, b = _batch_broadcast(lu, batch), _batch_broadcast(b, batch)
+    piv = broadcast_to(convert(piv, torch.int32), batch + shape_of(piv)[-1:])
+    return lu, piv, b
+
+
+@lowers(aten.linalg_lu_solve.default)
+def _linalg_lu_solve(ctx, LU, pivots, B, *, left=True, adjoint=False):
+    out = ctx.result_dtype()
+    _check_dtype(ctx, out)
+    lu, piv, b = _broadcast_lu(LU, pivots, B, out)
+    n = shape_of(lu)[-1]
+    perm = _perm_from_pivots(piv, n)
+    return _lu_solve_impl(lu, perm, b, left, adjoint)
+
+
+def _uses_transpose(ctx: LoweringContext, A: ir.Value) -> bool:
+    """PyTorch factors A^T instead of A when A is real and contiguous (det, slogdet,
+    solve); their backward formulas read the returned LU accordingly."""
+    meta = ctx.arg_meta(0)
+    return not dtype(A).is_complex and isinstance(meta, torch.Tensor) and meta.is_contiguous()
+
+
+def _lu_det_sign(piv: ir.Value) -> ir.Value:
+    """+1 / -1 (int32, batch-shaped): the parity of the row interchanges."""
+    shape = shape_of(piv)
+    nb = len(shape) - 1
+    natural = _add(_iota(shape, nb), full(1, torch.int32, shape))
+    swaps = _sum(select(compare(piv, natural, "NE"), full(1, torch.int32, shape), full(0, torch.int32, shape)), [nb])
+    odd = compare(stablehlo.AndOp(swaps, full(1, torch.int32, shape[:-1])).result, full(1, torch.int32, shape[:-1]), "EQ")
+    return select(odd, full(-1, torch.int32, shape[:-1]), full(1, torch.int32, shape[:-1]))
+
+
+@lowers(aten._linalg_det.default)
+def _linalg_det(ctx, A):
+    dt = dtype(A)
+    _check_dtype(ctx, dt)
+    lu, piv, _, _ = _lu_factor(_mT(A) if _uses_transpose(ctx, A) else A)
+    det = _prod(_diagonal(lu), [len(shape_of(lu)) - 2])
+    sign = convert(convert(_lu_det_sign(piv), _real_dtype(dt)), dt) if dt.is_complex else convert(_lu_det_sign(piv), dt)
+    return _mul(det, sign), lu, piv
+
+
+def _sgn(x: ir.Value) -> ir.Value:
+    """torch.sgn: x / |x| (0 for 0); sign for real."""
+    if not dtype(x).is_complex:
+        return stablehlo.SignOp(x).result
+    mag = _abs(x)
+    zero = compare(mag, full(0, dtype(mag), shape_of(mag)), "EQ")
+    safe = select(zero, full(1, dtype(mag), shape_of(mag)), mag)
+    q = _div(x, _to_complex(safe, dtype(x)))
+    return select(zero, _like(0, x), q)
+
+
+@lowers(aten._linalg_slogdet.default)
+def _linalg_slogdet(ctx, A):
+    dt = dtype(A)
+    _check_dtype(ctx, dt)
+    lu, piv, _, _ = _lu_factor(_mT(A) if _uses_transpose(ctx, A) else A)
+    diag = _diagonal(lu)
+    nb = len(shape_of(lu)) - 2
+    perm_sign = convert(_lu_det_sign(piv), _real_dtype(dt))
+    sign = _mul(_prod(_sgn(diag), [nb]), _to_complex(perm_sign, dt))
+    logabs = _sum(stablehlo.LogOp(_abs(diag)).result, [nb])
+    return sign, logabs, lu, piv
+
+
+def _vector_rhs(A_shape: Sequence[int], B_shape: Sequence[int]) -> bool:
+    """PyTorch's linalg_solve_is_vector_rhs."""
+    return len(B_shape) == 1 or (len(A_shape) - 1 == len(B_shape) and list(B_shape) == list(A_shape[:-1]))
+
+
+@lowers(aten._linalg_solve_ex.default)
+def _linalg_solve_ex(ctx, A, B, *, left=True, check_errors=False):
+    out = ctx.result_dtype(0)
+    _check_dtype(ctx, out)
+    A = convert(A, out)
+    use_t = _uses_transpose(ctx, A)
+    lu, piv, perm, info = _lu_factor(_mT(A) if use_t else A)
+    vector = _vector_rhs(shape_of(A), shape_of(B))
+    b = convert(B, out)
+    if vector:
+        bs = shape_of(b)
+        b = reshape(b, bs + [1] if left else bs[:-1] + [1, bs[-1]])
+    batch = broadcast_shapes(shape_of(lu)[:-2], shape_of(b)[:-2])
+    lub = _batch_broadcast(lu, batch)
+    permb = broadcast_to(perm, batch + shape_of(perm)[-1:])
+    x = _lu_solve_impl(lub, permb, _batch_broadcast(b, batch), left, use_t)
+    return reshape(x, ctx.result_shape(0)), lu, piv, info
+
+
+@lowers(aten.linalg_inv_ex.default)
+def _linalg_inv_ex(ctx, A, *, check_errors=False):
+    dt = dtype(A)
+    _check_dtype(ctx, dt)
+    lu, _, perm, info = _lu_factor(A)
+    return _lu_solve_impl(lu, perm, _eye(shape_of(A), dt), True, False), info
+
+
+# -- Householder QR ----------------------------------------------------------------------------------
+def _column(x: ir.Value, j: ir.Value) -> ir.Value:
+    """x[..., :, j] (dynamic j)."""
+    shape = shape_of(x)
+    return reshape(_dynamic_slice_last(x, j), shape[:-1])
+
+
+def _entry(v: ir.Value, j: ir.Value) -> ir.Value:
+    """v[..., j] (dynamic j)."""
+    return reshape(_dynamic_slice_last(v, j), shape_of(v)[:-1])
+
+
+def _vnorm(x: ir.Value, dim: int) -> ir.Value:
+    """The 2-norm along `dim` (real result), scaled by the largest magnitude first so it
+    neither overflows nor underflows (as LAPACK's nrm2)."""
+    mag = _abs(x)
+    rdt = dtype(mag)
+    scale = _max(mag, [dim])
+    safe = select(compare(scale, full(0, rdt, shape_of(scale)), "GT"), scale, full(1, rdt, shape_of(scale)))
+    shape = shape_of(x)
+    dims = [d for d in range(len(shape)) if d != dim]
+    safe_b = stablehlo.BroadcastInDimOp(tensor_type(shape, rdt), safe, dims).result
+    scaled = _div(mag, safe_b)
+    return _mul(_sqrt(_sum(_mul(scaled, scaled), [dim])), safe)
+
+
+def _householder_vector(col: ir.Value, j: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """LAPACK larfg on col[j:] of a batch of columns (..., m): (v, tau, beta), v (..., m)
+    the reflector (zeros above j, 1 at j), tau (...) its scale factor, beta (...) the
+    new col[j] (real), so (I - tau v v^H)^H col[j:] = beta e_j."""
+    shape = shape_of(col)
+    batch, m = shape[:-1], shape[-1]
+    nb = len(batch)
+    dt = dtype(col)
+    rdt = _real_dtype(dt)
+    rows = _iota(shape, nb)
+    jm = broadcast_to(j, shape)
+    below = compare(rows, jm, "GT")
+    x = select(below, col, _like(0, col))
+    alpha = _entry(col, j)
+    xnorm = _vnorm(x, nb)
+    re = _real(alpha)
+    zero = full(0, rdt, batch)
+    if dt.is_complex:
+        im = _imag(alpha)
+        trivial = _and(compare(xnorm, zero, "EQ"), compare(im, zero, "EQ"))
+        norm = _vnorm(_concat([reshape(re, batch + [1]), reshape(im, batch + [1]), reshape(xnorm, batch + [1])], nb), nb)
+    else:
+        trivial = compare(xnorm, zero, "EQ")
+        norm = _vnorm(_concat([reshape(re, batch + [1]), reshape(xnorm, batch + [1])], nb), nb)
+    # beta = -sign(re(alpha)) * norm (Fortran SIGN: +0 counts as positive)
+    negative = compare(re, zero, "LT")
+    beta = select(negative, norm, _neg(norm))
+    safe_beta = select(trivial, full(1, rdt, batch), beta)
+    if dt.is_complex:
+        tau = _complex(_div(_sub(safe_beta, re), safe_beta), _neg(_div(im, safe_beta)))
+    else:
+        tau = _div(_sub(safe_beta, re), safe_beta)
+    tau = select(trivial, _like(0, tau), tau)
+    denom = _sub(alpha, _to_complex(safe_beta, dt))
+    denom = select(trivial, _like(1, denom), denom)
+    scale = _div(_like(1, denom), denom)
+    v = select(below, _mul(x, _expand_last(scale, m, -1)), _like(0, col))
+    v = select(compare(rows, jm, "EQ"), _like(1, col), v)
+    beta = select(trivial, re, beta)
+    return v, tau, beta
+
+
+def _reflect_left(c: ir.Value, v: ir.Value, tau: ir.Value) -> ir.Value:
+    """(I - tau v v^H) c for a batch: c (..., m, n), v (..., m), tau (...)."""
+    shape = shape_of(c)
+    m, n = shape[-2:]
+    nb = len(shape) - 2
+    w = _sum(_mul(_expand_last(_conj(v), n, -1), c), [nb])  # v^H c: (..., n)
+    tv = _mul(v, _expand_last(tau, m, -1))
+    return _sub(c, _mul(_expand_last(tv, n, -1), _expand_last(w, m, -2)))
+
+
+def _reflect_right(c: ir.Value, v: ir.Value, tau: ir.Value) -> ir.Value:
+    """c (I - tau v v^H) for a batch: c (..., m, n), v (..., n), tau (...)."""
+    shape = shape_of(c)
+    m, n = shape[-2:]
+    nb = len(shape) - 2
+    w = _sum(_mul(c, _expand_last(v, m, -2)), [nb + 1])  # c v: (..., m)
+    tw = _mul(w, _expand_last(tau, m, -1))
+    return _sub(c, _mul(_expand_last(tw, n, -1), _expand_last(_conj(v), m, -2)))
+
+
+def _geqrf(a: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """LAPACK geqrf: (R above the diagonal and the reflectors below it, tau)."""
+    shape = shape_of(a)
+    batch, (m, n) = shape[:-2], shape[-2:]
+    k = min(m, n)
+    nb = len(batch)
+    dt = dtype(a)
+    if _is_empty(batch) or k == 0:
+        return a, _c(0, dt, batch + [k])
+    rows, cols = _matrix_masks(shape)
+
+    def body(j, vals):
+        x, taus = vals
+        v, tau, beta = _householder_vector(_column(x, j), j)
+        jj = broadcast_to(j, shape)
+        # H^H applied to the trailing columns (geqr2 applies conj(tau)).
+        updated = _reflect_left(x, v, _conj(tau))
+        x = select(compare(cols, jj, "GT"), updated, x)
+        vrows = _iota(batch + [m], nb)
+        vcol = select(compare(vrows, broadcast_to(j, batch + [m]), "EQ"), _expand_last(_to_complex(beta, dt), m, -1), v)
+        x = select(_and(compare(cols, jj, "EQ"), compare(rows, jj, "GE")), _expand_last(vcol, n, -1), x)
+        taus = select(compare(_iota(batch + [k], nb), broadcast_to(j, batch + [k]), "EQ"), _expand_last(tau, k, -1), taus)
+        return [x, taus]
+
+    x, taus = _fori(0, k, [a, _c(0, dt, batch + [k])], body)
+    return x, taus
+
+
+def _reflector(vs: ir.Value, j: ir.Value) -> ir.Value:
+    """Reflector j of a packed matrix: column j with zeros above j and 1 at j."""
+    col = _column(vs, j)
+    shape = shape_of(col)
+    rows = _iota(shape, len(shape) - 1)
+    jm = broadcast_to(j, shape)
+    v = select(compare(rows, jm, "GT"), col, _like(0, col))
+    return select(compare(rows, jm, "EQ"), _like(1, col), v)
+
+
+def _apply_q(vs: ir.Value, taus: ir.Value, c: ir.Value, *, left: bool, adjoint: bool) -> ir.Value:
+    """Q c, Q^H c (left) or c Q, c Q^H with Q = H_0 ... H_{k-1} from packed reflectors
+    `vs` (..., mn, >= k) and `taus` (..., k); all share batch dims."""
+    k = shape_of(taus)[-1]
+    forward = left == adjoint  # Q^H c and c Q apply H_0 first
+    start, stop, step = (0, k, 1) if forward else (k - 1, -1, -1)
+
+    def body(j, vals):
+        (x,) = vals
+        v = _reflector(vs, j)
+        tau = _entry(taus, j)
+        if adjoint:
+            tau = _conj(tau)
+        return [_reflect_left(x, v, tau) if left else _reflect_right(x, v, tau)]
+
+    if _is_empty(shape_of(c)) or k == 0:
+        return c
+    return _fori(start, stop, [c], body, step)[0]
+
+
+@lowers(aten.geqrf.default)
+def _geqrf_rule(ctx, self):
+    _check_dtype(ctx, dtype(self))
+    return _geqrf(self)
+
+
+def _householder_product(vs: ir.Value, taus: ir.Value, cols: int) -> ir.Value:
+    """The first `cols` columns of H_0 ... H_{k-1} (orgqr)."""
+    shape = shape_of(vs)
+    m = shape[-2]
+    eye = _eye(shape[:-2] + [m, cols], dtype(vs))
+    return _apply_q(vs, taus, eye, left=True, adjoint=False)
+
+
+@lowers(aten.linalg_householder_product.default)
+def _linalg_householder_product(ctx, input, tau):
+    dt = ctx.result_dtype()
+    _check_dtype(ctx, dt)
+    vs, taus = convert(input, dt), convert(tau, dt)
+    batch = shape_of(vs)[:-2]
+    taus = broadcast_to(taus, batch + shape_of(taus)[-1:])
+    return _householder_product(vs, taus, shape_of(vs)[-1])
+
+
+@lowers(aten.ormqr.default)
+def _ormqr(ctx, self, input2, input3, left=True, transpose=False):
+    dt = ctx.result_dtype()
+    _check_dtype(ctx, dt)
+    vs, taus, c = convert(self, dt), convert(input2, dt), convert(input3, dt)
+    batch = broadcast_shapes(shape_of(vs)[:-2], shape_of(c)[:-2], shape_of(taus)[:-1])
+    vs, c = _batch_broadcast(vs, batch), _batch_broadcast(c, batch)
+    taus = broadcast_to(taus, batch + shape_of(taus)[-1:])
+    return _apply_q(vs, taus, c, left=left, adjoint=transpose)
+
+
+@lowers(aten.linalg_qr.default)
+def _linalg_qr(ctx, A, mode="reduced"):
+    dt = dtype(A)
+    _check_dtype(ctx, dt)
+    shape = shape_of(A)
+    m, n = shape[-2:]
+    k = min(m, n)
+    packed, taus = _geqrf(A)
+    rows = m if mode == "complete" else k
+    r = _upper(packed, rows)
+    if mode == "r":
+        return _zeros(ctx, 0), r
+    qcols = m if mode == "complete" else k
+    return _householder_product(packed, taus, qcols), r
