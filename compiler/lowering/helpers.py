@@ -101,7 +101,10 @@ def array_constant(array, dtype_: torch.dtype) -> ir.Value:
     array = np.asarray(array, dtype=np_dtype).copy(order="C")
     shape = list(array.shape)
     if dtype_ is torch.bool:
-        attr = ir.DenseElementsAttr.get(np.packbits(array.reshape(-1), bitorder="little"), type=ir.IntegerType.get_signless(1), shape=shape)
+        # This jaxlib takes i1 elements one per byte (packed bits decode wrongly).
+        attr = ir.DenseElementsAttr.get(
+            np.ascontiguousarray(array, dtype=np.bool_), type=ir.IntegerType.get_signless(1), shape=shape
+        )
     else:
         attr = ir.DenseElementsAttr.get(array, type=element_type(dtype_), shape=shape)
     return stablehlo.ConstantOp(attr).result

@@ -1,5 +1,5 @@
 """Matrix products: mm, bmm, addmm (and `_addmm_activation`), baddbmm, addbmm, mv, addmv,
-dot, vdot, _int_mm. (The pairwise distances `_cdist_forward` / `_pdist_forward` live in
+dot, vdot, _int_mm, and `_trilinear` (F.bilinear). (The pairwise distances `_cdist_forward` / `_pdist_forward` live in
 the misc family.)
 
 Every product is one `stablehlo.dot_general` with explicit batch and contracting
@@ -17,7 +17,7 @@ import torch
 
 from ..context import chlo, ir, stablehlo
 from ..dtypes import tensor_type
-from .helpers import broadcast_to, convert, dtype, full, shape_of
+from .helpers import broadcast_to, convert, dtype, full, reduce, reshape, shape_of
 from .registry import LoweringContext, lowers
 
 aten = torch.ops.aten
@@ -159,3 +159,64 @@ def _addmm_activation(ctx: LoweringContext, self, mat1, mat2, *, beta=1, alpha=1
     erf = chlo.ErfOp(stablehlo.MulOp(y, full(math.sqrt(0.5), dt, shape)).result).result
     one_plus = stablehlo.AddOp(erf, full(1, dt, shape)).result
     return stablehlo.MulOp(stablehlo.MulOp(y, full(0.5, dt, shape)).result, one_plus).result
+
+
+# -- _trilinear (F.bilinear) -------------------------------------------------------------------------
+class _Labeled:
+    """A value whose dims carry labels (positions in _trilinear's common rank)."""
+
+    def __init__(self, value: ir.Value, labels: list[int]):
+        self.value, self.labels = value, labels
+
+    def size(self, label: int) -> int:
+        return shape_of(self.value)[self.labels.index(label)]
+
+    def sum_out(self, labels: set[int]) -> _Labeled:
+        dims = [i for i, lab in enumerate(self.labels) if lab in labels]
+        if not dims:
+            return self
+        dt = dtype(self.value)
+        (out,) = reduce([self.value], [full(0, dt, [])], dims, lambda a, b: [stablehlo.AddOp(a[0], b[0]).result])
+        return _Labeled(out, [lab for lab in self.labels if lab not in labels])
+
+
+def _contract_pair(a: _Labeled, b: _Labeled, summed: set[int], needed_later: set[int]) -> _Labeled:
+    """a * b (broadcast over shared labels), summing the labels in `summed` that no later
+    operand needs: shared ones are contracted by dot_general, private ones summed first."""
+    shared = set(a.labels) & set(b.labels)
+    drop = summed - needed_later
+    a = a.sum_out((drop & set(a.labels)) - shared)
+    b = b.sum_out((drop & set(b.labels)) - shared)
+    contract = [lab for lab in a.labels if lab in shared and lab in drop]
+    batch = [lab for lab in a.labels if lab in shared and lab not in drop]
+    value = dot_general(
+        a.value, b.value,
+        ([a.labels.index(lab) for lab in contract], [b.labels.index(lab) for lab in contract]),
+        ([a.labels.index(lab) for lab in batch], [b.labels.index(lab) for lab in batch]),
+    )
+    free_a = [lab for lab in a.labels if lab not in shared]
+    free_b = [lab for lab in b.labels if lab not in shared]
+    return _Labeled(value, batch + free_a + free_b)
+
+
+@lowers(aten._trilinear.default)
+def _trilinear(ctx: LoweringContext, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """sum over `sumdim` of i1 * i2 * i3, each unsqueezed at its `expand` dims, as two
+    dot_generals. Size-1 dims are dropped first (they broadcast), so shared labels
+    always have equal sizes."""
+    out_dtype = ctx.result_dtype()
+    operands = []
+    for value, expand in ((i1, expand1), (i2, expand2), (i3, expand3)):
+        value = convert(value, out_dtype)
+        rank = len(shape_of(value)) + len(expand)
+        labels = [d for d in range(rank) if d not in set(expand)]
+        keep = [i for i, s in enumerate(shape_of(value)) if s != 1]
+        value = reshape(value, [shape_of(value)[i] for i in keep])
+        operands.append(_Labeled(value, [labels[i] for i in keep]))
+    summed = set(sumdim)
+    first = _contract_pair(operands[0], operands[1], summed, set(operands[2].labels))
+    result = _contract_pair(first, operands[2], summed, set())
+    result = result.sum_out(summed)
+    order = sorted(range(len(result.labels)), key=lambda i: result.labels[i])
+    value = stablehlo.TransposeOp(result.value, order).result if order != list(range(len(order))) else result.value
+    return reshape(value, ctx.result_shape())

@@ -46,7 +46,8 @@ def execute(imported, args: list[torch.Tensor], seed: int = 0) -> list:
 
 
 def lower_and_run(fn, *args, decompositions=None):
-    gm = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions or {})(*args)
+    # Real tensors captured by `fn` become constants of the graph (get_attr nodes).
+    gm = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions or {}, _allow_non_fake_inputs=True)(*args)
     imported = import_graph(gm)
     tensor_args = [a for a in pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
     return execute(imported, tensor_args), gm, imported

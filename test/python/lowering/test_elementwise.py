@@ -88,3 +88,13 @@ def test_clamp_and_pow():
     check(lambda a, b: torch.pow(a, b), POS, Y)
     check(lambda a: torch.nn.functional.hardtanh(a, -0.3, 0.2), X)
     check(lambda a: torch.nn.functional.gelu(a, approximate="tanh"), X)
+
+
+def test_bool_constants_keep_their_values():
+    # Boolean tensor constants baked into the module (e.g. causal masks).
+    for mask in (torch.tensor([True, False, True]), torch.tensor(True),
+                 torch.rand(3, 5) > 0.5, torch.zeros(0, dtype=torch.bool)):
+        def select_by_constant_mask(a, mask=mask):
+            return torch.where(mask, a, -a)
+
+        check(lambda a: select_by_constant_mask(a), torch.randn(mask.shape))

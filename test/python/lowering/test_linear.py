@@ -1,5 +1,7 @@
 """Matrix-product lowerings (dot_general) against eager."""
 
+import functools
+
 import pytest
 import torch
 from harness import check, lower_and_run
@@ -107,3 +109,17 @@ def test_mm_out_dtype():
 def test_addmm_activation(gelu):
     check(lambda c, a, b: aten._addmm_activation(c, a, b, beta=0.5, use_gelu=gelu), _r(4), _r(3, 5), _r(5, 4),
           rtol=1e-5, atol=1e-5, ops=[aten._addmm_activation.default])
+
+
+def test_trilinear():
+    F = torch.nn.functional
+    x1, x2, w, b = _r(4, 3), _r(4, 2), _r(5, 3, 2), _r(5)
+    check(lambda a, c, w, b: F.bilinear(a, c, w, b), x1, x2, w, b, rtol=1e-5, atol=1e-5, ops=[aten._trilinear.default])
+    check(lambda a, c, w: F.bilinear(a, c, w), _r(2, 4, 3), _r(2, 4, 2), w, rtol=1e-5, atol=1e-5,
+          ops=[aten._trilinear.default])
+    for sumdim in ([], [3], [0, 2]):
+        fn = functools.partial(aten._trilinear, expand1=[1, 3], expand2=[0], expand3=[1, 2], sumdim=sumdim)
+        check(fn, x1, w, x2, rtol=1e-5, atol=1e-5, ops=[aten._trilinear.default])
+    # size-1 dims broadcast against the other operands
+    check(lambda a, w, c: aten._trilinear(a, w, c, [1, 3], [0], [1, 2], [2, 3]), _r(1, 3), w, x2, rtol=1e-5,
+          atol=1e-5, ops=[aten._trilinear.default])
