@@ -1,23 +1,34 @@
 """Special functions and the remaining elementwise math: Bessel and Airy functions,
-orthogonal polynomials, erfc/erfcx/ndtri, zeta/polygamma, the incomplete gamma
-functions, and fmax/fmin/frexp/ldexp/signbit/nextafter.
+orthogonal polynomials, erfc/erfcx/ndtri/log_ndtr, zeta/polygamma, the regularized
+incomplete gamma functions, and fmax/fmin/frexp/ldexp/signbit/nextafter.
 
-Where CHLO has the function (erfc, zeta, digamma, nextafter) the rule uses it. Everything
-else reproduces PyTorch's CPU kernel (aten/src/ATen/native/Math.h: Cephes rational and
-Chebyshev approximations, SciPy's incomplete gamma, Faddeeva erfcx) operation by
-operation in the kernel's own dtype -- float32 for float32 (and for float16/bfloat16/int
-inputs, which the kernels upcast to float), float64 for float64 -- so results agree with
-eager to a few ulps. Each branch of a kernel's `if` chain is computed for every element
-and the chain becomes a cascade of selects; the kernels' data-dependent loops (power
-series, continued fractions, polynomial recurrences) become `stablehlo.while` loops that
-run while any element is still iterating, freezing each element once its own loop would
-have exited. The coefficient tables live in `_special_tables.py`.
+CHLO supplies erfc, nextafter and lgamma. Everything else reproduces PyTorch's CPU
+kernel (aten/src/ATen/native/Math.h: Cephes rational and Chebyshev approximations,
+SciPy's incomplete gamma, Faddeeva's erfcx) operation by operation in the kernel's own
+dtype -- float32 for float32 (and for float16/bfloat16/integer inputs, which promote or
+upcast to float), float64 for float64 -- so results agree with eager to a few ulps.
+Where the kernel accumulates in double for float inputs in a way that matters (zeta, and
+so polygamma for n >= 2; digamma's reflection term), we do too. CHLO's zeta and digamma
+are not used: they differ from PyTorch for q <= 0 and at 0.
+
+Each branch of a kernel's `if` chain is computed for every element and the chain becomes
+a cascade of selects (`_chain`). The kernels' data-dependent loops (power series,
+continued fractions, polynomial recurrences) become `stablehlo.while` loops that run
+while any element is still iterating, each element keeping its state once its own loop
+would have exited (`_loop`, `_recurrence`); like the kernels, they run as long as the
+inputs demand (e.g. about max(n) steps for a Legendre polynomial of degree n).
+
+Known differences from eager: the polynomials of high degree (n in the hundreds) in
+float32 are ill-conditioned and differ by about n ulps, as eager itself does from the
+exact value; where a kernel returns an uninitialized value (Chebyshev U/V/W and
+Laguerre/Legendre recurrences at x = NaN) we return NaN; and XLA:CPU flushes subnormal
+results to zero. The coefficient tables live in `_special_tables.py`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +36,7 @@ import torch
 from ..context import chlo, ir, stablehlo
 from ..dtypes import tensor_type
 from . import _special_tables as tables
-from .helpers import broadcast_shapes, broadcast_to, convert, dtype, full, is_value, rank_of, reduce, shape_of
+from .helpers import broadcast_to, convert, dtype, full, is_value, rank_of, reduce, shape_of
 from .registry import LoweringContext, lowers
 
 aten = torch.ops.aten
@@ -33,7 +44,7 @@ aten = torch.ops.aten
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-# -- an elementwise value with arithmetic operators ------------------------------------------
+# -- an elementwise value with arithmetic operators ----------------------------------------
 class _T:
     """An elementwise tensor whose Python operators build StableHLO ops. A Python number
     on either side becomes a splat constant of this value's dtype and shape (rounded
@@ -97,7 +108,11 @@ class _T:
 
     # comparisons (bool results); == and != stay Python's, use eq()/ne()
     def _cmp(self, o, direction: str) -> _T:
-        kind = "FLOAT" if self.dtype.is_floating_point else ("UNSIGNED" if self.dtype is torch.bool else "SIGNED")
+        kind = (
+            "FLOAT"
+            if self.dtype.is_floating_point
+            else ("UNSIGNED" if self.dtype is torch.bool else "SIGNED")
+        )
         return _T(
             stablehlo.CompareOp(
                 self.v,
@@ -249,17 +264,26 @@ def _chbevl(x: _T, coeffs: Sequence[float]) -> _T:
     return (b0 - b2) * 0.5 if b2 is not None else b0 * 0.5
 
 
-# -- loops --------------------------------------------------------------------------------------
+# -- loops ---------------------------------------------------------------------------------
 def _any(mask: _T) -> ir.Value:
     """A 0-d bool: whether any element of `mask` is true."""
     if rank_of(mask.v) == 0:
         return mask.v
     false = full(False, torch.bool, [])
-    (out,) = reduce([mask.v], [false], list(range(rank_of(mask.v))), lambda acc, new: [stablehlo.OrOp(acc[0], new[0]).result])
+    (out,) = reduce(
+        [mask.v],
+        [false],
+        list(range(rank_of(mask.v))),
+        lambda acc, new: [stablehlo.OrOp(acc[0], new[0]).result],
+    )
     return out
 
 
-def _while(init: Sequence[_T], cond: Callable[[list[_T]], ir.Value], body: Callable[[list[_T]], Sequence[_T]]) -> list[_T]:
+def _while(
+    init: Sequence[_T],
+    cond: Callable[[list[_T]], ir.Value],
+    body: Callable[[list[_T]], Sequence[_T]],
+) -> list[_T]:
     """stablehlo.while over `init`: `cond(values)` returns a 0-d bool, `body(values)`
     the next values."""
     values = [v.v for v in init]
@@ -275,7 +299,12 @@ def _while(init: Sequence[_T], cond: Callable[[list[_T]], ir.Value], body: Calla
     return [_T(r) for r in op.results]
 
 
-def _loop(active: _T, state: Sequence[_T], step: Callable[[list[_T]], tuple[_T, Sequence[_T]]], max_iter: int | None = None) -> list[_T]:
+def _loop(
+    active: _T,
+    state: Sequence[_T],
+    step: Callable[[list[_T]], tuple[_T, Sequence[_T]]],
+    max_iter: int | None = None,
+) -> list[_T]:
     """Runs a per-element loop: while any element is `active`, `step(state)` gives
     (still_active, new_state) computed for every element; elements that were active
     take the new state, the others keep theirs (they have left their loop). With
@@ -298,7 +327,7 @@ def _loop(active: _T, state: Sequence[_T], step: Callable[[list[_T]], tuple[_T, 
     return out[2:]
 
 
-# -- dtype plumbing -------------------------------------------------------------------------------
+# -- dtype plumbing ------------------------------------------------------------------------
 def _compute_dtype(out: torch.dtype) -> torch.dtype:
     """The dtype PyTorch's CPU kernel computes in: double for double, float otherwise
     (the kernels upcast half/bfloat16 to float; integer inputs promote to float)."""
@@ -312,7 +341,15 @@ def _operands(ctx: LoweringContext, *args) -> list[_T]:
     shape = ctx.result_shape()
     # Operands are first converted to the result dtype (TensorIterator's common dtype),
     # which is what the kernel sees, then to the compute dtype.
-    return [_T(convert(convert(broadcast_to(a, shape), out_dt) if is_value(a) else full(a, out_dt, shape), cd)) for a in args]
+    return [
+        _T(
+            convert(
+                convert(broadcast_to(a, shape), out_dt) if is_value(a) else full(a, out_dt, shape),
+                cd,
+            )
+        )
+        for a in args
+    ]
 
 
 def _finish(ctx: LoweringContext, r: _T) -> ir.Value:
@@ -329,7 +366,7 @@ def _unary_rule(fn: Callable[[_T], _T]):
     return rule
 
 
-# -- Bessel functions of the first and second kind (Math.h bessel_{j,y}{0,1}_forward) ------------
+# -- Bessel functions of the first and second kind (Math.h bessel_{j,y}{0,1}_forward) ------
 _PIO4 = 0.785398163397448309615660845819875721
 _3PIO4 = 2.356194490192344928846982537459627163
 _SQ2OPI = 0.797884560802865355879892119868763737
@@ -361,7 +398,7 @@ def _bessel_asymptotic(x: _T, w: _T, t: dict, phase: float, kind: str) -> _T:
 
 
 def _table(prefix: str) -> dict:
-    return {k[len(prefix):]: getattr(tables, k) for k in dir(tables) if k.startswith(prefix)}
+    return {k[len(prefix) :]: getattr(tables, k) for k in dir(tables) if k.startswith(prefix)}
 
 
 def _bessel_j0(x: _T) -> _T:
@@ -386,19 +423,23 @@ def _bessel_j1(x: _T) -> _T:
 
 def _bessel_y0(x: _T) -> _T:
     xx = x * x
-    small = _horner(xx, tables.Y0_YP) / _horner(xx, tables.Y0_YQ) + _TWOOPI * x.log() * _bessel_j0(x)
+    small = _horner(xx, tables.Y0_YP) / _horner(xx, tables.Y0_YQ) + _TWOOPI * x.log() * _bessel_j0(
+        x
+    )
     large = _bessel_asymptotic(x, 25.0 / (x * x), _table("Y0_"), _PIO4, "y")
     return _chain(large, (x.eq(0.0), -math.inf), (x < 0.0, math.nan), (x <= 5.0, small))
 
 
 def _bessel_y1(x: _T) -> _T:
     xx = x * x
-    small = x * (_horner(xx, tables.Y1_YP) / _horner(xx, tables.Y1_YQ)) + _TWOOPI * (_bessel_j1(x) * x.log() - 1.0 / x)
+    small = x * (_horner(xx, tables.Y1_YP) / _horner(xx, tables.Y1_YQ)) + _TWOOPI * (
+        _bessel_j1(x) * x.log() - 1.0 / x
+    )
     large = _bessel_asymptotic(x, 5.0 / x * (5.0 / x), _table("Y1_"), _3PIO4, "y")
     return _chain(large, (x.eq(0.0), -math.inf), (x <= 0.0, math.nan), (x <= 5.0, small))
 
 
-# -- Airy Ai (airy_ai_forward) ---------------------------------------------------------------------
+# -- Airy Ai (airy_ai_forward) -------------------------------------------------------------
 def _airy_ai(x: _T) -> _T:
     c = 5.64189583547756286948e-01
     pi = float(np.float32(math.pi)) if x.dtype is torch.float32 else math.pi
@@ -412,7 +453,11 @@ def _airy_ai(x: _T) -> _T:
     afn, afd = _horner(zz, tables.AIRY_AFN), _horner(zz, tables.AIRY_AFD)
     agn, agd = _horner(zz, tables.AIRY_AGN), _horner(zz, tables.AIRY_AGD)
     t = zeta_n + _lit(x, 0.25) * _lit(x, pi)
-    negative = c / (-neg_x).sqrt().sqrt() * (t.sin() * (1.0 + z * z * afn / afd) - t.cos() * (z * agn / agd))
+    negative = (
+        c
+        / (-neg_x).sqrt().sqrt()
+        * (t.sin() * (1.0 + z * z * afn / afd) - t.cos() * (z * agn / agd))
+    )
 
     # x >= 2.09: the decaying asymptotic form.
     pos_x = _where(x >= 2.09, x, 3.0)
@@ -447,10 +492,16 @@ def _airy_ai(x: _T) -> _T:
     f, g, *_ = _loop(mid, [one, xm, one, one, xm], step)
     series = _lit(x, 0.355028053887817239260) * f - _lit(x, 0.258819403792806798405) * g
 
-    return _chain(series, (x.isinf(), math.nan), (x > 103.892, 0.0), (x < -2.09, negative), (x >= 2.09, positive))
+    return _chain(
+        series,
+        (x.isinf(), math.nan),
+        (x > 103.892, 0.0),
+        (x < -2.09, negative),
+        (x >= 2.09, positive),
+    )
 
 
-# -- spherical Bessel j0 ----------------------------------------------------------------------------
+# -- spherical Bessel j0 -------------------------------------------------------------------
 def _spherical_bessel_j0(x: _T) -> _T:
     f = _NP[x.dtype]
     xx = x * x
@@ -462,7 +513,7 @@ def _spherical_bessel_j0(x: _T) -> _T:
     return _chain(x.sin() / x, (x.isinf(), 0.0), (x.abs() < 0.5, series))
 
 
-# -- modified Bessel functions (calc_i0/i0e/i1/i1e and modified_bessel_*_forward) ---------------------
+# -- modified Bessel functions (calc_i0/i0e/i1/i1e and modified_bessel_*_forward) ----------
 def _i1e_tables(x: _T):
     if x.dtype is torch.float64:
         return tables.I1E_A_F64, tables.I1E_B_F64
@@ -547,12 +598,14 @@ def _scaled_modified_bessel_k0(x: _T) -> _T:
 
 
 def _scaled_modified_bessel_k1(x: _T) -> _T:
-    small = ((x * 0.5).log() * _modified_bessel_i1(x) + _k_small_series(x, tables.MK1_A) / x) * x.exp()
+    small = (
+        (x * 0.5).log() * _modified_bessel_i1(x) + _k_small_series(x, tables.MK1_A) / x
+    ) * x.exp()
     large = _k_large_series(x, tables.MK1_B) / x.sqrt()
     return _k_edge(x, _where(x <= 2.0, small, large))
 
 
-# -- normal distribution: ndtri, erfcx ----------------------------------------------------------------
+# -- normal distribution: ndtri, erfcx -----------------------------------------------------
 def _ndtri(y0: _T) -> _T:
     s2pi = 2.50662827463100050242e0
     exp_m2 = _lit(y0, 0.13533528323661269189)
@@ -626,11 +679,13 @@ def _erfcx(x: _T) -> _T:
     huge = f(ispi) / x
     positive = _chain(_erfcx_y100(400.0 / (4.0 + x)), (_gt(x, 5e7), huge), (x > 50.0, cf))
     two_exp = 2.0 * (x * x).exp()
-    negative = _chain(two_exp - _erfcx_y100(400.0 / (4.0 - x)), (_lt(x, -26.7), math.inf), (_lt(x, -6.1), two_exp))
+    negative = _chain(
+        two_exp - _erfcx_y100(400.0 / (4.0 - x)), (_lt(x, -26.7), math.inf), (_lt(x, -6.1), two_exp)
+    )
     return _chain(negative, (x.isnan(), x), (x >= 0.0, positive))
 
 
-# -- zeta and polygamma ------------------------------------------------------------------------------
+# -- zeta and polygamma --------------------------------------------------------------------
 _MACHEP = 1.11022302462515654042e-16
 
 
@@ -656,7 +711,7 @@ def _zeta(x: _T, q: _T) -> _T:
     i = _T(full(0, torch.int32, x.shape))
 
     def step(state):
-        i, a, b, s, early = state
+        i, a, b, s, _ = state
         i = i + 1
         a = a + 1.0
         b = _T(stablehlo.PowOp(a.v, (-x).v).result)
@@ -709,7 +764,9 @@ def _digamma(x: _T) -> _T:
         xp = _where(below, xp + 1.0, xp)
     z = 1.0 / (xp * xp)
     y = _where(xp < 1.0e17, z * _horner(z, _DIGAMMA_A), 0.0)
-    positive = _where(xp.eq(10.0), result + _lit(x, 2.25175258906672110764), result + xp.log() - 0.5 / xp - y)
+    positive = _where(
+        xp.eq(10.0), result + _lit(x, 2.25175258906672110764), result + xp.log() - 0.5 / xp - y
+    )
     x64 = x.to(torch.float64)
     r = x64 - x64.trunc()  # modf's fractional part
     reflection = (math.pi / (r * math.pi).tan()).to(x.dtype)
@@ -739,7 +796,15 @@ def _trigamma(x: _T) -> _T:
         result = result + 1.0 / (x * x)
         x = x + 1.0
     ixx = 1.0 / (x * x)
-    result = result + (1.0 + 1.0 / (2.0 * x) + ixx * (f(1.0) / f(6.0) - ixx * (f(1.0) / f(30.0) - ixx * (f(1.0) / f(42.0))))) / x
+    result = (
+        result
+        + (
+            1.0
+            + 1.0 / (2.0 * x)
+            + ixx * (f(1.0) / f(6.0) - ixx * (f(1.0) / f(30.0) - ixx * (f(1.0) / f(42.0))))
+        )
+        / x
+    )
     return _where(reflect, -result, result)
 
 
@@ -748,16 +813,21 @@ def _polygamma(n: int, x: _T) -> _T:
         return _digamma(x)
     if n == 1:
         return _trigamma(x)
-    # ((n % 2) ? 1 : -1) * exp(lgamma(n + 1)) * zeta(n + 1, x), the factor in T.
-    factor = _NP[x.dtype](math.factorial(n)) * (1 if n % 2 else -1)
+    # ((n % 2) ? 1 : -1) * exp(lgamma(n + 1)) * zeta(n + 1, x), the factor in T (n! is
+    # exact up to the dtype's range, inf past it).
+    with np.errstate(over="ignore"):
+        factor = _NP[x.dtype](float(math.factorial(n)) if n < 171 else math.inf) * (1 if n % 2 else -1)
     return factor * _zeta(x.const(float(n + 1)), x)
 
 
-# -- fmax, fmin, frexp, ldexp, signbit, nextafter --------------------------------------------------------
+# -- fmax, fmin, frexp, ldexp, signbit, nextafter ------------------------------------------
 def _nan_ignoring(op_class, ctx: LoweringContext, a, b):
     out = ctx.result_dtype()
     shape = ctx.result_shape()
-    lhs, rhs = (_T(broadcast_to(convert(v, out), shape) if is_value(v) else full(v, out, shape)) for v in (a, b))
+    lhs, rhs = (
+        _T(broadcast_to(convert(v, out), shape) if is_value(v) else full(v, out, shape))
+        for v in (a, b)
+    )
     result = _T(op_class(lhs.v, rhs.v).result)
     if out.is_floating_point:
         # fmax/fmin return the other operand where one is NaN (NaN only if both are).
@@ -856,7 +926,7 @@ def _nextafter(ctx, self, other):
     return chlo.NextAfterOp(a, b).result
 
 
-# -- registrations of the unary functions ------------------------------------------------------------
+# -- registrations of the unary functions --------------------------------------------------
 _UNARY = {
     aten.special_airy_ai.default: _airy_ai,
     aten.special_bessel_j0.default: _bessel_j0,
@@ -907,7 +977,7 @@ def _log_ndtr(x: _T) -> _T:
 lowers(aten.special_log_ndtr.default)(_unary_rule(_log_ndtr))
 
 
-# -- orthogonal polynomials (Math.h *_polynomial_*_forward) ----------------------------------------------
+# -- orthogonal polynomials (Math.h *_polynomial_*_forward) --------------------------------
 class _Degree:
     """The degree operand as the kernels see it: `static_cast<int64_t>(n)` of the value in
     T. NaN, infinite and out-of-range degrees convert to a negative int64 on the x86
@@ -916,7 +986,9 @@ class _Degree:
 
     def __init__(self, n: _T) -> None:
         valid = n.isfinite() & (n.abs() < float(2.0**63))
-        self.i = _where(valid, _T(convert(_where(valid, n, 0.0).v, torch.int64)), -1)  # trunc toward 0
+        self.i = _where(
+            valid, _T(convert(_where(valid, n, 0.0).v, torch.int64)), -1
+        )  # trunc toward 0
         self.dtype = n.dtype
 
     def t(self, offset: int = 0) -> _T:
@@ -931,7 +1003,17 @@ class _Degree:
         return _where(self.even(), value, -value)
 
 
-def _recurrence(x: _T, regime: _T, n: _Degree, first_k: int, last_k: _T, init: Sequence[_T], step, *, stop_at_nan: bool) -> _T:
+def _recurrence(
+    x: _T,
+    regime: _T,
+    n: _Degree,
+    first_k: int,
+    last_k: _T,
+    init: Sequence[_T],
+    step,
+    *,
+    stop_at_nan: bool,
+) -> _T:
     """The kernels' `for (k = first_k; k <= last_k [&& !isnan(q)]; k++) { r = step(k, p, q);
     p = q; q = r; }` per element, for the elements in `regime`; returns r."""
     counter = _T(full(first_k, torch.int64, []))
@@ -941,7 +1023,7 @@ def _recurrence(x: _T, regime: _T, n: _Degree, first_k: int, last_k: _T, init: S
         return going & ~q.isnan() if stop_at_nan else going
 
     def cond(vals):
-        k, p, q, r = vals
+        k, _, q, _ = vals
         return _any(live(k, q))
 
     def body(vals):
@@ -974,7 +1056,16 @@ def _fallthrough(cases) -> _T:
 
 def _chebyshev_loop(x: _T, n: _Degree, two_y: _T, q1: _T, regime: _T) -> _T:
     """`p = 1; q = q1; for (k = 2; k <= n && !isnan(q); k++) { r = two_y * q - p; ... }`."""
-    return _recurrence(x, regime, n, 2, n.i, [x.const(1.0), q1, q1], lambda k, p, q: two_y * q - p, stop_at_nan=True)
+    return _recurrence(
+        x,
+        regime,
+        n,
+        2,
+        n.i,
+        [x.const(1.0), q1, q1],
+        lambda k, p, q: two_y * q - p,
+        stop_at_nan=True,
+    )
 
 
 def _trig_u(y: _T, n: _Degree) -> _T:
@@ -987,7 +1078,11 @@ def _trig_u(y: _T, n: _Degree) -> _T:
 def _trig_v(y: _T, n: _Degree) -> _T:
     theta = y.acos()
     half = theta / 2.0
-    return _where(half.sin().ne(1.0), ((n.t() + 0.5) * theta).cos() / half.cos(), n.odd_negated(_two_n_plus_1(n)))
+    return _where(
+        half.sin().ne(1.0),
+        ((n.t() + 0.5) * theta).cos() / half.cos(),
+        n.odd_negated(_two_n_plus_1(n)),
+    )
 
 
 def _trig_w(y: _T, n: _Degree, fallback: _T) -> _T:
@@ -1104,15 +1199,33 @@ def _hermite_limit(x: _T) -> int:
 def _hermite_h(x: _T, n: _Degree) -> _T:
     # for (k = 2; k < n + n; k += 2): r = (x + x) * q - k * p, i.e. k = 2j, j = 1 .. n-1.
     two_x = x + x
-    cases = [(n.i < 0, 0.0), (n.i.eq(0), 1.0), (n.i.eq(1), two_x), (n.i > _hermite_limit(x), math.nan)]
-    step = lambda j, p, q: two_x * q - (j + j) * p  # noqa: E731
-    r = _recurrence(x, _fallthrough(cases), n, 1, n.i - 1, [x.const(1.0), two_x, x.const(0.0)], step, stop_at_nan=False)
+    cases = [
+        (n.i < 0, 0.0),
+        (n.i.eq(0), 1.0),
+        (n.i.eq(1), two_x),
+        (n.i > _hermite_limit(x), math.nan),
+    ]
+
+    def step(j, p, q):
+        return two_x * q - (j + j) * p
+
+    init = [x.const(1.0), two_x, x.const(0.0)]
+    r = _recurrence(x, _fallthrough(cases), n, 1, n.i - 1, init, step, stop_at_nan=False)
     return _chain(r, *cases)
 
 
 def _hermite_he(x: _T, n: _Degree) -> _T:
     cases = [(n.i < 0, 0.0), (n.i.eq(0), 1.0), (n.i.eq(1), x), (n.i > _hermite_limit(x), math.nan)]
-    r = _recurrence(x, _fallthrough(cases), n, 1, n.i - 1, [x.const(1.0), x, x], lambda k, p, q: x * q - k * p, stop_at_nan=False)
+    r = _recurrence(
+        x,
+        _fallthrough(cases),
+        n,
+        1,
+        n.i - 1,
+        [x.const(1.0), x, x],
+        lambda k, p, q: x * q - k * p,
+        stop_at_nan=False,
+    )
     return _chain(r, *cases)
 
 
@@ -1123,7 +1236,16 @@ def _laguerre_l(x: _T, n: _Degree) -> _T:
     def step(k, p, q):
         return (((k + k) + one_minus_x) * q - k * p) / (k + 1.0)
 
-    r = _recurrence(x, _fallthrough(cases), n, 1, n.i - 1, [x.const(1.0), one_minus_x, one_minus_x], step, stop_at_nan=True)
+    r = _recurrence(
+        x,
+        _fallthrough(cases),
+        n,
+        1,
+        n.i - 1,
+        [x.const(1.0), one_minus_x, one_minus_x],
+        step,
+        stop_at_nan=True,
+    )
     return _chain(r, *cases)
 
 
@@ -1138,7 +1260,9 @@ def _legendre_p(x: _T, n: _Degree) -> _T:
     def step(k, p, q):
         return ((k + k + 1.0) * x * q - k * p) / (k + 1.0)
 
-    r = _recurrence(x, _fallthrough(cases), n, 1, n.i - 1, [x.const(1.0), x, x], step, stop_at_nan=True)
+    r = _recurrence(
+        x, _fallthrough(cases), n, 1, n.i - 1, [x.const(1.0), x, x], step, stop_at_nan=True
+    )
     return _chain(r, *cases)
 
 
@@ -1171,7 +1295,7 @@ for _packet, _fn in _POLYNOMIALS.items():
     lowers(_packet.default, _packet.x_scalar, _packet.n_scalar)(_polynomial_rule(_fn))
 
 
-# -- regularized incomplete gamma functions (calc_igamma / calc_igammac, after SciPy) ----------------------
+# -- regularized incomplete gamma functions (calc_igamma / calc_igammac, after SciPy) ------
 class _IgammaConstants:
     def __init__(self, dt: torch.dtype) -> None:
         f64 = dt is torch.float64
@@ -1276,7 +1400,9 @@ def _igamc_continued_fraction(a: _T, x: _T, active: _T, k: _IgammaConstants) -> 
 def _expand(x: _T, n: int) -> ir.Value:
     """x with a trailing dimension of size n (broadcast)."""
     shape = x.shape
-    return stablehlo.BroadcastInDimOp(tensor_type(shape + [n], x.dtype), x.v, list(range(len(shape)))).result
+    return stablehlo.BroadcastInDimOp(
+        tensor_type(shape + [n], x.dtype), x.v, list(range(len(shape)))
+    ).result
 
 
 def _igam_asymptotic(a: _T, x: _T, lower: bool, k: _IgammaConstants) -> _T:
@@ -1322,7 +1448,9 @@ def _igam_asymptotic(a: _T, x: _T, lower: bool, k: _IgammaConstants) -> _T:
         ck_k = _T(
             stablehlo.ReshapeOp(
                 tensor_type(a.shape, a.dtype),
-                stablehlo.SliceOp(ck.v, [0] * rank + [kk], a.shape + [kk + 1], [1] * (rank + 1)).result,
+                stablehlo.SliceOp(
+                    ck.v, [0] * rank + [kk], a.shape + [kk + 1], [1] * (rank + 1)
+                ).result,
             ).result
         )
         term = ck_k * afac
@@ -1333,7 +1461,13 @@ def _igam_asymptotic(a: _T, x: _T, lower: bool, k: _IgammaConstants) -> _T:
         going = going & ~(absterm < k.machep * new_total.abs())
         absold = _where(going, absterm, absold)
         afac = _where(going, afac / a, afac)
-    return res + sgn * (-0.5 * a * eta * eta).exp() * total / (2.0 * f(math.pi).astype(np.float32).item() * a).sqrt()
+    return (
+        res
+        + sgn
+        * (-0.5 * a * eta * eta).exp()
+        * total
+        / (2.0 * f(math.pi).astype(np.float32).item() * a).sqrt()
+    )
 
 
 def _array(values: np.ndarray, dt: torch.dtype) -> ir.Value:
@@ -1363,7 +1497,9 @@ def _incomplete_gamma(a: _T, x: _T, *, lower: bool) -> _T:
         ]
     regular = _fallthrough(edges) & ~a.isnan() & ~x.isnan()
     absxma_a = (x - a).abs() / a
-    asymptotic = ((a > 20.0) & (a < 200.0) & (absxma_a < 0.3)) | ((a > 200.0) & (absxma_a < 4.5 / a.sqrt()))
+    asymptotic = ((a > 20.0) & (a < 200.0) & (absxma_a < 0.3)) | (
+        (a > 200.0) & (absxma_a < 4.5 / a.sqrt())
+    )
     rest = regular & ~asymptotic
     # Which helper each remaining element needs (calc_igammac's regimes).
     if lower:
