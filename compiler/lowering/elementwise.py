@@ -73,7 +73,6 @@ _UNARY_FLOAT = {
     aten.erf.default: chlo.ErfOp,
     aten.erfinv.default: chlo.ErfInvOp,
     aten.lgamma.default: chlo.LgammaOp,
-    aten.digamma.default: chlo.DigammaOp,
 }
 for _op, _cls in _UNARY_FLOAT.items():
     lowers(_op)(partial(_unary_float, _cls))

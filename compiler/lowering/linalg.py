@@ -25,10 +25,9 @@ that `torch.linalg.inv/solve/cholesky/lu_factor` add to raise on a nonzero info 
 lowering: aot_autograd wraps it in a `with_effects` node, which runs in eager on the
 compiled info, so eager's errors are raised (as under Inductor, which falls back too).
 
-Some PyTorch ops (`_linalg_det`, `_linalg_slogdet`, `_linalg_solve_ex`) return the LU
-factorization of A^T instead of A when A is real and contiguous (their backward
-formulas rely on it); the lowerings do the same, reading contiguity from the FX
-node's metadata.
+`_linalg_det` and `_linalg_slogdet` return the LU factorization of A^T instead of A
+when A is real and contiguous (their backward formulas rely on it); the lowerings do
+the same, reading contiguity from the FX node's metadata.
 """
 
 from __future__ import annotations
@@ -440,7 +439,6 @@ def _cholesky_info(a: ir.Value) -> ir.Value:
     output is unused, as under `torch.linalg.cholesky`)."""
     shape = shape_of(a)
     batch, n = shape[:-2], shape[-1]
-    rows, cols = _matrix_masks(shape)
     real = _real_dtype(dtype(a))
 
     def body(k, vals):
@@ -705,8 +703,8 @@ def _linalg_lu_solve(ctx, LU, pivots, B, *, left=True, adjoint=False):
 
 
 def _uses_transpose(ctx: LoweringContext, A: ir.Value) -> bool:
-    """PyTorch factors A^T instead of A when A is real and contiguous (det, slogdet,
-    solve); their backward formulas read the returned LU accordingly."""
+    """PyTorch's det and slogdet factor A^T instead of A when A is real and contiguous;
+    their backward formulas read the returned LU accordingly."""
     meta = ctx.arg_meta(0)
     return not dtype(A).is_complex and isinstance(meta, torch.Tensor) and meta.is_contiguous()
 
@@ -765,8 +763,7 @@ def _linalg_solve_ex(ctx, A, B, *, left=True, check_errors=False):
     out = ctx.result_dtype(0)
     _check_dtype(ctx, out)
     A = convert(A, out)
-    use_t = _uses_transpose(ctx, A)
-    lu, piv, perm, info = _lu_factor(_mT(A) if use_t else A)
+    lu, piv, perm, info = _lu_factor(A)
     vector = _vector_rhs(shape_of(A), shape_of(B))
     b = convert(B, out)
     if vector:
@@ -775,7 +772,7 @@ def _linalg_solve_ex(ctx, A, B, *, left=True, check_errors=False):
     batch = broadcast_shapes(shape_of(lu)[:-2], shape_of(b)[:-2])
     lub = _batch_broadcast(lu, batch)
     permb = broadcast_to(perm, batch + shape_of(perm)[-1:])
-    x = _lu_solve_impl(lub, permb, _batch_broadcast(b, batch), left, use_t)
+    x = _lu_solve_impl(lub, permb, _batch_broadcast(b, batch), left, False)
     return reshape(x, ctx.result_shape(0)), lu, piv, info
 
 
@@ -1036,9 +1033,10 @@ def _interleave(even: ir.Value, odd: ir.Value, dim: int) -> ir.Value:
     return reshape(both, final)
 
 
-def _rotation(app: ir.Value, aqq: ir.Value, apq: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value | None]:
-    """(c, s, w) of the Jacobi rotation that zeroes apq of [[app, apq], [conj(apq), aqq]]
-    (app, aqq real): J = [[c, s], [-s w, c w]] with w = conj(apq)/|apq| (None for real)."""
+def _rotation(app: ir.Value, aqq: ir.Value, apq: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value | None, ir.Value]:
+    """(c, s, w, shift) of the Jacobi rotation that zeroes apq of
+    [[app, apq], [conj(apq), aqq]] (app, aqq real): J = [[c, s], [-s w, c w]] with
+    w = conj(apq)/|apq| (None for real); J^H A J has diagonal (app - shift, aqq + shift)."""
     rdt = dtype(app)
     shape = shape_of(app)
     complex_ = dtype(apq).is_complex
@@ -1052,11 +1050,12 @@ def _rotation(app: ir.Value, aqq: ir.Value, apq: ir.Value) -> tuple[ir.Value, ir
     t = select(zero, full(0, rdt, shape), t)
     c = stablehlo.RsqrtOp(_add(_mul(t, t), one)).result
     s = _mul(t, c)
+    shift = _mul(t, mag)
     if not complex_:
-        return c, s, None
+        return c, s, None, shift
     w = _div(_conj(apq), _to_complex(safe, dtype(apq)))
     w = select(zero, _like(1, w), w)
-    return c, s, w
+    return c, s, w, shift
 
 
 def _rotate(x: ir.Value, c: ir.Value, s: ir.Value, w: ir.Value | None, dim: int, conj_w: bool = False) -> ir.Value:
@@ -1066,7 +1065,6 @@ def _rotate(x: ir.Value, c: ir.Value, s: ir.Value, w: ir.Value | None, dim: int,
     rank = len(shape)
     p, q = _pairs(x, dim)
     pshape = shape_of(p)
-    other = rank - 1 if dim == rank - 2 else rank - 2
     nb = rank - 2
     dims = list(range(nb)) + [dim]
 
@@ -1078,7 +1076,6 @@ def _rotate(x: ir.Value, c: ir.Value, s: ir.Value, w: ir.Value | None, dim: int,
     wq = q
     if w is not None:
         wq = _mul(b(_conj(w) if conj_w else w), q)
-    del other
     p2 = _sub(_mul(cb, p), _mul(sb, wq))
     q2 = _add(_mul(sb, p), _mul(cb, wq))
     return _interleave(p2, q2, dim)
@@ -1123,7 +1120,12 @@ def _jacobi_eigh(a: ir.Value) -> tuple[ir.Value, ir.Value]:
     order = _round_robin(size)
     eps = torch.finfo(rdt).eps
     frob2 = _max(_sum(_abs2(x), [nb, nb + 1]), list(range(nb))) if nb else _sum(_abs2(x), [0, 1])
-    off_mask = _not(compare(*_matrix_masks(shape_of(x)), "EQ"))
+    rows, cols = _matrix_masks(shape_of(x))
+    is_diag = compare(rows, cols, "EQ")
+    off_mask = _not(is_diag)
+    two = full(1, torch.int32, shape_of(x))
+    in_pair = _and(off_mask, compare(stablehlo.ShiftRightLogicalOp(rows, two).result,
+                                     stablehlo.ShiftRightLogicalOp(cols, two).result, "EQ"))
 
     def step(_, vals):
         x, v = vals
@@ -1131,9 +1133,13 @@ def _jacobi_eigh(a: ir.Value) -> tuple[ir.Value, ir.Value]:
         d = _real(_diagonal(x))
         app, aqq = _pairs(d, nb)
         apq = _slice(flat, nb, 1, size * size, 2 * size + 2)
-        c, s, w = _rotation(app, aqq, apq)
+        c, s, w, shift = _rotation(app, aqq, apq)
         x = _rotate(x, c, s, w, nb, conj_w=True)  # rows: J^H A
         x = _rotate(x, c, s, w, nb + 1)  # columns: (J^H A) J
+        # The rotated 2x2 blocks exactly: diagonal from the shift, zeros off it (what
+        # the rotation computes only up to rounding).
+        diag = _to_complex(_interleave(_sub(app, shift), _add(aqq, shift), nb), dt)
+        x = select(is_diag, _expand_last(diag, size, -1), select(in_pair, _like(0, x), x))
         v = _rotate(v, c, s, w, nb + 1)
         return [_permute_dim(_permute_dim(x, order, nb), order, nb + 1), _permute_dim(v, order, nb + 1)]
 
@@ -1201,7 +1207,7 @@ def _jacobi_svd(a: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
         alpha = _sum(_abs2(p), [nb])
         beta = _sum(_abs2(q), [nb])
         gamma = _sum(_mul(_conj(p), q), [nb])
-        c, s, phase = _rotation(alpha, beta, gamma)
+        c, s, phase, _ = _rotation(alpha, beta, gamma)
         # convergence measure |gamma| / sqrt(alpha beta) (0 for zero columns)
         denom = _sqrt(_mul(alpha, beta))
         pos = compare(denom, full(0, rdt, shape_of(denom)), "GT")

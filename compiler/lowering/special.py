@@ -36,7 +36,17 @@ import torch
 from ..context import chlo, ir, stablehlo
 from ..dtypes import tensor_type
 from . import _special_tables as tables
-from .helpers import broadcast_to, convert, dtype, full, is_value, rank_of, reduce, shape_of
+from .helpers import (
+    array_constant,
+    broadcast_to,
+    convert,
+    dtype,
+    full,
+    is_value,
+    rank_of,
+    reduce,
+    shape_of,
+)
 from .registry import LoweringContext, lowers
 
 aten = torch.ops.aten
@@ -655,8 +665,6 @@ def _erfcx_y100(y100: _T) -> _T:
 
 def _lookup(table: np.ndarray, index: ir.Value) -> ir.Value:
     """table[index] elementwise: a gather from a 1-D constant."""
-    from .helpers import array_constant
-
     dt = torch.float64 if table.dtype == np.float64 else torch.float32
     operand = array_constant(table, dt)
     shape = shape_of(index)
@@ -816,7 +824,8 @@ def _polygamma(n: int, x: _T) -> _T:
     # ((n % 2) ? 1 : -1) * exp(lgamma(n + 1)) * zeta(n + 1, x), the factor in T (n! is
     # exact up to the dtype's range, inf past it).
     with np.errstate(over="ignore"):
-        factor = _NP[x.dtype](float(math.factorial(n)) if n < 171 else math.inf) * (1 if n % 2 else -1)
+        factorial = _NP[x.dtype](float(math.factorial(n)) if n < 171 else math.inf)
+    factor = factorial if n % 2 else -factorial
     return factor * _zeta(x.const(float(n + 1)), x)
 
 
@@ -958,6 +967,10 @@ def _special_zeta(ctx, self, other):
     return _finish(ctx, _zeta(x, q))
 
 
+# chlo.digamma returns NaN at 0 where PyTorch gives -inf (+0) / +inf (-0).
+lowers(aten.digamma.default)(_unary_rule(_digamma))
+
+
 @lowers(aten.polygamma.default)
 def _polygamma_rule(ctx, n, self):
     if n < 0:
@@ -1006,7 +1019,6 @@ class _Degree:
 def _recurrence(
     x: _T,
     regime: _T,
-    n: _Degree,
     first_k: int,
     last_k: _T,
     init: Sequence[_T],
@@ -1059,7 +1071,6 @@ def _chebyshev_loop(x: _T, n: _Degree, two_y: _T, q1: _T, regime: _T) -> _T:
     return _recurrence(
         x,
         regime,
-        n,
         2,
         n.i,
         [x.const(1.0), q1, q1],
@@ -1210,7 +1221,7 @@ def _hermite_h(x: _T, n: _Degree) -> _T:
         return two_x * q - (j + j) * p
 
     init = [x.const(1.0), two_x, x.const(0.0)]
-    r = _recurrence(x, _fallthrough(cases), n, 1, n.i - 1, init, step, stop_at_nan=False)
+    r = _recurrence(x, _fallthrough(cases), 1, n.i - 1, init, step, stop_at_nan=False)
     return _chain(r, *cases)
 
 
@@ -1219,7 +1230,6 @@ def _hermite_he(x: _T, n: _Degree) -> _T:
     r = _recurrence(
         x,
         _fallthrough(cases),
-        n,
         1,
         n.i - 1,
         [x.const(1.0), x, x],
@@ -1239,7 +1249,6 @@ def _laguerre_l(x: _T, n: _Degree) -> _T:
     r = _recurrence(
         x,
         _fallthrough(cases),
-        n,
         1,
         n.i - 1,
         [x.const(1.0), one_minus_x, one_minus_x],
@@ -1261,7 +1270,7 @@ def _legendre_p(x: _T, n: _Degree) -> _T:
         return ((k + k + 1.0) * x * q - k * p) / (k + 1.0)
 
     r = _recurrence(
-        x, _fallthrough(cases), n, 1, n.i - 1, [x.const(1.0), x, x], step, stop_at_nan=True
+        x, _fallthrough(cases), 1, n.i - 1, [x.const(1.0), x, x], step, stop_at_nan=True
     )
     return _chain(r, *cases)
 
@@ -1425,7 +1434,7 @@ def _igam_asymptotic(a: _T, x: _T, lower: bool, k: _IgammaConstants) -> _T:
     def column(n: int) -> _T:
         return _T(
             stablehlo.BroadcastInDimOp(
-                tensor_type(a.shape + [kcount], a.dtype), _array(d[:, n], a.dtype), [rank]
+                tensor_type(a.shape + [kcount], a.dtype), array_constant(d[:, n], a.dtype), [rank]
             ).result
         )
 
@@ -1468,12 +1477,6 @@ def _igam_asymptotic(a: _T, x: _T, lower: bool, k: _IgammaConstants) -> _T:
         * total
         / (2.0 * f(math.pi).astype(np.float32).item() * a).sqrt()
     )
-
-
-def _array(values: np.ndarray, dt: torch.dtype) -> ir.Value:
-    from .helpers import array_constant
-
-    return array_constant(values, dt)
 
 
 def _incomplete_gamma(a: _T, x: _T, *, lower: bool) -> _T:

@@ -93,10 +93,16 @@ def test_polynomial(name, dt):
 def test_polynomial_scalar_overloads(name):
     fn = getattr(S, name)
     packet = getattr(aten, f"special_{name}")
-    check(lambda x: fn(x, 4), PX, ops=[packet.n_scalar])
-    check(lambda x: fn(x, 11), PX.double(), ops=[packet.n_scalar])
-    check(lambda n: fn(0.3, n), PN, ops=[packet.x_scalar])
+    check(lambda x: fn(x, 11), PX, ops=[packet.n_scalar])
+    check(lambda n: fn(0.3, n), PN.double(), ops=[packet.x_scalar])
+
+
+@pytest.mark.parametrize("name", ["chebyshev_polynomial_u", "hermite_polynomial_h", "legendre_polynomial_p"])
+def test_polynomial_int_operands(name):
+    fn = getattr(S, name)
+    packet = getattr(aten, f"special_{name}")
     check(fn, torch.linspace(-2, 2, 9)[:, None], torch.arange(-1, 11), ops=[packet.default])  # int n
+    check(lambda x: fn(x, 3), torch.arange(-3, 4), ops=[packet.n_scalar])  # int x -> float32
 
 
 def test_hermite_degree_limit():
@@ -192,3 +198,8 @@ def test_nextafter(dt):
     x = torch.tensor([0.0, -0.0, 1.0, -1.0, 1e-38, INF, -INF, NAN, 3.0]).to(dt)
     y = torch.tensor([[1.0], [-INF], [INF], [NAN], [0.0]]).to(dt)
     check(torch.nextafter, x, y, ops=[aten.nextafter.default])
+
+
+def test_digamma_signed_zero_and_poles():
+    x = torch.tensor([0.0, -0.0, -1.0, -2.5, 0.5, 3.0, 1e-8])
+    check(lambda a: torch.digamma(a), x, ops=[torch.ops.aten.digamma.default])
