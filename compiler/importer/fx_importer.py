@@ -85,6 +85,8 @@ def is_supported(node: torch.fx.Node) -> bool:
     """Whether the importer can lower `node` (used to partition graphs)."""
     if node.op != "call_function":
         return True
+    if node.target is torch.ops.higher_order.with_effects:
+        return node.args[1] in LOWERINGS
     return node.target in LOWERINGS or node.target is operator.getitem or node.target in _PYTHON_OPERATORS
 
 
@@ -182,6 +184,8 @@ class FxImporter:
         target = node.target
         if target is operator.getitem:
             return args[0][args[1]]
+        if target is torch.ops.higher_order.with_effects:
+            return self._lower_with_effects(node, args, kwargs)
         lowering = LOWERINGS.get(target)
         if lowering is None:
             if target in _PYTHON_OPERATORS and not any(isinstance(a, ir.Value) for a in pytree.tree_leaves((args, kwargs))):
@@ -201,6 +205,20 @@ class FxImporter:
         self._check_against_meta(node, result)
         return result
 
+    def _lower_with_effects(self, node: torch.fx.Node, args, kwargs):
+        """`with_effects(token, op, *args)`: aot_autograd threads a token through ops with
+        side effects to keep their order. XLA programs are ordered by data flow, so the
+        token passes through and the op is lowered as usual."""
+        token, inner, *inner_args = args
+        lowering = LOWERINGS.get(inner)
+        if lowering is None:
+            raise UnsupportedOpError(f"no lowering registered for {inner} (inside with_effects)", node)
+        val = node.meta.get("val")
+        ctx = _InnerContext(node, node_location(node), self, val[1] if isinstance(val, (tuple, list)) else None)
+        with ctx.loc:
+            result = lowering.fn(ctx, *inner_args, **kwargs)
+        return (token, _normalize_result(result))
+
     def _check_against_meta(self, node: torch.fx.Node, result) -> None:
         """A lowering must produce exactly the shapes and dtypes PyTorch computed;
         catching a mismatch here names the op instead of failing later in XLA."""
@@ -211,6 +229,18 @@ class FxImporter:
             for r, v in zip(result, val):
                 if isinstance(v, torch.Tensor) and isinstance(r, ir.Value):
                     _check_value(node, r, v)
+
+
+class _InnerContext(LoweringContext):
+    """The context of an op wrapped in a higher-order op: its metadata is part of the
+    wrapper node's."""
+
+    def __init__(self, node, loc, importer, inner_val) -> None:
+        super().__init__(node, loc, importer)
+        self._inner_val = inner_val
+
+    def meta(self, index=None):
+        return self._inner_val if index is None else self._inner_val[index]
 
 
 def _check_value(node: torch.fx.Node, value: ir.Value, val: torch.Tensor) -> None:

@@ -292,3 +292,71 @@ def max_value(dtype_: torch.dtype):
     if dtype_.is_floating_point:
         return float("inf")
     return torch.iinfo(dtype_).max
+
+
+# -- one-line arithmetic on values ------------------------------------------------------------
+# Shorthands for rules that write formulas (special functions, losses, linear algebra):
+# operands must already share dtype and shape.
+def like(value: Scalar, x: ir.Value) -> ir.Value:
+    """A splat constant with the dtype and shape of `x`."""
+    return full(value, dtype(x), shape_of(x))
+
+
+def add(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.AddOp(a, b).result
+
+
+def sub(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.SubtractOp(a, b).result
+
+
+def mul(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.MulOp(a, b).result
+
+
+def div(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.DivOp(a, b).result
+
+
+def maximum(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.MaxOp(a, b).result
+
+
+def minimum(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.MinOp(a, b).result
+
+
+def logical_and(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.AndOp(a, b).result
+
+
+def logical_or(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.OrOp(a, b).result
+
+
+def neg(x: ir.Value) -> ir.Value:
+    return stablehlo.NegOp(x).result
+
+
+def absolute(x: ir.Value) -> ir.Value:
+    return stablehlo.AbsOp(x).result
+
+
+def sqrt(x: ir.Value) -> ir.Value:
+    return stablehlo.SqrtOp(x).result
+
+
+def exp(x: ir.Value) -> ir.Value:
+    return stablehlo.ExpOp(x).result
+
+
+def log(x: ir.Value) -> ir.Value:
+    return stablehlo.LogOp(x).result
+
+
+def log1p(x: ir.Value) -> ir.Value:
+    return stablehlo.Log1pOp(x).result
+
+
+def sign(x: ir.Value) -> ir.Value:
+    return stablehlo.SignOp(x).result

@@ -19,6 +19,21 @@ import torch
 from ..context import chlo, ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
+    absolute,
+    add,
+    div,
+    exp,
+    like,
+    log,
+    log1p,
+    logical_and,
+    logical_or,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    sign,
+    sub,
     broadcast_shapes,
     broadcast_to,
     compare,
@@ -44,65 +59,11 @@ def _opmath(dt: torch.dtype) -> torch.dtype:
     return torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
 
 
-def _c(value, like: ir.Value) -> ir.Value:
-    """A constant shaped and typed like `like`."""
-    return full(value, dtype(like), shape_of(like))
-
-
-def _add(a, b):
-    return stablehlo.AddOp(a, b).result
-
-
-def _sub(a, b):
-    return stablehlo.SubtractOp(a, b).result
-
-
-def _mul(a, b):
-    return stablehlo.MulOp(a, b).result
-
-
-def _div(a, b):
-    return stablehlo.DivOp(a, b).result
-
-
-def _and(a, b):
-    return stablehlo.AndOp(a, b).result
-
-
-def _or(a, b):
-    return stablehlo.OrOp(a, b).result
-
-
-def _max(a, b):
-    return stablehlo.MaxOp(a, b).result
-
-
-def _min(a, b):
-    return stablehlo.MinOp(a, b).result
-
-
-def _abs(x):
-    return stablehlo.AbsOp(x).result
-
-
-def _exp(x):
-    return stablehlo.ExpOp(x).result
-
-
-def _log(x):
-    return stablehlo.LogOp(x).result
-
-
-def _log1p(x):
-    return stablehlo.Log1pOp(x).result
-
-
-def _neg(x):
-    return stablehlo.NegOp(x).result
-
-
-def _sign(x):
-    return stablehlo.SignOp(x).result
+# Formula shorthands shared with the other families (helpers.py).
+_c = like
+_add, _sub, _mul, _div = add, sub, mul, div
+_and, _or, _max, _min = logical_and, logical_or, maximum, minimum
+_abs, _exp, _log, _log1p, _neg, _sign = absolute, exp, log, log1p, neg, sign
 
 
 def _cmp(a, b, direction: str):

@@ -33,6 +33,7 @@ from .helpers import (
     min_value,
     normalize_dim,
     normalize_dims,
+    promote,
     reduce,
     reshape,
     scalar_region,
@@ -726,3 +727,10 @@ def _kthvalue(ctx: LoweringContext, x, k, dim=-1, keepdim=False):
     value = stablehlo.SliceOp(values, start, limit, strides).result
     index = stablehlo.SliceOp(indices, start, limit, strides).result
     return _finish(ctx, value, 0), _finish(ctx, index, 1)
+
+
+@lowers(aten.dist.default)
+def _dist(ctx: LoweringContext, a, b, p=2):
+    """‖a - b‖_p over all elements (broadcast, in the promoted dtype)."""
+    lhs, rhs = promote(a, b, to=ctx.result_dtype())
+    return _vector_norm(ctx, stablehlo.SubtractOp(lhs, rhs).result, ord=p)

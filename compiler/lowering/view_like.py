@@ -220,7 +220,7 @@ def _slice_tensor(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
     return reshape(_slice(x, dim, start, end, int(step)), ctx.result_shape())
 
 
-@lowers(aten.narrow.default)
+@lowers(aten.narrow.default, aten.narrow_copy.default)
 def _narrow(ctx: LoweringContext, x, dim, start, length):
     dim = normalize_dim(dim, rank_of(x))
     if start < 0:

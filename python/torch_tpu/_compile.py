@@ -90,6 +90,10 @@ class CompiledGraph:
         for spec, arg in zip(self._input_specs, args):
             if isinstance(arg, torch.nn.Parameter):
                 arg = RESIDENT_PARAMETERS.get(arg, self._client)
+            elif arg is None:
+                # aot_autograd's effect tokens are None at run time; in the module they
+                # are empty tensors that only order side effects.
+                arg = torch.empty(spec.shape, dtype=spec.dtype)
             elif not isinstance(arg, torch.Tensor):
                 arg = torch.tensor(arg, dtype=spec.dtype)
             inputs.append(arg)

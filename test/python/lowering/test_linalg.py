@@ -6,6 +6,8 @@ eigen- and singular vectors, unique only up to sign/phase, are checked by
 reconstruction and orthonormality.
 """
 
+import functools
+
 import pytest
 import torch
 from harness import check, lower_and_run
@@ -219,7 +221,7 @@ def _close(a, b, dtype):
 def test_eigh(dtype, shape):
     x = _r(*shape, dtype=dtype)
     for uplo in ("L", "U"):
-        values, vectors = lower_and_run(lambda a, uplo=uplo: torch.linalg.eigh(a, UPLO=uplo), x)[0]
+        values, vectors = lower_and_run(functools.partial(torch.linalg.eigh, UPLO=uplo), x)[0]
         sym = torch.linalg.eigh(x, UPLO=uplo)
         _close(values, sym.eigenvalues, dtype)
         herm = sym.eigenvectors @ torch.diag_embed(sym.eigenvalues.to(dtype)) @ sym.eigenvectors.mH
@@ -267,7 +269,7 @@ def test_svd_rank_deficient_and_empty():
     check(lambda a: torch.linalg.matrix_rank(a), torch.stack([x, _r(6, 4)]))
     for shape in [(0, 0), (0, 3), (3, 0), (2, 0, 2)]:
         for full_matrices in (False, True):
-            check(lambda a, fm=full_matrices: torch.linalg.svd(a, full_matrices=fm), torch.zeros(shape))
+            check(functools.partial(torch.linalg.svd, full_matrices=full_matrices), torch.zeros(shape))
 
 
 def test_svd_based_norms():
@@ -307,3 +309,28 @@ def test_matrix_exp():
     check(lambda a: torch.linalg.matrix_exp(a), _r(2, 3, 3, dtype=C128))
     check(lambda a: torch.linalg.matrix_exp(a), _r(2, 1, 1))
     check(lambda a: torch.linalg.matrix_exp(a), torch.zeros(0, 0))
+
+
+# -- LDL^T (Bunch-Kaufman) ----------------------------------------------------------------------------
+# 2x2 pivots everywhere (zero diagonal), and a mix of 1x1 pivots with and without interchanges.
+ZERO_DIAGONAL = torch.tensor([[0.0, 1, 2], [1, 0, 3], [2, 3, 0]], dtype=F64)
+MIXED = torch.tensor([[1e-3, 1, 2, 0.5], [1, 1e-3, 3, 1], [2, 3, 10, 2], [0.5, 1, 2, 1e-4]], dtype=F64)
+
+
+@pytest.mark.parametrize("dtype,shape", [(F64, (2, 6, 6)), (C128, (5, 5)), (torch.float32, (3, 4, 4))])
+def test_ldl_factor_and_solve(dtype, shape):
+    tol = TOL32 if dtype is torch.float32 else {}
+    x = _r(*shape, dtype=dtype)  # random: 1x1 and 2x2 pivots (pivots < 0)
+    check(lambda a: torch.linalg.ldl_factor_ex(a), x, ops=[aten.linalg_ldl_factor_ex.default], **tol)
+    ld, piv = torch.linalg.ldl_factor(x)
+    check(lambda ld, p, b: torch.linalg.ldl_solve(ld, p, b), ld, piv, _r(*shape[:-1], 3, dtype=dtype),
+          ops=[aten.linalg_ldl_solve.default], **tol)
+
+
+def test_ldl_pivoting_cases():
+    x = torch.stack([ZERO_DIAGONAL, MIXED[:3, :3], torch.zeros(3, 3, dtype=F64)])  # the last: info = 1
+    check(lambda a: torch.linalg.ldl_factor_ex(a), x)
+    check(lambda a: torch.linalg.ldl_factor_ex(a), MIXED)
+    ld, piv = torch.linalg.ldl_factor(MIXED)
+    check(lambda ld, p, b: torch.linalg.ldl_solve(ld, p, b), ld, piv, _r(2, 4, 2))  # broadcast batch
+    check(lambda a: torch.linalg.ldl_factor_ex(a), torch.zeros(0, 0))
