@@ -29,10 +29,10 @@ Products inside these algorithms run at HIGHEST precision whatever
 `torch.get_float32_matmul_precision()` says (PyTorch's linalg kernels never use TF32).
 
 Errors: `info` outputs are computed as LAPACK defines them (cholesky: 1 + the first
-non-positive pivot; LU: 1 + the first exactly-zero pivot). The `_linalg_check_errors`
-that `torch.linalg.inv/solve/cholesky/lu_factor` add to raise on a nonzero info has no
-lowering: aot_autograd wraps it in a `with_effects` node, which runs in eager on the
-compiled info, so eager's errors are raised (as under Inductor, which falls back too).
+non-positive pivot; LU: 1 + the first exactly-zero pivot; LDL: 1 + the first zero
+column). The `_linalg_check_errors` that `torch.linalg.inv/solve/cholesky/lu_factor`
+add to raise on a nonzero info is dropped (checks.py): a singular or non-positive-
+definite input gives inf/NaN results instead of an error.
 
 `_linalg_det` and `_linalg_slogdet` return the LU factorization of A^T instead of A
 when A is real and contiguous (their backward formulas rely on it); the lowerings do
