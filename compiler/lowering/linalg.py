@@ -309,10 +309,13 @@ def _matmul(a: ir.Value, b: ir.Value) -> ir.Value:
     batch = list(range(nb))
     out = sa[:-2] + [sa[-2], sb[-1]]
     precision = ir.Attribute.parse("#stablehlo<precision HIGHEST>")
-    return stablehlo.DotGeneralOp(
+    op = stablehlo.DotGeneralOp(
         tensor_type(out, dtype(a)), a, b, _dot_attr(batch, batch, [nb + 1], [nb]),
         precision_config=ir.ArrayAttr.get([precision, precision]),
-    ).result
+    )
+    # Keep HIGHEST through torchtpu-set-precision (passes/set_precision.py).
+    op.operation.attributes["torchtpu.fixed_precision"] = ir.UnitAttr.get()
+    return op.result
 
 
 def _batch_broadcast(x: ir.Value, batch: Sequence[int]) -> ir.Value:

@@ -9,6 +9,10 @@ from .base import Option, Pass, register_pass
 # one bf16 pass on the TPU matrix unit (TPUs' default), "high" three, "highest" six.
 MODE_TO_PRECISION = {"medium": "DEFAULT", "high": "HIGH", "highest": "HIGHEST"}
 MATRIX_OPS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution")
+# A lowering whose algorithm needs its own precision (linear algebra is never computed
+# in reduced-precision passes) marks the op with this unit attribute; the pass keeps
+# that op's precision_config even with override=true, and removes the marker.
+FIXED_PRECISION = "torchtpu.fixed_precision"
 
 
 @register_pass
@@ -20,7 +24,9 @@ class SetPrecisionPass(Pass):
         "`stablehlo.dot_general`, `stablehlo.dot` and `stablehlo.convolution` gets "
         "`precision_config` = [P, P] with P = DEFAULT (medium), HIGH (high) or HIGHEST "
         "(highest). Ops that already carry a precision_config keep it unless "
-        "`override=true`."
+        "`override=true`; ops marked `torchtpu.fixed_precision` (set by lowerings whose "
+        "algorithm needs its own precision, such as linear algebra) always keep it, and "
+        "the marker is removed."
     )
     options = (
         Option("mode", str, "medium", "matmul precision mode", choices=tuple(MODE_TO_PRECISION)),
@@ -35,7 +41,9 @@ class SetPrecisionPass(Pass):
         def visit(inner: ir.Operation) -> ir.WalkResult:
             inner = inner.operation
             if inner.name in MATRIX_OPS:
-                if self.override or "precision_config" not in inner.attributes:
+                if FIXED_PRECISION in inner.attributes:
+                    del inner.attributes[FIXED_PRECISION]
+                elif self.override or "precision_config" not in inner.attributes:
                     inner.attributes["precision_config"] = config
             return ir.WalkResult.ADVANCE
 

@@ -87,3 +87,20 @@ func.func @second_function(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2xf
   %0 = stablehlo.dot %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2xf32>
   return %0 : tensor<2xf32>
 }
+
+// -----
+
+// A lowering that needs its own precision marks the op: the marker wins even over
+// override=true, and the pass removes it.
+// MEDIUM-LABEL:   func.func @fixed_precision
+// MEDIUM:         stablehlo.dot_general {{.*}} precision = [HIGHEST, HIGHEST]
+// MEDIUM-NOT:     torchtpu.fixed_precision
+// OVERRIDE-LABEL: func.func @fixed_precision
+// OVERRIDE:       stablehlo.dot_general {{.*}} precision = [HIGHEST, HIGHEST]
+// OVERRIDE-NOT:   torchtpu.fixed_precision
+// OVERRIDE:       stablehlo.dot_general {{.*}} precision = [HIGHEST, HIGHEST]
+func.func @fixed_precision(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {
+  %0 = stablehlo.dot_general %a, %a, contracting_dims = [1] x [0], precision = [HIGHEST, HIGHEST] {torchtpu.fixed_precision} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %1 = stablehlo.dot_general %0, %a, contracting_dims = [1] x [0] : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  return %1 : tensor<2x2xf32>
+}

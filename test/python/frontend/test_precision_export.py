@@ -75,3 +75,16 @@ def test_export_text_bytecode_and_portable_artifact_run():
     executable = get_client().compile(module)
     (out,) = executable(*exported.state, x)
     torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_linear_algebra_keeps_full_precision_under_medium():
+    class Inverse(torch.nn.Module):
+        def forward(self, a):
+            return torch.linalg.inv(a) @ a
+
+    a = torch.randn(4, 4) + 4 * torch.eye(4)
+    with torch_tpu.precision("medium"):
+        text = torch_tpu.export(Inverse(), (a,)).text
+    assert "precision = [HIGHEST, HIGHEST]" in text  # inside the LU algorithm
+    assert "precision = [DEFAULT, DEFAULT]" in text  # the user's own matmul
+    assert "torchtpu.fixed_precision" not in text
