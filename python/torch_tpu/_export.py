@@ -88,6 +88,11 @@ def export(module: torch.nn.Module, args: tuple, kwargs: dict | None = None) -> 
     for spec in ep.graph_signature.input_specs:
         if spec.kind == InputKind.USER_INPUT:
             continue
+        if spec.kind == InputKind.TOKEN:
+            # Effect tokens only order side effects; the module takes an empty tensor.
+            state.append(torch.empty(0))
+            names.append(spec.arg.name)
+            continue
         source = ep.constants if spec.kind in (InputKind.CONSTANT_TENSOR,) else ep.state_dict
         value = source.get(spec.target) if spec.target in source else ep.constants.get(spec.target)
         if not isinstance(value, torch.Tensor):
