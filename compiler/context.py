@@ -6,7 +6,12 @@ jaxlib upgrade that moves them is a one-file change. `jax` itself is never impor
 
 from __future__ import annotations
 
+import os
 import threading
+
+# XLA logs INFO lines to stderr on first use unless told otherwise (jax sets the same
+# default); a user's own setting wins.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from jaxlib.mlir import ir, passmanager  # noqa: F401  (re-exported)
 from jaxlib.mlir._mlir_libs import _jax_mlir_ext
