@@ -11,17 +11,22 @@ from .decompositions import decomposition_table
 
 
 def core_overloads() -> list:
-    """Every overload tagged `torch.Tag.core` in this torch build."""
+    """Every overload tagged `torch.Tag.core` in this torch build. Enumerated from the
+    dispatcher's registry: `dir(torch.ops.aten)` grows as op packets are first touched,
+    so it would give different answers in different processes."""
     found = []
-    for name in dir(torch.ops.aten):
+    for qualified in torch._C._dispatch_get_all_op_names():
+        namespace, _, rest = qualified.partition("::")
+        if namespace != "aten":
+            continue
+        name, _, overload = rest.partition(".")
         packet = getattr(torch.ops.aten, name, None)
         if not isinstance(packet, torch._ops.OpOverloadPacket):
             continue
-        for overload in packet.overloads():
-            op = getattr(packet, overload)
-            if torch.Tag.core in op.tags:
-                found.append(op)
-    return sorted(found, key=str)
+        op = getattr(packet, overload or "default", None)
+        if op is not None and torch.Tag.core in op.tags:
+            found.append(op)
+    return sorted(set(found), key=str)
 
 
 def coverage() -> dict[str, int]:

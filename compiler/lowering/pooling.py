@@ -1328,3 +1328,13 @@ def _embedding_dense_backward(ctx, grad_output, indices, num_weights, padding_id
         per_row = _gather_rows(reshape(counts, [int(num_weights), 1]), idx)
         g = stablehlo.DivOp(g, stablehlo.BroadcastInDimOp(tensor_type([m, d], acc), reshape(per_row, [m]), [0]).result).result
     return convert(_scatter_rows(g, idx, int(num_weights)), dt)
+
+
+@lowers(aten.avg_pool1d.default)
+def _avg_pool1d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True):
+    return _avg_pool(ctx, 1, x, kernel_size, stride, padding, ceil_mode, count_include_pad)
+
+
+@lowers(aten.adaptive_avg_pool1d.default)
+def _adaptive_avg_pool1d(ctx, x, output_size):
+    return _adaptive_avg(ctx, 1, x, output_size)

@@ -47,3 +47,9 @@ def _sym_stride(ctx, x, dim):
 def _sym_storage_offset(ctx, x):
     meta = ctx.arg_meta(0)
     return _static(ctx, meta.storage_offset())
+
+
+@lowers(aten.sym_is_contiguous.default)
+def _sym_is_contiguous(ctx, x, memory_format=torch.contiguous_format):
+    meta = ctx.arg_meta(0)
+    return bool(meta.is_contiguous(memory_format=memory_format))

@@ -794,3 +794,29 @@ def _bitcast(x: ir.Value, to: torch.dtype) -> ir.Value:
     ratio = dst_bytes // src_bytes
     grouped = reshape(x, shape[:-1] + [shape[-1] // ratio, ratio])
     return stablehlo.BitcastConvertOp(tensor_type(shape[:-1] + [shape[-1] // ratio], to), grouped).result
+
+
+@lowers(aten.resize_.default)
+def _resize(ctx: LoweringContext, x, size, *, memory_format=None):
+    """The value after `resize_`: the first numel(size) elements of the flattened input,
+    in the new shape. Elements past the old end are uninitialized in PyTorch; we use
+    zeros (as for `empty`)."""
+    out_shape = ctx.result_shape()
+    count = 1
+    for s in out_shape:
+        count *= s
+    flat = reshape(x, [_numel(shape_of(x))])
+    have = shape_of(flat)[0]
+    if count <= have:
+        flat = _slice(flat, 0, 0, count)
+    else:
+        padding = full(0, dtype(x), [count - have])
+        flat = stablehlo.ConcatenateOp([flat, padding], 0).result
+    return reshape(flat, out_shape)
+
+
+def _numel(shape) -> int:
+    total = 1
+    for s in shape:
+        total *= s
+    return total

@@ -1,6 +1,7 @@
 """Value checks wrapped in with_effects (linalg error checks), dist, narrow_copy."""
 
 import torch
+from direct_graph import check_direct
 from harness import check
 
 aten = torch.ops.aten
@@ -26,3 +27,22 @@ def test_narrow_copy():
     x = torch.randn(5, 6)
     check(lambda t: torch.narrow_copy(t, 1, 2, 3), x, ops=[aten.narrow_copy.default])
     check(lambda t: torch.narrow_copy(t, 0, -3, 2), x, ops=[aten.narrow_copy.default])
+
+
+def test_pool1d():
+    # make_fx decomposes these (CompositeImplicit), so they only reach us in hand-built
+    # graphs: lower them as one-node graphs.
+    x = torch.randn(2, 3, 11)
+    check_direct(aten.avg_pool1d.default, x, [3], [2], [1], False, True)
+    check_direct(aten.avg_pool1d.default, x, [4], [3], [0], True, False)
+    check_direct(aten.adaptive_avg_pool1d.default, x, [4])
+    check_direct(aten.adaptive_avg_pool1d.default, x, [11])
+
+
+def test_resize_value():
+    x = torch.randn(3, 4)
+
+    def shrink(t):
+        return torch.ops.aten.resize_(t.clone(), [2, 5])
+
+    check(shrink, x, ops=[aten.resize_.default])

@@ -14,7 +14,6 @@ FORWARD_XFAIL: dict[str, str] = {
     "combinations": "data-dependent output shape or value: not expressible with static shapes (bounded dynamism is future work)",
     "corrcoef": "data-dependent output shape or value: not expressible with static shapes (bounded dynamism is future work)",
     "cov": "data-dependent output shape or value: not expressible with static shapes (bounded dynamism is future work)",
-    "empty": "empty's contents are unspecified: we return zeros, eager returns whatever the memory held",
     "empty_strided": "Dynamo cannot trace OpInfo's wrapper under fullgraph=True (graph break before the backend)",
     "equal": "data-dependent output shape or value: not expressible with static shapes (bounded dynamism is future work)",
     "exponential": "random op: eager's generator stream is not reproduced (distributions are tested in test_creation.py)",
