@@ -64,7 +64,6 @@ FALLBACK_NEEDLE = "runs in PyTorch eager"
 # ---------------------------------------------------------------------------------------------
 
 def _torch_models():
-    import torch
     import torch.nn as nn
     import torch.nn.functional as F
 
@@ -81,24 +80,9 @@ def _torch_models():
                     x = F.relu(x)
             return x
 
-    class Block(nn.Module):
-        def __init__(self, d: int, heads: int) -> None:
-            super().__init__()
-            self.heads = heads
-            self.ln1 = nn.LayerNorm(d)
-            self.qkv = nn.Linear(d, 3 * d)
-            self.proj = nn.Linear(d, d)
-            self.ln2 = nn.LayerNorm(d)
-            self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-        def forward(self, x):
-            b, t, d = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-            shape = (b, t, self.heads, d // self.heads)
-            q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
-            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(attn.transpose(1, 2).reshape(b, t, d))
-            return x + self.mlp(self.ln2(x))
+    # The same pre-LN block as the quickstart (weights are copied into the JAX version
+    # by attribute name, so both must stay one class).
+    from torch_tpu.examples.quickstart import Block
 
     class GPT(nn.Module):
         def __init__(self, d: int = 512, heads: int = 8, layers: int = 2) -> None:
