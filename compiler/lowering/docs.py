@@ -56,10 +56,10 @@ def ops_markdown() -> str:
         "",
         f"torch {torch.__version__.split('+')[0]}: **{figures['core_lowered']} of {figures['core']}** core "
         f"ATen overloads (`torch.Tag.core`) are lowered directly; {figures['lowerings']} overloads "
-        f"have a lowering in all. The other ops reach the converter through "
-        f"{figures['decompositions']} decompositions of PyTorch's core-ATen table "
-        "(compiler/lowering/decompositions.py); an op with neither runs in PyTorch eager "
-        "(or is an error under `TORCH_TPU_STRICT=1`).",
+        f"have a lowering in all. The other ops reach the converter through PyTorch's "
+        "core-ATen decomposition table (compiler/lowering/decompositions.py; its size "
+        "depends on which torch modules are loaded, so it is not counted here); an op with "
+        "neither runs in PyTorch eager (or is an error under `TORCH_TPU_STRICT=1`).",
         "",
     ]
     if missing:
