@@ -83,7 +83,7 @@ class CompiledGraph:
         self._needs_rng = any(s.role == "rng_state" for s in imported.inputs)
         self._outputs = imported.outputs
         self._tree = imported.output_tree
-        self._client = executable.client if hasattr(executable, "client") else None
+        self._client = executable.client
 
     def __call__(self, *args):
         inputs = []

@@ -75,10 +75,6 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
     """Dynamo backend entry point."""
     global _logged_static
     BackendOptions.parse(options)
-    from torch._dynamo.backends.common import AotAutograd
-
-    from torch_tpu.compiler.lowering.decompositions import decomposition_table
-
     if _has_symbolic_shapes(example_inputs):
         if not _logged_static:
             _logged_static = True
@@ -87,8 +83,18 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
                 "(dynamic=False is forced) — each new input shape compiles once"
             )
         return _StaticSpecializer(gm)
+    return _aot_backend()(gm, example_inputs)
+
+
+def _aot_backend():
+    """aot_autograd with torch_tpu's compilers for one Dynamo graph (forward, backward and
+    inference graphs share its id in dump names)."""
+    from torch._dynamo.backends.common import AotAutograd
+
+    from torch_tpu.compiler.lowering.decompositions import decomposition_table
+
     graph_id = next(_graph_ids)
-    backend = AotAutograd(
+    return AotAutograd(
         fw_compiler=_make_compiler("forward", graph_id),
         bw_compiler=_make_compiler("backward", graph_id),
         inference_compiler=_make_compiler("inference", graph_id),
@@ -97,7 +103,6 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
         # back (the torchtpu view passes will turn this into buffer donation).
         keep_inference_input_mutations=False,
     )
-    return backend(gm, example_inputs)
 
 
 class _StaticSpecializer:
@@ -115,21 +120,8 @@ class _StaticSpecializer:
         )
         fn = self.compiled.get(key)
         if fn is None:
-            from torch._dynamo.backends.common import AotAutograd
-
-            from torch_tpu.compiler.lowering.decompositions import decomposition_table
-
-            graph_id = next(_graph_ids)
             with torch._guards.tracing(None):
                 specialized = torch.fx.experimental.proxy_tensor.make_fx(self.gm, tracing_mode="real")(*args)
-            backend = AotAutograd(
-                fw_compiler=_make_compiler("forward", graph_id),
-                bw_compiler=_make_compiler("backward", graph_id),
-                inference_compiler=_make_compiler("inference", graph_id),
-                decompositions=decomposition_table(),
-                # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
-        # back (the torchtpu view passes will turn this into buffer donation).
-        keep_inference_input_mutations=False,
-            )
+            backend = _aot_backend()
             fn = self.compiled[key] = backend(specialized, list(args))
         return fn(*args)

@@ -107,7 +107,7 @@ def test_l3_local_url_hit_is_copied_into_l2(cache_dirs, url_form):
 # -- rejection: never loaded, logged once, recompiled, rewritten -----------------------------
 
 
-def _damage_kinds(good: bytes, key: CacheKey, other_entry: bytes):
+def _damage_kinds(good: bytes, key: CacheKey, other_entry: bytes, marker: str):
     flipped = bytearray(good)
     flipped[-10] ^= 0x55
     version = bytearray(good)
@@ -116,7 +116,7 @@ def _damage_kinds(good: bytes, key: CacheKey, other_entry: bytes):
 
     class Bomb:
         def __reduce__(self):
-            return (open, ("/tmp/torch_tpu_pickle_was_loaded", "w"))
+            return (open, (marker, "w"))
 
     return {
         "truncated": good[: len(good) // 2],
@@ -129,7 +129,7 @@ def _damage_kinds(good: bytes, key: CacheKey, other_entry: bytes):
     }
 
 
-def test_bad_entries_are_rejected_recompiled_and_rewritten(cache_dirs, caplog):
+def test_bad_entries_are_rejected_recompiled_and_rewritten(cache_dirs, caplog, tmp_path):
     l2, _ = cache_dirs
     exe = _client(l2).compile(scale_module(3.0))
     other = _client(l2).compile(scale_module(5.0))
@@ -138,9 +138,9 @@ def test_bad_entries_are_rejected_recompiled_and_rewritten(cache_dirs, caplog):
         good = f.read()
     with open(os.path.join(l2, cache_entry.entry_name(other.key)), "rb") as f:
         other_entry = f.read()
-    if os.path.exists("/tmp/torch_tpu_pickle_was_loaded"):
-        os.unlink("/tmp/torch_tpu_pickle_was_loaded")
-    for kind, blob in _damage_kinds(good, exe.key, other_entry).items():
+    # Unpickling the payload would create this file.
+    marker = str(tmp_path / "pickle_was_loaded")
+    for kind, blob in _damage_kinds(good, exe.key, other_entry, marker).items():
         with open(path, "wb") as f:
             f.write(blob)
         caplog.clear()
@@ -154,7 +154,7 @@ def test_bad_entries_are_rejected_recompiled_and_rewritten(cache_dirs, caplog):
         assert len(warnings) == 1, (kind, warnings)
         with open(path, "rb") as f:
             cache_entry.decode(f.read(), exe.key, c.platform_version)  # rewritten, valid
-    assert not os.path.exists("/tmp/torch_tpu_pickle_was_loaded")  # cache data is never unpickled
+    assert not os.path.exists(marker)  # cache data is never unpickled
 
 
 def test_a_rejection_is_logged_once_per_entry_and_reason(cache_dirs, caplog):
