@@ -91,6 +91,20 @@ Bool = AttrKind("bool", lambda a: isinstance(a, ir.BoolAttr), lambda a: ir.BoolA
 TypeAttrKind = AttrKind("type", lambda a: isinstance(a, ir.TypeAttr), lambda a: ir.TypeAttr(a).value)
 
 
+def _dense_i64(a: ir.Attribute):
+    import numpy as np
+
+    return np.array(ir.DenseIntElementsAttr(a), dtype=np.int64)
+
+
+DenseIndexArray = AttrKind(
+    "dense<...> : tensor<...xi64>",
+    lambda a: isinstance(a, ir.DenseIntElementsAttr)
+    and ir.IntegerType(ir.ShapedType(a.type).element_type).width == 64,
+    _dense_i64,
+)
+
+
 def StringEnum(*values: str) -> AttrKind:
     return AttrKind(
         "one of " + ", ".join(f'"{v}"' for v in values),

@@ -59,6 +59,9 @@ class ImportedGraph:
     func_name: str = "main"
     num_results: int = 0
     node_count: int = field(default=0)
+    # Non-functional import: positions of the inputs written in place (reference
+    # arguments of @main until torchtpu-inverse-views turns them into aliased results).
+    mutated_inputs: list[int] = field(default_factory=list)
 
     def text(self, debug_info: bool = False) -> str:
         return self.module.operation.get_asm(enable_debug_info=debug_info)
@@ -91,8 +94,11 @@ def is_supported(node: torch.fx.Node) -> bool:
 
 
 class FxImporter:
-    def __init__(self, gm: torch.fx.GraphModule, context: ir.Context | None = None, func_name: str = "main"):
+    def __init__(self, gm: torch.fx.GraphModule, context: ir.Context | None = None, func_name: str = "main",
+                 functional: bool = True):
         self.gm = gm
+        self.functional = functional
+        self.mutation = None  # MutationImporter in non-functional mode
         self.context = context or make_context()
         self.func_name = func_name
         self.env: dict[torch.fx.Node, Any] = {}
@@ -120,13 +126,18 @@ class FxImporter:
             inputs = [self._input_spec(n) for n in placeholders]
             module = ir.Module.create()
             arg_types = [tensor_type(spec.shape, spec.dtype) for spec in inputs]
+            if not self.functional:
+                from .mutation import MutationImporter
+
+                self.mutation = MutationImporter(self, graph)
+                arg_types = [self.mutation.input_type(n, t) for n, t in zip(placeholders, arg_types)]
             with ir.InsertionPoint(module.body):
                 fn = func.FuncOp(self.func_name, ir.FunctionType.get(arg_types, []))
             arg_locs = [ir.Location.name(n.name) for n in placeholders]
             block = fn.body.blocks.append(*arg_types, arg_locs=arg_locs)
             self._block = block
             for node, arg in zip(placeholders, block.arguments):
-                self.env[node] = arg
+                self.env[node] = arg if self.mutation is None else self.mutation.wrap_input(node, arg)
             outputs: list[OutputSpec] = []
             results: list[ir.Value] = []
             tree = None
@@ -138,7 +149,7 @@ class FxImporter:
                     if node.op == "output":
                         # Map nodes to their values first, so a multi-result node
                         # returned without getitem flattens into its results.
-                        structure = torch.fx.node.map_arg(node.args[0], lambda n: self.env[n])
+                        structure = torch.fx.node.map_arg(node.args[0], self._read)
                         leaves, tree = pytree.tree_flatten(structure)
                         for value in leaves:
                             if isinstance(value, ir.Value):
@@ -156,7 +167,8 @@ class FxImporter:
             fn.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get([a.type for a in block.arguments], [r.type for r in results])
             )
-        return ImportedGraph(module, self.context, inputs, outputs, tree, self.func_name, len(results), count)
+        mutated = [i for i, n in enumerate(placeholders) if self.mutation is not None and self.mutation.is_ref_input(n)]
+        return ImportedGraph(module, self.context, inputs, outputs, tree, self.func_name, len(results), count, mutated)
 
     # -- nodes -----------------------------------------------------------------------------
     def _input_spec(self, node: torch.fx.Node) -> InputSpec:
@@ -167,10 +179,21 @@ class FxImporter:
             raise LoweringError("graph input has no shape metadata (meta['val']); trace with make_fx or aot_autograd", node)
         return InputSpec(node.name, (), _scalar_dtype(val), is_scalar=True)
 
+    def _read(self, node: torch.fx.Node):
+        value = self.env[node]
+        return value if self.mutation is None else self.mutation.read(value)
+
     def _map_arg(self, arg):
-        return torch.fx.node.map_arg(arg, lambda n: self.env[n])
+        return torch.fx.node.map_arg(arg, self._read)
 
     def _lower(self, node: torch.fx.Node):
+        if self.mutation is not None:
+            result = self.mutation.lower(node)
+            if result is not NotImplemented:
+                return result
+        return self.lower_functional(node)
+
+    def lower_functional(self, node: torch.fx.Node):
         if node.op == "get_attr":
             attr = _fetch_attr(self.gm, node.target)
             if isinstance(attr, torch.Tensor):
@@ -263,8 +286,10 @@ def _normalize_result(result):
     return result
 
 
-def import_graph(gm: torch.fx.GraphModule, *, context: ir.Context | None = None, func_name: str = "main") -> ImportedGraph:
+def import_graph(gm: torch.fx.GraphModule, *, context: ir.Context | None = None, func_name: str = "main",
+                 functional: bool = True) -> ImportedGraph:
     """Imports an ATen-level FX graph whose nodes carry `meta['val']`. Raises
     `LoweringError` (naming the op and the user's source line) when a node cannot be
-    lowered."""
-    return FxImporter(gm, context, func_name).run()
+    lowered. `functional=False` accepts views and in-place / out= ops (written storage
+    becomes `!torchtpu.ref` references; see compiler/importer/mutation.py)."""
+    return FxImporter(gm, context, func_name, functional).run()

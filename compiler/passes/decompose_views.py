@@ -1,0 +1,264 @@
+"""torchtpu-decompose-views: complex views and view chains -> a canonical small set."""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+import torch
+
+from ..context import ir
+from ..dialect import ref_tensor_type
+from ..dialect.view_ops import build_view, diagonal_length
+from ..dtypes import dtype_of, tensor_type
+from .base import Pass, register_pass
+from .view_semantics import attrs_of, overlap_reason, view_shapes
+
+
+@register_pass
+class DecomposeViewsPass(Pass):
+    argument = "torchtpu-decompose-views"
+    summary = "Rewrite diagonal/unfold/as_strided and view chains into simple views or gather_view"
+    description = (
+        "Brings every view of a reference into the canonical set `slice`, `select`, "
+        "`permute`, `reshape`, `expand`, `view_dtype`, `gather_view`: `diagonal` becomes "
+        "permute + reshape + strided slice; `unfold` with step == size becomes slice + "
+        "reshape + permute; `as_strided` becomes reshape + slices + permute + expand when "
+        "its strides describe a non-overlapping sub-block of the storage. Otherwise the "
+        "view becomes a `gather_view` holding the static row-major positions it reads. "
+        "Chains fold: squeeze/unsqueeze become reshape, reshape-of-reshape and "
+        "permute-of-permute compose, alias disappears, gather_view absorbs the views below "
+        "it that keep row-major order. A `torchtpu.store` through a view that maps two "
+        "elements to one storage location (expand, overlapping windows or strides) is a "
+        "located error: the write has no defined result."
+    )
+
+    def run(self, op: ir.Operation) -> None:
+        with op.context:
+            self._run(op)
+
+    def _run(self, op: ir.Operation) -> None:
+        targets: list[ir.Operation] = []
+        stores: list[ir.Operation] = []
+
+        def collect(inner: ir.Operation) -> ir.WalkResult:
+            inner = inner.operation
+            if inner.name in _REWRITES:
+                targets.append(inner)
+            elif inner.name == "torchtpu.store":
+                stores.append(inner)
+            return ir.WalkResult.ADVANCE
+
+        op.walk(collect)
+        for view in targets:
+            with ir.InsertionPoint(view), view.location:
+                replacement = _REWRITES[view.name](view)
+            if replacement is not None:
+                view.results[0].replace_all_uses_with(replacement)
+                view.erase()
+        for store in stores:
+            self._check_store(store)
+
+    def _check_store(self, store: ir.Operation) -> None:
+        ref = store.operands[0]
+        while True:
+            owner = ref.owner
+            if isinstance(owner, ir.Block):
+                return
+            owner = owner.operation
+            if not owner.name.startswith("torchtpu.") or owner.name == "torchtpu.alloc":
+                return
+            reason = overlap_reason(owner)
+            if reason is not None:
+                self.error(store, f"unsupported overlapping write: {reason}; clone() the view "
+                                  "before writing to it", notes=[(owner.location, "through this view")])
+                return
+            ref = owner.operands[0]
+
+
+# -- rewrites (each returns the replacement reference, or None to keep the op) ------------
+def _type(op: ir.Operation, shape) -> ir.RankedTensorType:
+    return tensor_type(list(shape), dtype_of(ref_tensor_type(op.results[0].type)))
+
+
+def _reshape(op, source: ir.Value, shape) -> ir.Value:
+    if list(ref_tensor_type(source.type).shape) == list(shape):
+        return source
+    return build_view("reshape", source, _type(op, shape))
+
+
+def _permute(op, source: ir.Value, perm) -> ir.Value:
+    perm = [int(p) for p in perm]
+    if perm == list(range(len(perm))):
+        return source
+    shape = list(ref_tensor_type(source.type).shape)
+    return build_view("permute", source, _type(op, [shape[p] for p in perm]), permutation=perm)
+
+
+def _slice(op, source: ir.Value, dim: int, start: int, limit: int, step: int) -> ir.Value:
+    shape = list(ref_tensor_type(source.type).shape)
+    if start == 0 and limit == shape[dim] and step == 1:
+        return source
+    out = list(shape)
+    out[dim] = max(0, (limit - start + step - 1) // step)
+    return build_view("slice", source, _type(op, out), dim=dim, start=start, limit=limit, step=step)
+
+
+def _gather(op, source: ir.Value, indices: np.ndarray) -> ir.Value:
+    return build_view("gather_view", source, _type(op, indices.shape), indices=indices.astype(np.int64))
+
+
+def _positions(source: ir.Value) -> torch.Tensor:
+    shape = list(ref_tensor_type(source.type).shape)
+    return torch.arange(prod(shape), dtype=torch.int64).reshape(shape)
+
+
+def _diagonal(op: ir.Operation) -> ir.Value:
+    a = attrs_of(op)
+    source = op.operands[0]
+    shape, _ = view_shapes(op)
+    d1, d2, offset = a["dim1"], a["dim2"], a["offset"]
+    rest = [d for d in range(len(shape)) if d not in (d1, d2)]
+    rows, cols = shape[d1], shape[d2]
+    permuted = _permute(op, source, rest + [d1, d2])
+    flat = _reshape(op, permuted, [shape[d] for d in rest] + [rows * cols])
+    length = diagonal_length(rows, cols, offset)
+    if length == 0:
+        return _slice(op, flat, len(rest), 0, 0, 1)
+    start = offset if offset >= 0 else -offset * cols
+    step = cols + 1
+    return _slice(op, flat, len(rest), start, start + (length - 1) * step + 1, step)
+
+
+def _unfold(op: ir.Operation) -> ir.Value:
+    a = attrs_of(op)
+    source = op.operands[0]
+    shape, out = view_shapes(op)
+    dim, size, step = a["dimension"], a["size"], a["step"]
+    if shape and size == step and size > 0:
+        windows = out[dim]
+        cut = _slice(op, source, dim, 0, windows * size, 1)
+        split = _reshape(op, cut, shape[:dim] + [windows, size] + shape[dim + 1 :])
+        rank = len(shape) + 1
+        perm = [d for d in range(rank) if d != dim + 1] + [dim + 1]
+        return _permute(op, split, perm)
+    positions = _positions(source)
+    if not shape:
+        positions = positions.reshape(1)
+        dim = 0
+    return _gather(op, source, positions.unfold(dim, size, step).numpy())
+
+
+def _as_strided(op: ir.Operation) -> ir.Value:
+    a = attrs_of(op)
+    source = op.operands[0]
+    _, out = view_shapes(op)
+    strides, offset = a["strides"], a["storage_offset"]
+    simple = _as_strided_simple(op, source, out, strides, offset)
+    if simple is not None:
+        return simple
+    positions = _positions(source).reshape(-1)
+    return _gather(op, source, torch.as_strided(positions, out, strides, offset).numpy())
+
+
+def _as_strided_simple(op, source: ir.Value, out: list[int], strides: list[int], offset: int):
+    """Storage[offset + sum(i_k * s_k)] as reshape/slice/permute/expand of the flat
+    storage, when the non-broadcast dims address a non-overlapping sub-block."""
+    n = prod(ref_tensor_type(source.type).shape)
+    if prod(out) == 0:
+        return None
+    kept = [d for d in range(len(out)) if out[d] != 1 and strides[d] != 0]
+    order = sorted(kept, key=lambda d: -strides[d])
+    for outer, inner in zip(order, order[1:]):
+        if strides[outer] % strides[inner] or strides[outer] < out[inner] * strides[inner]:
+            return None
+    flat = _reshape(op, source, [n])
+    if not order:
+        cur = _slice(op, flat, 0, offset, offset + 1, 1)
+        return _finish(op, cur, [], [], out, strides)
+    first = order[0]
+    span = out[first] * strides[first]
+    if offset + span > n:
+        return None
+    cur = _slice(op, flat, 0, offset, offset + span, 1)
+    cur = _reshape(op, cur, [out[first], strides[first]])
+    sizes = [out[first]]
+    for prev, d in zip(order, order[1:]):
+        outer_len = strides[prev] // strides[d]
+        cur = _reshape(op, cur, sizes + [outer_len, strides[d]])
+        cur = _slice(op, cur, len(sizes), 0, out[d], 1)
+        sizes.append(out[d])
+    cur = _slice(op, cur, len(sizes), 0, 1, 1)  # the innermost stride's first element
+    cur = _reshape(op, cur, sizes)
+    return _finish(op, cur, order, sizes, out, strides)
+
+
+def _finish(op, cur: ir.Value, order: list[int], sizes: list[int], out: list[int], strides: list[int]) -> ir.Value:
+    """From dims in `order` (by decreasing stride) to the result: restore the dim order,
+    re-insert size-1 dims and broadcast stride-0 dims."""
+    kept_sorted = sorted(order)
+    cur = _permute(op, cur, [order.index(d) for d in kept_sorted])
+    with_ones = [out[d] if d in order else 1 for d in range(len(out))]
+    cur = _reshape(op, cur, with_ones)
+    if with_ones != list(out):
+        cur = build_view("expand", cur, _type(op, out))
+    return cur
+
+
+def _squeeze_like(op: ir.Operation) -> ir.Value:
+    _, out = view_shapes(op)
+    return _fold_reshape(op, op.operands[0], out)
+
+
+def _fold_reshape(op, source: ir.Value, out) -> ir.Value:
+    owner = source.owner
+    if hasattr(owner, "name") and owner.name in ("torchtpu.reshape", "torchtpu.squeeze", "torchtpu.unsqueeze"):
+        source = owner.operands[0]
+    return _reshape(op, source, out)
+
+
+def _reshape_chain(op: ir.Operation):
+    _, out = view_shapes(op)
+    owner = op.operands[0].owner
+    if list(ref_tensor_type(op.operands[0].type).shape) == out:
+        return op.operands[0]
+    if hasattr(owner, "name") and owner.name in ("torchtpu.reshape", "torchtpu.squeeze", "torchtpu.unsqueeze"):
+        return _reshape(op, owner.operands[0], out)
+    return None
+
+
+def _permute_chain(op: ir.Operation):
+    perm = attrs_of(op)["permutation"]
+    if perm == list(range(len(perm))):
+        return op.operands[0]
+    owner = op.operands[0].owner
+    if hasattr(owner, "name") and owner.name == "torchtpu.permute":
+        inner = attrs_of(owner.operation)["permutation"]
+        return _permute(op, owner.operands[0], [inner[p] for p in perm])
+    return None
+
+
+def _gather_chain(op: ir.Operation):
+    indices = attrs_of(op)["indices"]
+    owner = op.operands[0].owner
+    if not hasattr(owner, "name"):
+        return None
+    if owner.name in ("torchtpu.reshape", "torchtpu.squeeze", "torchtpu.unsqueeze", "torchtpu.alias"):
+        return _gather(op, owner.operands[0], indices)  # row-major order is unchanged
+    if owner.name == "torchtpu.gather_view":
+        inner = attrs_of(owner.operation)["indices"].reshape(-1)
+        return _gather(op, owner.operands[0], inner[indices])
+    return None
+
+
+_REWRITES = {
+    "torchtpu.diagonal": _diagonal,
+    "torchtpu.unfold": _unfold,
+    "torchtpu.as_strided": _as_strided,
+    "torchtpu.squeeze": _squeeze_like,
+    "torchtpu.unsqueeze": _squeeze_like,
+    "torchtpu.alias": lambda op: op.operands[0],
+    "torchtpu.reshape": _reshape_chain,
+    "torchtpu.permute": _permute_chain,
+    "torchtpu.gather_view": _gather_chain,
+}
