@@ -29,7 +29,10 @@ _KNOWN_OPTIONS = {"functionalize"}
 class BackendOptions:
     """`torch.compile(..., options={...})` for backend "tpu"."""
 
-    functionalize: str = "aot_autograd"  # or "torchtpu" (view passes; not available yet)
+    # "aot_autograd": aot_autograd functionalizes views and in-place ops.
+    # "torchtpu": inference graphs keep them; torch_tpu's view passes resolve them and
+    # inputs written in place are updated through donated, aliased results.
+    functionalize: str = "aot_autograd"
 
     @classmethod
     def parse(cls, options: dict | None) -> "BackendOptions":
@@ -40,10 +43,10 @@ class BackendOptions:
                 f"torch_tpu backend: unknown option(s) {sorted(unknown)}; known: {sorted(_KNOWN_OPTIONS)}"
             )
         parsed = cls(**options)
-        if parsed.functionalize != "aot_autograd":
+        if parsed.functionalize not in ("aot_autograd", "torchtpu"):
             raise ValueError(
-                f"torch_tpu backend: functionalize={parsed.functionalize!r} is not available yet; "
-                "only 'aot_autograd' is implemented"
+                f"torch_tpu backend: functionalize={parsed.functionalize!r} is not known; "
+                "use 'aot_autograd' (default) or 'torchtpu'"
             )
         return parsed
 
@@ -74,7 +77,9 @@ def _has_symbolic_shapes(example_inputs) -> bool:
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_: Any):
     """Dynamo backend entry point."""
     global _logged_static
-    BackendOptions.parse(options)
+    parsed = BackendOptions.parse(options)
+    if parsed.functionalize == "torchtpu":
+        return _views_backend(gm, example_inputs)
     if _has_symbolic_shapes(example_inputs):
         if not _logged_static:
             _logged_static = True
@@ -84,6 +89,31 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
             )
         return _StaticSpecializer(gm)
     return _aot_backend()(gm, example_inputs)
+
+
+def _views_backend(gm: torch.fx.GraphModule, example_inputs):
+    """functionalize="torchtpu": inference graphs only; a graph that needs gradients goes
+    through aot_autograd (logged once)."""
+    from ._inplace import TorchTpuViewsGraph, log_once
+
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+        log_once("grad", "torch_tpu: functionalize='torchtpu' applies to inference graphs only; a graph "
+                 "that requires gradients uses aot_autograd's functionalization (run under "
+                 "torch.no_grad() or torch.inference_mode() to use the torchtpu view passes)")
+        return _aot_backend()(gm, example_inputs)
+    graph_id = next(_graph_ids)
+
+    def fallback():
+        compiled: dict = {}
+
+        def run(*args):
+            if "fn" not in compiled:
+                compiled["fn"] = _StaticSpecializer(gm)
+            return compiled["fn"](*args)
+
+        return run
+
+    return TorchTpuViewsGraph(gm, f"g{graph_id}-inference", fallback)
 
 
 def _aot_backend():

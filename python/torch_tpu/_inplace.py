@@ -1,0 +1,200 @@
+"""`options={"functionalize": "torchtpu"}`: inference graphs compiled with their views
+and in-place ops, resolved by torch_tpu's own view passes instead of aot_autograd's
+functionalization (docs/explanation/views.md).
+
+The Dynamo graph is traced to ATen with `make_fx` on fake inputs (no functionalization,
+the compiler's decomposition table), imported in non-functional mode (written storage
+becomes `!torchtpu.ref`), and run through `torchtpu-decompose-views` and
+`torchtpu-inverse-views`. Every input written in place comes back as an extra result
+aliased to its argument (`tf.aliasing_output`): the runtime donates the argument's
+device buffer, and the new value is copied into the caller's tensor.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from torch_tpu.compiler.diagnostics import DiagnosticEngine
+from torch_tpu.compiler.importer import import_graph
+from torch_tpu.compiler.lowering import LoweringError
+
+from . import _timing
+from ._compile import PIPELINE_VERSION, CompiledGraph, _shared_context
+from ._dump import GraphDump
+from ._errors import TorchTpuCompileError
+from ._fingerprint import FxGraphFingerprint
+from ._precision import current_mode
+
+log = logging.getLogger("torch_tpu")
+
+ALIASING_OUTPUT = "tf.aliasing_output"
+_logged: set[str] = set()
+
+
+def log_once(key: str, message: str, *args) -> None:
+    if key not in _logged:
+        _logged.add(key)
+        log.warning(message, *args)
+
+
+def view_pipeline(mode: str) -> str:
+    return ("builtin.module(torchtpu-verify,torchtpu-decompose-views,torchtpu-inverse-views,"
+            f"torchtpu-verify,torchtpu-set-precision{{mode={mode} override=true}})")
+
+
+def aliased_results(module) -> dict[int, int]:
+    """{argument index: result index} from `tf.aliasing_output` on @main's arguments."""
+    from torch_tpu.compiler.context import ir
+
+    for op in module.body.operations:
+        op = op.operation
+        if op.name != "func.func" or "arg_attrs" not in op.attributes:
+            continue
+        pairs = {}
+        for index, attrs in enumerate(ir.ArrayAttr(op.attributes["arg_attrs"])):
+            attrs = ir.DictAttr(attrs)
+            if ALIASING_OUTPUT in attrs:
+                pairs[index] = ir.IntegerAttr(attrs[ALIASING_OUTPUT]).value
+        return pairs
+    return {}
+
+
+class InPlaceCompiledGraph(CompiledGraph):
+    """A compiled non-functional graph: after each run, the inputs the graph writes get
+    their new values (the results aliased to them)."""
+
+    def __init__(self, executable, imported, written: dict[int, int]) -> None:
+        super().__init__(executable, imported)
+        self.written = written
+
+    def __call__(self, *args):
+        # Written inputs go in as plain tensors (never the resident-parameter buffer,
+        # which donation would consume).
+        plain = [a.detach() if i in self.written and isinstance(a, torch.nn.Parameter) else a
+                 for i, a in enumerate(args)]
+        inputs = list(plain)
+        results = self.executable(*self._prepare(inputs))
+        with torch.no_grad():
+            for arg_index, result_index in self.written.items():
+                args[arg_index].copy_(results[result_index])
+        return self._unflatten(results)
+
+    def _prepare(self, args):
+        from ._compile import RESIDENT_PARAMETERS
+
+        inputs = []
+        for spec, arg in zip(self._input_specs, args):
+            if isinstance(arg, torch.nn.Parameter):
+                arg = RESIDENT_PARAMETERS.get(arg, self._client)
+            elif not isinstance(arg, torch.Tensor):
+                arg = torch.tensor(arg, dtype=spec.dtype)
+            inputs.append(arg)
+        if self._needs_rng:
+            inputs.append(torch.randint(0, 2**62, (2,), dtype=torch.int64).to(torch.uint64))
+        return inputs
+
+    def _unflatten(self, results):
+        import torch.utils._pytree as pytree
+
+        leaves = [results[o.index] if o.kind == "tensor" else o.value for o in self._outputs]
+        return pytree.tree_unflatten(leaves, self._tree)
+
+
+def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPlaceCompiledGraph:
+    """Compiles an ATen graph with views and in-place ops (every node must lower).
+    Raises LoweringError or TorchTpuCompileError."""
+    from torch_tpu.compiler.pipeline import run_pipeline
+    from torch_tpu.runtime import get_client
+
+    timings: dict[str, float] = {}
+    client = get_client()
+    mode = current_mode()
+    fingerprint = FxGraphFingerprint(gm, f"pipeline={PIPELINE_VERSION};precision={mode};views=torchtpu")
+    start = time.perf_counter()
+    with _timing.phase("convert", timings):
+        imported = import_graph(gm, context=_shared_context(), functional=False)
+    dump = GraphDump(f"{name}-views")
+    if dump.enabled:
+        dump.write("fx_graph.py", gm.print_readable(print_output=False))
+        dump.write_stage("imported", imported.text(debug_info=True))
+    with _timing.phase("passes", timings):
+        engine = DiagnosticEngine()
+        if not run_pipeline(imported.module.operation, view_pipeline(mode), engine):
+            raise TorchTpuCompileError(
+                f"torch_tpu: the view passes failed on graph {name}:\n{engine.format()}\n"
+                "Set TORCH_TPU_DUMP_DIR to get the module and reproduce with torchtpu-opt."
+            )
+    if dump.enabled:
+        dump.write("final.mlir", imported.text(debug_info=True))
+    with _timing.phase("xla_compile", timings):
+        executable = client.compile(imported.module, fingerprint=fingerprint)
+    log.debug("torch_tpu: %s compiled with torchtpu views in %.2fs", name, time.perf_counter() - start)
+    return InPlaceCompiledGraph(executable, imported, aliased_results(imported.module))
+
+
+def capture_aten(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
+    """ATen graph of a Dynamo graph, with views and in-place ops kept (no
+    functionalization), traced on fake copies of the inputs so nothing runs for real."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_tpu.compiler.lowering.decompositions import decomposition_table
+
+    with torch._guards.tracing(None), torch.no_grad():
+        return make_fx(gm, decomposition_table=decomposition_table(), tracing_mode="fake",
+                       _allow_non_fake_inputs=True)(*example_inputs)
+
+
+def _storages_overlap(args, written: dict[int, int]) -> bool:
+    """Whether a written input shares storage with another input: the compiled program
+    treats inputs as distinct, so such a call runs eagerly instead."""
+    if not written:
+        return False
+    pointers: dict[int, int] = {}
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.numel():
+            ptr = a.untyped_storage().data_ptr()
+            if ptr in pointers and (i in written or pointers[ptr] in written):
+                return True
+            pointers.setdefault(ptr, i)
+    return False
+
+
+class TorchTpuViewsGraph:
+    """What the backend returns for one Dynamo graph in torchtpu-functionalize mode: the
+    compiled graph, recompiled per concrete input signature when Dynamo traced with
+    symbolic sizes, and run eagerly when written inputs alias each other."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str, fallback: Callable[[], Callable]) -> None:
+        self.gm = gm
+        self.name = name
+        self._fallback_factory = fallback
+        self._compiled: dict[tuple, Any] = {}
+
+    def compile_for(self, args) -> Any:
+        key = tuple((tuple(a.shape), a.dtype, a.stride()) if isinstance(a, torch.Tensor) else (type(a), a)
+                    for a in args)
+        fn = self._compiled.get(key)
+        if fn is None:
+            try:
+                fn = compile_inplace_graph(capture_aten(self.gm, list(args)), self.name)
+            except (LoweringError, TorchTpuCompileError) as err:
+                log_once(f"fallback-{type(err).__name__}-{self.name}",
+                         "torch_tpu: functionalize='torchtpu' cannot compile graph %s (%s); using "
+                         "aot_autograd's functionalization for it", self.name, err)
+                fn = self._fallback_factory()
+            self._compiled[key] = fn
+        return fn
+
+    def __call__(self, *args):
+        fn = self.compile_for(args)
+        if isinstance(fn, InPlaceCompiledGraph) and _storages_overlap(args, fn.written):
+            log_once(f"overlap-{self.name}",
+                     "torch_tpu: graph %s writes an input that shares memory with another input; "
+                     "this call runs in PyTorch eager", self.name)
+            return self.gm(*args)
+        return fn(*args)
