@@ -67,10 +67,16 @@ def _shape_only(check):
 
     def verify(op: ir.Operation, attrs: dict) -> None:
         source, result = view_types(op)
+        _static(source, result)
         check(source, result, attrs)
 
     verify.__doc__ = check.__doc__
     return verify
+
+
+def _static(source, result) -> None:
+    if not (source.has_static_shape and result.has_static_shape):
+        raise VerifyError("view ops need static shapes (bounded dynamic views are not supported yet)")
 
 
 def slice_length(start: int, limit: int, step: int) -> int:
@@ -238,6 +244,7 @@ def _verify_view_dtype(source, result, attrs) -> None:
 def _verify_gather_view(op: ir.Operation, attrs: dict) -> None:
     """`indices` has the result's shape and holds row-major positions inside the source"""
     source, result = view_types(op)
+    _static(source, result)
     _same_element(source, result)
     indices = attrs["indices"]
     if list(indices.shape) != _shape(result):

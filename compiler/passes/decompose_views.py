@@ -9,7 +9,7 @@ import torch
 
 from ..context import ir
 from ..dialect import ref_tensor_type
-from ..dialect.view_ops import build_view, diagonal_length
+from ..dialect.view_ops import VIEW_OPS, build_view, diagonal_length
 from ..dtypes import dtype_of, tensor_type
 from .base import Pass, register_pass
 from .view_semantics import attrs_of, overlap_reason, view_shapes
@@ -56,6 +56,7 @@ class DecomposeViewsPass(Pass):
             if replacement is not None:
                 view.results[0].replace_all_uses_with(replacement)
                 view.erase()
+        _erase_dead_views(op)
         for store in stores:
             self._check_store(store)
 
@@ -76,12 +77,37 @@ class DecomposeViewsPass(Pass):
             ref = owner.operands[0]
 
 
+def _erase_dead_views(root: ir.Operation) -> None:
+    """Removes view ops whose result is unused (the decompositions leave some behind;
+    canonicalize cannot, since it does not know torchtpu ops are pure)."""
+    while True:
+        dead: list[ir.Operation] = []
+
+        def visit(inner: ir.Operation) -> ir.WalkResult:
+            inner = inner.operation
+            if inner.name in VIEW_OPS and not list(inner.results[0].uses):
+                dead.append(inner)
+            return ir.WalkResult.ADVANCE
+
+        root.walk(visit)
+        if not dead:
+            return
+        for view in dead:
+            view.erase()
+
+
 # -- rewrites (each returns the replacement reference, or None to keep the op) ------------
 def _type(op: ir.Operation, shape) -> ir.RankedTensorType:
     return tensor_type(list(shape), dtype_of(ref_tensor_type(op.results[0].type)))
 
 
+_RESHAPES = ("torchtpu.reshape", "torchtpu.squeeze", "torchtpu.unsqueeze")
+
+
 def _reshape(op, source: ir.Value, shape) -> ir.Value:
+    """reshape(source), folded through reshapes below it (row-major order is kept)."""
+    while not isinstance(source.owner, ir.Block) and source.owner.operation.name in _RESHAPES:
+        source = source.owner.operation.operands[0]
     if list(ref_tensor_type(source.type).shape) == list(shape):
         return source
     return build_view("reshape", source, _type(op, shape))
@@ -172,14 +198,14 @@ def _as_strided_simple(op, source: ir.Value, out: list[int], strides: list[int],
     for outer, inner in zip(order, order[1:]):
         if strides[outer] % strides[inner] or strides[outer] < out[inner] * strides[inner]:
             return None
-    flat = _reshape(op, source, [n])
     if not order:
-        cur = _slice(op, flat, 0, offset, offset + 1, 1)
+        cur = _slice(op, _reshape(op, source, [n]), 0, offset, offset + 1, 1)
         return _finish(op, cur, [], [], out, strides)
     first = order[0]
     span = out[first] * strides[first]
     if offset + span > n:
         return None
+    flat = _reshape(op, source, [n])
     cur = _slice(op, flat, 0, offset, offset + span, 1)
     cur = _reshape(op, cur, [out[first], strides[first]])
     sizes = [out[first]]
@@ -207,23 +233,16 @@ def _finish(op, cur: ir.Value, order: list[int], sizes: list[int], out: list[int
 
 def _squeeze_like(op: ir.Operation) -> ir.Value:
     _, out = view_shapes(op)
-    return _fold_reshape(op, op.operands[0], out)
-
-
-def _fold_reshape(op, source: ir.Value, out) -> ir.Value:
-    owner = source.owner
-    if hasattr(owner, "name") and owner.name in ("torchtpu.reshape", "torchtpu.squeeze", "torchtpu.unsqueeze"):
-        source = owner.operands[0]
-    return _reshape(op, source, out)
+    return _reshape(op, op.operands[0], out)
 
 
 def _reshape_chain(op: ir.Operation):
     _, out = view_shapes(op)
-    owner = op.operands[0].owner
-    if list(ref_tensor_type(op.operands[0].type).shape) == out:
-        return op.operands[0]
-    if hasattr(owner, "name") and owner.name in ("torchtpu.reshape", "torchtpu.squeeze", "torchtpu.unsqueeze"):
-        return _reshape(op, owner.operands[0], out)
+    source = op.operands[0]
+    if list(ref_tensor_type(source.type).shape) == out:
+        return source
+    if not isinstance(source.owner, ir.Block) and source.owner.operation.name in _RESHAPES:
+        return _reshape(op, source, out)
     return None
 
 
@@ -251,6 +270,38 @@ def _gather_chain(op: ir.Operation):
     return None
 
 
+def _numpy_view(op: ir.Operation, indices: np.ndarray) -> np.ndarray:
+    """The simple view `op` applied to an array (the positions a gather_view reads)."""
+    a = attrs_of(op)
+    _, out = view_shapes(op)
+    name = op.name
+    if name == "torchtpu.slice":
+        index = [slice(None)] * indices.ndim
+        index[a["dim"]] = slice(a["start"], a["limit"], a["step"])
+        return indices[tuple(index)]
+    if name == "torchtpu.select":
+        return np.take(indices, a["index"], axis=a["dim"])
+    if name == "torchtpu.permute":
+        return np.transpose(indices, a["permutation"])
+    if name == "torchtpu.expand":
+        return np.broadcast_to(indices, out)
+    return indices.reshape(out)  # reshape, squeeze, unsqueeze, alias
+
+
+def _compose_over_gather(rewrite):
+    """A simple view of a gather_view is one gather_view: its positions are the view of
+    the inner positions (so chains over irregular views stay one gather)."""
+
+    def apply(op: ir.Operation):
+        owner = op.operands[0].owner
+        if not isinstance(owner, ir.Block) and owner.operation.name == "torchtpu.gather_view":
+            inner = attrs_of(owner.operation)["indices"]
+            return _gather(op, owner.operation.operands[0], np.ascontiguousarray(_numpy_view(op, inner)))
+        return rewrite(op)
+
+    return apply
+
+
 _REWRITES = {
     "torchtpu.diagonal": _diagonal,
     "torchtpu.unfold": _unfold,
@@ -261,4 +312,10 @@ _REWRITES = {
     "torchtpu.reshape": _reshape_chain,
     "torchtpu.permute": _permute_chain,
     "torchtpu.gather_view": _gather_chain,
+    "torchtpu.slice": lambda op: None,
+    "torchtpu.select": lambda op: None,
+    "torchtpu.expand": lambda op: None,
 }
+for _name in ("torchtpu.slice", "torchtpu.select", "torchtpu.expand", "torchtpu.squeeze",
+              "torchtpu.unsqueeze", "torchtpu.reshape", "torchtpu.permute"):
+    _REWRITES[_name] = _compose_over_gather(_REWRITES[_name])
