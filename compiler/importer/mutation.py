@@ -66,8 +66,11 @@ def is_view(target) -> bool:
     if schema is None or not schema.returns or not schema.arguments:
         return False
     ret, first = schema.returns[0].alias_info, schema.arguments[0].alias_info
-    return (ret is not None and first is not None and not first.is_write
-            and set(ret.before_set) & set(first.before_set) != set())
+    if first is None or first.is_write:
+        return False
+    # `Tensor(a) self -> Tensor(a)`, or `Tensor(a -> *) self -> Tensor(a)[]` (split,
+    # unbind: the list's elements alias self).
+    return "*" in first.after_set or (ret is not None and bool(set(ret.before_set) & set(first.before_set)))
 
 
 def _bind(target, node: torch.fx.Node) -> dict[str, Any]:
@@ -247,6 +250,8 @@ class MutationImporter:
             return NotImplemented
         if written_args(target):
             return self._lower_write(node)
+        if target in METADATA_INPLACE:
+            return self._lower_metadata_inplace(node)
         if is_view(target) and isinstance(env.get(node.args[0]), RefHandle):
             return self._lower_view(node, env[node.args[0]])
         if self.root.get(node) is node and node in self.written:
@@ -255,6 +260,31 @@ class MutationImporter:
             with node_location(node):
                 return RefHandle(alloc(value), node)
         return NotImplemented
+
+    def _lower_metadata_inplace(self, node: torch.fx.Node) -> Any:
+        """`t_`, `transpose_`, `squeeze_`, ...: the tensor becomes a view of its old self.
+        Later FX uses name this node, so it is the out-of-place view; a graph input's
+        metadata cannot be changed for the caller, so that is rejected."""
+        source = node.args[0]
+        if isinstance(source, torch.fx.Node) and self.root.get(source) is not None \
+                and self.root[source].op == "placeholder":
+            raise UnsupportedOpError(
+                "changes the shape/strides of a graph input in place, which a compiled graph cannot "
+                "do for the caller; use the out-of-place view (e.g. x = x.t())", node)
+        if isinstance(self.importer.env.get(source), RefHandle):
+            return self._lower_view(node, self.importer.env[source])
+        functional = functional_counterpart(node.target)
+        lowering = LOWERINGS.get(functional) if functional is not None else None
+        if lowering is None:
+            raise UnsupportedOpError(f"no lowering for the out-of-place view {functional}", node)
+        loc = node_location(node)
+        args = torch.fx.node.map_arg(node.args, lambda n: self.read(self.importer.env[n]))
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.read(self.importer.env[n]))
+        with loc:
+            result = lowering.fn(LoweringContext(node, loc, self.importer), *args, **kwargs)
+        if isinstance(result, (ir.OpView, ir.Operation)):
+            result = result.results[0] if isinstance(result, ir.Operation) else result.result
+        return result
 
     def _lower_write(self, node: torch.fx.Node) -> Any:
         target = node.target

@@ -144,9 +144,13 @@ def capture_aten(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModu
 
     from torch_tpu.compiler.lowering.decompositions import decomposition_table
 
+    from ._compile import _fill_placeholder_meta
+
     with torch._guards.tracing(None), torch.no_grad():
-        return make_fx(gm, decomposition_table=decomposition_table(), tracing_mode="fake",
-                       _allow_non_fake_inputs=True)(*example_inputs)
+        traced = make_fx(gm, decomposition_table=decomposition_table(), tracing_mode="fake",
+                         _allow_non_fake_inputs=True)(*example_inputs)
+    _fill_placeholder_meta(traced, example_inputs)  # Python scalars are traced as constants
+    return traced
 
 
 def _storages_overlap(args, written: dict[int, int]) -> bool:

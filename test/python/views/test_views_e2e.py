@@ -1,0 +1,223 @@
+"""End to end: graphs with views and in-place ops through the non-functional importer,
+torchtpu-decompose-views, torchtpu-inverse-views and the runtime, against eager
+(outputs and every argument; tolerance 1e-5)."""
+
+import logging
+
+import pytest
+import torch
+from views_harness import check_against_eager, trace
+
+from torch_tpu.backend import BackendOptions
+from torch_tpu.compiler.importer import import_graph
+from torch_tpu.compiler.lowering import LoweringError
+
+torch.manual_seed(0)
+
+
+def test_kv_cache_decode_step_writes_cache_in_place():
+    def step(k_cache, v_cache, k, v, pos):
+        k_cache[:, :, pos] = k
+        v_cache[:, :, pos] = v
+        scores = torch.einsum("bhd,bhsd->bhs", k, k_cache)
+        return torch.einsum("bhs,bhsd->bhd", scores.softmax(-1), v_cache)
+
+    cache = torch.zeros(2, 3, 8, 4)
+    compiled = check_against_eager(step, cache, cache.clone(), torch.randn(2, 3, 4), torch.randn(2, 3, 4), 5)
+    assert sorted(compiled.written) == [0, 1]
+    text = compiled.imported.text()
+    assert "stablehlo.dynamic_update_slice" in text and "torchtpu." not in text
+
+
+def test_inplace_optimizer_step():
+    def sgd_momentum(params, grads, bufs):
+        for p, g, b in zip(params, grads, bufs):
+            b.mul_(0.9).add_(g)
+            p.add_(b, alpha=-0.1)
+
+    params = [torch.randn(4, 3), torch.randn(3)]
+    grads = [torch.randn(4, 3), torch.randn(3)]
+    bufs = [torch.randn(4, 3), torch.randn(3)]
+
+    def flat(p0, p1, g0, g1, b0, b1):
+        sgd_momentum([p0, p1], [g0, g1], [b0, b1])
+
+    check_against_eager(flat, *params, *grads, *bufs)
+
+
+def test_index_add_through_setitem():
+    def f(x, idx, y):
+        x[idx] += y
+        return x.sum()
+
+    check_against_eager(f, torch.randn(6, 3), torch.tensor([4, 0, 2]), torch.randn(3, 3))
+
+
+def test_t_inplace_then_write():
+    def f(x, y):
+        z = x.clone()
+        z.t_()
+        z.add_(y)
+        w = x * 1
+        w.t_()  # metadata only, on an unwritten tensor
+        return z, w.sum(0), x.t()
+
+    check_against_eager(f, torch.randn(3, 2), torch.randn(2, 3))
+
+
+def test_metadata_change_of_a_graph_input_is_rejected():
+    def f(x):
+        x.t_()
+        return x + 1
+
+    with pytest.raises(LoweringError, match="changes the shape/strides of a graph input"):
+        import_graph(trace(f, torch.randn(3, 2)), functional=False)
+
+
+def test_writes_through_views_of_views_are_seen_by_other_views():
+    def f(x, y):
+        rows = x[1:3]
+        row = rows[0]
+        col = x.t()[2]
+        row.mul_(y)
+        first = col.clone()
+        x.diagonal().fill_(7)
+        return first, col * 1, rows.sum(0)
+
+    check_against_eager(f, torch.randn(4, 4), torch.randn(4))
+
+
+def test_complex_views_diagonal_unfold_as_strided():
+    def f(x, y):
+        x.diagonal(1).add_(1)
+        x.view(-1).unfold(0, 4, 4).mul_(2)  # non-overlapping windows: writable
+        windows = x.view(-1).unfold(0, 3, 2)  # overlapping: read only
+        x.as_strided((2, 2), (4, 1), 5).copy_(y)
+        return windows.sum(-1), x.as_strided((3,), (5,), 0) * 1
+
+    check_against_eager(f, torch.randn(4, 4), torch.randn(2, 2))
+
+
+def test_in_place_ops_of_many_kinds():
+    def f(x, m, idx, src):
+        x.mul_(2).sub_(1)
+        x[:, 0].fill_(3.0)
+        x.masked_fill_(m, -1.0)
+        x.index_copy_(0, idx, src)
+        x.scatter_(1, torch.zeros(4, 1, dtype=torch.long), src[:, :1])
+        torch.add(x[0], 1, out=x[1])
+        x.select(1, 2).zero_()
+        x.clamp_(min=-0.5)
+        return x.relu()
+
+    x = torch.randn(4, 3)
+    check_against_eager(f, x, torch.rand(4, 3) > 0.5, torch.tensor([3, 1, 0, 2]), torch.randn(4, 3))
+
+
+def test_written_local_tensor_and_split_views():
+    def f(x):
+        buf = torch.zeros(6, 2)
+        a, b, c = buf.split(2)
+        a.copy_(x)
+        b.add_(x * 2)
+        c[1] = x[0]
+        return buf, x.unbind(0)[1]
+
+    check_against_eager(f, torch.randn(2, 2))
+
+
+def test_dtype_view_and_reshape_write():
+    def f(x, bits):
+        x.view(torch.int32).copy_(bits)
+        x.view(2, 3).t().add_(1)
+        return x
+
+    check_against_eager(f, torch.randn(6), torch.arange(6, dtype=torch.int32) * 1000000)
+
+
+def test_unwritten_graph_keeps_functional_import():
+    gm = trace(lambda x: x.t().sin(), torch.randn(2, 3))
+    text = import_graph(gm, functional=False).text()
+    assert "torchtpu." not in text
+
+
+def test_write_to_attribute_constant_is_an_error():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("state", torch.zeros(3))
+
+        def forward(self, x):
+            self.state.add_(x)
+            return x
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(M(), tracing_mode="real")(torch.randn(3))
+    with pytest.raises(LoweringError, match="writes a constant/attribute tensor in place"):
+        import_graph(gm, functional=False)
+
+
+# -- the backend option -----------------------------------------------------------------
+def _compile(fn):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="tpu", options={"functionalize": "torchtpu"})
+
+
+def test_backend_option_kv_cache_decode_loop():
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 16)
+
+        def forward(self, x, k_cache, v_cache, pos):
+            k, v = self.proj(x).chunk(2, dim=-1)
+            k_cache[:, pos] = k.unsqueeze(1)
+            v_cache[:, pos] = v.unsqueeze(1)
+            att = (k_cache @ k.unsqueeze(-1)).squeeze(-1).softmax(-1)
+            return (att.unsqueeze(-1) * v_cache).sum(1)
+
+    model = Decoder()
+    compiled = _compile(model)
+    caches = [torch.zeros(2, 6, 8) for _ in range(4)]
+    with torch.no_grad():
+        for pos in range(3):
+            x = torch.randn(2, 8)
+            pos_t = torch.tensor([pos])
+            expected = model(x, caches[0], caches[1], pos_t)
+            got = compiled(x, caches[2], caches[3], pos_t)
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(caches[2], caches[0], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(caches[3], caches[1], atol=1e-5, rtol=1e-5)
+
+
+def test_backend_option_inputs_that_alias_each_other_run_safely(caplog):
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+
+    compiled = _compile(f)
+    base = torch.zeros(4)
+    expected_base = torch.zeros(4)
+    expected = f(expected_base[:2], expected_base[1:])
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="torch_tpu"):
+        got = compiled(base[:2], base[1:])
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(base, expected_base)
+
+
+def test_backend_option_falls_back_to_aot_autograd_when_grads_are_needed(caplog):
+    model = torch.nn.Linear(3, 3)
+    compiled = _compile(lambda x, buf: (buf.add_(1), model(x))[1])
+    x = torch.randn(2, 3)
+    buf = torch.zeros(3)
+    with caplog.at_level(logging.WARNING, logger="torch_tpu"):
+        out = compiled(x, buf)
+    out.sum().backward()
+    assert model.weight.grad is not None
+    torch.testing.assert_close(buf, torch.ones(3))
+    torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_backend_option_values():
+    assert BackendOptions.parse({"functionalize": "torchtpu"}).functionalize == "torchtpu"
+    with pytest.raises(ValueError, match="functionalize='nope' is not known"):
+        BackendOptions.parse({"functionalize": "nope"})
