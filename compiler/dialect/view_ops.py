@@ -224,7 +224,10 @@ def _verify_alias(source, result, attrs) -> None:
 
 def _verify_view_dtype(source, result, attrs) -> None:
     """same element size: same shape; otherwise the last dim scales by the size ratio"""
-    src_bits, dst_bits = dtype_of(source).itemsize * 8, dtype_of(result).itemsize * 8
+    try:
+        src_bits, dst_bits = dtype_of(source).itemsize * 8, dtype_of(result).itemsize * 8
+    except Exception as err:  # noqa: BLE001 - an element type PyTorch has no dtype for
+        raise VerifyError(f"cannot reinterpret {source.element_type} as {result.element_type}: {err}") from None
     src, dst = _shape(source), _shape(result)
     if src_bits == dst_bits:
         _expect_shape(result, src)
