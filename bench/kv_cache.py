@@ -32,9 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-
-from _common import fmt_ratio, fmt_s, interleaved_timings  # noqa: E402
+import torch
+from _common import fmt_ratio, fmt_s, interleaved_timings
 
 
 class DecodeStep(torch.nn.Module):
@@ -113,7 +112,7 @@ def hlo_facts(final_mlir: str) -> dict:
 
 
 def count_ops(final_mlir: str) -> int:
-    return len(re.findall(r"^\s*(?:%\S+ = )?\"?(?:stablehlo|chlo)\.", final_mlir, re.M))
+    return len(re.findall(r"^\s*(?:%\S+ = )?\"?(?:stablehlo|chlo)\.", final_mlir, re.MULTILINE))
 
 
 def main() -> None:
@@ -175,7 +174,7 @@ def main() -> None:
             "dynamic-update-slice", "scatter", "host bytes/step"]
     print(f"{'':24}" + "".join(f"{n:>18}" for n in facts))
     for key in keys:
-        print(f"{key:24}" + "".join(f"{str(facts[n].get(key, '-')):>18}" for n in facts))
+        print(f"{key:24}" + "".join(f"{facts[n].get(key, '-')!s:>18}" for n in facts))
     print(f"{'step time (median)':24}" + "".join(f"{fmt_s(timings[n].median):>18}" for n in facts))
     ours, peer = timings["torchtpu views"].median, timings["aot_autograd"].median
     print(f"step time ratio torchtpu views / aot_autograd: {fmt_ratio(ours, peer)}")

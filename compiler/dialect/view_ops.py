@@ -18,11 +18,11 @@ from math import prod
 from ..context import ir
 from ..dtypes import dtype_of
 from .spec import (
+    I64,
     TORCHTPU,
     AnyRankedTensor,
     Attr,
     DenseIndexArray,
-    I64,
     I64Array,
     Operand,
     OpSpec,
@@ -228,7 +228,7 @@ def _verify_view_dtype(source, result, attrs) -> None:
         src_bits, dst_bits = dtype_of(source).itemsize * 8, dtype_of(result).itemsize * 8
     except Exception as err:  # noqa: BLE001 - an element type PyTorch has no dtype for
         raise VerifyError(f"cannot reinterpret {source.element_type} as {result.element_type}: {err}") from None
-    src, dst = _shape(source), _shape(result)
+    src = _shape(source)
     if src_bits == dst_bits:
         _expect_shape(result, src)
         return

@@ -13,6 +13,7 @@ never written stays a plain value, exactly as in functional import.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,10 +25,11 @@ from ..context import ir
 from ..dialect import make_ref_type, ref_tensor_type
 from ..dtypes import tensor_type
 from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
-from ..lowering.helpers import broadcast_to, convert, dtype, shape_of
+from ..lowering.helpers import broadcast_to, convert, shape_of
 from .locations import node_location
 
 aten = torch.ops.aten
+operator_getitem = operator.getitem
 
 # In-place ops that change a tensor's metadata, not its data: they are views.
 METADATA_INPLACE = frozenset({
@@ -116,11 +118,6 @@ def _analyze(graph: torch.fx.Graph) -> tuple[dict, set]:
 
 def _is_multi_view(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and is_view(node.target)
-
-
-import operator as _operator  # noqa: E402
-
-operator_getitem = _operator.getitem
 
 
 def _norm(dim: int, rank: int) -> int:

@@ -80,15 +80,16 @@ class DecomposeViewsPass(Pass):
 def _erase_dead_views(root: ir.Operation) -> None:
     """Removes view ops whose result is unused (the decompositions leave some behind;
     canonicalize cannot, since it does not know torchtpu ops are pure)."""
+    dead: list[ir.Operation] = []
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        inner = inner.operation
+        if inner.name in VIEW_OPS and not list(inner.results[0].uses):
+            dead.append(inner)
+        return ir.WalkResult.ADVANCE
+
     while True:
-        dead: list[ir.Operation] = []
-
-        def visit(inner: ir.Operation) -> ir.WalkResult:
-            inner = inner.operation
-            if inner.name in VIEW_OPS and not list(inner.results[0].uses):
-                dead.append(inner)
-            return ir.WalkResult.ADVANCE
-
+        dead.clear()
         root.walk(visit)
         if not dead:
             return

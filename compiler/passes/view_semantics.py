@@ -171,7 +171,7 @@ def forward(op: ir.Operation, source: ir.Value) -> ir.Value:
 def inverse(op: ir.Operation, source: ir.Value, new: ir.Value) -> ir.Value:
     name = op.name
     a = attrs_of(op)
-    src_shape, shape = view_shapes(op)
+    src_shape, _ = view_shapes(op)
     reason = overlap_reason(op)
     if reason is not None:
         raise ViewError(f"cannot write through '{name}': {reason}; PyTorch rejects such writes too — "

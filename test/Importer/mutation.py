@@ -6,7 +6,6 @@
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
-
 from torch_tpu.compiler.importer import import_graph
 
 

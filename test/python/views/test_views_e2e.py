@@ -6,11 +6,10 @@ import logging
 
 import pytest
 import torch
-from views_harness import check_against_eager, trace
-
 from torch_tpu.backend import BackendOptions
 from torch_tpu.compiler.importer import import_graph
 from torch_tpu.compiler.lowering import LoweringError
+from views_harness import check_against_eager, trace
 
 torch.manual_seed(0)
 

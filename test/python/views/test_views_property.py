@@ -16,9 +16,8 @@ import os
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from views_harness import assert_same
-
 from torch_tpu._inplace import capture_aten, compile_inplace_graph
+from views_harness import assert_same
 
 PROGRAMS_PER_GRAPH = 4
 EXAMPLES = int(os.environ.get("TORCH_TPU_VIEWS_PROPERTY_EXAMPLES", "250"))

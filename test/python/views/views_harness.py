@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
-
 from torch_tpu._inplace import capture_aten, compile_inplace_graph
 
 
