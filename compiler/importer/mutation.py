@@ -144,6 +144,17 @@ def alloc(value: ir.Value) -> ir.Value:
                                operands=[value]).result
 
 
+def _as_stored(value: ir.Value, target: ir.RankedTensorType) -> ir.Value:
+    """`value` converted to the written tensor's dtype (and broadcast to its shape): an
+    in-place op keeps its destination's dtype, whatever the out-of-place op promoted to."""
+    from ..dtypes import dtype_of
+
+    value = convert(value, dtype_of(target))
+    if shape_of(value) != list(target.shape):
+        value = broadcast_to(value, list(target.shape))
+    return value
+
+
 class _FunctionalContext(LoweringContext):
     """Lowering context of an in-place op lowered through its out-of-place counterpart:
     the counterpart's result metadata is computed with fake tensors, because it may
@@ -284,16 +295,19 @@ class MutationImporter:
         return result
 
     def _lower_write(self, node: torch.fx.Node) -> Any:
+        """An op writing one tensor, or one list of tensors (`_foreach_*_`): its
+        out-of-place counterpart's result(s) are stored into the written reference(s)."""
         target = node.target
         names = written_args(target)
         bound = _bind(target, node)
-        dests = [bound.get(n) for n in names]
-        if len(names) != 1 or not isinstance(dests[0], torch.fx.Node):
+        if len(names) != 1:
             raise UnsupportedOpError(
-                f"writes {len(names)} arguments ({', '.join(names)}); only ops writing one tensor "
-                "are supported in non-functional import", node)
-        dest = self.importer.env[dests[0]]
-        if not isinstance(dest, RefHandle):
+                f"writes {len(names)} arguments ({', '.join(names)}); non-functional import supports "
+                "ops that write one tensor or one list of tensors", node)
+        written = bound.get(names[0])
+        dest_nodes = [written] if isinstance(written, torch.fx.Node) else list(written or [])
+        dests = [self.importer.env.get(n) for n in dest_nodes]
+        if not dests or not all(isinstance(d, RefHandle) for d in dests):
             raise LoweringError("internal error: written argument is not a reference; please report this", node)
         functional = functional_counterpart(target)
         lowering = LOWERINGS.get(functional) if functional is not None else None
@@ -316,15 +330,14 @@ class MutationImporter:
             except (ir.MLIRError, ValueError, TypeError, IndexError, NotImplementedError) as err:
                 raise LoweringError(f"lowering of {functional} failed: {type(err).__name__}: {err}", node) from err
             if isinstance(result, (ir.OpView, ir.Operation)):
-                result = result.results[0] if isinstance(result, ir.Operation) else result.result
-            target_type = ref_tensor_type(dest.value.type)
-            from ..dtypes import dtype_of
-
-            value = convert(result, dtype_of(target_type))
-            if shape_of(value) != list(target_type.shape):
-                value = broadcast_to(value, list(target_type.shape))
-            store(dest.value, value)
-        return dest
+                result = result.operation.results if len(result.operation.results) != 1 else result.operation.result
+            values = list(result) if isinstance(result, (list, tuple)) else [result]
+            if len(values) != len(dests):
+                raise UnsupportedOpError(
+                    f"{functional} gives {len(values)} results for {len(dests)} written tensors", node)
+            for dest, value in zip(dests, values):
+                store(dest.value, _as_stored(value, ref_tensor_type(dest.value.type)))
+        return dests[0] if isinstance(written, torch.fx.Node) else tuple(dests)
 
     def _lower_view(self, node: torch.fx.Node, source: RefHandle) -> Any:
         val = node.meta.get("val")

@@ -104,14 +104,11 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
     graph_id = next(_graph_ids)
 
     def fallback():
-        compiled: dict = {}
-
-        def run(*args):
-            if "fn" not in compiled:
-                compiled["fn"] = _StaticSpecializer(gm)
-            return compiled["fn"](*args)
-
-        return run
+        # aot_autograd traces on fake copies; _StaticSpecializer (symbolic shapes only)
+        # re-traces with the call's real tensors.
+        if _has_symbolic_shapes(example_inputs):
+            return _StaticSpecializer(gm)
+        return _aot_backend()(gm, example_inputs)
 
     return TorchTpuViewsGraph(gm, f"g{graph_id}-inference", fallback)
 
@@ -150,8 +147,11 @@ class _StaticSpecializer:
         )
         fn = self.compiled.get(key)
         if fn is None:
+            # Fake tracing: a real trace would run the graph's in-place ops on the
+            # caller's tensors once more (input mutations applied twice).
             with torch._guards.tracing(None):
-                specialized = torch.fx.experimental.proxy_tensor.make_fx(self.gm, tracing_mode="real")(*args)
+                specialized = torch.fx.experimental.proxy_tensor.make_fx(
+                    self.gm, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
             backend = _aot_backend()
             fn = self.compiled[key] = backend(specialized, list(args))
         return fn(*args)
