@@ -109,14 +109,20 @@ func.func @view_of_view_and_alias(%r: !torchtpu.ref<tensor<4x3xf32>>, %x: tensor
 // CHECK-NOT:     torchtpu.
 // CHECK:         stablehlo.reshape %{{.*}} : (tensor<6xf32>) -> tensor<2x3xf32>
 // CHECK:         stablehlo.reshape %{{.*}} : (tensor<1x2x3xf32>) -> tensor<2x3xf32>
+// CHECK:         stablehlo.reshape %{{.*}} : (tensor<2x3xf32>) -> tensor<2x1x3xf32>
+// CHECK:         %[[Z:.*]] = stablehlo.reshape %arg3 : (tensor<2x3xf32>) -> tensor<2x1x3xf32>
+// CHECK:         stablehlo.reshape %[[Z]] : (tensor<2x1x3xf32>) -> tensor<2x3xf32>
 // CHECK:         return
-func.func @reshapes(%r: !torchtpu.ref<tensor<2x3xf32>>, %x: tensor<6xf32>, %y: tensor<1x2x3xf32>) {
+func.func @reshapes(%r: !torchtpu.ref<tensor<2x3xf32>>, %x: tensor<6xf32>, %y: tensor<1x2x3xf32>, %z: tensor<2x3xf32>) {
   %a = "torchtpu.alias"(%r) : (!torchtpu.ref<tensor<2x3xf32>>) -> !torchtpu.ref<tensor<2x3xf32>>
   %f = "torchtpu.reshape"(%a) : (!torchtpu.ref<tensor<2x3xf32>>) -> !torchtpu.ref<tensor<6xf32>>
   "torchtpu.store"(%f, %x) : (!torchtpu.ref<tensor<6xf32>>, tensor<6xf32>) -> ()
   %u = "torchtpu.unsqueeze"(%r) {dim = 0 : i64} : (!torchtpu.ref<tensor<2x3xf32>>) -> !torchtpu.ref<tensor<1x2x3xf32>>
   %e = "torchtpu.expand"(%u) : (!torchtpu.ref<tensor<1x2x3xf32>>) -> !torchtpu.ref<tensor<1x2x3xf32>>
   "torchtpu.store"(%e, %y) : (!torchtpu.ref<tensor<1x2x3xf32>>, tensor<1x2x3xf32>) -> ()
+  %m = "torchtpu.unsqueeze"(%r) {dim = 1 : i64} : (!torchtpu.ref<tensor<2x3xf32>>) -> !torchtpu.ref<tensor<2x1x3xf32>>
+  %s = "torchtpu.squeeze"(%m) {dims = array<i64: 1>} : (!torchtpu.ref<tensor<2x1x3xf32>>) -> !torchtpu.ref<tensor<2x3xf32>>
+  "torchtpu.store"(%s, %z) : (!torchtpu.ref<tensor<2x3xf32>>, tensor<2x3xf32>) -> ()
   return
 }
 

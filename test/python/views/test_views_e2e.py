@@ -220,3 +220,23 @@ def test_backend_option_values():
     assert BackendOptions.parse({"functionalize": "torchtpu"}).functionalize == "torchtpu"
     with pytest.raises(ValueError, match="functionalize='nope' is not known"):
         BackendOptions.parse({"functionalize": "nope"})
+
+
+@pytest.mark.parametrize("options", [{}, {"functionalize": "torchtpu"}], ids=["aot_autograd", "torchtpu"])
+def test_dynamic_shapes_apply_input_mutations_once(options):
+    """Graphs Dynamo traces with symbolic sizes are specialized per shape; tracing them
+    must not run their in-place ops on the caller's tensors (it used to, once more)."""
+
+    def f(a, b):
+        a.add_(1)
+        return a + b
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="tpu", options=options, dynamic=True)
+    for n in (3, 4):
+        a, b = torch.arange(float(n)), torch.ones(n)
+        a_eager = a.clone()
+        with torch.no_grad():
+            out = compiled(a, b)
+        torch.testing.assert_close(out, f(a_eager, b.clone()))
+        torch.testing.assert_close(a, a_eager)
