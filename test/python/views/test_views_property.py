@@ -25,7 +25,7 @@ STATS = {"programs": 0, "instructions": 0, "writes": 0, "writes_through_views": 
 
 instruction = st.tuples(
     st.sampled_from(["view", "view", "view", "write", "write", "read"]),
-    st.integers(0, 15), st.integers(0, 999), st.integers(0, 999), st.integers(0, 999),
+    st.integers(0, 19), st.integers(0, 999), st.integers(0, 999), st.integers(0, 999),
     st.integers(0, 999),
 )
 program = st.tuples(
@@ -80,6 +80,17 @@ def _view(kind: int, t: torch.Tensor, base: torch.Tensor, a: int, b: int, c: int
         return t.narrow(dim, start, 1 + c % (s[dim] - start))
     if kind == 14 and r and t.dtype == torch.float32:
         return t.view(torch.int32)
+    if kind == 15 and r and s[a % r]:
+        pieces = t.split(1 + b % s[a % r], a % r)
+        return pieces[c % len(pieces)]
+    if kind == 16 and r:
+        pieces = t.unbind(a % r)
+        return pieces[b % len(pieces)] if pieces else None
+    if kind == 17 and r >= 2:
+        return t.movedim(a % r, b % r)
+    if kind == 18 and r and s[a % r]:
+        pieces = t.chunk(1 + b % 3, a % r)
+        return pieces[c % len(pieces)]
     return None
 
 
@@ -87,7 +98,7 @@ def _write(kind: int, t: torch.Tensor, pool: list[torch.Tensor], b: int, c: int)
     scalar = (b % 7) - 3 + 0.5
     same = [p for p in pool if p.shape == t.shape and p.dtype == t.dtype]
     other = same[c % len(same)] if same else None
-    k = kind % 10
+    k = kind % 13
     if k == 0:
         t.add_(scalar)
     elif k == 1:
@@ -109,6 +120,13 @@ def _write(kind: int, t: torch.Tensor, pool: list[torch.Tensor], b: int, c: int)
     elif k == 9 and t.dim() and t.shape[0]:
         idx = torch.tensor([t.shape[0] - 1, 0])
         t[idx] += 1
+    elif k == 10 and t.dim() and t.shape[-1]:
+        index = torch.tensor([t.shape[-1] - 1])
+        t.index_fill_(t.dim() - 1, index, scalar)
+    elif k == 11:
+        torch.mul(other if other is not None else t, scalar, out=t)
+    elif k == 12 and t.dim():
+        t[..., :1] = torch.full(t[..., :1].shape, scalar)
     else:
         t.add_(1)
 
@@ -128,7 +146,7 @@ def _run(steps, base: torch.Tensor, record: list | None, outputs: list) -> None:
                     continue
                 pool.append(v)
             elif op == "write":
-                if record is not None and (t.dtype != torch.float32 and kind % 10 in (0, 1, 2, 4, 5, 7)):
+                if record is not None and (t.dtype != torch.float32 and kind % 13 in (0, 1, 2, 4, 5, 7, 10, 11, 12)):
                     continue
                 if record is not None and torch._debug_has_internal_overlap(t) != 0:
                     continue  # PyTorch's result is undefined (or an error) for such writes
@@ -137,7 +155,7 @@ def _run(steps, base: torch.Tensor, record: list | None, outputs: list) -> None:
                     STATS["writes_through_views"] += 1
             else:
                 outputs.append(t.clone())
-        except RuntimeError:
+        except (RuntimeError, IndexError, ValueError):
             if record is None:
                 raise
             continue
