@@ -28,9 +28,11 @@ class DecomposeViewsPass(Pass):
         "view becomes a `gather_view` holding the static row-major positions it reads. "
         "Chains fold: squeeze/unsqueeze become reshape, reshape-of-reshape and "
         "permute-of-permute compose, alias disappears, gather_view absorbs the views below "
-        "it that keep row-major order. A `torchtpu.store` through a view that maps two "
-        "elements to one storage location (expand, overlapping windows or strides) is a "
-        "located error: the write has no defined result."
+        "it that keep row-major order. A `torchtpu.store` through a chain containing a "
+        "view that maps two elements to one storage location (expand, overlapping windows "
+        "or strides) is rewritten into one writable gather_view when the chain as a whole "
+        "picks distinct elements (`x.expand(2, 3)[0]`), and is a located error otherwise: "
+        "the write has no defined result."
     )
 
     def run(self, op: ir.Operation) -> None:
@@ -56,25 +58,52 @@ class DecomposeViewsPass(Pass):
             if replacement is not None:
                 view.results[0].replace_all_uses_with(replacement)
                 view.erase()
-        _erase_dead_views(op)
         for store in stores:
             self._check_store(store)
+        _erase_dead_views(op)
 
     def _check_store(self, store: ir.Operation) -> None:
+        """A store through a chain containing an overlapping view (expand, repeated
+        gather indices) is still defined when the views above it pick distinct elements
+        (`x.expand(2, 3)[0] = v`): the chain from that view's source up to the store
+        then becomes one writable gather_view. Otherwise the write is an error."""
+        chain: list[ir.Operation] = []  # from the store's reference down to the root
         ref = store.operands[0]
-        while True:
-            owner = ref.owner
-            if isinstance(owner, ir.Block):
-                return
-            owner = owner.operation
-            if not owner.name.startswith("torchtpu.") or owner.name == "torchtpu.alloc":
-                return
-            reason = overlap_reason(owner)
-            if reason is not None:
-                self.error(store, f"unsupported overlapping write: {reason}; clone() the view "
-                                  "before writing to it", notes=[(owner.location, "through this view")])
-                return
+        while not isinstance(ref.owner, ir.Block):
+            owner = ref.owner.operation
+            if owner.name not in VIEW_OPS:
+                break
+            chain.append(owner)
             ref = owner.operands[0]
+        for depth in range(len(chain) - 1, -1, -1):  # the overlap closest to the root first
+            view = chain[depth]
+            reason = overlap_reason(view)
+            if reason is None:
+                continue
+            source = view.operands[0]
+            positions = _compose_positions(list(reversed(chain[: depth + 1])), source)
+            if positions is None or len(np.unique(positions)) != positions.size:
+                self.error(store, f"unsupported overlapping write: {reason}; clone() the view "
+                                  "before writing to it", notes=[(view.location, "through this view")])
+                return
+            with ir.InsertionPoint(store), store.location:
+                target = _gather(chain[0], source, np.ascontiguousarray(positions))
+            store.operands[0] = target
+            return
+
+
+def _compose_positions(views: list[ir.Operation], source: ir.Value) -> np.ndarray | None:
+    """Row-major positions in `source` of the elements seen through `views` (innermost
+    first), or None when one of them is not a simple view."""
+    positions = _positions(source).numpy()
+    for view in views:
+        if view.name == "torchtpu.gather_view":
+            positions = positions.reshape(-1)[attrs_of(view)["indices"]]
+        elif view.name in _NUMPY_VIEWS:
+            positions = _numpy_view(view, positions)
+        else:
+            return None
+    return positions
 
 
 def _erase_dead_views(root: ir.Operation) -> None:
@@ -287,6 +316,12 @@ def _numpy_view(op: ir.Operation, indices: np.ndarray) -> np.ndarray:
     if name == "torchtpu.expand":
         return np.broadcast_to(indices, out)
     return indices.reshape(out)  # reshape, squeeze, unsqueeze, alias
+
+
+_NUMPY_VIEWS = frozenset({
+    "torchtpu.slice", "torchtpu.select", "torchtpu.permute", "torchtpu.expand", "torchtpu.reshape",
+    "torchtpu.squeeze", "torchtpu.unsqueeze", "torchtpu.alias",
+})
 
 
 def _compose_over_gather(rewrite):

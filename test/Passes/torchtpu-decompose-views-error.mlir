@@ -32,3 +32,16 @@ func.func @expanded_view_of_view(%r: !torchtpu.ref<tensor<2x3xf32>>, %x: tensor<
   "torchtpu.store"(%e, %x) : (!torchtpu.ref<tensor<4x3xf32>>, tensor<4x3xf32>) -> ()
   return
 }
+
+// -----
+
+// A slice of an expanded view that still repeats elements cannot be written.
+func.func @slice_of_expand_still_overlaps(%r: !torchtpu.ref<tensor<3xf32>>, %v: tensor<2x2xf32>) {
+  // expected-note @below {{through this view}}
+  %e = "torchtpu.expand"(%r) : (!torchtpu.ref<tensor<3xf32>>) -> !torchtpu.ref<tensor<4x3xf32>>
+  %s = "torchtpu.slice"(%e) {dim = 0 : i64, start = 0 : i64, limit = 2 : i64, step = 1 : i64} : (!torchtpu.ref<tensor<4x3xf32>>) -> !torchtpu.ref<tensor<2x3xf32>>
+  %t = "torchtpu.slice"(%s) {dim = 1 : i64, start = 0 : i64, limit = 2 : i64, step = 1 : i64} : (!torchtpu.ref<tensor<2x3xf32>>) -> !torchtpu.ref<tensor<2x2xf32>>
+  // expected-error @below {{unsupported overlapping write: an expanded view (broadcast [3] -> [4, 3], stride 0)}}
+  "torchtpu.store"(%t, %v) : (!torchtpu.ref<tensor<2x2xf32>>, tensor<2x2xf32>) -> ()
+  return
+}

@@ -91,3 +91,17 @@ func.func @chains(%r: !torchtpu.ref<tensor<2x3x4xf32>>) -> (tensor<6x4xf32>, ten
   %1 = "torchtpu.load"(%q) : (!torchtpu.ref<tensor<4x2x3xf32>>) -> tensor<4x2x3xf32>
   return %0, %1 : tensor<6x4xf32>, tensor<4x2x3xf32>
 }
+
+// -----
+
+// A write through an expanded view is defined when the views above the expand pick
+// distinct elements: x.expand(2, 3)[1] = v writes x itself, through one gather_view.
+// CHECK-LABEL: func.func @select_of_expand_is_writable
+// CHECK:         %[[G:.*]] = "torchtpu.gather_view"(%arg0) {indices = dense<[0, 1, 2]> : tensor<3xi64>}
+// CHECK:         "torchtpu.store"(%[[G]], %arg1)
+func.func @select_of_expand_is_writable(%r: !torchtpu.ref<tensor<3xf32>>, %v: tensor<3xf32>) {
+  %e = "torchtpu.expand"(%r) : (!torchtpu.ref<tensor<3xf32>>) -> !torchtpu.ref<tensor<2x3xf32>>
+  %s = "torchtpu.select"(%e) {dim = 0 : i64, index = 1 : i64} : (!torchtpu.ref<tensor<2x3xf32>>) -> !torchtpu.ref<tensor<3xf32>>
+  "torchtpu.store"(%s, %v) : (!torchtpu.ref<tensor<3xf32>>, tensor<3xf32>) -> ()
+  return
+}

@@ -97,6 +97,14 @@ def test_complex_views_diagonal_unfold_as_strided():
     check_against_eager(f, torch.randn(4, 4), torch.randn(2, 2))
 
 
+def test_write_through_a_non_overlapping_view_of_an_expanded_view():
+    def f(x):
+        x.unsqueeze(0).expand(2, 3)[1].mul_(3)
+        return x.expand(4, 3).sum(0)
+
+    check_against_eager(f, torch.randn(3))
+
+
 def test_in_place_ops_of_many_kinds():
     def f(x, m, idx, src):
         x.mul_(2).sub_(1)
