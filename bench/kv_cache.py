@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -178,6 +179,7 @@ def main() -> None:
     print(f"{'step time (median)':24}" + "".join(f"{fmt_s(timings[n].median):>18}" for n in facts))
     ours, peer = timings["torchtpu views"].median, timings["aot_autograd"].median
     print(f"step time ratio torchtpu views / aot_autograd: {fmt_ratio(ours, peer)}")
+    shutil.rmtree(dump, ignore_errors=True)
 
 
 if __name__ == "__main__":
