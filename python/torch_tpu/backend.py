@@ -4,7 +4,9 @@ Registered through the `torch_dynamo_backends` entry point (pyproject.toml), so 
 works without importing torch_tpu. Graphs go through aot_autograd (forward and
 backward graphs, functionalized, decomposed with the compiler's one decomposition
 table), then each ATen graph is imported, run through the pass pipeline and compiled
-by the PjRT runtime.
+by the PjRT runtime. With `options={"functionalize": "torchtpu"}`, inference graphs
+skip aot_autograd: their views and in-place ops go to torch_tpu's view passes
+(`_inplace.py`, docs/explanation/views.md).
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ def _aot_backend():
         inference_compiler=_make_compiler("inference", graph_id),
         decompositions=decomposition_table(),
         # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
-        # back (the torchtpu view passes will turn this into buffer donation).
+        # back (functionalize="torchtpu" uses the view passes and buffer donation instead).
         keep_inference_input_mutations=False,
     )
 
