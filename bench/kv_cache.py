@@ -5,6 +5,9 @@ functionalization, both through backend "tpu" on the same device, side by side.
     .venv/bin/python bench/kv_cache.py [--batch 4] [--heads 8] [--seq 1024] [--dim 64]
                                        [--calls 200] [--rounds 5]
 
+Contenders: the view passes (written caches donated, the default), the view passes with
+TORCH_TPU_DONATE_WRITTEN_INPUTS=0 (no donation), and aot_autograd.
+
 Reported per contender:
   * ops in the compiled StableHLO module (TORCH_TPU_DUMP_DIR's final.mlir);
   * from XLA's optimized HLO of that module: donated (input_output_alias) parameters,
@@ -16,7 +19,8 @@ Reported per contender:
     donated argument is first copied into a private device buffer, because XLA:CPU does
     not reuse memory that a torch tensor owns (measured: the donated output is a fresh
     buffer). On an accelerator with device-resident caches neither copy would exist;
-  * step time: median wall time per decode step over interleaved rounds.
+  * step time: median wall time per decode step over interleaved rounds, and median
+    process CPU time (all threads; less disturbed by other processes on a loaded machine).
 
 Not a test: nothing here is asserted.
 """
@@ -140,7 +144,13 @@ def main() -> None:
     contenders = {}
     state = {}
     facts = {}
-    for name, options in (("torchtpu views", {"functionalize": "torchtpu"}), ("aot_autograd", {})):
+    runs = (
+        ("views, donated", {"functionalize": "torchtpu"}, "1"),
+        ("views, not donated", {"functionalize": "torchtpu"}, "0"),
+        ("aot_autograd", {}, "1"),
+    )
+    for name, options, donate in runs:
+        os.environ["TORCH_TPU_DONATE_WRITTEN_INPUTS"] = donate
         torch._dynamo.reset()
         before = set(os.listdir(dump))
         compiled = torch.compile(model, backend="tpu", options=options)
@@ -177,8 +187,11 @@ def main() -> None:
     for key in keys:
         print(f"{key:24}" + "".join(f"{facts[n].get(key, '-')!s:>18}" for n in facts))
     print(f"{'step time (median)':24}" + "".join(f"{fmt_s(timings[n].median):>18}" for n in facts))
-    ours, peer = timings["torchtpu views"].median, timings["aot_autograd"].median
-    print(f"step time ratio torchtpu views / aot_autograd: {fmt_ratio(ours, peer)}")
+    print(f"{'step CPU time (median)':24}" + "".join(f"{fmt_s(timings[n].cpu_median):>18}" for n in facts))
+    peer = timings["aot_autograd"].median
+    for name in ("views, donated", "views, not donated"):
+        print(f"step time ratio {name} / aot_autograd: {fmt_ratio(timings[name].median, peer)} "
+              f"(CPU time: {fmt_ratio(timings[name].cpu_median, timings['aot_autograd'].cpu_median)})")
     shutil.rmtree(dump, ignore_errors=True)
 
 

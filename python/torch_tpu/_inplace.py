@@ -115,7 +115,8 @@ def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPl
     timings: dict[str, float] = {}
     client = get_client()
     mode = current_mode()
-    fingerprint = FxGraphFingerprint(gm, f"pipeline={PIPELINE_VERSION};precision={mode};views=torchtpu")
+    donate = donate_written_inputs()
+    fingerprint = _salted(gm, mode, donate)
     start = time.perf_counter()
     with _timing.phase("convert", timings):
         imported = import_graph(gm, context=_shared_context(), functional=False)
@@ -130,12 +131,53 @@ def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPl
                 f"torch_tpu: the view passes failed on graph {name}:\n{engine.format()}\n"
                 "Set TORCH_TPU_DUMP_DIR to get the module and reproduce with torchtpu-opt."
             )
+    written = aliased_results(imported.module)
+    if not donate:
+        drop_aliasing(imported.module)
     if dump.enabled:
         dump.write("final.mlir", imported.text(debug_info=True))
     with _timing.phase("xla_compile", timings):
         executable = client.compile(imported.module, fingerprint=fingerprint)
     log.debug("torch_tpu: %s compiled with torchtpu views in %.2fs", name, time.perf_counter() - start)
-    return InPlaceCompiledGraph(executable, imported, aliased_results(imported.module))
+    return InPlaceCompiledGraph(executable, imported, written)
+
+
+def _salted(gm: torch.fx.GraphModule, mode: str, donate: bool) -> FxGraphFingerprint:
+    return FxGraphFingerprint(
+        gm, f"pipeline={PIPELINE_VERSION};precision={mode};views=torchtpu;donate={donate}")
+
+
+def donate_written_inputs() -> bool:
+    """TORCH_TPU_DONATE_WRITTEN_INPUTS (default 1). On XLA:CPU donation trades XLA's copy
+    of the written tensor for PjRT's host copy of it (it cannot reuse a torch tensor's
+    memory); bench/kv_cache.py measured no clear difference there. On devices it saves
+    the copy."""
+    from . import config
+
+    value = (config.get_str("TORCH_TPU_DONATE_WRITTEN_INPUTS") or "1").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"TORCH_TPU_DONATE_WRITTEN_INPUTS={value!r}: use 1 or 0")
+
+
+def drop_aliasing(module) -> None:
+    """Removes `tf.aliasing_output` from @main's arguments: the written inputs' new values
+    stay extra results (written back by the caller), without donation."""
+    from torch_tpu.compiler.context import ir
+
+    for op in module.body.operations:
+        op = op.operation
+        if op.name != "func.func" or "arg_attrs" not in op.attributes:
+            continue
+        with op.context:
+            cleaned = []
+            for attrs in ir.ArrayAttr(op.attributes["arg_attrs"]):
+                attrs = ir.DictAttr(attrs)
+                cleaned.append(ir.DictAttr.get({a.name: a.attr for a in (attrs[i] for i in range(len(attrs)))
+                                                if a.name != ALIASING_OUTPUT}))
+            op.attributes["arg_attrs"] = ir.ArrayAttr.get(cleaned)
 
 
 def capture_aten(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:

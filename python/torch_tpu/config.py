@@ -124,3 +124,13 @@ declare(
 declare("TORCH_TPU_STRICT", "0", "1: an op the converter cannot lower is an error naming the op and the user's source line, instead of a logged fallback to PyTorch eager.", "frontend")
 declare("TORCH_TPU_DUMP_DIR", None, "Directory where every compiled graph writes its FX graph, imported module, module after each pass, final StableHLO and input shapes (one folder per cache key), to reproduce failures with torchtpu-opt and torchtpu-run.", "frontend")
 declare("TORCH_TPU_SLOW_COMPILE_S", "3.0", "A graph whose compile takes longer than this many seconds logs its size and phase timings.", "frontend")
+# -- functionalize="torchtpu" (view passes) --------------------------------------------
+declare(
+    "TORCH_TPU_DONATE_WRITTEN_INPUTS", "1",
+    "functionalize='torchtpu': 1 donates the inputs a graph writes in place to the compiled "
+    "program (tf.aliasing_output: XLA updates their buffers in place instead of copying them); "
+    "0 returns their new values without donation. The caller's tensors are updated either way "
+    "(on XLA:CPU a donated torch tensor is copied into a private buffer first: PjRT cannot "
+    "reuse memory a torch tensor owns).",
+    "frontend",
+)

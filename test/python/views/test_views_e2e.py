@@ -248,3 +248,18 @@ def test_dynamic_shapes_apply_input_mutations_once(options):
             out = compiled(a, b)
         torch.testing.assert_close(out, f(a_eager, b.clone()))
         torch.testing.assert_close(a, a_eager)
+
+
+@pytest.mark.parametrize("donate", ["1", "0"])
+def test_donation_switch_keeps_results(monkeypatch, donate):
+    """TORCH_TPU_DONATE_WRITTEN_INPUTS=1 (default) donates written inputs
+    (tf.aliasing_output), 0 does not; the caller's tensor is updated either way."""
+    monkeypatch.setenv("TORCH_TPU_DONATE_WRITTEN_INPUTS", donate)
+
+    def f(cache, k):
+        cache[:, 2] = k
+        return cache.sum(1)
+
+    compiled = check_against_eager(f, torch.zeros(3, 5), torch.randn(3))
+    assert ("tf.aliasing_output" in compiled.imported.text()) == (donate == "1")
+    assert compiled.executable.donated_args == ((0,) if donate == "1" else ())
