@@ -183,11 +183,11 @@ def main() -> None:
           f"{args.calls} steps per contender over {args.rounds} interleaved rounds")
     keys = ["matches eager", "graphs", "ops", "donated params", "copy instrs", "copy bytes",
             "dynamic-update-slice", "scatter", "host bytes/step"]
-    print(f"{'':24}" + "".join(f"{n:>18}" for n in facts))
+    print(f"{'':24}" + "".join(f"{n:>20}" for n in facts))
     for key in keys:
-        print(f"{key:24}" + "".join(f"{facts[n].get(key, '-')!s:>18}" for n in facts))
-    print(f"{'step time (median)':24}" + "".join(f"{fmt_s(timings[n].median):>18}" for n in facts))
-    print(f"{'step CPU time (median)':24}" + "".join(f"{fmt_s(timings[n].cpu_median):>18}" for n in facts))
+        print(f"{key:24}" + "".join(f"{facts[n].get(key, '-')!s:>20}" for n in facts))
+    print(f"{'step time (median)':24}" + "".join(f"{fmt_s(timings[n].median):>20}" for n in facts))
+    print(f"{'step CPU time (median)':24}" + "".join(f"{fmt_s(timings[n].cpu_median):>20}" for n in facts))
     peer = timings["aot_autograd"].median
     for name in ("views, donated", "views, not donated"):
         print(f"step time ratio {name} / aot_autograd: {fmt_ratio(timings[name].median, peer)} "
