@@ -118,14 +118,11 @@ class OutlineCollectivesPass(Pass):
         del terminator
 
     def _extract(self, module: ir.Operation, fn: ir.Operation, segment: list[ir.Operation], kind: str, name: str) -> None:
-        members: set[ir.Operation] = set()
-        for op in segment:
-            op.walk(lambda inner: members.add(inner.operation) or ir.WalkResult.ADVANCE)
         inputs: list[ir.Value] = []
         for op in segment:
             def visit(inner: ir.Operation) -> ir.WalkResult:
                 for value in inner.operation.operands:
-                    if _defined_outside(value, members) and value not in inputs:
+                    if not _defined_in(value, segment, fn) and value not in inputs:
                         inputs.append(value)
                 return ir.WalkResult.ADVANCE
 
@@ -133,10 +130,9 @@ class OutlineCollectivesPass(Pass):
         outputs: list[ir.Value] = []
         for op in segment:
             for result in op.results:
-                if any(use.owner not in members for use in result.uses):
+                if any(not _in_segment(_op(use.owner), segment, fn) for use in result.uses):
                     outputs.append(result)
-        loc = segment[0].location
-        with loc:
+        with segment[0].location:
             with ir.InsertionPoint(fn):  # new function right before the caller
                 callee = func.FuncOp(name, ir.FunctionType.get([v.type for v in inputs], [v.type for v in outputs]))
             callee.attributes["sym_visibility"] = ir.StringAttr.get("private")
@@ -144,24 +140,67 @@ class OutlineCollectivesPass(Pass):
             block = callee.body.blocks.append(*[v.type for v in inputs])
             with ir.InsertionPoint(segment[0]):
                 call = func.CallOp([v.type for v in outputs], ir.FlatSymbolRefAttr.get(name), inputs)
-            # Uses of the outputs outside the segment now read the call's results.
-            for value, replacement in zip(outputs, call.results):
-                for use in list(value.uses):
-                    if use.owner not in members:
-                        use.owner.operands[use.operand_number] = replacement
             with ir.InsertionPoint(block):
                 ret = func.ReturnOp(outputs)
             for op in segment:
                 op.move_before(ret)
-            for value, arg in zip(inputs, block.arguments):
-                for use in list(value.uses):
-                    if use.owner in members:
-                        use.owner.operands[use.operand_number] = arg
+        target = callee.operation
+        # Uses of the outputs outside the callee now read the call's results; uses of the
+        # inputs inside it read the callee's arguments.
+        for value, replacement in zip(outputs, call.results):
+            for owner, index in _uses(value):
+                if not _inside(owner, target):
+                    owner.operands[index] = replacement
+        for value, arg in zip(inputs, block.arguments):
+            for owner, index in _uses(value):
+                if _inside(owner, target):
+                    owner.operands[index] = arg
 
 
-def _defined_outside(value: ir.Value, members: set[ir.Operation]) -> bool:
+def _top_level(op: ir.Operation, fn: ir.Operation) -> ir.Operation | None:
+    """The ancestor of `op` (or `op`) directly in `fn`'s body; None when not in `fn`.
+    (Operations are compared with ==, which compares the underlying pointers: their
+    hash is not stable while operands are rewritten, jaxlib 0.10.2.)"""
+    current = op
+    while True:
+        parent = current.parent
+        if parent is None:
+            return None
+        parent = _op(parent)
+        if parent == fn:
+            return current
+        current = parent
+
+
+def _in_segment(op: ir.Operation, segment: list[ir.Operation], fn: ir.Operation) -> bool:
+    top = _top_level(op, fn)
+    return top is not None and any(top == s for s in segment)
+
+
+def _defined_in(value: ir.Value, segment: list[ir.Operation], fn: ir.Operation) -> bool:
     owner = value.owner
     if isinstance(owner, ir.Block):
         parent = owner.owner
-        return parent is None or parent.operation not in members
-    return owner.operation not in members
+        return parent is not None and _op(parent) != fn and _in_segment(_op(parent), segment, fn)
+    return _in_segment(_op(owner), segment, fn)
+
+
+def _inside(op: ir.Operation, target: ir.Operation) -> bool:
+    current = op
+    while current is not None:
+        if current == target:
+            return True
+        parent = current.parent
+        current = _op(parent) if parent is not None else None
+    return False
+
+
+def _uses(value: ir.Value) -> list[tuple[ir.Operation, int]]:
+    """(owner, operand index) of every use, read before any is rewritten: rewriting an
+    operand invalidates the use objects of the same value (jaxlib 0.10.2)."""
+    return [(_op(use.owner), use.operand_number) for use in value.uses]
+
+
+def _op(owner) -> ir.Operation:
+    """Use owners come back as OpViews; sets of members hold Operations."""
+    return owner.operation if hasattr(owner, "operation") else owner
