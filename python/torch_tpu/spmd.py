@@ -167,3 +167,134 @@ def compile_spmd(module: Any, num_ranks: int, *, client: Any = None, thin: bool 
     """Compiles a per-device module (text or ir.Module holding `torchtpu.collective` or
     StableHLO collectives) to run as `num_ranks` replicas; thin unless under `spmd_safe`."""
     return SpmdProgram(module, num_ranks, client=client, thin=thin, name=name)
+
+
+# -- single-device programs with shardings ---------------------------------------------------
+
+DimSharding = Sequence[str | None]
+
+
+def _sdy_sharding(mesh_name: str, dims: DimSharding) -> str:
+    return "#sdy.sharding<@" + mesh_name + ", [" + ", ".join("{}" if a is None else '{"' + a + '"}' for a in dims) + "]>"
+
+
+def annotate_shardings(module: Any, mesh: Sequence[tuple[str, int]], args: Sequence[DimSharding | None],
+                       results: Sequence[DimSharding | None] = (), *, mesh_name: str = "mesh",
+                       entry: str = "main") -> ir.Module:
+    """Adds an `sdy.mesh` and `sdy.sharding` argument/result attributes to a
+    single-device module (text or ir.Module): `args[i]` names the mesh axis of each
+    dimension of argument i (None: unsharded; a None entry: replicated)."""
+    if isinstance(module, str):
+        with make_context():
+            module = ir.Module.parse(module)
+    ctx = module.context
+    with ctx, ir.Location.unknown():
+        axes = ", ".join(f'"{a}"={n}' for a, n in mesh)
+        snippet = ir.Module.parse(f"sdy.mesh @{mesh_name} = <[{axes}]>")
+        mesh_op = snippet.body.operations[0].operation
+        first = module.body.operations[0].operation
+        mesh_op.move_before(first)
+        fn = next(op.operation for op in module.body.operations
+                  if op.operation.name == "func.func" and ir.StringAttr(op.operation.attributes["sym_name"]).value == entry)
+
+        def dicts(key: str, shardings, count: int) -> ir.ArrayAttr:
+            existing = list(ir.ArrayAttr(fn.attributes[key])) if key in fn.attributes else [ir.DictAttr.get({})] * count
+            out = []
+            for i in range(count):
+                d = ir.DictAttr(existing[i])
+                entries = {d[k].name: d[k].attr for k in range(len(d))}
+                dims = shardings[i] if i < len(shardings) else None
+                if dims is not None:
+                    entries["sdy.sharding"] = ir.Attribute.parse(_sdy_sharding(mesh_name, dims))
+                out.append(ir.DictAttr.get(entries))
+            return ir.ArrayAttr.get(out)
+
+        ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+        fn.attributes["arg_attrs"] = dicts("arg_attrs", list(args), len(ftype.inputs))
+        fn.attributes["res_attrs"] = dicts("res_attrs", list(results), len(ftype.results))
+    return module
+
+
+def _read_layouts(module: ir.Module, entry: str = "main"):
+    from torch_tpu.compiler.passes._sharding import Layout, parse_mesh, parse_sharding
+
+    meshes = {}
+    for i in range(len(module.operation.attributes)):
+        named = module.operation.attributes[i]
+        if named.name.startswith("torchtpu.mesh."):
+            name = named.name[len("torchtpu.mesh."):]
+            meshes[name] = parse_mesh(name, ir.StringAttr(named.attr).value)
+    fn = next(op.operation for op in module.body.operations
+              if op.operation.name == "func.func" and ir.StringAttr(op.operation.attributes["sym_name"]).value == entry)
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+
+    def read(key: str, types) -> list:
+        out = []
+        attrs = list(ir.ArrayAttr(fn.attributes[key])) if key in fn.attributes else [None] * len(types)
+        for attr, t in zip(attrs, types):
+            rank = ir.RankedTensorType(t).rank
+            d = ir.DictAttr(attr) if attr is not None else None
+            if d is not None and "torchtpu.sharding" in d:
+                out.append(parse_sharding(ir.StringAttr(d["torchtpu.sharding"]).value, meshes, rank))
+            else:
+                out.append((None, Layout.replicated(rank)))
+        return out
+
+    return read("arg_attrs", ftype.inputs), read("res_attrs", ftype.results)
+
+
+def _block(tensor: Any, mesh, layout, rank: int) -> Any:
+    out = tensor
+    for d, axis in enumerate(layout.dims):
+        if axis is None:
+            continue
+        k = mesh.axis_size(axis)
+        index = mesh.axis_index_table(axis)[rank]
+        size = out.shape[d] // k
+        out = out.narrow(d, index * size, size)
+    return out.contiguous()
+
+
+class ShardedProgram:
+    """A single-device program with sdy shardings, partitioned by
+    `torchtpu-insert-collectives` and run on the mesh's devices as replicas. Called with
+    the global arguments, it hands each rank its block and returns the global results
+    assembled from the ranks' blocks."""
+
+    def __init__(self, module: Any, *, client: Any = None, thin: bool | None = None, name: str = "sharded") -> None:
+        if isinstance(module, str):
+            with make_context():
+                module = ir.Module.parse(module)
+        engine = DiagnosticEngine()
+        if not run_pipeline(module.operation, "builtin.module(torchtpu-verify,torchtpu-insert-collectives)", engine):
+            raise SpmdCompileError(f"torch_tpu: partitioning {name} failed:\n{engine.format()}")
+        self.partitioned_text = module.operation.get_asm(enable_debug_info=False)
+        self.arg_layouts, self.result_layouts = _read_layouts(module)
+        meshes = {m for m, _ in self.arg_layouts + self.result_layouts if m is not None}
+        if len(meshes) != 1:
+            raise SpmdCompileError(f"{name}: expected one mesh on the arguments/results, found {len(meshes)}")
+        self.mesh = meshes.pop()
+        self.program = SpmdProgram(module, self.mesh.size, client=client, thin=thin, name=name)
+
+    def shard(self, args: Sequence[Any]) -> list[list[Any]]:
+        return [[_block(a, self.mesh, layout, r) for a, (_, layout) in zip(args, self.arg_layouts)]
+                for r in range(self.mesh.size)]
+
+    def __call__(self, *args: Any) -> list[Any]:
+        import torch
+
+        per_rank = self.program(self.shard(args))
+        results = []
+        for k, (_, layout) in enumerate(self.result_layouts):
+            local = per_rank[0][k]
+            shape = [s * (self.mesh.axis_size(a) if a else 1) for s, a in zip(local.shape, layout.dims)]
+            full = torch.empty(shape, dtype=local.dtype)
+            for r in range(self.mesh.size):
+                target = full
+                for d, axis in enumerate(layout.dims):
+                    if axis is not None:
+                        size = local.shape[d]
+                        target = target.narrow(d, self.mesh.axis_index_table(axis)[r] * size, size)
+                target.copy_(per_rank[r][k])
+            results.append(full)
+        return results
