@@ -51,8 +51,8 @@ class InsertCollectivesPass(Pass):
         "a sharded dimension leaves a partial sum/max/min), and dot_general: matching "
         "batch dimensions stay sharded, contracting dimensions sharded alike leave a "
         "partial sum (Megatron row-parallel: one all-reduce), an axis that would shard "
-        "the result twice is all-gathered on the smaller operand (FSDP: parameters "
-        "all-gathered before use). Partial results are combined where a non-linear op "
+        "the result twice is all-gathered on the right-hand operand, the weights in "
+        "PyTorch's lowerings (FSDP: parameters all-gathered before use). Partial results are combined where a non-linear op "
         "or a result needs them: reduce-scatter when the result's sharding splits a "
         "dimension on that axis (FSDP gradients), all-reduce otherwise. Results are "
         "brought to their declared shardings (all-gather / local slice). Collectives use "
@@ -507,7 +507,6 @@ class _FunctionPartitioner:
         lc, rc = list(numbers.lhs_contracting_dimensions), list(numbers.rhs_contracting_dimensions)
         L = list(self.layout(lhs).dims)
         R = list(self.layout(rhs).dims)
-        lhs_bytes, rhs_bytes = _numel(self.global_shape(lhs)), _numel(self.global_shape(rhs))
         for i, j in zip(lb, rb):
             if L[i] != R[j]:
                 chosen = L[i] if L[i] is not None else R[j]
@@ -568,7 +567,12 @@ class _FunctionPartitioner:
             candidates = [c for c in (first, second) if c[0] in ("l", "r") and
                           ((c[0] == "l" and c[1] in lfree) or (c[0] == "r" and c[1] in rfree))]
             if len(candidates) == 2:
-                pick = min(candidates, key=lambda c: lhs_bytes if c[0] == "l" else rhs_bytes)
+                # The right-hand side is gathered: PyTorch's linear/matmul lowerings put the
+                # activations left and the weights right, and FSDP gathers the weights so
+                # that the activations keep their batch sharding downstream. (Gathering the
+                # smaller operand looks cheaper here but shards the hidden activations on
+                # the axis, which costs more later: measured in bench/spmd.py.)
+                pick = next(c for c in candidates if c[0] == "r")
             else:
                 pick = candidates[0]
             (L if pick[0] == "l" else R)[pick[1]] = None
