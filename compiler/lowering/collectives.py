@@ -154,3 +154,10 @@ def broadcast(ctx, x, src, group_name):
 @lowers(c10d.wait_tensor.default)
 def wait_tensor(ctx, x):
     return x
+
+
+def is_collective_node(node) -> bool:
+    """Whether an FX node is a `_c10d_functional` collective (the Dynamo backend leaves
+    those to torch.distributed: one-device graphs have no replicas to exchange with)."""
+    target = getattr(node, "target", None)
+    return getattr(target, "namespace", None) == "_c10d_functional"

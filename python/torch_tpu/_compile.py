@@ -17,6 +17,7 @@ from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.importer import import_graph, is_supported
 from torch_tpu.compiler.importer.locations import describe_node, op_name
 from torch_tpu.compiler.lowering import LoweringError, UnsupportedOpError
+from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.compiler.pipeline import run_pipeline
 
 from . import _timing, config
@@ -204,6 +205,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
     for node in gm.graph.nodes:
         if node.op == "call_function" and not is_supported(node):
             rejected[node.name] = "no lowering for this op"
+        elif node.op == "call_function" and is_collective_node(node):
+            rejected[node.name] = "collectives run through torch.distributed in a one-device graph (see torch_tpu.spmd)"
     # A lowering may still reject specific arguments; retry with that node in eager.
     for _ in range(64):
         try:

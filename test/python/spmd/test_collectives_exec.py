@@ -202,3 +202,20 @@ def test_functional_collectives_api_and_errors(cpu8):
             assert "[[0, 1], [2, 3]]" in str(trace(lambda x: c10d.all_reduce(x, "sum", lonely.group_name), inputs[0]))
         finally:
             clear_declared_partitions()
+
+
+def test_dynamo_backend_leaves_collectives_to_torch_distributed():
+    """In a one-device torch.compile graph, a collective runs through torch.distributed
+    (here the fake backend, which returns its input) and the rest through torch_tpu."""
+    import torch._dynamo
+
+    with fake_world(4):
+        mesh = init_device_mesh("cpu", (4,))
+
+        def fn(x):
+            return fc.all_reduce(x * 2, "sum", mesh).wait() + 1
+
+        torch._dynamo.reset()
+        x = torch.arange(4.0)
+        torch.testing.assert_close(torch.compile(fn, backend="tpu")(x), fn(x))
+        torch._dynamo.reset()
