@@ -219,3 +219,70 @@ def test_dynamo_backend_leaves_collectives_to_torch_distributed():
         x = torch.arange(4.0)
         torch.testing.assert_close(torch.compile(fn, backend="tpu")(x), fn(x))
         torch._dynamo.reset()
+
+
+def _aot_forward_graph(fn, *examples):
+    """The ATen forward graph torch.compile + aot_autograd make of `fn` (as the `tpu`
+    backend receives it), without the unused process-group placeholders."""
+    import torch._dynamo
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        def forward(g, _):
+            graphs.append(g)
+            return g.forward
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=forward)
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend, fullgraph=True)(*examples)
+    torch._dynamo.reset()
+    gm = graphs[0]
+    for node in list(gm.graph.nodes):
+        if node.op == "placeholder" and not node.users and not isinstance(node.meta.get("val"), torch.Tensor):
+            gm.graph.erase_node(node)
+    gm.recompile()
+    return gm
+
+
+def test_dtensor_under_torch_compile(cpu8):
+    """DTensor redistributions compiled by torch.compile become _c10d_functional ops that
+    import, lower and run: Shard(0) -> Replicate is an all-gather; a column- then
+    row-parallel matmul's Partial -> Replicate is an all-reduce."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    from torch_tpu.compiler.importer.fx_importer import import_graph
+
+    with fake_world(4):
+        mesh = init_device_mesh("cpu", (4,))
+
+        def gather(x_local):
+            x = DTensor.from_local(x_local, mesh, [Shard(0)], run_check=False)
+            return (x * 2).redistribute(mesh, [Replicate()]).to_local() + 1
+
+        def tensor_parallel(x, w1_local, w2_local):
+            xd = DTensor.from_local(x, mesh, [Replicate()], run_check=False)
+            w1 = DTensor.from_local(w1_local, mesh, [Shard(1)], run_check=False)
+            w2 = DTensor.from_local(w2_local, mesh, [Shard(0)], run_check=False)
+            return torch.relu(xd @ w1) @ w2
+
+        g = torch.Generator().manual_seed(0)
+        xs = [torch.randn(2, 3, generator=g) for _ in range(4)]
+        program = compile_spmd(import_graph(_aot_forward_graph(gather, xs[0])).module, 4, client=cpu8)
+        for out in program([[x] for x in xs]):
+            torch.testing.assert_close(out[0], torch.cat(xs) * 2 + 1)
+
+        x, w1, w2 = torch.randn(5, 8, generator=g), torch.randn(8, 16, generator=g), torch.randn(16, 8, generator=g)
+        w1s, w2s = w1.chunk(4, dim=1), w2.chunk(4, dim=0)
+
+        def replicated(x, w1_local, w2_local):
+            return tensor_parallel(x, w1_local, w2_local).redistribute(mesh, [Replicate()]).to_local()
+
+        gm = _aot_forward_graph(replicated, x, w1s[0].contiguous(), w2s[0].contiguous())
+        assert any("all_reduce" in str(n.target) for n in gm.graph.nodes)
+        program = compile_spmd(import_graph(gm).module, 4, client=cpu8)
+        outs = program([[x, w1s[r].contiguous(), w2s[r].contiguous()] for r in range(4)])
+        for out in outs:
+            torch.testing.assert_close(out[0], torch.relu(x @ w1) @ w2, rtol=1e-5, atol=1e-5)
