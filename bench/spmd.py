@@ -111,12 +111,12 @@ def compare_partitioners(n: int) -> None:
 
     cases = {
         "FSDP MLP (batch 64, 16->32->16)": (mlp_step, mlp_args(), FSDP_ARGS, FSDP_RESULTS),
-        "TP transformer block (seq 8, dim 16, 4 heads)": (block_step, block_args(), TP_BLOCK_ARGS, TP_BLOCK_RESULTS),
+        "TP transformer block (batch 2, seq 8, dim 16, 4 heads)": (block_step, block_args(), TP_BLOCK_ARGS, TP_BLOCK_RESULTS),
         "FSDP MLP (batch 512, 256->1024->256)": (mlp_step, mlp_args(512, 256, 1024), FSDP_ARGS, FSDP_RESULTS),
-        "TP transformer block (seq 128, dim 256, 4 heads)": (block_step, block_args(128, 256), TP_BLOCK_ARGS, TP_BLOCK_RESULTS),
+        "TP transformer block (batch 2, seq 128, dim 256, 4 heads)": (block_step, block_args(128, 256), TP_BLOCK_ARGS, TP_BLOCK_RESULTS),
     }
     print(f"collectives per training step on {n} devices (optimized HLO; bytes per device)")
-    print(f"{'model':<50} {'partitioner':<8} {'count':>5} {'bytes':>12}  kinds")
+    print(f"{'model':<56} {'partitioner':<8} {'count':>5} {'bytes':>12}  kinds")
     for name, (step, args, arg_sh, res_sh) in cases.items():
         module = sharded_module(step, args, arg_sh, res_sh, n)
         xla_text = module.operation.get_asm(enable_debug_info=False)
@@ -127,10 +127,10 @@ def compare_partitioners(n: int) -> None:
         ours_text = module.operation.get_asm(enable_debug_info=False)
         ours = _summary(collectives_of(_raw_compile_hlo(ours_text, n, partitions=False)))
         xla = _summary(collectives_of(_raw_compile_hlo(xla_text, n, partitions=True)))
-        print(f"{name:<50} {'ours':<8} {ours[0]:>5} {ours[1]:>12}  {ours[2]}")
-        print(f"{'':<50} {'XLA':<8} {xla[0]:>5} {xla[1]:>12}  {xla[2]}")
+        print(f"{name:<56} {'ours':<8} {ours[0]:>5} {ours[1]:>12}  {ours[2]}")
+        print(f"{'':<56} {'XLA':<8} {xla[0]:>5} {xla[1]:>12}  {xla[2]}")
         ratio = ours[1] / xla[1] if xla[1] else float("inf")
-        print(f"{'':<50} {'ratio':<8} {'':>5} {ratio:>12.2f}  (ours / XLA bytes; goal <= 1)")
+        print(f"{'':<56} {'ratio':<8} {'':>5} {ratio:>12.2f}  (ours / XLA bytes; goal <= 1)")
 
 
 def thin_vs_embedded(n: int, calls: int, rounds: int) -> None:
@@ -149,7 +149,7 @@ def thin_vs_embedded(n: int, calls: int, rounds: int) -> None:
     timings = interleaved_timings(contenders, {k: calls for k in contenders}, rounds)
     thin, embedded = timings["thin"].median, timings["embedded"].median
     stages = len(programs["thin"].program.stages)
-    print(f"\nTP transformer block training step (seq 64, dim 128) on {n} virtual CPU devices, median of {calls} calls:")
+    print(f"\nTP transformer block training step (batch 2, seq 64, dim 128) on {n} virtual CPU devices, median of {calls} calls:")
     print(f"  embedded (1 module):          {fmt_s(embedded)}")
     print(f"  thin ({stages} modules in sequence): {fmt_s(thin)}   thin/embedded = {thin / embedded:.2f}x")
 

@@ -88,12 +88,25 @@ def parse_mesh(name: str, text: str) -> Mesh:
 
 
 @dataclass(frozen=True)
+class Shard:
+    """A dimension split on mesh axis `axis`. With `major` > 1 the dimension is, in
+    row-major order, `major` blocks each split on `axis` (what merging an unsharded
+    dimension of size `major` in front of a sharded one makes: `[B, H] -> [B*H]`)."""
+
+    axis: str
+    major: int = 1
+
+    def __str__(self) -> str:
+        return f'"{self.axis}"' if self.major == 1 else f'"{self.axis}" in {self.major} blocks'
+
+
+@dataclass(frozen=True)
 class Layout:
     """How a value is distributed: `dims[d]` is the mesh axis dimension d is sharded on
     (None: whole on every rank); `partial` lists (axis, reduction) pairs along which the
     ranks hold partial results still to be combined ("sum", "max", "min")."""
 
-    dims: tuple[Optional[str], ...]
+    dims: tuple[Optional[Shard], ...]
     partial: tuple[tuple[str, str], ...] = field(default=())
 
     @classmethod
@@ -105,11 +118,14 @@ class Layout:
         return not self.partial and all(a is None for a in self.dims)
 
     def sdy_text(self, mesh: str) -> str:
-        dims = ", ".join("{}" if a is None else '{"' + a + '"}' for a in self.dims)
+        dims = ", ".join("{}" if a is None else '{"' + a.axis + '"}' for a in self.dims)
         return f"#sdy.sharding<@{mesh}, [{dims}]>"
 
+    def axes(self) -> set[str]:
+        return {a.axis for a in self.dims if a is not None}
+
     def describe(self) -> str:
-        dims = ", ".join("{}" if a is None else '{"' + a + '"}' for a in self.dims)
+        dims = ", ".join("{}" if a is None else "{" + str(a) + "}" for a in self.dims)
         text = f"[{dims}]"
         if self.partial:
             text += " partial " + ", ".join(f"{kind} over \"{axis}\"" for axis, kind in self.partial)
@@ -128,7 +144,7 @@ def parse_sharding(text: str, meshes: dict[str, Mesh], rank: int) -> tuple[Mesh,
     if len(dims_specs) != rank:
         raise ShardingError(f"sharding {text} has {len(dims_specs)} dimensions for a rank-{rank} value")
     known = dict(mesh.axes)
-    dims: list[Optional[str]] = []
+    dims: list[Optional[Shard]] = []
     for spec in dims_specs:
         axes = [a.strip() for a in spec.replace("?", "").split(",") if a.strip()]
         if len(axes) > 1:
@@ -142,8 +158,8 @@ def parse_sharding(text: str, meshes: dict[str, Mesh], rank: int) -> tuple[Mesh,
         name = axis.strip('"')
         if name not in known:
             raise ShardingError(f"sharding {text}: mesh @{mesh_name} has no axis \"{name}\"")
-        dims.append(name)
-    used = [a for a in dims if a is not None]
+        dims.append(Shard(name))
+    used = [a.axis for a in dims if a is not None]
     if len(set(used)) != len(used):
         raise ShardingError(f"sharding {text} uses an axis twice")
     del rest  # replicated={...} / unreduced={...} say nothing we need

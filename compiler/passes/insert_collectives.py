@@ -9,7 +9,7 @@ import numpy as np
 
 from ..context import func, ir, stablehlo
 from . import _collective_builders as build
-from ._sharding import Layout, Mesh, ShardingError, parse_mesh, parse_sharding
+from ._sharding import Layout, Mesh, Shard, ShardingError, parse_mesh, parse_sharding
 from .base import Pass, register_pass
 
 ELEMENTWISE = frozenset(
@@ -46,8 +46,10 @@ class InsertCollectivesPass(Pass):
         "where a sharded value meets an op that needs more of it. Shardings propagate "
         "forward through elementwise ops (operands brought to one sharding: a replicated "
         "operand is sliced locally, splat constants and broadcasts are rebuilt at the "
-        "local shape, no communication), broadcast_in_dim, transpose, reshape (a sharded "
-        "dimension must stay the major dimension of its group), reduce (a reduction over "
+        "local shape, no communication), broadcast_in_dim, transpose, reshape (the split "
+        "moves to the output dimension that holds it; merging an unsharded dimension in "
+        "front of a sharded one, as batched matmuls do with heads, gives a strided "
+        "sharding), reduce (a reduction over "
         "a sharded dimension leaves a partial sum/max/min), and dot_general: matching "
         "batch dimensions stay sharded, contracting dimensions sharded alike leave a "
         "partial sum (Megatron row-parallel: one all-reduce), an axis that would shard "
@@ -144,17 +146,17 @@ class _FunctionPartitioner:
     def global_shape(self, value: ir.Value) -> list[int]:
         """The single-device shape of a (possibly already local) value."""
         layout = self.layout(value)
-        return [s * (self.mesh.axis_size(a) if a is not None else 1) for s, a in zip(_shape(value), layout.dims)]
+        return [s * (self.mesh.axis_size(a.axis) if a is not None else 1) for s, a in zip(_shape(value), layout.dims)]
 
     def local_shape(self, shape: Sequence[int], layout: Layout, where) -> list[int]:
         out = []
-        for size, axis in zip(shape, layout.dims):
-            if axis is None:
+        for size, shard in zip(shape, layout.dims):
+            if shard is None:
                 out.append(size)
                 continue
-            k = self.mesh.axis_size(axis)
-            if size % k:
-                raise _Unsupported(f"dimension of size {size} is sharded on \"{axis}\" of size {k}, which does not divide it")
+            k = self.mesh.axis_size(shard.axis)
+            if size % (k * shard.major):
+                raise _Unsupported(f"dimension of size {size} is sharded on {shard} of size {k}, which does not divide it")
             out.append(size // k)
         return out
 
@@ -229,23 +231,23 @@ class _FunctionPartitioner:
         self.fn.attributes[key] = ir.ArrayAttr.get(new)
 
     # -- collectives and local slices -------------------------------------------------------
-    def reshard(self, value: ir.Value, target: Sequence[Optional[str]]) -> ir.Value:
+    def reshard(self, value: ir.Value, target: Sequence[Optional[Shard]]) -> ir.Value:
         """`value` brought to sharding `target` (partial results combined)."""
         current = self.layout(value)
         dims = list(current.dims)
         target = list(target)
         for axis, kind in current.partial:
-            scatter = next((d for d, a in enumerate(target) if a == axis and dims[d] is None
-                            and _shape(value)[d] % self.mesh.axis_size(axis) == 0), None)
+            scatter = next((d for d, a in enumerate(target) if a is not None and a.axis == axis and a.major == 1
+                            and dims[d] is None and _shape(value)[d] % self.mesh.axis_size(axis) == 0), None)
             groups = self.mesh.groups(axis)
             if scatter is not None:
                 value = build.reduce_scatter(value, kind, scatter, groups, self.channels)
-                dims[scatter] = axis
+                dims[scatter] = Shard(axis)
             else:
                 value = build.all_reduce(value, kind, groups, self.channels)
-        for d, axis in enumerate(dims):
-            if axis is not None and target[d] != axis:
-                value = build.all_gather(value, d, self.mesh.groups(axis), self.channels)
+        for d, shard in enumerate(dims):
+            if shard is not None and target[d] != shard:
+                value = self._all_gather(value, d, shard)
                 dims[d] = None
         slices = {d: axis for d, axis in enumerate(target) if axis is not None and dims[d] is None}
         if slices:
@@ -262,24 +264,45 @@ class _FunctionPartitioner:
         one = stablehlo.DynamicSliceOp(constant, [rank], ir.DenseI64ArrayAttr.get([1])).result
         return stablehlo.ReshapeOp(ir.RankedTensorType.get([], _i32()), one).result
 
-    def _local_slice(self, value: ir.Value, slices: dict[int, str]) -> ir.Value:
+    def _split_major(self, value: ir.Value, d: int, major: int) -> ir.Value:
+        shape = _shape(value)
+        return stablehlo.ReshapeOp(_with_shape(value.type, shape[:d] + [major, shape[d] // major] + shape[d + 1:]), value).result
+
+    def _merge_major(self, value: ir.Value, d: int) -> ir.Value:
+        shape = _shape(value)
+        return stablehlo.ReshapeOp(_with_shape(value.type, shape[:d] + [shape[d] * shape[d + 1]] + shape[d + 2:]), value).result
+
+    def _all_gather(self, value: ir.Value, d: int, shard: Shard) -> ir.Value:
+        groups = self.mesh.groups(shard.axis)
+        if shard.major == 1:
+            return build.all_gather(value, d, groups, self.channels)
+        # `major` blocks, each split: gather inside the blocks.
+        split = self._split_major(value, d, shard.major)
+        return self._merge_major(build.all_gather(split, d + 1, groups, self.channels), d)
+
+    def _local_slice(self, value: ir.Value, slices: dict[int, Shard]) -> ir.Value:
         """This rank's block of a value that every rank holds whole (no communication)."""
+        for d, shard in slices.items():
+            if shard.major > 1:
+                split = self._split_major(value, d, shard.major)
+                return self._merge_major(self._local_slice(split, {d + 1: Shard(shard.axis)} | {
+                    (e if e < d else e + 1): s for e, s in slices.items() if e != d}), d)
         shape = _shape(value)
         sizes = list(shape)
         starts = []
         for d, size in enumerate(shape):
             if d in slices:
-                k = self.mesh.axis_size(slices[d])
+                k = self.mesh.axis_size(slices[d].axis)
                 if size % k:
-                    raise _Unsupported(f"dimension {d} of size {size} does not divide by axis \"{slices[d]}\" of size {k}")
+                    raise _Unsupported(f"dimension {d} of size {size} does not divide by axis {slices[d]} of size {k}")
                 sizes[d] = size // k
                 block_size = stablehlo.ConstantOp(ir.DenseElementsAttr.get(np.array(sizes[d], dtype=np.int32))).result
-                starts.append(stablehlo.MulOp(self._axis_index(slices[d]), block_size).result)
+                starts.append(stablehlo.MulOp(self._axis_index(slices[d].axis), block_size).result)
             else:
                 starts.append(stablehlo.ConstantOp(ir.DenseElementsAttr.get(np.array(0, dtype=np.int32))).result)
         return stablehlo.DynamicSliceOp(value, starts, ir.DenseI64ArrayAttr.get(sizes)).result
 
-    def bring(self, value: ir.Value, target: Sequence[Optional[str]]) -> ir.Value:
+    def bring(self, value: ir.Value, target: Sequence[Optional[Shard]]) -> ir.Value:
         """Like reshard, but a splat constant or a broadcast is rebuilt at the local shape
         (its operand brought instead: fewer elements to move, often none)."""
         current = self.layout(value)
@@ -291,7 +314,7 @@ class _FunctionPartitioner:
                 return rebuilt
         return self.reshard(value, target)
 
-    def _rebuild_local(self, value: ir.Value, target: Sequence[Optional[str]]) -> ir.Value | None:
+    def _rebuild_local(self, value: ir.Value, target: Sequence[Optional[Shard]]) -> ir.Value | None:
         op = _defining_op(value)
         if op is None:
             return None
@@ -365,7 +388,7 @@ class _FunctionPartitioner:
                 keep_partial = partials[0]
         target = self._cheapest_target([operands[i] for i in ranked], rank)
         partial_axes = {a for a, _ in keep_partial}
-        if partial_axes & {a for a in target if a is not None}:
+        if partial_axes & {a.axis for a in target if a is not None}:
             keep_partial = ()
         for i in ranked:
             value = operands[i]
@@ -379,17 +402,17 @@ class _FunctionPartitioner:
         for i in range(len(op.results)):
             self._retype(op, i, Layout(tuple(target), keep_partial))
 
-    def _cheapest_target(self, values: list[ir.Value], rank: int) -> list[Optional[str]]:
+    def _cheapest_target(self, values: list[ir.Value], rank: int) -> list[Optional[Shard]]:
         """The sharding for an elementwise op: among the operands' own shardings, the one
         whose bringing costs the fewest all-gathered elements."""
-        candidates: list[list[Optional[str]]] = []
+        candidates: list[list[Optional[Shard]]] = []
         for v in values:
             dims = list(self.layout(v).dims)
             if dims not in candidates:
                 candidates.append(dims)
         return min(candidates, key=lambda t: sum(self.move_cost(v, t) for v in values))
 
-    def move_cost(self, value: ir.Value, target: Sequence[Optional[str]]) -> int:
+    def move_cost(self, value: ir.Value, target: Sequence[Optional[Shard]]) -> int:
         """Elements all-gathered (or all-reduced) to bring `value` to `target`."""
         layout = self.layout(value)
         if list(layout.dims) == list(target) and not layout.partial:
@@ -409,14 +432,14 @@ class _FunctionPartitioner:
                 cost += size
         return cost
 
-    def _broadcast_operand_target(self, op: ir.Operation, target: Sequence[Optional[str]]) -> list[Optional[str]]:
+    def _broadcast_operand_target(self, op: ir.Operation, target: Sequence[Optional[Shard]]) -> list[Optional[Shard]]:
         operand = op.operands[0]
         mapping = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
         operand_shape = self.global_shape(operand)
         result_shape = [s for s in _shape(op.results[0])]
         layout = self.layout(op.results[0])
-        global_result = [s * (self.mesh.axis_size(a) if a else 1) for s, a in zip(result_shape, layout.dims)]
-        operand_target: list[Optional[str]] = [None] * len(operand_shape)
+        global_result = [s * (self.mesh.axis_size(a.axis) if a else 1) for s, a in zip(result_shape, layout.dims)]
+        operand_target: list[Optional[Shard]] = [None] * len(operand_shape)
         for j, d in enumerate(mapping):
             if target[d] is not None and operand_shape[j] == global_result[d]:
                 operand_target[j] = target[d]
@@ -435,7 +458,7 @@ class _FunctionPartitioner:
         layout = self.layout(operand)
         mapping = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
         out_shape = _shape(op.results[0])
-        dims: list[Optional[str]] = [None] * len(out_shape)
+        dims: list[Optional[Shard]] = [None] * len(out_shape)
         in_shape = self.global_shape(operand)
         for j, d in enumerate(mapping):
             if layout.dims[j] is not None:
@@ -452,21 +475,24 @@ class _FunctionPartitioner:
     def _reshape(self, op: ir.Operation) -> None:
         layout = self.layout(op.operands[0])
         in_shape, out_shape = self.global_shape(op.operands[0]), _shape(op.results[0])
-        dims: list[Optional[str]] = [None] * len(out_shape)
+        dims: list[Optional[Shard]] = [None] * len(out_shape)
         for in_group, out_group in _reshape_groups(in_shape, out_shape):
             sharded = [d for d in in_group if layout.dims[d] is not None]
             if not sharded:
                 continue
-            major_in = next(d for d in in_group if in_shape[d] != 1)
-            major_out = next((d for d in out_group if out_shape[d] != 1), None)
-            axis = layout.dims[sharded[0]]
-            k = self.mesh.axis_size(axis)
-            if sharded != [major_in] or major_out is None or out_shape[major_out] % k:
+            if len(sharded) > 1:
+                raise _Unsupported(f"reshape {in_shape} -> {out_shape} merges two sharded dimensions")
+            i = sharded[0]
+            shard = layout.dims[i]
+            placed = _place_shard(in_shape, out_shape, in_group, out_group, i, shard, self.mesh.axis_size(shard.axis))
+            if placed is None:
                 raise _Unsupported(
-                    f"reshape {in_shape} -> {out_shape} moves sharded dimension {sharded[0]} (axis \"{axis}\") "
-                    "away from the major position of its group; shard a dimension that stays major"
+                    f"reshape {in_shape} -> {out_shape} splits sharded dimension {i} (axis \"{shard.axis}\") "
+                    "across dimensions so that no single dimension holds the split; shard a dimension that "
+                    "stays whole or leads its group"
                 )
-            dims[major_out] = axis
+            j, major = placed
+            dims[j] = Shard(shard.axis, major)
         self._retype(op, 0, Layout(tuple(dims), layout.partial))
 
     def _reduce(self, op: ir.Operation) -> None:
@@ -491,7 +517,7 @@ class _FunctionPartitioner:
                 if axis is not None:
                     if kind is None:
                         raise _Unsupported("a reduction over a sharded dimension must be a sum, max or min")
-                    partial.append((axis, kind))
+                    partial.append((axis.axis, kind))
             else:
                 dims.append(axis)
         self._retype(op, 0, Layout(tuple(dims), tuple(partial)))
@@ -514,12 +540,12 @@ class _FunctionPartitioner:
         lfree = [d for d in range(len(L)) if d not in lb and d not in lc]
         rfree = [d for d in range(len(R)) if d not in rb and d not in rc]
 
-        def used_elsewhere(axis, skip_l=None, skip_r=None) -> bool:
+        def used_elsewhere(shard: Shard, skip_l=None, skip_r=None) -> bool:
             for d, a in enumerate(L):
-                if a == axis and d != skip_l:
+                if a is not None and a.axis == shard.axis and d != skip_l:
                     return True
             for d, a in enumerate(R):
-                if a == axis and d != skip_r:
+                if a is not None and a.axis == shard.axis and d != skip_r:
                     return True
             return False
 
@@ -539,26 +565,26 @@ class _FunctionPartitioner:
                 else:
                     L[i] = R[j]
         # An axis may shard the result once: free dims of both operands on one axis
-        # gather the smaller operand's dimension.
+        # gather one of them.
         while True:
             seen: dict[str, tuple[str, int]] = {}
             conflict = None
             for side, dims, idx in (("l", L, lb), ("r", R, ())):
                 for d in idx:
                     if dims[d] is not None:
-                        seen.setdefault(dims[d], (side, d))
+                        seen.setdefault(dims[d].axis, (side, d))
             for i, j in zip(lc, rc):
                 if L[i] is not None:
-                    seen.setdefault(L[i], ("c", i))
+                    seen.setdefault(L[i].axis, ("c", i))
             for side, dims, free in (("l", L, lfree), ("r", R, rfree)):
                 for d in free:
                     a = dims[d]
                     if a is None:
                         continue
-                    if a in seen:
-                        conflict = (a, seen[a], (side, d))
+                    if a.axis in seen:
+                        conflict = (a.axis, seen[a.axis], (side, d))
                         break
-                    seen[a] = (side, d)
+                    seen[a.axis] = (side, d)
                 if conflict:
                     break
             if conflict is None:
@@ -573,14 +599,16 @@ class _FunctionPartitioner:
                 # smaller operand looks cheaper here but shards the hidden activations on
                 # the axis, which costs more later: measured in bench/spmd.py.)
                 pick = next(c for c in candidates if c[0] == "r")
-            else:
+            elif candidates:
                 pick = candidates[0]
+            else:
+                raise _Unsupported(f"axis \"{axis}\" would shard two dimensions of the result")
             (L if pick[0] == "l" else R)[pick[1]] = None
         lhs = self.bring(lhs, L)
         rhs = self.bring(rhs, R)
         op.operands[0] = lhs
         op.operands[1] = rhs
-        partial = tuple((L[i], "sum") for i, j in zip(lc, rc) if L[i] is not None)
+        partial = tuple((L[i].axis, "sum") for i, j in zip(lc, rc) if L[i] is not None)
         out = [L[i] for i in lb] + [L[d] for d in lfree] + [R[d] for d in rfree]
         self._retype(op, 0, Layout(tuple(out), partial))
 
@@ -635,6 +663,40 @@ def _numel(shape: Sequence[int]) -> int:
     for s in shape:
         n *= s
     return n
+
+
+def _place_shard(in_shape, out_shape, in_group, out_group, i: int, shard: Shard, k: int) -> tuple[int, int] | None:
+    """Where a reshape puts input dimension `i`'s sharding: (output dimension, major).
+
+    Flattened, the group is [M, R/k-blocks..., minor] with M the elements before the
+    split factor (the dimensions before `i` in the group, times its own major), R the
+    split factor (dimension i without its major part) and `minor` the dimensions after
+    it. The output dimension j (with P elements before it, Q after it in the group)
+    holds the split when P divides M, and j's size over M/P, times Q, is R * minor and
+    divides by k."""
+    before = 1
+    for d in in_group:
+        if d == i:
+            break
+        before *= in_shape[d]
+    major_elems = before * shard.major
+    split = in_shape[i] // shard.major
+    minor = 1
+    for d in in_group[in_group.index(i) + 1:]:
+        minor *= in_shape[d]
+    prefix = 1
+    for pos, j in enumerate(out_group):
+        suffix = 1
+        for d in out_group[pos + 1:]:
+            suffix *= out_shape[d]
+        if major_elems % prefix == 0:
+            m_out = major_elems // prefix
+            if out_shape[j] % m_out == 0:
+                inner = out_shape[j] // m_out
+                if inner * suffix == split * minor and inner % k == 0:
+                    return j, m_out
+        prefix *= out_shape[j]
+    return None
 
 
 def _reshape_groups(a: list[int], b: list[int]) -> list[tuple[list[int], list[int]]]:

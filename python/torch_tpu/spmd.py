@@ -245,11 +245,11 @@ def _read_layouts(module: ir.Module, entry: str = "main"):
 
 def _block(tensor: Any, mesh, layout, rank: int) -> Any:
     out = tensor
-    for d, axis in enumerate(layout.dims):
-        if axis is None:
+    for d, shard in enumerate(layout.dims):
+        if shard is None:
             continue
-        k = mesh.axis_size(axis)
-        index = mesh.axis_index_table(axis)[rank]
+        k = mesh.axis_size(shard.axis)
+        index = mesh.axis_index_table(shard.axis)[rank]
         size = out.shape[d] // k
         out = out.narrow(d, index * size, size)
     return out.contiguous()
@@ -287,14 +287,14 @@ class ShardedProgram:
         results = []
         for k, (_, layout) in enumerate(self.result_layouts):
             local = per_rank[0][k]
-            shape = [s * (self.mesh.axis_size(a) if a else 1) for s, a in zip(local.shape, layout.dims)]
+            shape = [s * (self.mesh.axis_size(a.axis) if a else 1) for s, a in zip(local.shape, layout.dims)]
             full = torch.empty(shape, dtype=local.dtype)
             for r in range(self.mesh.size):
                 target = full
-                for d, axis in enumerate(layout.dims):
-                    if axis is not None:
+                for d, shard in enumerate(layout.dims):
+                    if shard is not None:
                         size = local.shape[d]
-                        target = target.narrow(d, self.mesh.axis_index_table(axis)[r] * size, size)
+                        target = target.narrow(d, self.mesh.axis_index_table(shard.axis)[r] * size, size)
                 target.copy_(per_rank[r][k])
             results.append(full)
         return results

@@ -13,10 +13,10 @@ func.func @no_rule(%a: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x
 // -----
 
 sdy.mesh @mesh = <["x"=4]>
-func.func @reshape_minor(%a: tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}) -> tensor<32xf32> {
-  // expected-error @below {{'stablehlo.reshape' on operands sharded [{}, {"x"}]: reshape [4, 8] -> [32] moves sharded dimension 1 (axis "x") away from the major position of its group}}
-  %0 = stablehlo.reshape %a : (tensor<4x8xf32>) -> tensor<32xf32>
-  return %0 : tensor<32xf32>
+func.func @reshape_split(%a: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) -> tensor<2x4xf32> {
+  // expected-error @below {{'stablehlo.reshape' on operands sharded [{"x"}]: reshape [8] -> [2, 4] splits sharded dimension 0 (axis "x") across dimensions so that no single dimension holds the split}}
+  %0 = stablehlo.reshape %a : (tensor<8xf32>) -> tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
 }
 
 // -----

@@ -97,3 +97,23 @@ func.func @heads(%q: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {
   %1 = stablehlo.transpose %0, dims = [1, 0, 2] : (tensor<8x4x2xf32>) -> tensor<4x8x2xf32>
   return %1 : tensor<4x8x2xf32>
 }
+
+// -----
+
+// Merging an unsharded dimension in front of a sharded one ([B, H] -> [B*H], as batched
+// matmuls do with heads) gives a dimension of B blocks each split on the axis; splitting
+// it back restores the head sharding, and gathering it gathers inside the blocks.
+// CHECK-LABEL: func.func @merged_heads
+// CHECK:       stablehlo.reshape %arg0 : (tensor<2x2x8xf32>) -> tensor<4x8xf32>
+// CHECK:       stablehlo.reshape {{.*}} : (tensor<4x8xf32>) -> tensor<2x2x8xf32>
+// CHECK:       %[[S:.*]] = stablehlo.reshape {{.*}} : (tensor<4x8xf32>) -> tensor<2x2x8xf32>
+// CHECK:       %[[G:.*]] = "stablehlo.all_gather"(%[[S]]) <{all_gather_dim = 1 : i64
+// CHECK-SAME:  -> tensor<2x8x8xf32>
+// CHECK:       stablehlo.reshape %[[G]] : (tensor<2x8x8xf32>) -> tensor<16x8xf32>
+sdy.mesh @mesh = <["x"=4]>
+func.func @merged_heads(%q: tensor<2x8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}, {}]>}) -> (tensor<2x8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}, {}]>}, tensor<16x8xf32>) {
+  %0 = stablehlo.reshape %q : (tensor<2x8x8xf32>) -> tensor<16x8xf32>
+  %1 = stablehlo.exponential %0 : tensor<16x8xf32>
+  %2 = stablehlo.reshape %1 : (tensor<16x8xf32>) -> tensor<2x8x8xf32>
+  return %2, %1 : tensor<2x8x8xf32>, tensor<16x8xf32>
+}

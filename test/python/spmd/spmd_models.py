@@ -49,10 +49,11 @@ def block_step(x, wq, wk, wv, wo, w1, w2, g):
     return (loss, *torch.autograd.grad(loss, params))
 
 
-def block_args(seq=8, dim=16, seed=0):
+def block_args(seq=8, dim=16, seed=0, batch=2):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-    return [r(1, seq, dim)] + [r(dim, dim) * 0.3 for _ in range(4)] + [r(4 * dim, dim) * 0.3, r(dim, 4 * dim) * 0.3, r(1, seq, dim)]
+    return ([r(batch, seq, dim)] + [r(dim, dim) * 0.3 for _ in range(4)]
+            + [r(4 * dim, dim) * 0.3, r(dim, 4 * dim) * 0.3, r(batch, seq, dim)])
 
 
 ROW = ("x", None)  # dimension 0 on axis "x"
