@@ -172,10 +172,17 @@ def _u8_type(t: ir.RankedTensorType, extra: Sequence[int] = ()) -> ir.RankedTens
 _BIT_REDUCTION = {"and": "minimum", "or": "maximum", "xor": "add"}
 
 
-def _reduce_bits_as_bytes(value: ir.Value, name: str, groups, channels, global_ids: bool) -> ir.Value:
-    """and/or/xor all-reduce of a bool or integer tensor through 0/1 bytes (bit planes
-    for integers: one byte per bit)."""
+def _reduce_bits_as_bytes(value: ir.Value, name: str, groups, channels, global_ids: bool,
+                          scatter_dim: int | None = None) -> ir.Value:
+    """and/or/xor all-reduce (or reduce-scatter along `scatter_dim`) of a bool or integer
+    tensor through 0/1 bytes (bit planes for integers: one byte per bit)."""
     t = ir.RankedTensorType(value.type)
+    if scatter_dim is not None:
+        shape = list(t.shape)
+        shape[scatter_dim] //= len([r for r in groups[0] if r != -1])
+        out_t = ir.RankedTensorType.get(shape, t.element_type)
+    else:
+        out_t = t
     element = t.element_type
     width = element.width
     if width == 1:
@@ -189,13 +196,17 @@ def _reduce_bits_as_bytes(value: ir.Value, name: str, groups, channels, global_i
         one = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(wide_t, ir.IntegerAttr.get(unsigned, 1))).result
         masked = stablehlo.AndOp(stablehlo.ShiftRightLogicalOp(wide, shifts).result, one).result
         planes = stablehlo.ConvertOp(_u8_type(t, [width]), masked).result
-    plane_t = ir.RankedTensorType(planes.type)
+    plane_t = _u8_type(out_t, [] if width == 1 else [width])
+    attrs = _group_attrs(groups, channels, global_ids)
+    if scatter_dim is not None:
+        attrs["scatter_dimension"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), scatter_dim)
     op = ir.Operation.create(
-        "stablehlo.all_reduce", results=[plane_t], operands=[planes],
-        attributes=_group_attrs(groups, channels, global_ids), regions=1,
+        "stablehlo.reduce_scatter" if scatter_dim is not None else "stablehlo.all_reduce",
+        results=[plane_t], operands=[planes], attributes=attrs, regions=1,
     )
     _add_reduction_body(op, _BIT_REDUCTION[name], plane_t.element_type)
     reduced = op.result
+    t = out_t
     if name == "xor":
         one_u8 = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(plane_t, ir.IntegerAttr.get(plane_t.element_type, 1))).result
         reduced = stablehlo.AndOp(reduced, one_u8).result
@@ -253,12 +264,15 @@ def all_gather(value: ir.Value, dim: int, groups, channels: ChannelAllocator, gl
 
 
 def reduce_scatter(
-    value: ir.Value, reduce_op: str, dim: int, groups, channels: ChannelAllocator, global_ids: bool = False
+    value: ir.Value, reduce_op: str, dim: int, groups, channels: ChannelAllocator, global_ids: bool = False,
+    bitwise: str = "native",
 ) -> ir.Value:
     size = _even(groups, "reduce_scatter")
     t = ir.RankedTensorType(value.type)
     name = combiner(reduce_op, t.element_type)
     shape = list(t.shape)
+    if shape[dim] % size == 0 and name in _BIT_REDUCTION and (bitwise == "bytes" or element_kind(t.element_type) == "bool"):
+        return _reduce_bits_as_bytes(value, name, groups, channels, global_ids, scatter_dim=dim)
     if shape[dim] % size:
         raise CollectiveError(f"reduce_scatter: dimension {dim} of size {shape[dim]} does not divide by {size} ranks")
     shape[dim] //= size

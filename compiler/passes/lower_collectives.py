@@ -28,7 +28,8 @@ class LowerCollectivesPass(Pass):
         "partitions). `broadcast=all_gather` "
         "expresses a broadcast as an all-gather plus a slice, for backends without "
         "collective-broadcast (XLA:CPU). `bitwise=bytes` reduces integers' bits as one "
-        "byte per bit with min/max/sum (XLA:CPU has no and/or/xor all-reduce); bool "
+        "byte per bit with min/max/sum (XLA:CPU has no and/or/xor all-reduce or "
+        "reduce-scatter); bool "
         "and/or/xor always go through bytes this way."
     )
     options = (
@@ -78,7 +79,7 @@ class LowerCollectivesPass(Pass):
         if kind == "all_gather":
             return build.all_gather(value, dim, groups, channels, global_ids)
         if kind == "reduce_scatter":
-            return build.reduce_scatter(value, reduce_op, dim, groups, channels, global_ids)
+            return build.reduce_scatter(value, reduce_op, dim, groups, channels, global_ids, self.bitwise)
         if kind == "all_to_all":
             return build.all_to_all(value, dim, groups, channels, global_ids)
         if kind == "broadcast":

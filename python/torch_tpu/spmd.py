@@ -240,7 +240,7 @@ def _read_layouts(module: ir.Module, entry: str = "main"):
                 out.append((None, Layout.replicated(rank)))
         return out
 
-    return read("arg_attrs", ftype.inputs), read("res_attrs", ftype.results)
+    return read("arg_attrs", ftype.inputs), read("res_attrs", ftype.results), meshes
 
 
 def _block(tensor: Any, mesh, layout, rank: int) -> Any:
@@ -269,10 +269,12 @@ class ShardedProgram:
         if not run_pipeline(module.operation, "builtin.module(torchtpu-verify,torchtpu-insert-collectives)", engine):
             raise SpmdCompileError(f"torch_tpu: partitioning {name} failed:\n{engine.format()}")
         self.partitioned_text = module.operation.get_asm(enable_debug_info=False)
-        self.arg_layouts, self.result_layouts = _read_layouts(module)
+        self.arg_layouts, self.result_layouts, module_meshes = _read_layouts(module)
         meshes = {m for m, _ in self.arg_layouts + self.result_layouts if m is not None}
+        if not meshes and len(module_meshes) == 1:
+            meshes = set(module_meshes.values())  # nothing sharded: every rank holds everything
         if len(meshes) != 1:
-            raise SpmdCompileError(f"{name}: expected one mesh on the arguments/results, found {len(meshes)}")
+            raise SpmdCompileError(f"{name}: expected one sdy.mesh for the arguments/results, found {len(meshes)}")
         self.mesh = meshes.pop()
         self.program = SpmdProgram(module, self.mesh.size, client=client, thin=thin, name=name)
 

@@ -286,3 +286,34 @@ def test_dtensor_under_torch_compile(cpu8):
         outs = program([[x, w1s[r].contiguous(), w2s[r].contiguous()] for r in range(4)])
         for out in outs:
             torch.testing.assert_close(out[0], torch.relu(x @ w1) @ w2, rtol=1e-5, atol=1e-5)
+
+
+def test_reduce_scatter_every_op_and_permute(cpu8):
+    """reduce_scatter with each reduce op (one program, several outputs), and the
+    permute kind (a ring shift) written as a torchtpu.collective."""
+    with fake_world(4):
+        mesh = init_device_mesh("cpu", (4,))
+        name = mesh.get_group().group_name
+        ops = ["sum", "avg", "product", "min", "max"]
+
+        def fn(x, i):
+            outs = [c10d.wait_tensor(c10d.reduce_scatter_tensor(x, op, 4, name)) for op in ops]
+            outs += [c10d.wait_tensor(c10d.reduce_scatter_tensor(i, op, 4, name)) for op in ("band", "bor", "bxor")]
+            return outs
+
+        xs = [_rank_input(r, torch.float32, (8, 3)) for r in range(4)]
+        ints = [_rank_input(r, torch.int32, (8, 3)) for r in range(4)]
+        module = trace(fn, xs[0], ints[0])
+        outs = compile_spmd(module, 4, client=cpu8)([[xs[r], ints[r]] for r in range(4)])
+        for r in range(4):
+            for k, op in enumerate(ops):
+                torch.testing.assert_close(outs[r][k], _reduce(op, xs)[2 * r:2 * r + 2], rtol=1e-6, atol=0)
+            for k, op in enumerate(("band", "bor", "bxor")):
+                torch.testing.assert_close(outs[r][5 + k], _reduce(op, ints)[2 * r:2 * r + 2])
+    ring = """func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+      %0 = "torchtpu.collective"(%x) {kind = "permute", source_target_pairs = dense<[[0, 1], [1, 2], [2, 3], [3, 0]]> : tensor<4x2xi64>} : (tensor<3xf32>) -> tensor<3xf32>
+      return %0 : tensor<3xf32>
+    }"""
+    outs = compile_spmd(ring, 4, client=cpu8)([[torch.full((3,), float(r))] for r in range(4)])
+    for r in range(4):
+        torch.testing.assert_close(outs[r][0], torch.full((3,), float((r - 1) % 4)))
