@@ -71,7 +71,6 @@ def collectives_of(hlo: str) -> dict[str, list[int]]:
 
 def _raw_compile_hlo(text: str, n: int, *, partitions: bool) -> str:
     from jaxlib import xla_client
-
     from torch_tpu.runtime import _jaxlib
 
     client = _jaxlib.make_cpu_client(n)
@@ -102,10 +101,16 @@ def _summary(found: dict[str, list[int]]) -> tuple[int, int, str]:
 
 def compare_partitioners(n: int) -> None:
     from spmd_models import (
-        FSDP_ARGS, FSDP_RESULTS, TP_BLOCK_ARGS, TP_BLOCK_RESULTS, block_args, block_step, mlp_args, mlp_step,
+        FSDP_ARGS,
+        FSDP_RESULTS,
+        TP_BLOCK_ARGS,
+        TP_BLOCK_RESULTS,
+        block_args,
+        block_step,
+        mlp_args,
+        mlp_step,
         sharded_module,
     )
-
     from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.compiler.pipeline import run_pipeline
 
@@ -136,7 +141,6 @@ def compare_partitioners(n: int) -> None:
 def thin_vs_embedded(n: int, calls: int, rounds: int) -> None:
     from _common import fmt_s, interleaved_timings
     from spmd_models import TP_BLOCK_ARGS, TP_BLOCK_RESULTS, block_args, block_step, sharded_module
-
     from torch_tpu.runtime import CacheConfig, Client
     from torch_tpu.spmd import ShardedProgram
 

@@ -12,7 +12,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..context import ir
-from .spec import TORCHTPU, AnyRankedTensor, Attr, AttrKind, I64, Operand, OpSpec, Result, String, StringEnum, VerifyError
+from .spec import (
+    I64,
+    TORCHTPU,
+    AnyRankedTensor,
+    Attr,
+    AttrKind,
+    Operand,
+    OpSpec,
+    Result,
+    String,
+    StringEnum,
+    VerifyError,
+)
 
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "permute")
 # PyTorch's reduce-op names (`torch.distributed._functional_collectives` spelling).

@@ -26,8 +26,6 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass
 
-import torch
-
 
 class GroupResolutionError(ValueError):
     """The group does not exist or its partition cannot be derived; the message says why."""

@@ -10,7 +10,7 @@ by data flow, so there is nothing to wait for.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

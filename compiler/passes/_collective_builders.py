@@ -8,8 +8,8 @@ which the passes turn into a located diagnostic.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class ChannelAllocator:
     used: set[int] = field(default_factory=set)
 
     @classmethod
-    def for_module(cls, module: ir.Operation) -> "ChannelAllocator":
+    def for_module(cls, module: ir.Operation) -> ChannelAllocator:
         highest = 0
 
         def visit(op: ir.Operation) -> ir.WalkResult:
@@ -128,7 +128,6 @@ def _uneven(groups: Sequence[Sequence[int]]) -> bool:
 def rank_id(global_ids: bool) -> ir.Value:
     """This device's rank as a 0-d i32: the replica id (replicated execution) or the
     partition id (SPMD partitions, when device ids are global)."""
-    u32 = ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))
     op = stablehlo.PartitionIdOp() if global_ids else stablehlo.ReplicaIdOp()
     return stablehlo.ConvertOp(ir.RankedTensorType.get([], ir.IntegerType.get_signless(32)), op.result).result
 

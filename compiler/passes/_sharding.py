@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
 
 _MESH_AXES = re.compile(r'"([^"]+)"\s*=\s*(\d+)')
 _DEVICE_IDS = re.compile(r"device_ids\s*=\s*\[([^\]]*)\]")
-_SHARDING = re.compile(r"^#sdy\.sharding<\s*@([\w.$-]+)\s*,\s*\[(.*)\]\s*(.*)>$", re.S)
+_SHARDING = re.compile(r"^#sdy\.sharding<\s*@([\w.$-]+)\s*,\s*\[(.*)\]\s*(.*)>$", re.DOTALL)
 _DIM = re.compile(r"\{([^{}]*)\}")
 
 
@@ -106,11 +105,11 @@ class Layout:
     (None: whole on every rank); `partial` lists (axis, reduction) pairs along which the
     ranks hold partial results still to be combined ("sum", "max", "min")."""
 
-    dims: tuple[Optional[Shard], ...]
+    dims: tuple[Shard | None, ...]
     partial: tuple[tuple[str, str], ...] = field(default=())
 
     @classmethod
-    def replicated(cls, rank: int) -> "Layout":
+    def replicated(cls, rank: int) -> Layout:
         return cls((None,) * rank)
 
     @property
@@ -144,7 +143,7 @@ def parse_sharding(text: str, meshes: dict[str, Mesh], rank: int) -> tuple[Mesh,
     if len(dims_specs) != rank:
         raise ShardingError(f"sharding {text} has {len(dims_specs)} dimensions for a rank-{rank} value")
     known = dict(mesh.axes)
-    dims: list[Optional[Shard]] = []
+    dims: list[Shard | None] = []
     for spec in dims_specs:
         axes = [a.strip() for a in spec.replace("?", "").split(",") if a.strip()]
         if len(axes) > 1:

@@ -3,24 +3,18 @@ per-device program with explicit collectives."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from ..context import func, ir, stablehlo
+from ..context import ir, stablehlo
 from . import _collective_builders as build
 from ._sharding import Layout, Mesh, Shard, ShardingError, parse_mesh, parse_sharding
 from .base import Pass, register_pass
 
 ELEMENTWISE = frozenset(
     "stablehlo." + n
-    for n in (
-        "add subtract multiply divide maximum minimum power remainder atan2 and or xor "
-        "compare select negate abs exponential exponential_minus_one log log_plus_one "
-        "logistic tanh sqrt rsqrt cbrt sine cosine tan floor ceil round_nearest_even "
-        "round_nearest_afz sign not convert is_finite clamp real imag complex "
-        "shift_left shift_right_logical shift_right_arithmetic popcnt count_leading_zeros"
-    ).split()
+    for n in ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder", "atan2", "and", "or", "xor", "compare", "select", "negate", "abs", "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan", "floor", "ceil", "round_nearest_even", "round_nearest_afz", "sign", "not", "convert", "is_finite", "clamp", "real", "imag", "complex", "shift_left", "shift_right_logical", "shift_right_arithmetic", "popcnt", "count_leading_zeros"]
 )
 # Ops through which a partial sum stays a partial sum: f(a+b) = f(a)+f(b).
 _LINEAR_UNARY = frozenset({"stablehlo.negate", "stablehlo.convert", "stablehlo.real", "stablehlo.imag"})
@@ -231,7 +225,7 @@ class _FunctionPartitioner:
         self.fn.attributes[key] = ir.ArrayAttr.get(new)
 
     # -- collectives and local slices -------------------------------------------------------
-    def reshard(self, value: ir.Value, target: Sequence[Optional[Shard]]) -> ir.Value:
+    def reshard(self, value: ir.Value, target: Sequence[Shard | None]) -> ir.Value:
         """`value` brought to sharding `target` (partial results combined)."""
         current = self.layout(value)
         dims = list(current.dims)
@@ -302,7 +296,7 @@ class _FunctionPartitioner:
                 starts.append(stablehlo.ConstantOp(ir.DenseElementsAttr.get(np.array(0, dtype=np.int32))).result)
         return stablehlo.DynamicSliceOp(value, starts, ir.DenseI64ArrayAttr.get(sizes)).result
 
-    def bring(self, value: ir.Value, target: Sequence[Optional[Shard]]) -> ir.Value:
+    def bring(self, value: ir.Value, target: Sequence[Shard | None]) -> ir.Value:
         """Like reshard, but a splat constant or a broadcast is rebuilt at the local shape
         (its operand brought instead: fewer elements to move, often none)."""
         current = self.layout(value)
@@ -314,7 +308,7 @@ class _FunctionPartitioner:
                 return rebuilt
         return self.reshard(value, target)
 
-    def _rebuild_local(self, value: ir.Value, target: Sequence[Optional[Shard]]) -> ir.Value | None:
+    def _rebuild_local(self, value: ir.Value, target: Sequence[Shard | None]) -> ir.Value | None:
         op = _defining_op(value)
         if op is None:
             return None
@@ -378,9 +372,7 @@ class _FunctionPartitioner:
         nonzero = [i for i, p in enumerate(partials) if p]
         sum_only = all(kind == "sum" for p in partials for _, kind in p)
         if nonzero and sum_only:
-            if op.name in _LINEAR_UNARY and len(operands) == 1:
-                keep_partial = partials[0]
-            elif op.name in ("stablehlo.add", "stablehlo.subtract") and all(p == partials[0] for p in partials):
+            if op.name in _LINEAR_UNARY and len(operands) == 1 or op.name in ("stablehlo.add", "stablehlo.subtract") and all(p == partials[0] for p in partials):
                 keep_partial = partials[0]
             elif op.name == "stablehlo.multiply" and len(nonzero) == 1:
                 keep_partial = partials[nonzero[0]]
@@ -402,17 +394,17 @@ class _FunctionPartitioner:
         for i in range(len(op.results)):
             self._retype(op, i, Layout(tuple(target), keep_partial))
 
-    def _cheapest_target(self, values: list[ir.Value], rank: int) -> list[Optional[Shard]]:
+    def _cheapest_target(self, values: list[ir.Value], rank: int) -> list[Shard | None]:
         """The sharding for an elementwise op: among the operands' own shardings, the one
         whose bringing costs the fewest all-gathered elements."""
-        candidates: list[list[Optional[Shard]]] = []
+        candidates: list[list[Shard | None]] = []
         for v in values:
             dims = list(self.layout(v).dims)
             if dims not in candidates:
                 candidates.append(dims)
         return min(candidates, key=lambda t: sum(self.move_cost(v, t) for v in values))
 
-    def move_cost(self, value: ir.Value, target: Sequence[Optional[Shard]]) -> int:
+    def move_cost(self, value: ir.Value, target: Sequence[Shard | None]) -> int:
         """Elements all-gathered (or all-reduced) to bring `value` to `target`."""
         layout = self.layout(value)
         if list(layout.dims) == list(target) and not layout.partial:
@@ -432,14 +424,14 @@ class _FunctionPartitioner:
                 cost += size
         return cost
 
-    def _broadcast_operand_target(self, op: ir.Operation, target: Sequence[Optional[Shard]]) -> list[Optional[Shard]]:
+    def _broadcast_operand_target(self, op: ir.Operation, target: Sequence[Shard | None]) -> list[Shard | None]:
         operand = op.operands[0]
         mapping = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
         operand_shape = self.global_shape(operand)
         result_shape = [s for s in _shape(op.results[0])]
         layout = self.layout(op.results[0])
         global_result = [s * (self.mesh.axis_size(a.axis) if a else 1) for s, a in zip(result_shape, layout.dims)]
-        operand_target: list[Optional[Shard]] = [None] * len(operand_shape)
+        operand_target: list[Shard | None] = [None] * len(operand_shape)
         for j, d in enumerate(mapping):
             if target[d] is not None and operand_shape[j] == global_result[d]:
                 operand_target[j] = target[d]
@@ -458,7 +450,7 @@ class _FunctionPartitioner:
         layout = self.layout(operand)
         mapping = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
         out_shape = _shape(op.results[0])
-        dims: list[Optional[Shard]] = [None] * len(out_shape)
+        dims: list[Shard | None] = [None] * len(out_shape)
         in_shape = self.global_shape(operand)
         for j, d in enumerate(mapping):
             if layout.dims[j] is not None:
@@ -475,7 +467,7 @@ class _FunctionPartitioner:
     def _reshape(self, op: ir.Operation) -> None:
         layout = self.layout(op.operands[0])
         in_shape, out_shape = self.global_shape(op.operands[0]), _shape(op.results[0])
-        dims: list[Optional[Shard]] = [None] * len(out_shape)
+        dims: list[Shard | None] = [None] * len(out_shape)
         for in_group, out_group in _reshape_groups(in_shape, out_shape):
             sharded = [d for d in in_group if layout.dims[d] is not None]
             if not sharded:

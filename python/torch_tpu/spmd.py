@@ -16,8 +16,11 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
+
+from typing_extensions import Self
 
 from torch_tpu.compiler.context import ir, make_context
 from torch_tpu.compiler.diagnostics import DiagnosticEngine
@@ -44,11 +47,11 @@ class spmd_safe:
         if fn is not None:
             functools.update_wrapper(self, fn)
 
-    def __enter__(self) -> "spmd_safe":
+    def __enter__(self) -> Self:
         self._tokens.append(_SPMD_SAFE.set(True))
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _SPMD_SAFE.reset(self._tokens.pop())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -8,7 +8,6 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing._internal.distributed.fake_pg import FakeStore
-
 from torch_tpu.compiler.importer import import_graph
 
 c10d = torch.ops._c10d_functional

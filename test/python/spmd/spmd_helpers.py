@@ -9,7 +9,6 @@ import gc
 import torch.distributed as dist
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing._internal.distributed.fake_pg import FakeStore
-
 from torch_tpu.compiler.importer.fx_importer import import_graph
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn import functional as F
-
 from torch_tpu.compiler.importer.fx_importer import import_graph
 from torch_tpu.spmd import annotate_shardings
 
@@ -22,7 +21,7 @@ def mlp_step(x, y, w1, b1, w2, b2):
 
 def mlp_args(batch=64, width=16, hidden=32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    r = lambda *s: torch.randn(*s, generator=g)
     return [r(batch, width), r(batch, width), r(hidden, width) * 0.3, r(hidden) * 0.1, r(width, hidden) * 0.3, r(width) * 0.1]
 
 
@@ -51,7 +50,7 @@ def block_step(x, wq, wk, wv, wo, w1, w2, g):
 
 def block_args(seq=8, dim=16, seed=0, batch=2):
     g = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    r = lambda *s: torch.randn(*s, generator=g)
     return ([r(batch, seq, dim)] + [r(dim, dim) * 0.3 for _ in range(4)]
             + [r(4 * dim, dim) * 0.3, r(dim, 4 * dim) * 0.3, r(batch, seq, dim)])
 
@@ -74,7 +73,7 @@ def sharded_module(step, args, arg_shardings, result_shardings, devices: int, fo
     """The single-device StableHLO module of `step` with sdy shardings on a 1-D mesh."""
     fn = step
     if forward_only:
-        fn = lambda *a: step(*a)[0]  # noqa: E731
+        fn = lambda *a: step(*a)[0]
         result_shardings = result_shardings[:1]
     module = import_graph(make_fx(fn)(*args)).module
     return annotate_shardings(module, [("x", devices)], arg_shardings, result_shardings)

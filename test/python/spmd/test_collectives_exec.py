@@ -11,11 +11,14 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-
-from torch_tpu.spmd import SpmdCompileError, clear_declared_partitions, compile_spmd, declare_partition
-
 from spmd_helpers import fake_world, trace
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch_tpu.spmd import (
+    SpmdCompileError,
+    clear_declared_partitions,
+    compile_spmd,
+    declare_partition,
+)
 
 c10d = torch.ops._c10d_functional
 
@@ -48,6 +51,10 @@ def _reduce(op: str, values: list[torch.Tensor]) -> torch.Tensor:
     return functools.reduce({"band": operator.and_, "bor": operator.or_, "bxor": operator.xor}[op], values)
 
 
+def _all_reduce_fn(op: str, name: str):
+    return lambda x: c10d.wait_tensor(c10d.all_reduce(x, op, name))
+
+
 def _run(module, inputs, client, thin=True):
     program = compile_spmd(module, len(inputs), client=client, thin=thin)
     return program([[x] for x in inputs])
@@ -71,7 +78,7 @@ def test_all_reduce_every_op_and_dtype_on_mesh_dims(cpu8, n):
         for dim in ("tp", "dp"):
             group = mesh.get_group(dim)
             for op, dtype in REDUCE_CASES:
-                module = trace(lambda x: c10d.wait_tensor(c10d.all_reduce(x, op, group.group_name)), _rank_input(0, dtype))
+                module = trace(_all_reduce_fn(op, group.group_name), _rank_input(0, dtype))
                 inputs = [_rank_input(r, dtype) for r in range(n)]
                 outs = _run(module, inputs, cpu8, thin=(dim == "tp"))
                 owner = _groups_of(partitions[dim], n)
@@ -252,7 +259,6 @@ def test_dtensor_under_torch_compile(cpu8):
     import, lower and run: Shard(0) -> Replicate is an all-gather; a column- then
     row-parallel matmul's Partial -> Replicate is an all-reduce."""
     from torch.distributed.tensor import DTensor, Replicate, Shard
-
     from torch_tpu.compiler.importer.fx_importer import import_graph
 
     with fake_world(4):

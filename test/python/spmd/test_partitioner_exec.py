@@ -11,17 +11,26 @@ import re
 import pytest
 import torch
 from spmd_models import (
-    FSDP_ARGS, FSDP_RESULTS, TP_BLOCK_ARGS, TP_BLOCK_RESULTS, TP_MLP_ARGS, TP_MLP_RESULTS,
-    block_args, block_step, expected, mlp_args, mlp_step, sharded_module,
+    FSDP_ARGS,
+    FSDP_RESULTS,
+    TP_BLOCK_ARGS,
+    TP_BLOCK_RESULTS,
+    TP_MLP_ARGS,
+    TP_MLP_RESULTS,
+    block_args,
+    block_step,
+    expected,
+    mlp_args,
+    mlp_step,
+    sharded_module,
 )
-
-from torch_tpu.spmd import ShardedProgram, compile_spmd, spmd_safe
 from torch_tpu.compiler.context import ir, make_context
 from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.outlined import split_outlined
 from torch_tpu.compiler.pipeline import run_pipeline
+from torch_tpu.spmd import ShardedProgram, compile_spmd, spmd_safe
 
-TOL = dict(rtol=1e-4, atol=1e-4)
+TOL = {"rtol": 1e-4, "atol": 1e-4}
 
 
 def _collectives(text: str) -> list[str]:

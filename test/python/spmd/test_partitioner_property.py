@@ -6,11 +6,9 @@ are added in a different order). Derandomized: the same programs every run."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from torch_tpu.runtime import CompileSpec
 from torch_tpu.spmd import ShardedProgram
 
