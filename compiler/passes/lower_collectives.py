@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from ..context import ir
+from ..diagnostics import DiagnosticEngine
+from ..dialect import TORCHTPU
 from ..dialect.collective_ops import dense_i64_matrix
+from ..dialect.verifier import verify_op
 from . import _collective_builders as build
 from .base import Option, Pass, register_pass
 
@@ -54,7 +57,12 @@ class LowerCollectivesPass(Pass):
 
         module.walk(collect)
         channels = build.ChannelAllocator.for_module(module)
+        spec = TORCHTPU.lookup("torchtpu.collective")
         for op in collectives:
+            check = DiagnosticEngine()
+            if not verify_op(op, spec, check):
+                self.error(op, f"malformed op: {check.errors[0].message}")
+                continue
             try:
                 with ir.InsertionPoint(op), op.location:
                     result = self._lower(op, channels)

@@ -1,4 +1,6 @@
 // RUN: torchtpu-opt %s --split-input-file --verify-diagnostics --torchtpu-verify --torchtpu-lower-collectives
+// Without torchtpu-verify first, a malformed op is still a located error, not a crash:
+// RUN: torchtpu-opt %s --split-input-file --verify-diagnostics --torchtpu-lower-collectives
 
 // What StableHLO cannot express is a located error naming the collective.
 
@@ -35,7 +37,7 @@ func.func @uneven_all_gather(%a: tensor<4xf32>) -> tensor<12xf32> {
 // -----
 
 func.func @not_a_partition(%a: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @below {{torchtpu-verify: 'torchtpu.collective' op 'replica_groups' [[0, 1], [1, 2]] is not a partition: a rank appears twice}}
+  // expected-error @below {{'torchtpu.collective' op 'replica_groups' [[0, 1], [1, 2]] is not a partition: a rank appears twice}}
   %0 = "torchtpu.collective"(%a) {kind = "all_reduce", reduce_op = "sum", replica_groups = dense<[[0, 1], [1, 2]]> : tensor<2x2xi64>, group_ranks = array<i64: 0, 1>} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
@@ -69,5 +71,13 @@ func.func @unknown_reduce_op(%a: tensor<4xf32>) -> tensor<4xf32> {
 func.func @broadcast_without_src(%a: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error @below {{kind 'broadcast' requires 'src'}}
   %0 = "torchtpu.collective"(%a) {kind = "broadcast", replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>, group_ranks = array<i64: 0, 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @missing_kind(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'torchtpu.collective' op requires attribute 'kind'}}
+  %0 = "torchtpu.collective"(%a) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>, group_ranks = array<i64: 0, 1>} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
