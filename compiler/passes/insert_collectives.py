@@ -352,6 +352,10 @@ class _FunctionPartitioner:
             self._reduce(op)
         elif name == "stablehlo.dot_general":
             self._dot_general(op)
+        elif name in ("stablehlo.slice", "stablehlo.pad", "stablehlo.reverse"):
+            self._along_whole_dims(op)
+        elif name == "stablehlo.concatenate":
+            self._concatenate(op)
         else:
             raise _Unsupported("the partitioner has no rule for this op on sharded values; "
                                "replicate its operands (sdy.sharding with {} dimensions) or restructure the code")
@@ -486,6 +490,52 @@ class _FunctionPartitioner:
             j, major = placed
             dims[j] = Shard(shard.axis, major)
         self._retype(op, 0, Layout(tuple(dims), layout.partial))
+
+    def _along_whole_dims(self, op: ir.Operation) -> None:
+        """slice / pad / reverse: local when every dimension they change is unsharded
+        (a sharded dimension must be kept whole: full slice, no padding, not reversed)."""
+        operand = op.operands[0]
+        layout = self.layout(operand)
+        shape = self.global_shape(operand)
+        sharded = [d for d, a in enumerate(layout.dims) if a is not None]
+        attrs = op.attributes
+        if op.name == "stablehlo.slice":
+            start = list(ir.DenseI64ArrayAttr(attrs["start_indices"]))
+            limit = list(ir.DenseI64ArrayAttr(attrs["limit_indices"]))
+            strides = list(ir.DenseI64ArrayAttr(attrs["strides"]))
+            touched = [d for d in sharded if (start[d], limit[d], strides[d]) != (0, shape[d], 1)]
+        elif op.name == "stablehlo.pad":
+            if not self.layout(op.operands[1]).is_replicated:
+                raise _Unsupported("the padding value must be replicated")
+            pads = [list(ir.DenseI64ArrayAttr(attrs[k])) for k in ("edge_padding_low", "edge_padding_high", "interior_padding")]
+            touched = [d for d in sharded if any(p[d] for p in pads)]
+        else:
+            touched = [d for d in sharded if d in set(ir.DenseI64ArrayAttr(attrs["dimensions"]))]
+        if touched:
+            raise _Unsupported(f"it changes sharded dimension(s) {touched}; only unsharded dimensions may be "
+                               "sliced, padded or reversed")
+        if op.name == "stablehlo.slice":
+            local = self.local_shape(shape, Layout(layout.dims), op)
+            attrs["limit_indices"] = ir.DenseI64ArrayAttr.get(
+                [local[d] if layout.dims[d] is not None else limit[d] for d in range(len(shape))])
+        self._retype(op, 0, layout)
+
+    def _concatenate(self, op: ir.Operation) -> None:
+        dim = ir.IntegerAttr(op.attributes["dimension"]).value
+        operands = list(op.operands)
+        target = self._cheapest_target(operands, len(_shape(op.results[0])))
+        target = [None if d == dim else a for d, a in enumerate(target)]
+        partials = {self.layout(v).partial for v in operands}
+        keep = partials.pop() if len(partials) == 1 else ()
+        if keep and not all(kind == "sum" for _, kind in keep):
+            keep = ()
+        for i, value in enumerate(operands):
+            if keep and list(self.layout(value).dims) != target:
+                value = self._reshard_keep_partial(value, target)
+            elif not keep:
+                value = self.bring(value, target)
+            op.operands[i] = value
+        self._retype(op, 0, Layout(tuple(target), keep))
 
     def _reduce(self, op: ir.Operation) -> None:
         n = len(op.results)

@@ -4,9 +4,18 @@
 // operands' shardings.
 
 sdy.mesh @mesh = <["x"=4]>
-func.func @no_rule(%a: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> tensor<2x8xf32> {
-  // expected-error @below {{torchtpu-insert-collectives: 'stablehlo.slice' on operands sharded [{"x"}, {}]: the partitioner has no rule for this op on sharded values}}
+func.func @slice_sharded_dim(%a: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> tensor<2x8xf32> {
+  // expected-error @below {{torchtpu-insert-collectives: 'stablehlo.slice' on operands sharded [{"x"}, {}]: it changes sharded dimension(s) [0]; only unsharded dimensions may be sliced, padded or reversed}}
   %0 = stablehlo.slice %a [0:2, 0:8] : (tensor<8x8xf32>) -> tensor<2x8xf32>
+  return %0 : tensor<2x8xf32>
+}
+
+// -----
+
+sdy.mesh @mesh = <["x"=4]>
+func.func @no_rule(%a: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}, %i: tensor<2x1xi32>) -> tensor<2x8xf32> {
+  // expected-error @below {{'stablehlo.gather' on operands sharded [{"x"}, {}], [{}, {}]: the partitioner has no rule for this op on sharded values}}
+  %0 = "stablehlo.gather"(%a, %i) {dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, slice_sizes = array<i64: 1, 8>} : (tensor<8x8xf32>, tensor<2x1xi32>) -> tensor<2x8xf32>
   return %0 : tensor<2x8xf32>
 }
 

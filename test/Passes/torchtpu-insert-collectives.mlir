@@ -117,3 +117,23 @@ func.func @merged_heads(%q: tensor<2x8x8xf32> {sdy.sharding = #sdy.sharding<@mes
   %2 = stablehlo.reshape %1 : (tensor<16x8xf32>) -> tensor<2x8x8xf32>
   return %2, %1 : tensor<2x8x8xf32>, tensor<16x8xf32>
 }
+
+// -----
+
+// slice, pad, reverse and concatenate along unsharded dimensions stay local.
+// CHECK-LABEL: func.func @unsharded_dims
+// CHECK-NOT:   "stablehlo.all_
+// CHECK:       stablehlo.slice %arg0 [0:2, 0:4] : (tensor<2x8xf32>) -> tensor<2x4xf32>
+// CHECK:       stablehlo.pad {{.*}} -> tensor<2x6xf32>
+// CHECK:       stablehlo.reverse {{.*}} : tensor<2x6xf32>
+// CHECK:       stablehlo.concatenate {{.*}} dim = 1 : (tensor<2x6xf32>, tensor<2x8xf32>) -> tensor<2x14xf32>
+sdy.mesh @mesh = <["x"=4]>
+func.func @unsharded_dims(%a: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>})
+    -> (tensor<8x14xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) {
+  %0 = stablehlo.slice %a [0:8, 0:4] : (tensor<8x8xf32>) -> tensor<8x4xf32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %1 = stablehlo.pad %0, %z, low = [0, 1], high = [0, 1], interior = [0, 0] : (tensor<8x4xf32>, tensor<f32>) -> tensor<8x6xf32>
+  %2 = stablehlo.reverse %1, dims = [1] : tensor<8x6xf32>
+  %3 = stablehlo.concatenate %2, %a, dim = 1 : (tensor<8x6xf32>, tensor<8x8xf32>) -> tensor<8x14xf32>
+  return %3 : tensor<8x14xf32>
+}
