@@ -43,7 +43,7 @@ class InsertCollectivesPass(Pass):
         "local shape, no communication), broadcast_in_dim, transpose, reshape (the split "
         "moves to the output dimension that holds it; merging an unsharded dimension in "
         "front of a sharded one, as batched matmuls do with heads, gives a strided "
-        "sharding), reduce (a reduction over "
+        "sharding), slice/pad/reverse/concatenate along unsharded dimensions, reduce (a reduction over "
         "a sharded dimension leaves a partial sum/max/min), and dot_general: matching "
         "batch dimensions stay sharded, contracting dimensions sharded alike leave a "
         "partial sum (Megatron row-parallel: one all-reduce), an axis that would shard "
