@@ -14,7 +14,15 @@ from .base import Pass, register_pass
 
 ELEMENTWISE = frozenset(
     "stablehlo." + n
-    for n in ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder", "atan2", "and", "or", "xor", "compare", "select", "negate", "abs", "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan", "floor", "ceil", "round_nearest_even", "round_nearest_afz", "sign", "not", "convert", "is_finite", "clamp", "real", "imag", "complex", "shift_left", "shift_right_logical", "shift_right_arithmetic", "popcnt", "count_leading_zeros"]
+    for n in (
+        "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder",
+        "atan2", "and", "or", "xor", "compare", "select", "negate", "abs", "exponential",
+        "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh", "sqrt", "rsqrt",
+        "cbrt", "sine", "cosine", "tan", "floor", "ceil", "round_nearest_even",
+        "round_nearest_afz", "sign", "not", "convert", "is_finite", "clamp", "real", "imag",
+        "complex", "shift_left", "shift_right_logical", "shift_right_arithmetic", "popcnt",
+        "count_leading_zeros",
+    )
 )
 # Ops through which a partial sum stays a partial sum: f(a+b) = f(a)+f(b).
 _LINEAR_UNARY = frozenset({"stablehlo.negate", "stablehlo.convert", "stablehlo.real", "stablehlo.imag"})
