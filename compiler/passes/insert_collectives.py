@@ -384,7 +384,9 @@ class _FunctionPartitioner:
         nonzero = [i for i, p in enumerate(partials) if p]
         sum_only = all(kind == "sum" for p in partials for _, kind in p)
         if nonzero and sum_only:
-            if op.name in _LINEAR_UNARY and len(operands) == 1 or op.name in ("stablehlo.add", "stablehlo.subtract") and all(p == partials[0] for p in partials):
+            linear_unary = op.name in _LINEAR_UNARY and len(operands) == 1 and _keeps_sums(op)
+            same_sums = op.name in ("stablehlo.add", "stablehlo.subtract") and all(p == partials[0] for p in partials)
+            if linear_unary or same_sums:
                 keep_partial = partials[0]
             elif op.name == "stablehlo.multiply" and len(nonzero) == 1:
                 keep_partial = partials[nonzero[0]]
@@ -669,6 +671,15 @@ class _FunctionPartitioner:
 
 _DEAD_IF_UNUSED = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim", "stablehlo.iota", "stablehlo.reshape",
                              "stablehlo.transpose"})
+
+
+def _keeps_sums(op: ir.Operation) -> bool:
+    """A convert keeps partial sums partial only between float types (to an integer
+    type, rounding each part is not rounding the sum)."""
+    if op.name != "stablehlo.convert":
+        return True
+    kinds = {build.element_kind(ir.RankedTensorType(v.type).element_type) for v in (op.operands[0], op.results[0])}
+    return kinds <= {"float", "complex"}
 
 
 def _erase_dead(block: ir.Block) -> None:

@@ -137,3 +137,22 @@ func.func @unsharded_dims(%a: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mes
   %3 = stablehlo.concatenate %2, %a, dim = 1 : (tensor<8x6xf32>, tensor<8x8xf32>) -> tensor<8x14xf32>
   return %3 : tensor<8x14xf32>
 }
+
+// -----
+
+// Partial sums pass through linear ops (a float convert) but are combined before a
+// convert to integers: rounding the parts is not rounding the sum.
+// CHECK-LABEL: func.func @convert_partial
+// CHECK:       %[[S:.*]] = stablehlo.reduce
+// CHECK-NEXT:  %[[H:.*]] = stablehlo.convert %[[S]] : (tensor<8xf32>) -> tensor<8xf64>
+// CHECK-NEXT:  %[[R:.*]] = "stablehlo.all_reduce"(%[[S]])
+// CHECK:       stablehlo.convert %[[R]] : (tensor<8xf32>) -> tensor<8xi32>
+// CHECK:       "stablehlo.all_reduce"(%[[H]])
+sdy.mesh @mesh = <["x"=4]>
+func.func @convert_partial(%a: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> (tensor<8xi32>, tensor<8xf64>) {
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%a init: %z) applies stablehlo.add across dimensions = [0] : (tensor<8x8xf32>, tensor<f32>) -> tensor<8xf32>
+  %1 = stablehlo.convert %0 : (tensor<8xf32>) -> tensor<8xf64>
+  %2 = stablehlo.convert %0 : (tensor<8xf32>) -> tensor<8xi32>
+  return %2, %1 : tensor<8xi32>, tensor<8xf64>
+}
