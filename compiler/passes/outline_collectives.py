@@ -196,11 +196,11 @@ def _inside(op: ir.Operation, target: ir.Operation) -> bool:
 
 
 def _uses(value: ir.Value) -> list[tuple[ir.Operation, int]]:
-    """(owner, operand index) of every use, read before any is rewritten: rewriting an
-    operand invalidates the use objects of the same value (jaxlib 0.10.2)."""
+    """(owner, operand index) of every use, read before any is rewritten (rewriting an
+    operand edits the use list being walked)."""
     return [(_op(use.owner), use.operand_number) for use in value.uses]
 
 
 def _op(owner) -> ir.Operation:
-    """Use owners come back as OpViews; sets of members hold Operations."""
+    """Use owners and parents come back as OpViews; compare Operations."""
     return owner.operation if hasattr(owner, "operation") else owner
