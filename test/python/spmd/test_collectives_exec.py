@@ -196,17 +196,17 @@ def test_functional_collectives_api_and_errors(cpu8):
         for r in range(4):
             torch.testing.assert_close(outs[r][0], torch.tensor([4.0, 1.0]))
         group = mesh.get_group()
-        float_and = trace(lambda x: c10d.all_reduce(x, "band", group.group_name), inputs[0])
+        float_and = trace(lambda x: c10d.wait_tensor(c10d.all_reduce(x, "band", group.group_name)), inputs[0])
         with pytest.raises(SpmdCompileError, match="'band' is not defined for float elements"):
             compile_spmd(float_and, 4, client=cpu8)
         lonely = dist.new_group([0, 1])
         from torch_tpu.compiler.lowering import LoweringError
 
         with pytest.raises(LoweringError, match="declare the partition with torch_tpu.spmd.declare_partition"):
-            trace(lambda x: c10d.all_reduce(x, "sum", lonely.group_name), inputs[0])
+            trace(lambda x: c10d.wait_tensor(c10d.all_reduce(x, "sum", lonely.group_name)), inputs[0])
         declare_partition([[0, 1], [2, 3]])
         try:
-            assert "[[0, 1], [2, 3]]" in str(trace(lambda x: c10d.all_reduce(x, "sum", lonely.group_name), inputs[0]))
+            assert "[[0, 1], [2, 3]]" in str(trace(lambda x: c10d.wait_tensor(c10d.all_reduce(x, "sum", lonely.group_name)), inputs[0]))
         finally:
             clear_declared_partitions()
 
