@@ -66,6 +66,7 @@ REDUCE_CASES = [
     ("min", torch.int32), ("max", torch.int8), ("band", torch.int32), ("bor", torch.int64),
     ("bxor", torch.int32), ("band", torch.bool), ("bor", torch.bool), ("bxor", torch.bool),
     ("sum", torch.bool), ("max", torch.bfloat16), ("sum", torch.float64), ("min", torch.uint8),
+    ("sum", torch.complex64), ("avg", torch.float16), ("product", torch.int16),
 ]
 
 
@@ -84,7 +85,7 @@ def test_all_reduce_every_op_and_dtype_on_mesh_dims(cpu8, n):
                 owner = _groups_of(partitions[dim], n)
                 for r in range(n):
                     expected = _reduce(op, [inputs[g] for g in owner[r]]).to(dtype)
-                    torch.testing.assert_close(outs[r][0], expected, rtol=1e-2 if dtype is torch.bfloat16 else 1e-6,
+                    torch.testing.assert_close(outs[r][0], expected, rtol=1e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-6,
                                                atol=0, msg=f"{op} {dtype} on {dim}, rank {r}")
 
 
