@@ -15,6 +15,7 @@ import torch.utils._pytree as pytree
 from ..context import func, ir, make_context, stablehlo
 from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
 from ..lowering.helpers import array_constant
+from ..lowering.dynamic_rules import DYNAMIC_LOWERINGS
 from ..lowering.symsize import SymSize
 from ..dtypes import dtype_of, tensor_type
 from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
@@ -309,7 +310,11 @@ class FxImporter:
         loc = node_location(node)
         with loc:
             try:
-                result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
+                result = NotImplemented
+                if self.dynamic is not None and target in DYNAMIC_LOWERINGS:
+                    result = DYNAMIC_LOWERINGS[target](LoweringContext(node, loc, self), *args, **kwargs)
+                if result is NotImplemented:
+                    result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
             except LoweringError as err:
                 if err.node is None:
                     raise LoweringError(err.reason, node) from err
