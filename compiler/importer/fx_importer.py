@@ -16,7 +16,7 @@ from ..context import func, ir, make_context, stablehlo
 from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
 from ..lowering.helpers import array_constant
 from ..lowering.dynamic_rules import DYNAMIC_LOWERINGS
-from ..lowering.symsize import SymSize
+from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
 from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
 from .locations import node_location
@@ -311,9 +311,13 @@ class FxImporter:
         with loc:
             try:
                 result = NotImplemented
-                if self.dynamic is not None and target in DYNAMIC_LOWERINGS:
-                    result = DYNAMIC_LOWERINGS[target](LoweringContext(node, loc, self), *args, **kwargs)
-                if result is NotImplemented:
+                if self.dynamic is not None:
+                    with dynamic_import():
+                        if target in DYNAMIC_LOWERINGS:
+                            result = DYNAMIC_LOWERINGS[target](LoweringContext(node, loc, self), *args, **kwargs)
+                        if result is NotImplemented:
+                            result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
+                else:
                     result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
             except LoweringError as err:
                 if err.node is None:

@@ -15,7 +15,7 @@ import torch
 
 from ..context import ir, stablehlo
 from ..dtypes import dtype_of, element_type, is_unsigned, tensor_type
-from .symsize import SymSize
+from .symsize import SymSize, static_layout
 
 Scalar = Union[bool, int, float, complex]
 ValueOrScalar = Union[ir.Value, Scalar]
@@ -218,6 +218,8 @@ def reshape(value: ir.Value, shape: Sequence[int]) -> ir.Value:
     shape = [int(s) for s in shape]
     if shape_of(value) == shape:
         return value
+    if [d for d in shape_of(value) if d != 1] != [d for d in shape if d != 1]:
+        value = static_layout(value)  # bounded dynamism: reshape the padded buffer as is
     return stablehlo.ReshapeOp(tensor_type(shape, dtype(value)), value).result
 
 

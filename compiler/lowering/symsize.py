@@ -15,7 +15,51 @@ divisor, `x * seq_len`).
 
 from __future__ import annotations
 
-from ..context import ir
+import contextlib
+import contextvars
+from typing import Iterator
+
+from ..context import ir, stablehlo
+
+# True while the importer lowers a graph with symbolic sizes (see `static_layout`).
+_DYNAMIC_IMPORT: contextvars.ContextVar[bool] = contextvars.ContextVar("torchtpu_dynamic_import", default=False)
+
+
+@contextlib.contextmanager
+def dynamic_import() -> Iterator[None]:
+    token = _DYNAMIC_IMPORT.set(True)
+    try:
+        yield
+    finally:
+        _DYNAMIC_IMPORT.reset(token)
+
+
+def static_layout(value: ir.Value) -> ir.Value:
+    """Inside a rule of a dynamic import: `value` with every dim made static at its full
+    (padded) extent, so XLA's dynamic padder treats a following reshape as the plain
+    reshape of the padded buffer the rule computes with, instead of moving the padding.
+    (The importer re-attaches the logical sizes to the rule's result.)
+
+    `set_dimension_size` to a constant full extent makes a dim static for XLA; on a
+    static-typed operand MLIR folds that away, so it goes through a bounded `?` type and
+    back."""
+    if not _DYNAMIC_IMPORT.get():
+        return value
+    t = ir.RankedTensorType(value.type)
+    i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
+    static_type = value.type
+    for d, extent in enumerate(t.shape):
+        if extent <= 1 or t.is_dynamic_dim(d):
+            continue
+        attr = ir.DenseElementsAttr.get_splat(i32, ir.IntegerAttr.get(i32.element_type, extent))
+        size = stablehlo.ConstantOp(attr).result
+        shape = list(t.shape)
+        shape[d] = ir.ShapedType.get_dynamic_size()
+        bounds = ", ".join(str(extent) if i == d else "?" for i in range(t.rank))
+        bounded = ir.RankedTensorType.get(shape, t.element_type, ir.Attribute.parse(f"#stablehlo.bounds<{bounds}>"))
+        value = stablehlo.SetDimensionSizeOp(value, size, d, results=[bounded]).result
+        value = stablehlo.SetDimensionSizeOp(value, size, d, results=[static_type]).result
+    return value
 
 
 class SymSize(int):
