@@ -269,3 +269,15 @@ lowers_dynamic(aten.sort.default, aten.sort.stable)(_reject_along_dynamic(None, 
 lowers_dynamic(aten.topk.default)(_reject_along_dynamic(None, "topk"))
 lowers_dynamic(aten.repeat.default)(_reject_along_dynamic(None, "repeat"))
 lowers_dynamic(aten.constant_pad_nd.default)(_reject_along_dynamic(None, "constant padding"))
+
+
+@lowers_dynamic(aten.native_layer_norm.default)
+def _layer_norm(ctx: LoweringContext, x, normalized_shape, *args, **kwargs):
+    rank = len(shape_of(x))
+    normalized = range(rank - len(normalized_shape), rank)
+    if not any(d in _dynamic_dims(ctx, 0) for d in normalized):
+        return NotImplemented
+    raise ctx.fail(
+        "layer_norm over a dynamic (padded) dimension is not supported with bounded dynamism; "
+        "it runs in PyTorch eager"
+    )
