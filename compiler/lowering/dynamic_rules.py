@@ -23,6 +23,7 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import broadcast_to, convert, dtype, normalize_dims, reshape, shape_of
+from .symsize import SymSize
 from .registry import LOWERINGS, LoweringContext
 
 aten = torch.ops.aten
@@ -272,12 +273,207 @@ lowers_dynamic(aten.constant_pad_nd.default)(_reject_along_dynamic(None, "consta
 
 
 @lowers_dynamic(aten.native_layer_norm.default)
-def _layer_norm(ctx: LoweringContext, x, normalized_shape, *args, **kwargs):
+def _layer_norm(ctx: LoweringContext, x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """layer_norm whose normalized dims include a dynamic one: mean and variance divide by
+    the run-time element count (the sums are masked by the dynamic padder)."""
     rank = len(shape_of(x))
-    normalized = range(rank - len(normalized_shape), rank)
-    if not any(d in _dynamic_dims(ctx, 0) for d in normalized):
+    dims = list(range(rank - len(normalized_shape), rank))
+    if not any(d in _dynamic_dims(ctx, 0) for d in dims):
         return NotImplemented
-    raise ctx.fail(
-        "layer_norm over a dynamic (padded) dimension is not supported with bounded dynamism; "
-        "it runs in PyTorch eager"
+    sym = _sym(ctx, 0)
+    acc = torch.float64 if dtype(x) is torch.float64 else torch.float32
+    xf = convert(x, acc)
+    count = convert(_i64(_product([_size(ctx, sym.shape[d]) for d in dims])), acc)
+    kept = [1 if d in dims else s for d, s in enumerate(shape_of(xf))]
+    mean = stablehlo.DivOp(_reduce_sum(xf, dims), broadcast_to(count, [s for d, s in enumerate(shape_of(xf)) if d not in dims])).result
+    centered = stablehlo.SubtractOp(xf, broadcast_to(reshape(mean, kept), shape_of(xf))).result
+    squares = _reduce_sum(stablehlo.MulOp(centered, centered).result, dims)
+    var = stablehlo.DivOp(squares, broadcast_to(count, shape_of(squares))).result
+    rstd = stablehlo.RsqrtOp(stablehlo.AddOp(var, broadcast_to(_scalar(eps, acc), shape_of(var))).result).result
+    out = stablehlo.MulOp(centered, broadcast_to(reshape(rstd, kept), shape_of(xf))).result
+    if weight is not None:
+        out = stablehlo.MulOp(out, broadcast_to(convert(weight, acc), shape_of(out))).result
+    if bias is not None:
+        out = stablehlo.AddOp(out, broadcast_to(convert(bias, acc), shape_of(out))).result
+    return (
+        convert(out, ctx.result_dtype(0)),
+        reshape(convert(mean, ctx.result_dtype(1)), ctx.result_shape(1)),
+        reshape(convert(rstd, ctx.result_dtype(2)), ctx.result_shape(2)),
     )
+
+
+# -- slicing along a dynamic dimension ------------------------------------------------------------
+# Where a slice starts depends on the logical size when the start is negative (counted from
+# the end) or symbolic. The padded buffer is extended by the slice's bound first, so the
+# dynamic_slice never clamps its start.
+def _runtime_index(ctx: LoweringContext, index, size) -> ir.Value | int:
+    """PyTorch's start normalization (negative counts from the end; clamped to [0, size])
+    with the run-time size."""
+    if index is None:
+        return 0
+    if isinstance(index, SymSize):
+        value = index.value
+    elif int(index) >= 0 and not isinstance(size, ir.Value):
+        return min(int(index), size)
+    elif int(index) >= 0:
+        value = _i64(int(index))
+    else:
+        value = stablehlo.AddOp(_i64(size), _i64(int(index))).result
+    value = stablehlo.MaxOp(value, _i64(0)).result
+    return stablehlo.MinOp(value, _i64(size)).result
+
+
+def _pad_dim(x: ir.Value, dim: int, extra: int) -> ir.Value:
+    from .helpers import full
+
+    if extra <= 0:
+        return x
+    shape = shape_of(x)
+    shape[dim] = extra
+    return stablehlo.ConcatenateOp([x, full(0, dtype(x), shape)], dim).result
+
+
+def _dynamic_slice(x: ir.Value, dim: int, start: ir.Value | int, length: int, step: int = 1) -> ir.Value:
+    """x[..., start : start + length*step : step, ...] for a run-time start."""
+    if not isinstance(start, ir.Value) and start + (length - 1) * step + 1 <= shape_of(x)[dim]:
+        starts, limits, strides = [0] * len(shape_of(x)), list(shape_of(x)), [1] * len(shape_of(x))
+        starts[dim], limits[dim], strides[dim] = start, start + (length - 1) * step + 1, step
+        return stablehlo.SliceOp(x, starts, limits, strides).result
+    span = (length - 1) * step + 1 if length > 0 else 0
+    x = _pad_dim(x, dim, span)
+    shape = shape_of(x)
+    sizes = list(shape)
+    sizes[dim] = span
+    index_type = tensor_type([], torch.int64)
+    starts = [_i64(start) if d == dim else stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(index_type, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0))).result for d in range(len(shape))]
+    window = stablehlo.DynamicSliceOp(x, starts, sizes).result
+    if step == 1:
+        return window
+    limits = list(sizes)
+    strides = [1] * len(sizes)
+    strides[dim] = step
+    return stablehlo.SliceOp(window, [0] * len(sizes), limits, strides).result
+
+
+@lowers_dynamic(aten.slice.Tensor, aten.slice_copy.Tensor)
+def _slice(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    if int(step) < 1:
+        raise ctx.fail("slice step must be positive")
+    size = _size(ctx, _sym(ctx, 0).shape[dim])
+    begin = _runtime_index(ctx, start, size)
+    length = ctx.result_shape()[dim]
+    return reshape(_dynamic_slice(x, dim, begin, length, int(step)), ctx.result_shape())
+
+
+@lowers_dynamic(aten.select.int, aten.select_copy.int)
+def _select(ctx: LoweringContext, x, dim, index):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    size = _size(ctx, _sym(ctx, 0).shape[dim])
+    begin = _runtime_index(ctx, index, size)
+    return reshape(_dynamic_slice(x, dim, begin, 1), ctx.result_shape())
+
+
+@lowers_dynamic(aten.narrow.default, aten.narrow_copy.default)
+def _narrow(ctx: LoweringContext, x, dim, start, length):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    size = _size(ctx, _sym(ctx, 0).shape[dim])
+    begin = _runtime_index(ctx, start, size)
+    return reshape(_dynamic_slice(x, dim, begin, ctx.result_shape()[dim]), ctx.result_shape())
+
+
+def _scatter_into(ctx: LoweringContext, base: ir.Value, src: ir.Value, dim: int, begin, length, step: int) -> ir.Value:
+    """base with src written at [begin : begin + length*step : step] along dim, where
+    `length` is src's run-time extent: positions outside it keep base (src's padding is
+    never written)."""
+    from .helpers import compare, convert, select
+
+    src = convert(src, dtype(base))
+    shape = shape_of(base)
+    extent = shape_of(src)[dim]
+    if step != 1:
+        raise ctx.fail("a strided slice_scatter along a dynamic dimension is not supported")
+    padded = _pad_dim(base, dim, extent)
+    index_type = tensor_type([], torch.int64)
+    zero = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(index_type, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0))).result
+    starts = [_i64(begin) if d == dim else zero for d in range(len(shape))]
+    placed = stablehlo.DynamicUpdateSliceOp(padded, src, starts).result
+    limits = list(shape)
+    placed = stablehlo.SliceOp(placed, [0] * len(shape), limits, [1] * len(shape)).result
+    position = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
+    lo = broadcast_to(_i64(begin), shape)
+    hi = broadcast_to(stablehlo.AddOp(_i64(begin), _i64(length)).result, shape)
+    inside = stablehlo.AndOp(compare(position, lo, "GE"), compare(position, hi, "LT")).result
+    return select(inside, placed, base)
+
+
+@lowers_dynamic(aten.slice_scatter.default)
+def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, step=1):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0) and dim not in _dynamic_dims(ctx, 1):
+        return NotImplemented
+    size = _size(ctx, _sym(ctx, 0).shape[dim])
+    begin = _runtime_index(ctx, start, size)
+    length = _size(ctx, _sym(ctx, 1).shape[dim])
+    return _scatter_into(ctx, x, src, dim, begin, length, int(step))
+
+
+@lowers_dynamic(aten.select_scatter.default)
+def _select_scatter(ctx: LoweringContext, x, src, dim, index):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    size = _size(ctx, _sym(ctx, 0).shape[dim])
+    begin = _runtime_index(ctx, index, size)
+    shape = shape_of(x)
+    src = reshape(src, shape[:dim] + [1] + shape[dim + 1 :])
+    return _scatter_into(ctx, x, src, dim, begin, 1, 1)
+
+
+def _backward_base(ctx: LoweringContext, grad: ir.Value, input_sizes) -> ir.Value:
+    from .helpers import full
+
+    return full(0, dtype(grad), [int(s) for s in input_sizes])
+
+
+@lowers_dynamic(aten.slice_backward.default)
+def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
+    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    dim = normalize_dims(dim, len(input_sizes))[0]
+    if dim not in ctx.importer.dynamic.dynamic_dims(out) and dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    base = _backward_base(ctx, grad, input_sizes)
+    begin = _runtime_index(ctx, start, _size(ctx, out.shape[dim]))
+    length = _size(ctx, _sym(ctx, 0).shape[dim])
+    return _scatter_into(ctx, base, grad, dim, begin, length, int(step))
+
+
+@lowers_dynamic(aten.select_backward.default)
+def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
+    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    dim = normalize_dims(dim, len(input_sizes))[0]
+    if dim not in ctx.importer.dynamic.dynamic_dims(out):
+        return NotImplemented
+    base = _backward_base(ctx, grad, input_sizes)
+    begin = _runtime_index(ctx, index, _size(ctx, out.shape[dim]))
+    shape = shape_of(base)
+    grad = reshape(grad, shape[:dim] + [1] + shape[dim + 1 :])
+    return _scatter_into(ctx, base, grad, dim, begin, 1, 1)
+
+
+def _reject_split(ctx: LoweringContext, x, split, dim=0, *args, **kwargs):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    raise ctx.fail("splitting along a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager")
+
+
+for _op in (aten.split.Tensor, aten.split_with_sizes.default, aten.split_copy.Tensor, aten.unsafe_split.Tensor, aten.chunk.default):
+    lowers_dynamic(_op)(_reject_split)
+lowers_dynamic(aten.unbind.int)(_reject_along_dynamic(1, "unbind"))
