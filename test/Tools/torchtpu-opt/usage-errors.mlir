@@ -14,7 +14,7 @@
 // HELP:      usage: torchtpu-opt
 // HELP:      --pass-pipeline
 // HELP:      torch_tpu passes:
-// HELP-NEXT:   --torchtpu-set-precision
+// HELP:        --torchtpu-set-precision
 // HELP:        --torchtpu-verify
 
 func.func @f() {
