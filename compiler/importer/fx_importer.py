@@ -20,6 +20,7 @@ from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
 from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
 from .locations import node_location
+from ..lowering.row_layout import _VIEWS as _VIEW_TARGETS, RowLayout, result_keeps_layout, row_wise_operands
 
 # Python operators that appear in FX graphs on static values (sizes, scalars).
 _PYTHON_OPERATORS = {
@@ -115,6 +116,10 @@ class FxImporter:
                     "(the bound of each size symbol)"
                 )
             self.dynamic = DynamicShapes(gm, symbol_bounds)
+        # Row-interleaved values (row_layout.py) and their compacted forms.
+        self.interleaved: dict[torch.fx.Node, RowLayout] = {}
+        self._compacted: dict[torch.fx.Node, ir.Value] = {}
+        self._arg_override: dict[torch.fx.Node, ir.Value] = {}
         self.context = context or make_context()
         self.func_name = func_name
         self.env: dict[torch.fx.Node, Any] = {}
@@ -190,6 +195,8 @@ class FxImporter:
         elif isinstance(value, ir.Value):
             dims: tuple[int, ...] = ()
             if dyn is not None and isinstance(source, torch.fx.Node):
+                if source in self.interleaved:
+                    value = self.compacted(source)
                 val = dyn.symbolic_val(source)
                 if isinstance(val, torch.Tensor) and dyn.dynamic_dims(val):
                     dims = tuple(dyn.dynamic_dims(val))
@@ -254,7 +261,8 @@ class FxImporter:
         return InputSpec(node.name, (), _scalar_dtype(val), is_scalar=True)
 
     def _map_arg(self, arg):
-        return torch.fx.node.map_arg(arg, lambda n: self.env[n])
+        override = self._arg_override
+        return torch.fx.node.map_arg(arg, lambda n: override.get(n, self.env[n]))
 
     def _lower(self, node: torch.fx.Node):
         if node.op == "get_attr":
@@ -275,9 +283,39 @@ class FxImporter:
                 # rules, its run-time value for arithmetic.
                 with node_location(node):
                     return dyn.sym_size(symbolic, node)
-            result = self._lower_node(node)
+            sources = [a for a in node.all_input_nodes if a in self.interleaved]
+            row_wise = bool(sources) and row_wise_operands(node, self.interleaved, dyn.symbolic_val)
+            if sources and not row_wise:
+                self._arg_override = {a: self.compacted(a) for a in sources}
+            try:
+                result = self._lower_node(node)
+            finally:
+                self._arg_override = {}
+            if node in self.interleaved:
+                return result  # a flattening view kept interleaved: no size marks
+            if row_wise and node.target not in _VIEW_TARGETS:
+                layout = self.interleaved[sources[0]]
+                if not result_keeps_layout(node, layout, dyn.symbolic_val):
+                    raise LoweringError("internal error: a row-wise op lost its operands' row layout; please report this", node)
+                self.interleaved[node] = layout
+                return result
             return self._mark_dynamic(node, symbolic, result)
         return self._lower_node(node)
+
+    def compacted(self, node: torch.fx.Node) -> ir.Value:
+        """The compact value of an interleaved node (built once, where first needed)."""
+        value = self._compacted.get(node)
+        if value is None:
+            from ..lowering.dynamic_rules import compact_rows
+
+            symbolic = self.dynamic.symbolic_val(node)
+            loc = node_location(node)
+            with loc, dynamic_import():
+                ctx = LoweringContext(node, loc, self)
+                value = compact_rows(ctx, self.env[node], self.interleaved[node], symbolic)
+                value = self.dynamic.mark(value, symbolic, node)
+            self._compacted[node] = value
+        return value
 
     def _mark_dynamic(self, node, symbolic, result):
         if isinstance(symbolic, torch.Tensor) and isinstance(result, ir.Value):

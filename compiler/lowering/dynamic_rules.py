@@ -18,12 +18,14 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import sympy
 import torch
 
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import broadcast_to, convert, dtype, normalize_dims, reshape, shape_of
 from .symsize import SymSize
+from .row_layout import flatten_layout, unflatten_matches
 from .registry import LOWERINGS, LoweringContext
 
 aten = torch.ops.aten
@@ -53,6 +55,8 @@ def _size(ctx: LoweringContext, s) -> ir.Value | int:
     """A size of symbolic metadata: a 0-d i64 value when symbolic, else an int."""
     if isinstance(s, torch.SymInt) and not s.node.is_constant():
         return ctx.importer.dynamic.size_value(s.node.expr, ctx.node)
+    if isinstance(s, sympy.Expr) and not isinstance(s, sympy.Integer):
+        return ctx.importer.dynamic.size_value(s, ctx.node)
     return int(s)
 
 
@@ -174,26 +178,36 @@ def _reshape(ctx: LoweringContext, x, *args, **kwargs):
     out_dyn = ctx.importer.dynamic.dynamic_dims(out_sym)
     if not in_dyn and not out_dyn:
         return NotImplemented
+    importer = ctx.importer
+    source = ctx.node.args[0]
+    layout = importer.interleaved.get(source)
+    if layout is not None:
+        if unflatten_matches(layout, out_sym.shape):
+            return reshape(x, ctx.result_shape())  # the padded buffer is already in place
+        x = importer.compacted(source)
+    elif (flat := flatten_layout(in_sym.shape, out_sym.shape, shape_of(x)[in_dyn[0]] if in_dyn else 0)) is not None:
+        importer.interleaved[ctx.node] = flat
+        return reshape(x, ctx.result_shape())
     if [_key(s) for s in in_sym.shape] == [_key(s) for s in out_sym.shape] or _layout_preserving(in_sym.shape, out_sym.shape):
         return reshape(x, ctx.result_shape())
-    return _gather_reshape(ctx, x, in_sym.shape, out_sym.shape)
+    return _gather_reshape(ctx, x, in_sym.shape, out_sym.shape, ctx.result_shape())
 
 
 def _key(s):
     return str(s.node.expr) if isinstance(s, torch.SymInt) else int(s)
 
 
-def _gather_reshape(ctx: LoweringContext, x: ir.Value, in_sizes, out_sizes) -> ir.Value:
+def _gather_reshape(ctx: LoweringContext, x: ir.Value, in_sizes, out_sizes, out_pad) -> ir.Value:
     """A reshape that moves padding: each output element's logical linear index is mapped
     to its input element, read with one gather of rows (the longest common static suffix
     is kept whole)."""
-    in_pad, out_pad = shape_of(x), ctx.result_shape()
+    in_pad = shape_of(x)
     # Common static trailing block moved as a unit.
     row = 1
     i, o = len(in_pad), len(out_pad)
     while i > 0 and o > 0:
         si, so = in_sizes[i - 1], out_sizes[o - 1]
-        if _is_dyn(si) or _is_dyn(so) or int(si) != int(so):
+        if _is_dyn(si) or _is_dyn(so) or isinstance(si, sympy.Expr) and not isinstance(si, sympy.Integer) or int(si) != int(so):
             break
         row *= int(si)
         i -= 1
@@ -477,3 +491,14 @@ def _reject_split(ctx: LoweringContext, x, split, dim=0, *args, **kwargs):
 for _op in (aten.split.Tensor, aten.split_with_sizes.default, aten.split_copy.Tensor, aten.unsafe_split.Tensor, aten.chunk.default):
     lowers_dynamic(_op)(_reject_split)
 lowers_dynamic(aten.unbind.int)(_reject_along_dynamic(1, "unbind"))
+
+
+def compact_rows(ctx: LoweringContext, raw: ir.Value, layout, symbolic) -> ir.Value:
+    """The compact `[lead*s, rest...]` value of an interleaved one (row_layout.py):
+    its padded `[lead..., bound, rest...]` buffer, sized, read with one gather."""
+    rest = [int(v) for v in symbolic.shape[1:]]
+    blocked = reshape(raw, list(layout.lead) + [layout.bound] + rest)
+    size = ctx.importer.dynamic.size_i32(layout.symbol, ctx.node)
+    blocked = stablehlo.SetDimensionSizeOp(blocked, size, len(layout.lead), results=[blocked.type]).result
+    in_sizes = list(layout.lead) + [layout.symbol] + rest
+    return _gather_reshape(ctx, blocked, in_sizes, list(symbolic.shape), shape_of(raw))
