@@ -20,7 +20,8 @@ metadata. The importer lowers such a graph *at its bounds*:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import sympy
 import torch
@@ -33,7 +34,6 @@ from ..lowering.symsize import SymSize
 
 BOUNDS_ATTR = "torchtpu.bounds"
 _SYMBOLIC_VAL = "torchtpu_symbolic_val"
-_I32 = None
 
 
 def _is_symbolic_int(s) -> bool:
@@ -222,7 +222,9 @@ def _emit(expr, known: Mapping[Any, ir.Value], node) -> ir.Value:
     i64 = tensor_type([], torch.int64)
 
     def const(v: int) -> ir.Value:
-        attr = ir.DenseElementsAttr.get_splat(i64, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v)))
+        attr = ir.DenseElementsAttr.get_splat(
+            i64, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v))
+        )
         return stablehlo.ConstantOp(attr).result
 
     def rec(e) -> ir.Value:
@@ -233,7 +235,8 @@ def _emit(expr, known: Mapping[Any, ir.Value], node) -> ir.Value:
         if isinstance(e, sympy.Symbol):
             raise LoweringError(
                 f"symbolic size {e} is not the size of any input of this graph; compile it "
-                "with static shapes", node,
+                "with static shapes",
+                node,
             )
         args = [rec(a) for a in e.args]
         if isinstance(e, sympy.Add):
@@ -249,7 +252,9 @@ def _emit(expr, known: Mapping[Any, ir.Value], node) -> ir.Value:
             return _fold(stablehlo.MaxOp, args)
         if isinstance(e, sympy.Min):
             return _fold(stablehlo.MinOp, args)
-        raise LoweringError(f"symbolic size expression {e} ({type(e).__name__}) is not supported", node)
+        raise LoweringError(
+            f"symbolic size expression {e} ({type(e).__name__}) is not supported", node
+        )
 
     return rec(expr)
 
@@ -265,7 +270,9 @@ def bounds_attr(bounds: list[int]) -> ir.Attribute:
     return ir.DenseI64ArrayAttr.get([int(b) for b in bounds])
 
 
-def symbol_bounds_from(gm: torch.fx.GraphModule, policy: Callable[[int], int]) -> dict[sympy.Symbol, int]:
+def symbol_bounds_from(
+    gm: torch.fx.GraphModule, policy: Callable[[int], int]
+) -> dict[sympy.Symbol, int]:
     """Bounds of the graph's symbols: the max PyTorch knows for the symbol
     (`mark_dynamic(..., max=)`, ShapeEnv value ranges), else `policy(current size)`."""
     bounds: dict[sympy.Symbol, int] = {}
@@ -277,7 +284,11 @@ def symbol_bounds_from(gm: torch.fx.GraphModule, policy: Callable[[int], int]) -
             upper = _finite_int(vr.upper)
             if upper is not None and upper >= 2**31:
                 upper = None
-        values = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val if shape_env is not None else {}
+        values = (
+            getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
+            if shape_env is not None
+            else {}
+        )
         hint = values.get(sym)
         hint = int(hint) if hint is not None else 1
         bounds[sym] = upper if upper is not None else max(policy(hint), hint)

@@ -16,7 +16,8 @@ symbolic metadata through it. It returns `NotImplemented` to use the ordinary ru
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sympy
 import torch
@@ -24,9 +25,9 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import broadcast_to, convert, dtype, normalize_dims, reshape, shape_of
-from .symsize import SymSize
-from .row_layout import flatten_layout, unflatten_matches
 from .registry import LOWERINGS, LoweringContext
+from .row_layout import flatten_layout, unflatten_matches
+from .symsize import SymSize
 
 aten = torch.ops.aten
 
@@ -63,7 +64,9 @@ def _size(ctx: LoweringContext, s) -> ir.Value | int:
 def _i64(v: ir.Value | int) -> ir.Value:
     if isinstance(v, ir.Value):
         return v
-    attr = ir.DenseElementsAttr.get_splat(tensor_type([], torch.int64), ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v)))
+    attr = ir.DenseElementsAttr.get_splat(
+        tensor_type([], torch.int64), ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v))
+    )
     return stablehlo.ConstantOp(attr).result
 
 
@@ -89,7 +92,9 @@ def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
         return NotImplemented
     total = LOWERINGS[aten.sum.dim_IntList].fn(ctx, x, dims, keepdim, dtype=dtype)
     count = _product([_size(ctx, sym.shape[d]) for d in dims])
-    return stablehlo.DivOp(total, broadcast_to(convert(count, _dtype_of(total)), shape_of(total))).result
+    return stablehlo.DivOp(
+        total, broadcast_to(convert(count, _dtype_of(total)), shape_of(total))
+    ).result
 
 
 def _var_rule(take_sqrt: bool, with_mean: bool):
@@ -160,17 +165,27 @@ def _layout_preserving(in_shape, out_shape) -> bool:
     before and after it (padding then stays in one contiguous block per outer index)."""
 
     def split(shape):
-        dyn = [d for d, s in enumerate(shape) if isinstance(s, torch.SymInt) and not s.node.is_constant()]
+        dyn = [
+            d
+            for d, s in enumerate(shape)
+            if isinstance(s, torch.SymInt) and not s.node.is_constant()
+        ]
         if len(dyn) != 1:
             return None
         d = dyn[0]
-        return math.prod(int(s) for s in shape[:d]), shape[d].node.expr, math.prod(int(s) for s in shape[d + 1 :])
+        return (
+            math.prod(int(s) for s in shape[:d]),
+            shape[d].node.expr,
+            math.prod(int(s) for s in shape[d + 1 :]),
+        )
 
     a, b = split(in_shape), split(out_shape)
     return a is not None and b is not None and a[0] == b[0] and a[2] == b[2] and a[1] == b[1]
 
 
-@lowers_dynamic(aten.view.default, aten.view_copy.default, aten._unsafe_view.default, aten.reshape.default)
+@lowers_dynamic(
+    aten.view.default, aten.view_copy.default, aten._unsafe_view.default, aten.reshape.default
+)
 def _reshape(ctx: LoweringContext, x, *args, **kwargs):
     in_sym = _sym(ctx, 0)
     out_sym = ctx.importer.dynamic.symbolic_val(ctx.node)
@@ -185,10 +200,14 @@ def _reshape(ctx: LoweringContext, x, *args, **kwargs):
         if unflatten_matches(layout, out_sym.shape):
             return reshape(x, ctx.result_shape())  # the padded buffer is already in place
         x = importer.compacted(source)
-    elif (flat := flatten_layout(in_sym.shape, out_sym.shape, shape_of(x)[in_dyn[0]] if in_dyn else 0)) is not None:
+    elif (
+        flat := flatten_layout(in_sym.shape, out_sym.shape, shape_of(x)[in_dyn[0]] if in_dyn else 0)
+    ) is not None:
         importer.interleaved[ctx.node] = flat
         return reshape(x, ctx.result_shape())
-    if [_key(s) for s in in_sym.shape] == [_key(s) for s in out_sym.shape] or _layout_preserving(in_sym.shape, out_sym.shape):
+    if [_key(s) for s in in_sym.shape] == [_key(s) for s in out_sym.shape] or _layout_preserving(
+        in_sym.shape, out_sym.shape
+    ):
         return reshape(x, ctx.result_shape())
     return _gather_reshape(ctx, x, in_sym.shape, out_sym.shape, ctx.result_shape())
 
@@ -207,7 +226,13 @@ def _gather_reshape(ctx: LoweringContext, x: ir.Value, in_sizes, out_sizes, out_
     i, o = len(in_pad), len(out_pad)
     while i > 0 and o > 0:
         si, so = in_sizes[i - 1], out_sizes[o - 1]
-        if _is_dyn(si) or _is_dyn(so) or isinstance(si, sympy.Expr) and not isinstance(si, sympy.Integer) or int(si) != int(so):
+        if (
+            _is_dyn(si)
+            or _is_dyn(so)
+            or isinstance(si, sympy.Expr)
+            and not isinstance(si, sympy.Integer)
+            or int(si) != int(so)
+        ):
             break
         row *= int(si)
         i -= 1
@@ -242,9 +267,10 @@ def _gather_reshape(ctx: LoweringContext, x: ir.Value, in_sizes, out_sizes, out_
     indices = coords[0] if len(coords) == 1 else stablehlo.ConcatenateOp(coords, 1).result
     from .indexing import _gather
 
-    trailing = in_pad[len(in_lead):]
+    trailing = in_pad[len(in_lead) :]
     taken = _gather(
-        x, indices,
+        x,
+        indices,
         offset_dims=list(range(1, 1 + len(trailing))),
         collapsed_slice_dims=list(range(len(in_lead))),
         start_index_map=list(range(len(in_lead))),
@@ -259,14 +285,23 @@ def _is_dyn(s) -> bool:
 
 
 # -- ops that depend on where a dynamic dimension ends ------------------------------------------
-def _reject_along_dynamic(dim_position: int | None, what: str):
+_ALL = object()
+
+
+def _reject_along_dynamic(dim_position: int | None, what: str, default=_ALL, keyword: str = "dim"):
+    """A rule rejecting the op when the dims it works along (argument `dim_position`, or
+    `keyword`, else `default`; None or absent: all dims) include a dynamic one."""
+
     def rule(ctx: LoweringContext, x, *args, **kwargs):
         dyn = _dynamic_dims(ctx, 0)
         if not dyn:
             return NotImplemented
         if dim_position is not None:
-            all_args = list(ctx.node.args) + list(ctx.node.kwargs.values())
-            dims = all_args[dim_position] if dim_position < len(all_args) else None
+            node_args = list(ctx.node.args)
+            if dim_position < len(node_args):
+                dims = node_args[dim_position]
+            else:
+                dims = ctx.node.kwargs.get(keyword, None if default is _ALL else default)
             dims = normalize_dims(dims, len(shape_of(x)))
             if not any(d in dyn for d in dims):
                 return NotImplemented
@@ -278,12 +313,35 @@ def _reject_along_dynamic(dim_position: int | None, what: str):
     return rule
 
 
-lowers_dynamic(aten.flip.default)(_reject_along_dynamic(1, "flip"))
-lowers_dynamic(aten.roll.default)(_reject_along_dynamic(2, "roll"))
-lowers_dynamic(aten.sort.default, aten.sort.stable)(_reject_along_dynamic(None, "sort"))
-lowers_dynamic(aten.topk.default)(_reject_along_dynamic(None, "topk"))
-lowers_dynamic(aten.repeat.default)(_reject_along_dynamic(None, "repeat"))
-lowers_dynamic(aten.constant_pad_nd.default)(_reject_along_dynamic(None, "constant padding"))
+lowers_dynamic(aten.flip.default)(_reject_along_dynamic(1, "flip", keyword="dims"))
+lowers_dynamic(aten.roll.default)(_reject_along_dynamic(2, "roll", keyword="dims"))
+lowers_dynamic(aten.sort.default)(_reject_along_dynamic(1, "sort", default=-1))
+lowers_dynamic(aten.sort.stable)(_reject_along_dynamic(None, "sort"))  # dim is keyword-only there
+lowers_dynamic(aten.topk.default)(_reject_along_dynamic(2, "topk", default=-1))
+
+
+@lowers_dynamic(aten.repeat.default)
+def _repeat(ctx: LoweringContext, x, repeats):
+    """Repeating a dynamic dim interleaves copies with padding; repeating others is fine."""
+    rank = len(shape_of(x))
+    offset = len(repeats) - rank
+    if all(int(repeats[offset + d]) == 1 for d in _dynamic_dims(ctx, 0)):
+        return NotImplemented
+    raise ctx.fail(
+        "repeat along a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager"
+    )
+
+
+@lowers_dynamic(aten.constant_pad_nd.default)
+def _constant_pad(ctx: LoweringContext, x, pad, value=0):
+    """Padding after a dynamic dim's end would land after the buffer's padding."""
+    rank = len(shape_of(x))
+    touched = {rank - 1 - i // 2 for i, p in enumerate(pad) if int(p) != 0}
+    if not touched & set(_dynamic_dims(ctx, 0)):
+        return NotImplemented
+    raise ctx.fail(
+        "constant padding of a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager"
+    )
 
 
 @lowers_dynamic(aten.native_layer_norm.default)
@@ -299,11 +357,16 @@ def _layer_norm(ctx: LoweringContext, x, normalized_shape, weight=None, bias=Non
     xf = convert(x, acc)
     count = convert(_i64(_product([_size(ctx, sym.shape[d]) for d in dims])), acc)
     kept = [1 if d in dims else s for d, s in enumerate(shape_of(xf))]
-    mean = stablehlo.DivOp(_reduce_sum(xf, dims), broadcast_to(count, [s for d, s in enumerate(shape_of(xf)) if d not in dims])).result
+    mean = stablehlo.DivOp(
+        _reduce_sum(xf, dims),
+        broadcast_to(count, [s for d, s in enumerate(shape_of(xf)) if d not in dims]),
+    ).result
     centered = stablehlo.SubtractOp(xf, broadcast_to(reshape(mean, kept), shape_of(xf))).result
     squares = _reduce_sum(stablehlo.MulOp(centered, centered).result, dims)
     var = stablehlo.DivOp(squares, broadcast_to(count, shape_of(squares))).result
-    rstd = stablehlo.RsqrtOp(stablehlo.AddOp(var, broadcast_to(_scalar(eps, acc), shape_of(var))).result).result
+    rstd = stablehlo.RsqrtOp(
+        stablehlo.AddOp(var, broadcast_to(_scalar(eps, acc), shape_of(var))).result
+    ).result
     out = stablehlo.MulOp(centered, broadcast_to(reshape(rstd, kept), shape_of(xf))).result
     if weight is not None:
         out = stablehlo.MulOp(out, broadcast_to(convert(weight, acc), shape_of(out))).result
@@ -347,7 +410,9 @@ def _pad_dim(x: ir.Value, dim: int, extra: int) -> ir.Value:
     return stablehlo.ConcatenateOp([x, full(0, dtype(x), shape)], dim).result
 
 
-def _dynamic_slice(x: ir.Value, dim: int, start: ir.Value | int, length: int, step: int = 1) -> ir.Value:
+def _dynamic_slice(
+    x: ir.Value, dim: int, start: ir.Value | int, length: int, step: int = 1
+) -> ir.Value:
     """x[..., start : start + length*step : step, ...] for a run-time start."""
     if not isinstance(start, ir.Value) and start + (length - 1) * step + 1 <= shape_of(x)[dim]:
         starts, limits, strides = [0] * len(shape_of(x)), list(shape_of(x)), [1] * len(shape_of(x))
@@ -359,7 +424,16 @@ def _dynamic_slice(x: ir.Value, dim: int, start: ir.Value | int, length: int, st
     sizes = list(shape)
     sizes[dim] = span
     index_type = tensor_type([], torch.int64)
-    starts = [_i64(start) if d == dim else stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(index_type, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0))).result for d in range(len(shape))]
+    starts = [
+        _i64(start)
+        if d == dim
+        else stablehlo.ConstantOp(
+            ir.DenseElementsAttr.get_splat(
+                index_type, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)
+            )
+        ).result
+        for d in range(len(shape))
+    ]
     window = stablehlo.DynamicSliceOp(x, starts, sizes).result
     if step == 1:
         return window
@@ -402,7 +476,9 @@ def _narrow(ctx: LoweringContext, x, dim, start, length):
     return reshape(_dynamic_slice(x, dim, begin, ctx.result_shape()[dim]), ctx.result_shape())
 
 
-def _scatter_into(ctx: LoweringContext, base: ir.Value, src: ir.Value, dim: int, begin, length, step: int) -> ir.Value:
+def _scatter_into(
+    ctx: LoweringContext, base: ir.Value, src: ir.Value, dim: int, begin, length, step: int
+) -> ir.Value:
     """base with src written at [begin : begin + length*step : step] along dim, where
     `length` is src's run-time extent: positions outside it keep base (src's padding is
     never written)."""
@@ -415,7 +491,11 @@ def _scatter_into(ctx: LoweringContext, base: ir.Value, src: ir.Value, dim: int,
         raise ctx.fail("a strided slice_scatter along a dynamic dimension is not supported")
     padded = _pad_dim(base, dim, extent)
     index_type = tensor_type([], torch.int64)
-    zero = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(index_type, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0))).result
+    zero = stablehlo.ConstantOp(
+        ir.DenseElementsAttr.get_splat(
+            index_type, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)
+        )
+    ).result
     starts = [_i64(begin) if d == dim else zero for d in range(len(shape))]
     placed = stablehlo.DynamicUpdateSliceOp(padded, src, starts).result
     limits = list(shape)
@@ -485,10 +565,18 @@ def _reject_split(ctx: LoweringContext, x, split, dim=0, *args, **kwargs):
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
-    raise ctx.fail("splitting along a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager")
+    raise ctx.fail(
+        "splitting along a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager"
+    )
 
 
-for _op in (aten.split.Tensor, aten.split_with_sizes.default, aten.split_copy.Tensor, aten.unsafe_split.Tensor, aten.chunk.default):
+for _op in (
+    aten.split.Tensor,
+    aten.split_with_sizes.default,
+    aten.split_copy.Tensor,
+    aten.unsafe_split.Tensor,
+    aten.chunk.default,
+):
     lowers_dynamic(_op)(_reject_split)
 lowers_dynamic(aten.unbind.int)(_reject_along_dynamic(1, "unbind"))
 
@@ -499,6 +587,8 @@ def compact_rows(ctx: LoweringContext, raw: ir.Value, layout, symbolic) -> ir.Va
     rest = [int(v) for v in symbolic.shape[1:]]
     blocked = reshape(raw, list(layout.lead) + [layout.bound] + rest)
     size = ctx.importer.dynamic.size_i32(layout.symbol, ctx.node)
-    blocked = stablehlo.SetDimensionSizeOp(blocked, size, len(layout.lead), results=[blocked.type]).result
+    blocked = stablehlo.SetDimensionSizeOp(
+        blocked, size, len(layout.lead), results=[blocked.type]
+    ).result
     in_sizes = list(layout.lead) + [layout.symbol] + rest
     return _gather_reshape(ctx, blocked, in_sizes, list(symbolic.shape), shape_of(raw))

@@ -32,12 +32,29 @@ _ROW_WISE = {
     aten.addmm.default: (1,),
 }
 _ELEMENTWISE = {
-    aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.gelu.default,
-    aten.relu.default, aten.silu.default, aten.tanh.default, aten.sigmoid.default,
-    aten.neg.default, aten.clone.default, aten._to_copy.default, aten.exp.default,
-    aten.pow.Tensor_Scalar, aten.rsqrt.default, aten.where.self,
+    aten.add.Tensor,
+    aten.sub.Tensor,
+    aten.mul.Tensor,
+    aten.div.Tensor,
+    aten.gelu.default,
+    aten.relu.default,
+    aten.silu.default,
+    aten.tanh.default,
+    aten.sigmoid.default,
+    aten.neg.default,
+    aten.clone.default,
+    aten._to_copy.default,
+    aten.exp.default,
+    aten.pow.Tensor_Scalar,
+    aten.rsqrt.default,
+    aten.where.self,
 }
-_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default}
+_VIEWS = {
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.view_copy.default,
+}
 
 
 @dataclass(frozen=True)
@@ -79,8 +96,10 @@ def unflatten_matches(layout: RowLayout, out_shape) -> bool:
     if tuple(int(s) for s in out_shape[:n]) != layout.lead:
         return False
     s = out_shape[n]
-    return _symbolic(s) and sympy.simplify(s.node.expr - layout.symbol) == 0 and not any(
-        _symbolic(x) for x in out_shape[n + 1 :]
+    return (
+        _symbolic(s)
+        and sympy.simplify(s.node.expr - layout.symbol) == 0
+        and not any(_symbolic(x) for x in out_shape[n + 1 :])
     )
 
 
@@ -120,9 +139,9 @@ def result_keeps_layout(node: torch.fx.Node, layout: RowLayout, symbolic_val) ->
     out = symbolic_val(node)
     if not isinstance(out, torch.Tensor) or not out.dim() or not _symbolic(out.shape[0]):
         return False
-    return sympy.simplify(out.shape[0].node.expr - _prod(layout.lead) * layout.symbol) == 0 and not any(
-        _symbolic(s) for s in out.shape[1:]
-    )
+    return sympy.simplify(
+        out.shape[0].node.expr - _prod(layout.lead) * layout.symbol
+    ) == 0 and not any(_symbolic(s) for s in out.shape[1:])
 
 
 def _symbolic(s) -> bool:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..context import ir, stablehlo
 
 # True while the importer lowers a graph with symbolic sizes (see `static_layout`).
-_DYNAMIC_IMPORT: contextvars.ContextVar[bool] = contextvars.ContextVar("torchtpu_dynamic_import", default=False)
+_DYNAMIC_IMPORT: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "torchtpu_dynamic_import", default=False
+)
 
 
 @contextlib.contextmanager
@@ -56,7 +58,9 @@ def static_layout(value: ir.Value) -> ir.Value:
         shape = list(t.shape)
         shape[d] = ir.ShapedType.get_dynamic_size()
         bounds = ", ".join(str(extent) if i == d else "?" for i in range(t.rank))
-        bounded = ir.RankedTensorType.get(shape, t.element_type, ir.Attribute.parse(f"#stablehlo.bounds<{bounds}>"))
+        bounded = ir.RankedTensorType.get(
+            shape, t.element_type, ir.Attribute.parse(f"#stablehlo.bounds<{bounds}>")
+        )
         value = stablehlo.SetDimensionSizeOp(value, size, d, results=[bounded]).result
         value = stablehlo.SetDimensionSizeOp(value, size, d, results=[static_type]).result
     return value
@@ -68,7 +72,7 @@ class SymSize(int):
     value: ir.Value
     expr: object  # the sympy expression PyTorch recorded
 
-    def __new__(cls, bound: int, value: ir.Value, expr: object) -> "SymSize":
+    def __new__(cls, bound: int, value: ir.Value, expr: object) -> SymSize:
         obj = super().__new__(cls, int(bound))
         obj.value = value
         obj.expr = expr

@@ -20,20 +20,64 @@ from .bounds_util import (
 # dim takes the bound of the operands' dim.
 _SAME_SHAPE_OPS = frozenset(
     "stablehlo." + name
-    for name in (
-        "abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros "
-        "divide exponential exponential_minus_one floor imag is_finite log log_plus_one logistic "
-        "maximum minimum multiply negate not or popcnt power real reduce_precision remainder "
-        "round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic "
-        "shift_right_logical sign sine sqrt subtract tan tanh xor optimization_barrier"
-    ).split()
+    for name in [
+        "abs",
+        "add",
+        "and",
+        "atan2",
+        "cbrt",
+        "ceil",
+        "clamp",
+        "compare",
+        "complex",
+        "convert",
+        "cosine",
+        "count_leading_zeros",
+        "divide",
+        "exponential",
+        "exponential_minus_one",
+        "floor",
+        "imag",
+        "is_finite",
+        "log",
+        "log_plus_one",
+        "logistic",
+        "maximum",
+        "minimum",
+        "multiply",
+        "negate",
+        "not",
+        "or",
+        "popcnt",
+        "power",
+        "real",
+        "reduce_precision",
+        "remainder",
+        "round_nearest_afz",
+        "round_nearest_even",
+        "rsqrt",
+        "select",
+        "shift_left",
+        "shift_right_arithmetic",
+        "shift_right_logical",
+        "sign",
+        "sine",
+        "sqrt",
+        "subtract",
+        "tan",
+        "tanh",
+        "xor",
+        "optimization_barrier",
+    ]
 )
 
 
 @register_pass
 class AnnotateBoundsPass(Pass):
     argument = "torchtpu-annotate-bounds"
-    summary = "Give every dynamic dimension a #stablehlo.bounds, from torchtpu.bounds argument attributes"
+    summary = (
+        "Give every dynamic dimension a #stablehlo.bounds, from torchtpu.bounds argument attributes"
+    )
     description = (
         "Bounded dynamism (docs/explanation/bounded-dynamism.md). A function argument "
         "`tensor<?x...>` with the argument attribute `torchtpu.bounds = array<i64: ...>` "
@@ -68,7 +112,10 @@ class AnnotateBoundsPass(Pass):
             attr = attrs[index].get(BOUNDS_ATTR)
             if t is None:
                 if attr is not None:
-                    self.error(fn, f"argument #{index}: {BOUNDS_ATTR} needs a ranked tensor argument, got {arg.type}")
+                    self.error(
+                        fn,
+                        f"argument #{index}: {BOUNDS_ATTR} needs a ranked tensor argument, got {arg.type}",
+                    )
                     ok = False
                 continue
             if attr is None:
@@ -76,19 +123,31 @@ class AnnotateBoundsPass(Pass):
             try:
                 bounds = list(ir.DenseI64ArrayAttr(attr))
             except ValueError:
-                self.error(fn, f"argument #{index}: {BOUNDS_ATTR} must be an array<i64: ...> (one bound per dim), got {attr}")
+                self.error(
+                    fn,
+                    f"argument #{index}: {BOUNDS_ATTR} must be an array<i64: ...> (one bound per dim), got {attr}",
+                )
                 ok = False
                 continue
             if len(bounds) != t.rank:
-                self.error(fn, f"argument #{index}: {BOUNDS_ATTR} has {len(bounds)} entries for a rank-{t.rank} tensor {t}")
+                self.error(
+                    fn,
+                    f"argument #{index}: {BOUNDS_ATTR} has {len(bounds)} entries for a rank-{t.rank} tensor {t}",
+                )
                 ok = False
                 continue
             for d in range(t.rank):
                 if t.is_dynamic_dim(d) and bounds[d] < 0:
-                    self.error(fn, f"argument #{index}: dynamic dim {d} of {t} has no bound in {BOUNDS_ATTR} (got {bounds[d]}); give a positive bound")
+                    self.error(
+                        fn,
+                        f"argument #{index}: dynamic dim {d} of {t} has no bound in {BOUNDS_ATTR} (got {bounds[d]}); give a positive bound",
+                    )
                     ok = False
                 elif not t.is_dynamic_dim(d) and bounds[d] not in (-1, t.shape[d]):
-                    self.error(fn, f"argument #{index}: static dim {d} of {t} has size {t.shape[d]} but {BOUNDS_ATTR} says {bounds[d]}; use -1 for static dims")
+                    self.error(
+                        fn,
+                        f"argument #{index}: static dim {d} of {t} has size {t.shape[d]} but {BOUNDS_ATTR} says {bounds[d]}; use -1 for static dims",
+                    )
                     ok = False
             if not ok:
                 continue
@@ -134,11 +193,16 @@ class AnnotateBoundsPass(Pass):
 
     @staticmethod
     def _derive(op: ir.Operation, t: ir.RankedTensorType) -> list[int | None]:
-        bounds: list[int | None] = [dim_bound(t, d) if not t.is_dynamic_dim(d) else None for d in range(t.rank)]
+        bounds: list[int | None] = [
+            dim_bound(t, d) if not t.is_dynamic_dim(d) else None for d in range(t.rank)
+        ]
         if op.name == "stablehlo.set_dimension_size":
             operand = ranked(op.operands[0].type)
             if operand is not None and operand.rank == t.rank:
-                return [dim_bound(operand, d) if t.is_dynamic_dim(d) else bounds[d] for d in range(t.rank)]
+                return [
+                    dim_bound(operand, d) if t.is_dynamic_dim(d) else bounds[d]
+                    for d in range(t.rank)
+                ]
             return bounds
         if op.name in _SAME_SHAPE_OPS:
             for value in op.operands:

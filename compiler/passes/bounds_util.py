@@ -71,7 +71,7 @@ def entry_functions(module: ir.Operation) -> list[ir.Operation]:
 
 def arg_attr_dicts(fn: ir.Operation) -> list[dict[str, ir.Attribute]]:
     count = len(fn.regions[0].blocks[0].arguments) if len(fn.regions[0].blocks) else 0
-    out: list[dict[str, ir.Attribute]] = [dict() for _ in range(count)]
+    out: list[dict[str, ir.Attribute]] = [{} for _ in range(count)]
     if "arg_attrs" in fn.attributes:
         for i, entry in enumerate(ir.ArrayAttr(fn.attributes["arg_attrs"])):
             d = ir.DictAttr(entry)
@@ -80,7 +80,7 @@ def arg_attr_dicts(fn: ir.Operation) -> list[dict[str, ir.Attribute]]:
 
 
 def result_attr_dicts(fn: ir.Operation, count: int) -> list[dict[str, ir.Attribute]]:
-    out: list[dict[str, ir.Attribute]] = [dict() for _ in range(count)]
+    out: list[dict[str, ir.Attribute]] = [{} for _ in range(count)]
     if "res_attrs" in fn.attributes:
         for i, entry in enumerate(ir.ArrayAttr(fn.attributes["res_attrs"])):
             if i < count:
@@ -101,5 +101,7 @@ def update_function_type(fn: ir.Operation) -> None:
     block = fn.regions[0].blocks[0]
     terminator = list(block.operations)[-1]
     fn.attributes["function_type"] = ir.TypeAttr.get(
-        ir.FunctionType.get([a.type for a in block.arguments], [v.type for v in terminator.operands])
+        ir.FunctionType.get(
+            [a.type for a in block.arguments], [v.type for v in terminator.operands]
+        )
     )

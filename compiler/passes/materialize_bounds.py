@@ -52,7 +52,9 @@ class MaterializeBoundsPass(Pass):
         for fn in entry_functions(op):
             if len(fn.regions[0].blocks) == 0:
                 continue
-            visibility = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
+            visibility = (
+                fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
+            )
             if visibility is not None and ir.StringAttr(visibility).value == "private":
                 continue
             if self._check(fn):
@@ -65,12 +67,18 @@ class MaterializeBoundsPass(Pass):
         for index, arg in enumerate(block.arguments):
             t = ranked(arg.type)
             if t is not None and unbounded_dims(t):
-                self.error(fn, f"argument #{index} ({t}) has dynamic dims {unbounded_dims(t)} without a bound; run torchtpu-annotate-bounds first")
+                self.error(
+                    fn,
+                    f"argument #{index} ({t}) has dynamic dims {unbounded_dims(t)} without a bound; run torchtpu-annotate-bounds first",
+                )
                 ok = False
         for index, value in enumerate(terminator.operands):
             t = ranked(value.type)
             if t is not None and unbounded_dims(t):
-                self.error(terminator, f"result #{index} ({t}) has dynamic dims {unbounded_dims(t)} without a bound; run torchtpu-annotate-bounds first")
+                self.error(
+                    terminator,
+                    f"result #{index} ({t}) has dynamic dims {unbounded_dims(t)} without a bound; run torchtpu-annotate-bounds first",
+                )
                 ok = False
         return ok
 
@@ -80,7 +88,7 @@ class MaterializeBoundsPass(Pass):
         block = fn.regions[0].blocks[0]
         arg_attrs = arg_attr_dicts(fn)
         original_args = list(block.arguments)
-        first_op = list(block.operations)[0]
+        first_op = next(iter(block.operations))
         # Arguments: padded buffer + sizes; the body sees the bounded value it saw before.
         for index, arg in enumerate(original_args):
             t = ranked(arg.type)
@@ -124,7 +132,11 @@ class MaterializeBoundsPass(Pass):
                 shape = list(t.shape)
                 for d in dims:
                     shape[d] = bounds_type.shape[d]
-                    step = bounds_type if shape == list(bounds_type.shape) else _partially_bounded(t, shape)
+                    step = (
+                        bounds_type
+                        if shape == list(bounds_type.shape)
+                        else _partially_bounded(t, shape)
+                    )
                     bound = _i32_constant(bounds_type.shape[d], i32)
                     current = stablehlo.SetDimensionSizeOp(current, bound, d, results=[step]).result
                 new_results.append(current)

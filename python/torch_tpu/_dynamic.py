@@ -10,14 +10,15 @@ A size above its bound recompiles once with a larger bound.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sympy
 import torch
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
-from torch_tpu.compiler.importer.dynamic import graph_symbols, symbol_bounds_from
+from torch_tpu.compiler.importer.dynamic import symbol_bounds_from
 
 from . import config
 
@@ -45,7 +46,9 @@ def policy_bound(size: int) -> int:
     try:
         fixed = int(raw)
     except ValueError:
-        raise ValueError(f"TORCH_TPU_DYNAMIC_BOUND={raw!r}: use 'pow2' or a positive integer") from None
+        raise ValueError(
+            f"TORCH_TPU_DYNAMIC_BOUND={raw!r}: use 'pow2' or a positive integer"
+        ) from None
     if fixed <= 0:
         raise ValueError(f"TORCH_TPU_DYNAMIC_BOUND={raw!r}: use 'pow2' or a positive integer")
     return max(fixed, next_pow2(size))
@@ -63,7 +66,9 @@ def bounds_passes(platform: str) -> str:
 
 
 def settings_key(bounds: dict[sympy.Symbol, int]) -> str:
-    return "bounds=" + ",".join(f"{s}:{b}" for s, b in sorted(bounds.items(), key=lambda kv: str(kv[0])))
+    return "bounds=" + ",".join(
+        f"{s}:{b}" for s, b in sorted(bounds.items(), key=lambda kv: str(kv[0]))
+    )
 
 
 class DynamicCompiledGraph:
@@ -71,7 +76,13 @@ class DynamicCompiledGraph:
     sizes, slices outputs back to their logical sizes. A size above its bound recompiles
     (once per growth) through `recompile(new_bounds)`."""
 
-    def __init__(self, compiled, bounds: dict[sympy.Symbol, int], recompile: Callable[[dict], Any], name: str = "graph") -> None:
+    def __init__(
+        self,
+        compiled,
+        bounds: dict[sympy.Symbol, int],
+        recompile: Callable[[dict], Any],
+        name: str = "graph",
+    ) -> None:
         self.name = name
         self.compiled = compiled
         self.bounds = bounds
@@ -81,7 +92,9 @@ class DynamicCompiledGraph:
         # Where each size symbol can be read from the call's arguments.
         self._symbol_sources: dict[sympy.Symbol, tuple[int, int | None]] = {}
         gm = imported_gm(compiled)
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"] if gm is not None else []
+        placeholders = (
+            [n for n in gm.graph.nodes if n.op == "placeholder"] if gm is not None else []
+        )
         for i, node in enumerate(placeholders):
             val = node.meta.get("val")
             if isinstance(val, torch.Tensor):
@@ -108,7 +121,8 @@ class DynamicCompiledGraph:
             log.warning(
                 "torch_tpu: an input size exceeds its compiled bound; recompiling %s with bounds %s "
                 "(set torch._dynamo.mark_dynamic(..., max=) or TORCH_TPU_DYNAMIC_BOUND to avoid this)",
-                self.name, {str(k): v for k, v in grown.items()},
+                self.name,
+                {str(k): v for k, v in grown.items()},
             )
             fresh = self._recompile(grown)
             self.__dict__.update(fresh.__dict__)
@@ -116,7 +130,9 @@ class DynamicCompiledGraph:
         padded, sizes = [], []
         for spec, arg in zip(self._specs, args):
             if spec.dynamic_dims and isinstance(arg, torch.Tensor):
-                sizes.extend(torch.tensor(arg.shape[d], dtype=torch.int32) for d in spec.dynamic_dims)
+                sizes.extend(
+                    torch.tensor(arg.shape[d], dtype=torch.int32) for d in spec.dynamic_dims
+                )
                 arg = _pad_to(arg, spec.shape)
             padded.append(arg)
         inputs = compiled.prepare_inputs(padded)
@@ -151,4 +167,4 @@ def _pad_to(t: torch.Tensor, shape) -> torch.Tensor:
     return F.pad(t.detach() if not t.requires_grad else t, pads)
 
 
-__all__ = ["DynamicCompiledGraph", "bounds_passes", "graph_symbols", "initial_bounds", "policy_bound"]
+__all__ = ["DynamicCompiledGraph", "bounds_passes", "initial_bounds", "policy_bound"]

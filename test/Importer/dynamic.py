@@ -5,7 +5,6 @@
 
 import torch
 from torch.export import Dim
-
 from torch_tpu.compiler.importer import import_graph
 from torch_tpu.compiler.importer.dynamic import symbol_bounds_from
 
@@ -14,7 +13,11 @@ S = Dim("s", min=2, max=16)
 
 def run(name, fn, args, dynamic_shapes):
     print(name)
-    gm = torch.export.export(fn, args, dynamic_shapes={"args": dynamic_shapes}).run_decompositions().graph_module
+    gm = (
+        torch.export.export(fn, args, dynamic_shapes={"args": dynamic_shapes})
+        .run_decompositions()
+        .graph_module
+    )
     print(import_graph(gm, symbol_bounds=symbol_bounds_from(gm, lambda size: 64)).text())
 
 

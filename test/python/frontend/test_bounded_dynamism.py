@@ -8,13 +8,12 @@ import logging
 import pytest
 import torch
 import torch.fx.experimental._config as fx_config
-import torch.nn as nn
 import torch.nn.functional as F
-
+from torch import nn
 from torch_tpu.examples.quickstart import TinyGPT
 from torch_tpu.runtime import get_client
 
-TOL = dict(atol=1e-4, rtol=1e-4)
+TOL = {"atol": 1e-4, "rtol": 1e-4}
 BOUND = 32
 # 20 lengths in [1, BOUND], in a fixed shuffled order. The first one is what Dynamo
 # traces with: tracing at size 1 lets PyTorch specialize some metadata to 1.
@@ -49,7 +48,10 @@ class EncoderBlock(nn.Module):
 
     def forward(self, x):
         b, t, d = x.shape
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in self.qkv(x).split(d, -1))
+        q, k, v = (
+            z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+            for z in self.qkv(x).split(d, -1)
+        )
         # (SDPA, as BERT implementations use: PyTorch's decomposition of a 4-D `q @ k^T`
         # guards on `t != 1`, which would compile size 1 separately.)
         attn = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
