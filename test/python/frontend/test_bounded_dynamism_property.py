@@ -5,10 +5,8 @@ import os
 
 import torch
 import torch.nn.functional as F
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from torch_tpu.runtime import get_client
 
 BOUND = 16
