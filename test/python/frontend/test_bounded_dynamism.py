@@ -106,6 +106,21 @@ def test_gpt_dynamic_batch_one_compile():
     assert _run_lengths(model, lambda n: torch.randint(0, 64, (n, 8)), 0, LENGTHS[::2]) == 1
 
 
+def test_gpt_dynamic_batch_and_sequence_one_compile():
+    """Two symbols: the flattening views take the gather path (two dynamic dims)."""
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=64, d=32, heads=4, layers=1, seq=16).eval()
+    compiled = torch.compile(model, backend="tpu")
+    before = _compiles()
+    for batch, n in [(3, 5), (1, 16), (4, 2), (2, 9), (8, 1)]:
+        ids = torch.randint(0, 64, (batch, n))
+        torch._dynamo.mark_dynamic(ids, 0, min=1, max=8)
+        torch._dynamo.mark_dynamic(ids, 1, min=1, max=16)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(ids), model(ids), **TOL)
+    assert _compiles() - before == 1
+
+
 def test_training_step_dynamic_batch():
     """aot_autograd forward + backward with a symbolic batch: loss and gradients match
     eager at every batch size, one compile per graph (forward, backward)."""
