@@ -27,7 +27,7 @@ from ..dtypes import tensor_type
 from .helpers import broadcast_to, convert, dtype, normalize_dims, reshape, shape_of
 from .registry import LOWERINGS, LoweringContext
 from .row_layout import flatten_layout, unflatten_matches
-from .symsize import SymSize
+from .symsize import SymSize, static_layout
 
 aten = torch.ops.aten
 
@@ -592,3 +592,202 @@ def compact_rows(ctx: LoweringContext, raw: ir.Value, layout, symbolic) -> ir.Va
     ).result
     in_sizes = list(layout.lead) + [layout.symbol] + rest
     return _gather_reshape(ctx, blocked, in_sizes, list(symbolic.shape), shape_of(raw))
+
+
+# -- scans ---------------------------------------------------------------------------------------
+def _scan_on_padded_buffer(ctx: LoweringContext, x, *args, **kwargs):
+    """A forward scan's valid outputs read only valid inputs (a prefix), so it runs on the
+    padded buffer as a static one; the importer re-attaches the sizes to its result.
+    (XLA's dynamic padder got reduce_window scans wrong with two dynamic dims: rows past
+    the other dim's bound came out wrong.)"""
+    if not _dynamic_dims(ctx, 0):
+        return NotImplemented
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), *args, **kwargs)
+
+
+for _op in (
+    aten.cumsum.default,
+    aten.cumprod.default,
+    aten.cummax.default,
+    aten.cummin.default,
+    aten.logcumsumexp.default,
+):
+    lowers_dynamic(_op)(_scan_on_padded_buffer)
+
+
+# -- sizes used as values inside whole-op rules ---------------------------------------------------
+def _arg(ctx: LoweringContext, args, kwargs, name: str):
+    """The value of argument `name` of the node's schema (positional, keyword or default)."""
+    schema = ctx.node.target._schema.arguments
+    for i, a in enumerate(schema):
+        if a.name == name:
+            if i < len(args):
+                return args[i]
+            if name in kwargs:
+                return kwargs[name]
+            return a.default_value if a.has_default_value() else None
+    return None
+
+
+def _with_arg(ctx: LoweringContext, args, kwargs, name: str, value):
+    schema = ctx.node.target._schema.arguments
+    args = list(args)
+    for i, a in enumerate(schema):
+        if a.name == name:
+            if i < len(args):
+                args[i] = value
+            else:
+                kwargs = {**kwargs, name: value}
+    return args, kwargs
+
+
+def _position(ctx: LoweringContext, name: str) -> int:
+    return [a.name for a in ctx.node.target._schema.arguments].index(name)
+
+
+_REDUCTION_MEAN, _REDUCTION_SUM = 1, 2
+
+
+def _mean_loss(ctx: LoweringContext, *args, **kwargs):
+    """reduction='mean' of a loss (or its backward) over a dynamic input divides by the
+    run-time element count: the rule runs with reduction='sum', then divides."""
+    if _arg(ctx, args, kwargs, "reduction") != _REDUCTION_MEAN:
+        return NotImplemented
+    position = _position(ctx, "self")
+    sym = _sym(ctx, position)
+    if not ctx.importer.dynamic.dynamic_dims(sym):
+        return NotImplemented
+    args, kwargs = _with_arg(ctx, args, kwargs, "reduction", _REDUCTION_SUM)
+    total = LOWERINGS[ctx.node.target].fn(ctx, *args, **kwargs)
+    count = _product([_size(ctx, s) for s in sym.shape])
+    return stablehlo.DivOp(
+        total, broadcast_to(convert(count, dtype(total)), shape_of(total))
+    ).result
+
+
+for _name in (
+    "mse_loss",
+    "mse_loss_backward",
+    "binary_cross_entropy",
+    "binary_cross_entropy_backward",
+    "binary_cross_entropy_with_logits",
+    "smooth_l1_loss",
+    "smooth_l1_loss_backward",
+    "huber_loss",
+    "huber_loss_backward",
+    "soft_margin_loss",
+    "soft_margin_loss_backward",
+):
+    # (Registered whether or not the op has a lowering: this module may be imported
+    # before the family modules; the rule looks the lowering up when it runs.)
+    lowers_dynamic(getattr(aten, _name).default)(_mean_loss)
+
+
+def _reject_when(condition, what: str):
+    def rule(ctx: LoweringContext, *args, **kwargs):
+        if not condition(ctx, args, kwargs):
+            return NotImplemented
+        raise ctx.fail(
+            f"{what} is not supported with bounded dynamism; it runs in PyTorch eager "
+            "(or mark the dimension static)"
+        )
+
+    return rule
+
+
+def _dynamic_beyond(first: int, position_name: str = "input"):
+    """Whether the tensor argument `position_name` has a dynamic dim at index >= first."""
+
+    def condition(ctx, args, kwargs) -> bool:
+        return any(d >= first for d in _dynamic_dims(ctx, _position(ctx, position_name)))
+
+    return condition
+
+
+def _training_over_dynamic(ctx, args, kwargs) -> bool:
+    names = [a.name for a in ctx.node.target._schema.arguments]
+    flag = "training" if "training" in names else "train" if "train" in names else None
+    training = _arg(ctx, args, kwargs, flag) if flag else True
+    return bool(training) and any(
+        d != 1 for d in _dynamic_dims(ctx, 1 if names[0] == "grad_out" else 0)
+    )
+
+
+def _attention_head_dim_dynamic(ctx, args, kwargs) -> bool:
+    position = _position(ctx, "query")
+    sym = _sym(ctx, position)
+    return _arg(ctx, args, kwargs, "scale") is None and (sym.dim() - 1) in _dynamic_dims(
+        ctx, position
+    )
+
+
+for _op in (
+    aten.native_batch_norm.default,
+    aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit.no_stats,
+    aten._native_batch_norm_legit_functional.default,
+    aten.native_batch_norm_backward.default,
+):
+    lowers_dynamic(_op)(
+        _reject_when(_training_over_dynamic, "batch norm statistics over a dynamic dimension")
+    )
+for _op in (aten.native_group_norm.default,):
+    lowers_dynamic(_op)(_reject_when(_dynamic_beyond(1), "group norm over a dynamic dimension"))
+for _op in (aten.native_group_norm_backward.default,):
+    lowers_dynamic(_op)(
+        _reject_when(_dynamic_beyond(1, "input"), "group norm over a dynamic dimension")
+    )
+lowers_dynamic(aten.native_layer_norm_backward.default)(
+    _reject_when(
+        lambda ctx, args, kwargs: any(
+            d >= len(_sym(ctx, 1).shape) - len(args[2]) for d in _dynamic_dims(ctx, 1)
+        ),
+        "layer norm backward over a dynamic normalized dimension",
+    )
+)
+for _op in (
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    aten._scaled_dot_product_efficient_attention.default,
+):
+    lowers_dynamic(_op)(
+        _reject_when(
+            _attention_head_dim_dynamic,
+            "attention with a dynamic head dimension (its default scale)",
+        )
+    )
+
+# Windows, pools and resampling along a dynamic spatial dim depend on where it ends.
+_SPATIAL_OPS = (
+    "avg_pool1d avg_pool2d avg_pool3d avg_pool2d_backward avg_pool3d_backward max_pool1d "
+    "max_pool2d max_pool3d max_pool2d_with_indices max_pool3d_with_indices "
+    "max_pool2d_with_indices_backward max_pool3d_with_indices_backward adaptive_avg_pool1d "
+    "adaptive_avg_pool2d adaptive_avg_pool3d _adaptive_avg_pool2d _adaptive_avg_pool3d "
+    "_adaptive_avg_pool2d_backward _adaptive_avg_pool3d_backward adaptive_max_pool1d "
+    "adaptive_max_pool2d adaptive_max_pool3d adaptive_max_pool2d_backward "
+    "adaptive_max_pool3d_backward upsample_nearest1d upsample_nearest2d upsample_nearest3d "
+    "upsample_linear1d upsample_bilinear2d upsample_trilinear3d upsample_bicubic2d "
+    "_upsample_nearest_exact1d _upsample_nearest_exact2d _upsample_nearest_exact3d "
+    "reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d "
+    "replication_pad3d im2col col2im"
+).split()
+for _name in _SPATIAL_OPS:
+    _packet = getattr(aten, _name, None)
+    for _op in [getattr(_packet, o) for o in _packet.overloads()] if _packet is not None else []:
+        _names = [a.name for a in _op._schema.arguments]
+        _first = "self" if "self" in _names else "input" if "input" in _names else _names[0]
+        lowers_dynamic(_op)(
+            _reject_when(_dynamic_beyond(1, _first), f"{_name} along a dynamic dimension")
+        )
+
+# XLA rejects convolutions over a dynamic spatial dim ("Dynamic Spatial Convolution is not
+# supported"); batch-dynamic convolutions are fine.
+for _op in (aten.convolution.default, aten.convolution_backward.default):
+    lowers_dynamic(_op)(
+        _reject_when(
+            lambda ctx, args, kwargs: any(
+                d >= 2 for d in _dynamic_dims(ctx, _position(ctx, "input"))
+            ),
+            "convolution along a dynamic spatial dimension",
+        )
+    )
