@@ -758,19 +758,7 @@ for _op in (
     )
 
 # Windows, pools and resampling along a dynamic spatial dim depend on where it ends.
-_SPATIAL_OPS = (
-    "avg_pool1d avg_pool2d avg_pool3d avg_pool2d_backward avg_pool3d_backward max_pool1d "
-    "max_pool2d max_pool3d max_pool2d_with_indices max_pool3d_with_indices "
-    "max_pool2d_with_indices_backward max_pool3d_with_indices_backward adaptive_avg_pool1d "
-    "adaptive_avg_pool2d adaptive_avg_pool3d _adaptive_avg_pool2d _adaptive_avg_pool3d "
-    "_adaptive_avg_pool2d_backward _adaptive_avg_pool3d_backward adaptive_max_pool1d "
-    "adaptive_max_pool2d adaptive_max_pool3d adaptive_max_pool2d_backward "
-    "adaptive_max_pool3d_backward upsample_nearest1d upsample_nearest2d upsample_nearest3d "
-    "upsample_linear1d upsample_bilinear2d upsample_trilinear3d upsample_bicubic2d "
-    "_upsample_nearest_exact1d _upsample_nearest_exact2d _upsample_nearest_exact3d "
-    "reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d "
-    "replication_pad3d im2col col2im"
-).split()
+_SPATIAL_OPS = ["avg_pool1d", "avg_pool2d", "avg_pool3d", "avg_pool2d_backward", "avg_pool3d_backward", "max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward", "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d", "replication_pad3d", "im2col", "col2im"]
 for _name in _SPATIAL_OPS:
     _packet = getattr(aten, _name, None)
     for _op in [getattr(_packet, o) for o in _packet.overloads()] if _packet is not None else []:
