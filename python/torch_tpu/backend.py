@@ -21,7 +21,6 @@ from ._compile import compile_graph
 log = logging.getLogger("torch_tpu")
 
 _graph_ids = itertools.count()
-_logged_static = False
 _KNOWN_OPTIONS = {"functionalize"}
 
 
@@ -62,27 +61,10 @@ def _make_compiler(role: str, graph_id: int):
     return compiler
 
 
-def _has_symbolic_shapes(example_inputs) -> bool:
-    for x in example_inputs:
-        if isinstance(x, (torch.SymInt, torch.SymFloat)):
-            return True
-        if isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape):
-            return True
-    return False
-
-
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_: Any):
-    """Dynamo backend entry point."""
-    global _logged_static
+    """Dynamo backend entry point. Graphs with symbolic sizes (`mark_dynamic`,
+    `dynamic=True`) compile once at bounds (bounded dynamism, `_dynamic.py`)."""
     BackendOptions.parse(options)
-    if _has_symbolic_shapes(example_inputs):
-        if not _logged_static:
-            _logged_static = True
-            log.warning(
-                "torch_tpu: dynamic shapes are not supported yet; compiling with static shapes "
-                "(dynamic=False is forced) — each new input shape compiles once"
-            )
-        return _StaticSpecializer(gm)
     return _aot_backend()(gm, example_inputs)
 
 
@@ -103,25 +85,3 @@ def _aot_backend():
         # back (the torchtpu view passes will turn this into buffer donation).
         keep_inference_input_mutations=False,
     )
-
-
-class _StaticSpecializer:
-    """For a graph Dynamo traced with symbolic sizes: compile it once per concrete
-    input signature (static shapes), as if dynamic=False had been given."""
-
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
-        self.gm = gm
-        self.compiled: dict[tuple, Any] = {}
-
-    def __call__(self, *args):
-        key = tuple(
-            (tuple(a.shape), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else (type(a), a)
-            for a in args
-        )
-        fn = self.compiled.get(key)
-        if fn is None:
-            with torch._guards.tracing(None):
-                specialized = torch.fx.experimental.proxy_tensor.make_fx(self.gm, tracing_mode="real")(*args)
-            backend = _aot_backend()
-            fn = self.compiled[key] = backend(specialized, list(args))
-        return fn(*args)
