@@ -7,6 +7,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
@@ -14,8 +15,12 @@ import torch.utils._pytree as pytree
 from ..context import func, ir, make_context, stablehlo
 from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
 from ..lowering.helpers import array_constant
+from ..lowering.dynamic_rules import DYNAMIC_LOWERINGS
+from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
+from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
 from .locations import node_location
+from ..lowering.row_layout import _VIEWS as _VIEW_TARGETS, RowLayout, result_keeps_layout, row_wise_operands
 
 # Python operators that appear in FX graphs on static values (sizes, scalars).
 _PYTHON_OPERATORS = {
@@ -38,15 +43,18 @@ class InputSpec:
     # "input": a graph placeholder. "rng_state": a tensor<2xui64> seed the caller passes
     # on every call (added when the graph has random ops; it is always the last input).
     role: str = "input"
+    # Dims of a symbolic size (bounded dynamism): `shape` holds their bounds.
+    dynamic_dims: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class OutputSpec:
     """One leaf of the graph's output: result `index` of @main, or a constant."""
 
-    kind: str  # "tensor" | "constant"
+    kind: str  # "tensor" | "constant" | "symint" (a symbolic size: a 0-d i64 result)
     index: int = -1
     value: Any = None
+    dynamic_dims: tuple[int, ...] = ()  # dims returned padded to their bounds
 
 
 @dataclass
@@ -94,11 +102,30 @@ def is_supported(node: torch.fx.Node) -> bool:
 
 
 class FxImporter:
-    def __init__(self, gm: torch.fx.GraphModule, context: ir.Context | None = None, func_name: str = "main",
-                 functional: bool = True):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        context: ir.Context | None = None,
+        func_name: str = "main",
+        symbol_bounds=None,
+        functional: bool = True,
+    ):
         self.gm = gm
         self.functional = functional
-        self.mutation = None  # MutationImporter in non-functional mode
+        self.mutation = None  # MutationImporter in non-functional mode (importer/mutation.py)
+        # Bounded dynamism: symbolic sizes lower at their bounds (importer/dynamic.py).
+        self.dynamic: DynamicShapes | None = None
+        if has_symbolic_shapes(gm):
+            if symbol_bounds is None:
+                raise LoweringError(
+                    "the graph has symbolic (dynamic) sizes; import it with symbol_bounds "
+                    "(the bound of each size symbol)"
+                )
+            self.dynamic = DynamicShapes(gm, symbol_bounds)
+        # Row-interleaved values (row_layout.py) and their compacted forms.
+        self.interleaved: dict[torch.fx.Node, RowLayout] = {}
+        self._compacted: dict[torch.fx.Node, ir.Value] = {}
+        self._arg_override: dict[torch.fx.Node, ir.Value] = {}
         self.context = context or make_context()
         self.func_name = func_name
         self.env: dict[torch.fx.Node, Any] = {}
@@ -120,12 +147,78 @@ class FxImporter:
         return op.results[1]
 
     def run(self) -> ImportedGraph:
+        if self.dynamic is None:
+            return self._run()
+        with self.dynamic.bound_metas():
+            return self._run()
+
+    def _arg_type(self, spec: InputSpec) -> ir.Type:
+        t = tensor_type(spec.shape, spec.dtype)
+        if not spec.dynamic_dims:
+            return t
+        shape = [ir.ShapedType.get_dynamic_size() if d in spec.dynamic_dims else s for d, s in enumerate(spec.shape)]
+        return ir.RankedTensorType.get(shape, t.element_type)
+
+    def _entry_values(self, fn, placeholders, inputs, block) -> None:
+        """Binds placeholders to block arguments; a dynamic argument is read at its
+        bound with its sizes attached, and its size symbols become known."""
+        dyn = self.dynamic
+        for node, arg in zip(placeholders, block.arguments):
+            self.env[node] = arg
+        if dyn is None:
+            return
+        for node, spec, arg in zip(placeholders, inputs, block.arguments):
+            val = dyn.symbolic_val(node)
+            if not spec.dynamic_dims:
+                continue
+            with node_location(node):
+                value = arg
+                for d in spec.dynamic_dims:
+                    size = stablehlo.GetDimensionSizeOp(arg, d).result
+                    expr = val.shape[d].node.expr
+                    if isinstance(expr, sympy.Symbol):
+                        dyn.register(expr, stablehlo.ConvertOp(tensor_type([], torch.int64), size).result)
+                    value = stablehlo.SetDimensionSizeOp(value, size, d, results=[tensor_type(spec.shape, spec.dtype)]).result
+                self.env[node] = value
+        for node, spec, arg in zip(placeholders, inputs, block.arguments):
+            val = dyn.symbolic_val(node)
+            if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
+                dyn.register(val.node.expr, arg)
+            if isinstance(val, torch.SymInt):
+                self.env[node] = dyn.sym_size(val, node)
+        attrs = [
+            ir.DictAttr.get({BOUNDS_ATTR: bounds_attr([b if d in spec.dynamic_dims else -1 for d, b in enumerate(spec.shape)])})
+            if spec.dynamic_dims else ir.DictAttr.get({})
+            for spec in inputs
+        ]
+        fn.arg_attrs = ir.ArrayAttr.get(attrs)
+
+    def _output_leaf(self, node, value, results: list, outputs: list, source) -> None:
+        dyn = self.dynamic
+        if isinstance(value, SymSize):
+            outputs.append(OutputSpec("symint", len(results)))
+            results.append(value.value)
+        elif isinstance(value, ir.Value):
+            dims: tuple[int, ...] = ()
+            if dyn is not None and isinstance(source, torch.fx.Node):
+                if source in self.interleaved:
+                    value = self.compacted(source)
+                val = dyn.symbolic_val(source)
+                if isinstance(val, torch.Tensor) and dyn.dynamic_dims(val):
+                    dims = tuple(dyn.dynamic_dims(val))
+                    value = dyn.mark_result(value, val, source)
+            outputs.append(OutputSpec("tensor", len(results), dynamic_dims=dims))
+            results.append(value)
+        else:
+            outputs.append(OutputSpec("constant", value=value))
+
+    def _run(self) -> ImportedGraph:
         graph = self.gm.graph
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         with self.context, ir.Location.unknown():
             inputs = [self._input_spec(n) for n in placeholders]
             module = ir.Module.create()
-            arg_types = [tensor_type(spec.shape, spec.dtype) for spec in inputs]
+            arg_types = [self._arg_type(spec) for spec in inputs]
             if not self.functional:
                 from .mutation import MutationImporter
 
@@ -136,8 +229,12 @@ class FxImporter:
             arg_locs = [ir.Location.name(n.name) for n in placeholders]
             block = fn.body.blocks.append(*arg_types, arg_locs=arg_locs)
             self._block = block
-            for node, arg in zip(placeholders, block.arguments):
-                self.env[node] = arg if self.mutation is None else self.mutation.wrap_input(node, arg)
+            with ir.InsertionPoint(block):
+                self._entry_values(fn, placeholders, inputs, block)
+            if self.mutation is not None:
+                for node, arg in zip(placeholders, block.arguments):
+                    if self.mutation.is_ref_input(node):
+                        self.env[node] = self.mutation.wrap_input(node, arg)
             outputs: list[OutputSpec] = []
             results: list[ir.Value] = []
             tree = None
@@ -151,12 +248,11 @@ class FxImporter:
                         # returned without getitem flattens into its results.
                         structure = torch.fx.node.map_arg(node.args[0], self._read)
                         leaves, tree = pytree.tree_flatten(structure)
-                        for value in leaves:
-                            if isinstance(value, ir.Value):
-                                outputs.append(OutputSpec("tensor", len(results)))
-                                results.append(value)
-                            else:
-                                outputs.append(OutputSpec("constant", value=value))
+                        sources = pytree.tree_leaves(node.args[0]) if self.dynamic is not None else [None] * len(leaves)
+                        if len(sources) != len(leaves):
+                            sources = [None] * len(leaves)
+                        for value, source in zip(leaves, sources):
+                            self._output_leaf(node, value, results, outputs, source)
                         with ir.Location.unknown():
                             func.ReturnOp(results)
                         break
@@ -174,7 +270,8 @@ class FxImporter:
     def _input_spec(self, node: torch.fx.Node) -> InputSpec:
         val = node.meta.get("val", node.meta.get("example_value"))
         if isinstance(val, torch.Tensor):
-            return InputSpec(node.name, tuple(int(s) for s in val.shape), val.dtype)
+            dims = tuple(self.dynamic.dynamic_dims(self.dynamic.symbolic_val(node))) if self.dynamic else ()
+            return InputSpec(node.name, tuple(int(s) for s in val.shape), val.dtype, dynamic_dims=dims)
         if val is None:
             raise LoweringError("graph input has no shape metadata (meta['val']); trace with make_fx or aot_autograd", node)
         return InputSpec(node.name, (), _scalar_dtype(val), is_scalar=True)
@@ -184,7 +281,8 @@ class FxImporter:
         return value if self.mutation is None else self.mutation.read(value)
 
     def _map_arg(self, arg):
-        return torch.fx.node.map_arg(arg, self._read)
+        override = self._arg_override
+        return torch.fx.node.map_arg(arg, lambda n: override[n] if n in override else self._read(n))
 
     def _lower(self, node: torch.fx.Node):
         if self.mutation is not None:
@@ -202,6 +300,66 @@ class FxImporter:
             return attr
         if node.op != "call_function":
             raise UnsupportedOpError(f"FX '{node.op}' nodes are not supported; graphs must be flat ATen graphs", node)
+        dyn = self.dynamic
+        if dyn is not None:
+            symbolic = dyn.symbolic_val(node)
+            if isinstance(symbolic, torch.SymInt) and not isinstance(
+                symbolic.node.expr, sympy.Integer
+            ):
+                # A size computed from symbols (sym_size, s0 * 2, ...): its bound for the
+                # rules, its run-time value for arithmetic.
+                with node_location(node):
+                    return dyn.sym_size(symbolic, node)
+            sources = [a for a in node.all_input_nodes if a in self.interleaved]
+            row_wise = bool(sources) and row_wise_operands(node, self.interleaved, dyn.symbolic_val)
+            if sources and not row_wise:
+                self._arg_override = {a: self.compacted(a) for a in sources}
+            try:
+                result = self._lower_node(node)
+            finally:
+                self._arg_override = {}
+            if node in self.interleaved:
+                return result  # a flattening view kept interleaved: no size marks
+            if row_wise and node.target not in _VIEW_TARGETS:
+                layout = self.interleaved[sources[0]]
+                if not result_keeps_layout(node, layout, dyn.symbolic_val):
+                    raise LoweringError("internal error: a row-wise op lost its operands' row layout; please report this", node)
+                self.interleaved[node] = layout
+                return result
+            return self._mark_dynamic(node, symbolic, result)
+        return self._lower_node(node)
+
+    def compacted(self, node: torch.fx.Node) -> ir.Value:
+        """The compact value of an interleaved node (built once, where first needed)."""
+        value = self._compacted.get(node)
+        if value is None:
+            from ..lowering.dynamic_rules import compact_rows
+
+            symbolic = self.dynamic.symbolic_val(node)
+            loc = node_location(node)
+            with loc, dynamic_import():
+                ctx = LoweringContext(node, loc, self)
+                value = compact_rows(ctx, self.env[node], self.interleaved[node], symbolic)
+                value = self.dynamic.mark(value, symbolic, node)
+            self._compacted[node] = value
+        return value
+
+    def _mark_dynamic(self, node, symbolic, result):
+        if isinstance(symbolic, torch.Tensor) and isinstance(result, ir.Value):
+            if self.dynamic.dynamic_dims(symbolic):
+                with node_location(node):
+                    return self.dynamic.mark(result, symbolic, node)
+        elif isinstance(symbolic, (tuple, list)) and isinstance(result, tuple):
+            with node_location(node):
+                return tuple(
+                    self.dynamic.mark(r, v, node)
+                    if isinstance(v, torch.Tensor) and isinstance(r, ir.Value) and self.dynamic.dynamic_dims(v)
+                    else r
+                    for r, v in zip(result, symbolic)
+                ) + result[len(symbolic):]
+        return result
+
+    def _lower_node(self, node: torch.fx.Node):
         args = self._map_arg(node.args)
         kwargs = self._map_arg(node.kwargs)
         target = node.target
@@ -217,7 +375,15 @@ class FxImporter:
         loc = node_location(node)
         with loc:
             try:
-                result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
+                result = NotImplemented
+                if self.dynamic is not None:
+                    with dynamic_import():
+                        if target in DYNAMIC_LOWERINGS:
+                            result = DYNAMIC_LOWERINGS[target](LoweringContext(node, loc, self), *args, **kwargs)
+                        if result is NotImplemented:
+                            result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
+                else:
+                    result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
             except LoweringError as err:
                 if err.node is None:
                     raise LoweringError(err.reason, node) from err
@@ -286,10 +452,18 @@ def _normalize_result(result):
     return result
 
 
-def import_graph(gm: torch.fx.GraphModule, *, context: ir.Context | None = None, func_name: str = "main",
-                 functional: bool = True) -> ImportedGraph:
+def import_graph(
+    gm: torch.fx.GraphModule,
+    *,
+    context: ir.Context | None = None,
+    func_name: str = "main",
+    symbol_bounds=None,
+    functional: bool = True,
+) -> ImportedGraph:
     """Imports an ATen-level FX graph whose nodes carry `meta['val']`. Raises
     `LoweringError` (naming the op and the user's source line) when a node cannot be
-    lowered. `functional=False` accepts views and in-place / out= ops (written storage
-    becomes `!torchtpu.ref` references; see compiler/importer/mutation.py)."""
-    return FxImporter(gm, context, func_name, functional).run()
+    lowered. A graph with symbolic sizes needs `symbol_bounds` ({sympy symbol: bound});
+    it is lowered at its bounds (importer/dynamic.py). `functional=False` accepts views and
+    in-place / out= ops (written storage becomes `!torchtpu.ref` references; see
+    compiler/importer/mutation.py)."""
+    return FxImporter(gm, context, func_name, symbol_bounds, functional).run()

@@ -15,6 +15,7 @@ import torch
 
 from ..context import ir, stablehlo
 from ..dtypes import dtype_of, element_type, is_unsigned, tensor_type
+from .symsize import SymSize, static_layout
 
 Scalar = Union[bool, int, float, complex]
 ValueOrScalar = Union[ir.Value, Scalar]
@@ -54,7 +55,10 @@ def is_value(x) -> bool:
 # -- constants ---------------------------------------------------------------------------
 def constant(value, dtype_: torch.dtype, shape: Sequence[int] = ()) -> ir.Value:
     """A constant tensor of `dtype_` and `shape` filled with the scalar `value` (splat),
-    or holding `value` when it is an array/tensor of that shape."""
+    or holding `value` when it is an array/tensor of that shape. A symbolic size
+    (`SymSize`) is its run-time value, not its bound."""
+    if isinstance(value, SymSize):
+        return broadcast_to(convert(value.value, dtype_), shape)
     result_type = tensor_type(shape, dtype_)
     if isinstance(value, (np.ndarray, torch.Tensor)) and np.ndim(value) > 0:
         return array_constant(value, dtype_)
@@ -214,6 +218,8 @@ def reshape(value: ir.Value, shape: Sequence[int]) -> ir.Value:
     shape = [int(s) for s in shape]
     if shape_of(value) == shape:
         return value
+    if [d for d in shape_of(value) if d != 1] != [d for d in shape if d != 1]:
+        value = static_layout(value)  # bounded dynamism: reshape the padded buffer as is
     return stablehlo.ReshapeOp(tensor_type(shape, dtype(value)), value).result
 
 

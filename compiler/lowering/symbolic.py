@@ -1,8 +1,9 @@
 """Size queries (`sym_size`, `sym_stride`, `sym_numel`, `sym_storage_offset`).
 
-Shapes are static for now (bounded dynamism is future work), so these fold to the
-Python integers PyTorch recorded in the argument's metadata; rules that take sizes
-receive them as plain ints.
+On static shapes these fold to the Python integers PyTorch recorded in the argument's
+metadata; rules that take sizes receive them as plain ints. A *symbolic* size never
+reaches these rules: the importer turns every node whose value is a symbolic SymInt into
+a `SymSize` (its bound, with its run-time value; see importer/dynamic.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def _static(ctx: LoweringContext, value) -> int:
     if isinstance(value, torch.SymInt):
         hint = value.node.maybe_as_int() if hasattr(value.node, "maybe_as_int") else None
         if hint is None:
-            raise ctx.fail("symbolic (dynamic) sizes are not supported yet; compile with dynamic=False")
+            raise ctx.fail("internal error: a symbolic size reached a static size rule; please report this")
         return int(hint)
     return int(value)
 

@@ -20,6 +20,7 @@ _LAZY = {
     "ExportedProgram": ("torch_tpu._export", "ExportedProgram"),
     "tpu_backend": ("torch_tpu.backend", "tpu_backend"),
     "TorchTpuCompileError": ("torch_tpu._errors", "TorchTpuCompileError"),
+    "spmd_safe": ("torch_tpu.spmd", "spmd_safe"),
 }
 
 __all__ = ["__version__", *_LAZY]

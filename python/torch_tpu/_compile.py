@@ -15,8 +15,10 @@ import torch.utils._pytree as pytree
 from torch_tpu.compiler.context import make_context
 from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.importer import import_graph, is_supported
+from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
 from torch_tpu.compiler.importer.locations import describe_node, op_name
 from torch_tpu.compiler.lowering import LoweringError, UnsupportedOpError
+from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.compiler.pipeline import run_pipeline
 
 from . import _timing, config
@@ -86,6 +88,12 @@ class CompiledGraph:
         self._client = executable.client
 
     def __call__(self, *args):
+        results = self.executable(*self.prepare_inputs(args))
+        leaves = [results[o.index] if o.kind == "tensor" else o.value for o in self._outputs]
+        return pytree.tree_unflatten(leaves, self._tree)
+
+    def prepare_inputs(self, args) -> list:
+        """The executable's arguments for the graph's inputs `args`."""
         inputs = []
         for spec, arg in zip(self._input_specs, args):
             if isinstance(arg, torch.nn.Parameter):
@@ -101,9 +109,7 @@ class CompiledGraph:
             # Seeded from PyTorch's generator, so torch.manual_seed makes runs repeatable.
             seed = torch.randint(0, 2**62, (2,), dtype=torch.int64).to(torch.uint64)
             inputs.append(seed)
-        results = self.executable(*inputs)
-        leaves = [results[o.index] if o.kind == "tensor" else o.value for o in self._outputs]
-        return pytree.tree_unflatten(leaves, self._tree)
+        return inputs
 
 
 def _fill_placeholder_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
@@ -115,9 +121,16 @@ def _fill_placeholder_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
             node.meta["val"] = example
 
 
-def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph") -> CompiledGraph:
-    """Compiles a graph every node of which has a lowering. Raises LoweringError."""
+def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bounds=None):
+    """Compiles a graph every node of which has a lowering. Raises LoweringError. A graph
+    with symbolic sizes compiles at bounds (`symbol_bounds`, else from its ShapeEnv and
+    TORCH_TPU_DYNAMIC_BOUND) and returns a `_dynamic.DynamicCompiledGraph`."""
     from torch_tpu.runtime import get_client
+
+    from . import _dynamic
+
+    if symbol_bounds is None and has_symbolic_shapes(gm):
+        symbol_bounds = _dynamic.initial_bounds(gm)
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -125,9 +138,12 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph") -> Compil
     mode = current_mode()
     if client.platform == "tpu":
         warn_cost(mode)
-    fingerprint = FxGraphFingerprint(gm, f"pipeline={PIPELINE_VERSION};precision={mode}")
+    settings = f"pipeline={PIPELINE_VERSION};precision={mode}"
+    if symbol_bounds is not None:
+        settings += ";" + _dynamic.settings_key(symbol_bounds)
+    fingerprint = FxGraphFingerprint(gm, settings)
     with _timing.phase("convert", timings):
-        imported = import_graph(gm, context=_shared_context())
+        imported = import_graph(gm, context=_shared_context(), symbol_bounds=symbol_bounds)
     dump = GraphDump(f"{name}-{_short_hash(fingerprint)}")
     if dump.enabled:
         dump.write("fx_graph.py", gm.print_readable(print_output=False))
@@ -135,7 +151,10 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph") -> Compil
         dump.write_stage("imported", imported.text(debug_info=True))
     with _timing.phase("passes", timings):
         engine = DiagnosticEngine()
-        ok = run_pipeline(imported.module.operation, pipeline_for(mode), engine)
+        pipeline = pipeline_for(mode)
+        if symbol_bounds is not None:
+            pipeline = pipeline[:-1] + "," + _dynamic.bounds_passes(client.platform) + ")"
+        ok = run_pipeline(imported.module.operation, pipeline, engine)
         if not ok:
             raise TorchTpuCompileError(
                 f"torch_tpu: the compiler pipeline failed on graph {name}:\n{engine.format()}\n"
@@ -152,7 +171,13 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph") -> Compil
             "torch_tpu: compiling %s (%d nodes) took %.1fs: %s", name, imported.node_count, total,
             ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()),
         )
-    return CompiledGraph(executable, imported)
+    compiled = CompiledGraph(executable, imported)
+    if symbol_bounds is None:
+        return compiled
+    compiled.graph_module = gm
+    return _dynamic.DynamicCompiledGraph(
+        compiled, symbol_bounds, lambda bounds: compile_whole_graph(gm, name, bounds), name
+    )
 
 
 def _short_hash(fingerprint: FxGraphFingerprint) -> str:
@@ -204,6 +229,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
     for node in gm.graph.nodes:
         if node.op == "call_function" and not is_supported(node):
             rejected[node.name] = "no lowering for this op"
+        elif node.op == "call_function" and is_collective_node(node):
+            rejected[node.name] = "collectives run through torch.distributed in a one-device graph (see torch_tpu.spmd)"
     # A lowering may still reject specific arguments; retry with that node in eager.
     for _ in range(64):
         try:

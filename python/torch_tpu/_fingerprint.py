@@ -59,7 +59,11 @@ def _fingerprint(gm: torch.fx.GraphModule, settings: str) -> tuple[bytes, bytes]
         if node.op == "placeholder":
             if isinstance(val, torch.Tensor):
                 shapeless.append(f"in:{val.dtype}:{val.dim()}")
-                dims.extend(int(s) for s in val.shape)
+                # A symbolic size keys by its expression: int() on it would specialize it.
+                symbolic = [str(s) for s in val.shape if isinstance(s, torch.SymInt) and not s.node.is_constant()]
+                if symbolic:
+                    shapeless.append("sym:" + ",".join(symbolic))
+                dims.extend(int(s) if not isinstance(s, torch.SymInt) or s.node.is_constant() else -1 for s in val.shape)
             else:
                 shapeless.append(f"in:{type(val).__name__}")
             continue

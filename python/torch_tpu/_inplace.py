@@ -216,7 +216,7 @@ class TorchTpuViewsGraph:
     compiled graph, recompiled per concrete input signature when Dynamo traced with
     symbolic sizes, and run eagerly when written inputs alias each other."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, fallback: Callable[[], Callable]) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, name: str, fallback: Callable[[Any], Callable]) -> None:
         self.gm = gm
         self.name = name
         self._fallback_factory = fallback
@@ -233,7 +233,7 @@ class TorchTpuViewsGraph:
                 log_once(f"fallback-{type(err).__name__}-{self.name}",
                          "torch_tpu: functionalize='torchtpu' cannot compile graph %s (%s); using "
                          "aot_autograd's functionalization for it", self.name, err)
-                fn = self._fallback_factory()
+                fn = self._fallback_factory(args)
             self._compiled[key] = fn
         return fn
 

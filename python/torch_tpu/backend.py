@@ -23,7 +23,6 @@ from ._compile import compile_graph
 log = logging.getLogger("torch_tpu")
 
 _graph_ids = itertools.count()
-_logged_static = False
 _KNOWN_OPTIONS = {"functionalize"}
 
 
@@ -67,29 +66,12 @@ def _make_compiler(role: str, graph_id: int):
     return compiler
 
 
-def _has_symbolic_shapes(example_inputs) -> bool:
-    for x in example_inputs:
-        if isinstance(x, (torch.SymInt, torch.SymFloat)):
-            return True
-        if isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape):
-            return True
-    return False
-
-
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_: Any):
-    """Dynamo backend entry point."""
-    global _logged_static
+    """Dynamo backend entry point. Graphs with symbolic sizes (`mark_dynamic`,
+    `dynamic=True`) compile once at bounds (bounded dynamism, `_dynamic.py`)."""
     parsed = BackendOptions.parse(options)
     if parsed.functionalize == "torchtpu":
         return _views_backend(gm, example_inputs)
-    if _has_symbolic_shapes(example_inputs):
-        if not _logged_static:
-            _logged_static = True
-            log.warning(
-                "torch_tpu: dynamic shapes are not supported yet; compiling with static shapes "
-                "(dynamic=False is forced) — each new input shape compiles once"
-            )
-        return _StaticSpecializer(gm)
     return _aot_backend()(gm, example_inputs)
 
 
@@ -105,12 +87,15 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
         return _aot_backend()(gm, example_inputs)
     graph_id = next(_graph_ids)
 
-    def fallback():
-        # aot_autograd traces on fake copies; _StaticSpecializer (symbolic shapes only)
-        # re-traces with the call's real tensors.
-        if _has_symbolic_shapes(example_inputs):
-            return _StaticSpecializer(gm)
-        return _aot_backend()(gm, example_inputs)
+    symbolic = any(
+        isinstance(x, (torch.SymInt, torch.SymFloat))
+        or (isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))
+        for x in example_inputs
+    )
+
+    def fallback(args):
+        # Symbolic example inputs belong to Dynamo's trace, over by now: use the call's.
+        return _aot_backend()(gm, list(args) if symbolic else example_inputs)
 
     return TorchTpuViewsGraph(gm, f"g{graph_id}-inference", fallback)
 
@@ -132,28 +117,3 @@ def _aot_backend():
         # back (functionalize="torchtpu" uses the view passes and buffer donation instead).
         keep_inference_input_mutations=False,
     )
-
-
-class _StaticSpecializer:
-    """For a graph Dynamo traced with symbolic sizes: compile it once per concrete
-    input signature (static shapes), as if dynamic=False had been given."""
-
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
-        self.gm = gm
-        self.compiled: dict[tuple, Any] = {}
-
-    def __call__(self, *args):
-        key = tuple(
-            (tuple(a.shape), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else (type(a), a)
-            for a in args
-        )
-        fn = self.compiled.get(key)
-        if fn is None:
-            # Fake tracing: a real trace would run the graph's in-place ops on the
-            # caller's tensors once more (input mutations applied twice).
-            with torch._guards.tracing(None):
-                specialized = torch.fx.experimental.proxy_tensor.make_fx(
-                    self.gm, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
-            backend = _aot_backend()
-            fn = self.compiled[key] = backend(specialized, list(args))
-        return fn(*args)

@@ -1,0 +1,153 @@
+"""From a PyTorch process-group name to the complete replica-group partition.
+
+A collective in an FX graph names one group (the one this rank is in). StableHLO needs
+every subgroup that runs the same collective, so the partition is derived, in order:
+
+1. from a partition declared with `declare_partition` (torch_tpu.spmd) that has the
+   group's ranks as one of its groups -- for groups made with `new_group`, whose sibling
+   groups PyTorch does not record on ranks outside them;
+2. from a live `DeviceMesh` that owns the group as one of its dimensions: the groups of
+   that dimension are the mesh's rows along it (also for meshes whose device order is a
+   permutation, e.g. `[[4,0,1,3],[5,2,6,7]]`);
+3. from the groups PyTorch recorded (`new_group`): the group together with the other
+   recorded groups disjoint from it, when they cover the world exactly;
+4. the whole world when the group is the world.
+
+Anything else cannot be completed without guessing, and is an error that says how to
+declare the partition.
+
+Members of each group are listed in PyTorch's group-rank order (which all-gather and
+all-to-all follow): `get_process_group_ranks` for the group itself; PyTorch sorts the
+ranks of the groups it creates, so mesh rows are sorted when the group's own order is.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+
+
+class GroupResolutionError(ValueError):
+    """The group does not exist or its partition cannot be derived; the message says why."""
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    name: str
+    ranks: tuple[int, ...]  # global ranks in group order
+    partition: tuple[tuple[int, ...], ...]  # every subgroup, each in group order
+    world_size: int
+
+
+def _dist():
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise GroupResolutionError(
+            "torch.distributed is not initialized; call torch.distributed.init_process_group "
+            "(for tracing without devices: backend 'fake' with FakeStore) before compiling collectives"
+        )
+    return dist
+
+
+_DECLARED: list[tuple[tuple[int, ...], ...]] = []
+
+
+def declare_partition(groups) -> None:
+    """Declares a partition of the ranks into groups (e.g. `[[0, 2, 3], [1]]`): a
+    collective over any of these groups runs on all of them. Needed for groups created
+    with `new_group` outside a DeviceMesh, whose siblings PyTorch does not record."""
+    partition = tuple(tuple(int(r) for r in g) for g in groups)
+    flat = [r for g in partition for r in g]
+    if not partition or any(not g for g in partition) or len(set(flat)) != len(flat) or min(flat) < 0:
+        raise ValueError(f"declare_partition: {groups!r} is not a partition of ranks into non-empty disjoint groups")
+    _DECLARED.insert(0, partition)
+
+
+def clear_declared_partitions() -> None:
+    _DECLARED.clear()
+
+
+def _declared_partition(ranks: tuple[int, ...], world: int) -> tuple[tuple[int, ...], ...] | None:
+    for partition in _DECLARED:
+        if sorted(r for g in partition for r in g) != list(range(world)):
+            continue
+        for g in partition:
+            if sorted(g) == sorted(ranks):
+                return tuple(ranks if sorted(h) == sorted(ranks) else tuple(sorted(h)) for h in partition)
+    return None
+
+
+def _mesh_partition(name: str, ranks: tuple[int, ...], world: int) -> tuple[tuple[int, ...], ...] | None:
+    from torch.distributed.device_mesh import DeviceMesh
+
+    for obj in gc.get_objects():
+        if not isinstance(obj, DeviceMesh):
+            continue
+        names = getattr(obj, "_dim_group_names", None) or []
+        for dim, group_name in enumerate(names):
+            if group_name != name:
+                continue
+            mesh = obj.mesh
+            rows = [tuple(int(r) for r in row) for row in mesh.movedim(dim, -1).reshape(-1, mesh.shape[dim]).tolist()]
+            # A submesh holds only this rank's slice; the root mesh covers the world.
+            if sorted(r for row in rows for r in row) != list(range(world)):
+                continue
+            if not any(sorted(row) == sorted(ranks) for row in rows):
+                continue
+            if list(ranks) == sorted(ranks):
+                rows = [tuple(sorted(row)) for row in rows]
+            return tuple(ranks if sorted(row) == sorted(ranks) else row for row in rows)
+    return None
+
+
+def _registered_partition(ranks: tuple[int, ...], world: int) -> tuple[tuple[int, ...], ...] | None:
+    from torch.distributed.distributed_c10d import _world
+
+    covered = set(ranks)
+    groups = [ranks]
+    for pg, members in _world.pg_group_ranks.items():
+        if isinstance(pg, int):
+            continue
+        members_in_order = tuple(g for g, _ in sorted(members.items(), key=lambda kv: kv[1]))
+        if covered.isdisjoint(members_in_order):
+            groups.append(members_in_order)
+            covered |= set(members_in_order)
+    if covered == set(range(world)):
+        return tuple(groups)
+    return None
+
+
+def resolve_group(name: str) -> GroupInfo:
+    """The ranks and the complete partition of the group called `name`."""
+    dist = _dist()
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    try:
+        group = _resolve_process_group(name)
+    except (ValueError, RuntimeError, KeyError) as err:
+        raise GroupResolutionError(f"unknown process group '{name}': {err}") from None
+    ranks = tuple(int(r) for r in dist.get_process_group_ranks(group))
+    world = dist.get_world_size()
+    partition = _declared_partition(ranks, world)
+    if partition is None:
+        partition = _mesh_partition(name, ranks, world)
+    if partition is None and sorted(ranks) == list(range(world)):
+        partition = (ranks,)
+    if partition is None:
+        partition = _registered_partition(ranks, world)
+    if partition is None:
+        raise GroupResolutionError(
+            f"process group '{name}' (ranks {list(ranks)}) is a subgroup whose sibling groups "
+            f"this rank does not know, so the partition of the {world} ranks it belongs to is "
+            "unknown; create the groups with a DeviceMesh (init_device_mesh) or declare the "
+            "partition with torch_tpu.spmd.declare_partition([[...], [...]])"
+        )
+    return GroupInfo(name, ranks, partition, world)
+
+
+def padded_groups(partition: tuple[tuple[int, ...], ...]) -> list[list[int]]:
+    """The partition as StableHLO's rectangular replica_groups (-1 pads uneven groups)."""
+    width = max(len(g) for g in partition)
+    return [list(g) + [-1] * (width - len(g)) for g in partition]
+

@@ -1,0 +1,781 @@
+"""Rules for ops whose static lowering is wrong when a dimension is padded (bounded
+dynamism, docs/explanation/bounded-dynamism.md).
+
+XLA's dynamic padder masks what reads padding through reductions, dot contractions,
+concatenation, argmax and scans (tested in test/python/frontend/test_bounded_dynamism.py).
+It cannot fix what a rule computed from a *static* size: a mean's divisor, a reshape that
+interleaves padding with data. Those ops are lowered here when an operand has a dynamic
+dimension; everything else uses the ordinary rule. Ops whose result depends on where the
+end of a dynamic dimension is (flip, roll, sort along it, ...) are rejected (the node runs
+in PyTorch eager) rather than computed wrongly.
+
+A rule gets the importer's `DynamicShapes` as `ctx.importer.dynamic` and the node's
+symbolic metadata through it. It returns `NotImplemented` to use the ordinary rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+import torch
+
+from ..context import ir, stablehlo
+from ..dtypes import tensor_type
+from .helpers import broadcast_to, convert, dtype, normalize_dims, reshape, shape_of
+from .registry import LOWERINGS, LoweringContext
+from .row_layout import flatten_layout, unflatten_matches
+from .symsize import SymSize, static_layout
+
+aten = torch.ops.aten
+
+DYNAMIC_LOWERINGS: dict[Any, Callable] = {}
+
+
+def lowers_dynamic(*ops) -> Callable[[Callable], Callable]:
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            DYNAMIC_LOWERINGS[op] = fn
+        return fn
+
+    return register
+
+
+def _sym(ctx: LoweringContext, position: int):
+    arg = ctx.node.args[position]
+    return ctx.importer.dynamic.symbolic_val(arg) if isinstance(arg, torch.fx.Node) else arg
+
+
+def _dynamic_dims(ctx: LoweringContext, position: int) -> list[int]:
+    return ctx.importer.dynamic.dynamic_dims(_sym(ctx, position))
+
+
+def _size(ctx: LoweringContext, s) -> ir.Value | int:
+    """A size of symbolic metadata: a 0-d i64 value when symbolic, else an int."""
+    if isinstance(s, torch.SymInt) and not s.node.is_constant():
+        return ctx.importer.dynamic.size_value(s.node.expr, ctx.node)
+    if isinstance(s, sympy.Expr) and not isinstance(s, sympy.Integer):
+        return ctx.importer.dynamic.size_value(s, ctx.node)
+    return int(s)
+
+
+def _i64(v: ir.Value | int) -> ir.Value:
+    if isinstance(v, ir.Value):
+        return v
+    attr = ir.DenseElementsAttr.get_splat(
+        tensor_type([], torch.int64), ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v))
+    )
+    return stablehlo.ConstantOp(attr).result
+
+
+def _product(values) -> ir.Value | int:
+    static = math.prod(v for v in values if not isinstance(v, ir.Value))
+    dynamic = [v for v in values if isinstance(v, ir.Value)]
+    if not dynamic:
+        return static
+    result = dynamic[0]
+    for v in dynamic[1:]:
+        result = stablehlo.MulOp(result, v).result
+    if static != 1:
+        result = stablehlo.MulOp(result, _i64(static)).result
+    return result
+
+
+# -- count-dependent reductions --------------------------------------------------------------
+@lowers_dynamic(aten.mean.dim, aten.mean.default)
+def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
+    sym = _sym(ctx, 0)
+    dims = normalize_dims(dim if dim not in ((), []) else None, len(shape_of(x)))
+    if not any(d in _dynamic_dims(ctx, 0) for d in dims):
+        return NotImplemented
+    total = LOWERINGS[aten.sum.dim_IntList].fn(ctx, x, dims, keepdim, dtype=dtype)
+    count = _product([_size(ctx, sym.shape[d]) for d in dims])
+    return stablehlo.DivOp(
+        total, broadcast_to(convert(count, _dtype_of(total)), shape_of(total))
+    ).result
+
+
+def _var_rule(take_sqrt: bool, with_mean: bool):
+    def rule(ctx: LoweringContext, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        if isinstance(dim, bool):
+            dim, unbiased = None, dim
+        sym = _sym(ctx, 0)
+        dims = normalize_dims(dim if dim not in ((), []) else None, len(shape_of(x)))
+        if not any(d in _dynamic_dims(ctx, 0) for d in dims):
+            return NotImplemented
+        if correction is None:
+            correction = 0 if unbiased is False else 1
+        acc = torch.float64 if dtype(x) is torch.float64 else torch.float32
+        xf = convert(x, acc)
+        count = convert(_i64(_product([_size(ctx, sym.shape[d]) for d in dims])), acc)
+        total = _reduce_sum(xf, dims)
+        mean = stablehlo.DivOp(total, broadcast_to(count, shape_of(total))).result
+        kept = [1 if d in dims else s for d, s in enumerate(shape_of(xf))]
+        centered = stablehlo.SubtractOp(xf, broadcast_to(reshape(mean, kept), shape_of(xf))).result
+        # Padding in `centered` is masked by the dynamic padder in the reduction.
+        squares = _reduce_sum(stablehlo.MulOp(centered, centered).result, dims)
+        denom = stablehlo.MaxOp(
+            stablehlo.SubtractOp(count, _scalar(correction, acc)).result, _scalar(0, acc)
+        ).result
+        var = stablehlo.DivOp(squares, broadcast_to(denom, shape_of(squares))).result
+        if take_sqrt:
+            var = stablehlo.SqrtOp(var).result
+        out_shape = ctx.result_shape(0) if with_mean else ctx.result_shape()
+        out_dtype = ctx.result_dtype(0) if with_mean else ctx.result_dtype()
+        var = reshape(convert(var, out_dtype), out_shape)
+        if with_mean:
+            return var, reshape(convert(mean, ctx.result_dtype(1)), ctx.result_shape(1))
+        return var
+
+    return rule
+
+
+def _reduce_sum(x: ir.Value, dims) -> ir.Value:
+    from .reduction import reduce_sum
+
+    return reduce_sum(x, dims)
+
+
+def _scalar(value, dt: torch.dtype) -> ir.Value:
+    from .helpers import full
+
+    return full(value, dt, [])
+
+
+def _dtype_of(v: ir.Value) -> torch.dtype:
+    return dtype(v)
+
+
+for _op in (aten.var.dim, aten.var.correction, aten.var.default):
+    lowers_dynamic(_op)(_var_rule(False, False))
+for _op in (aten.std.dim, aten.std.correction, aten.std.default):
+    lowers_dynamic(_op)(_var_rule(True, False))
+for _op in (aten.var_mean.correction, aten.var_mean.dim, aten.var_mean.default):
+    lowers_dynamic(_op)(_var_rule(False, True))
+for _op in (aten.std_mean.correction, aten.std_mean.dim, aten.std_mean.default):
+    lowers_dynamic(_op)(_var_rule(True, True))
+
+
+# -- reshapes ----------------------------------------------------------------------------------
+def _layout_preserving(in_shape, out_shape) -> bool:
+    """Whether reshaping the padded buffer keeps every element where the logical reshape
+    puts it: one dynamic dim on each side, the same size, with equal static products
+    before and after it (padding then stays in one contiguous block per outer index)."""
+
+    def split(shape):
+        dyn = [
+            d
+            for d, s in enumerate(shape)
+            if isinstance(s, torch.SymInt) and not s.node.is_constant()
+        ]
+        if len(dyn) != 1:
+            return None
+        d = dyn[0]
+        return (
+            math.prod(int(s) for s in shape[:d]),
+            shape[d].node.expr,
+            math.prod(int(s) for s in shape[d + 1 :]),
+        )
+
+    a, b = split(in_shape), split(out_shape)
+    return a is not None and b is not None and a[0] == b[0] and a[2] == b[2] and a[1] == b[1]
+
+
+@lowers_dynamic(
+    aten.view.default, aten.view_copy.default, aten._unsafe_view.default, aten.reshape.default
+)
+def _reshape(ctx: LoweringContext, x, *args, **kwargs):
+    in_sym = _sym(ctx, 0)
+    out_sym = ctx.importer.dynamic.symbolic_val(ctx.node)
+    in_dyn = ctx.importer.dynamic.dynamic_dims(in_sym)
+    out_dyn = ctx.importer.dynamic.dynamic_dims(out_sym)
+    if not in_dyn and not out_dyn:
+        return NotImplemented
+    importer = ctx.importer
+    source = ctx.node.args[0]
+    layout = importer.interleaved.get(source)
+    if layout is not None:
+        if unflatten_matches(layout, out_sym.shape):
+            return reshape(x, ctx.result_shape())  # the padded buffer is already in place
+        x = importer.compacted(source)
+    elif (
+        flat := flatten_layout(in_sym.shape, out_sym.shape, shape_of(x)[in_dyn[0]] if in_dyn else 0)
+    ) is not None:
+        importer.interleaved[ctx.node] = flat
+        return reshape(x, ctx.result_shape())
+    if [_key(s) for s in in_sym.shape] == [_key(s) for s in out_sym.shape] or _layout_preserving(
+        in_sym.shape, out_sym.shape
+    ):
+        return reshape(x, ctx.result_shape())
+    return _gather_reshape(ctx, x, in_sym.shape, out_sym.shape, ctx.result_shape())
+
+
+def _key(s):
+    return str(s.node.expr) if isinstance(s, torch.SymInt) else int(s)
+
+
+def _gather_reshape(ctx: LoweringContext, x: ir.Value, in_sizes, out_sizes, out_pad) -> ir.Value:
+    """A reshape that moves padding: each output element's logical linear index is mapped
+    to its input element, read with one gather of rows (the longest common static suffix
+    is kept whole)."""
+    in_pad = shape_of(x)
+    # Common static trailing block moved as a unit.
+    row = 1
+    i, o = len(in_pad), len(out_pad)
+    while i > 0 and o > 0:
+        si, so = in_sizes[i - 1], out_sizes[o - 1]
+        if (
+            _is_dyn(si)
+            or _is_dyn(so)
+            or isinstance(si, sympy.Expr)
+            and not isinstance(si, sympy.Integer)
+            or int(si) != int(so)
+        ):
+            break
+        row *= int(si)
+        i -= 1
+        o -= 1
+    in_lead, out_lead = in_pad[:i], out_pad[:o]
+    in_log = [_size(ctx, s) for s in in_sizes[:i]]
+    del row
+    out_log = [_size(ctx, s) for s in out_sizes[:o]]
+    i64 = torch.int64
+    lead_shape = list(out_lead) or [1]
+    # Logical linear index of each output row.
+    linear = None
+    for d in range(len(out_lead)):
+        idx = stablehlo.IotaOp(tensor_type(lead_shape, i64), d).result
+        stride = _product(out_log[d + 1 :])
+        term = stablehlo.MulOp(idx, broadcast_to(_i64(stride), lead_shape)).result
+        linear = term if linear is None else stablehlo.AddOp(linear, term).result
+    if linear is None:
+        linear = broadcast_to(_i64(0), lead_shape)
+    # The input coordinates of that logical index; the gather reads the padded input
+    # directly (reshaping it first would let XLA's dynamic padder move the padding).
+    count = math.prod(lead_shape)
+    flat = reshape(linear, [count])
+    coords = []
+    for d in range(len(in_lead)):
+        logical_stride = _product(in_log[d + 1 :])
+        coord = stablehlo.DivOp(flat, broadcast_to(_i64(logical_stride), [count])).result
+        coord = stablehlo.RemOp(coord, broadcast_to(_i64(in_log[d]), [count])).result
+        coords.append(reshape(coord, [count, 1]))
+    if not coords:
+        return reshape(x, out_pad)
+    indices = coords[0] if len(coords) == 1 else stablehlo.ConcatenateOp(coords, 1).result
+    from .indexing import _gather
+
+    trailing = in_pad[len(in_lead) :]
+    taken = _gather(
+        x,
+        indices,
+        offset_dims=list(range(1, 1 + len(trailing))),
+        collapsed_slice_dims=list(range(len(in_lead))),
+        start_index_map=list(range(len(in_lead))),
+        index_vector_dim=1,
+        slice_sizes=[1] * len(in_lead) + list(trailing),
+    )
+    return reshape(taken, out_pad)
+
+
+def _is_dyn(s) -> bool:
+    return isinstance(s, torch.SymInt) and not s.node.is_constant()
+
+
+# -- ops that depend on where a dynamic dimension ends ------------------------------------------
+_ALL = object()
+
+
+def _reject_along_dynamic(dim_position: int | None, what: str, default=_ALL, keyword: str = "dim"):
+    """A rule rejecting the op when the dims it works along (argument `dim_position`, or
+    `keyword`, else `default`; None or absent: all dims) include a dynamic one."""
+
+    def rule(ctx: LoweringContext, x, *args, **kwargs):
+        dyn = _dynamic_dims(ctx, 0)
+        if not dyn:
+            return NotImplemented
+        if dim_position is not None:
+            node_args = list(ctx.node.args)
+            if dim_position < len(node_args):
+                dims = node_args[dim_position]
+            else:
+                dims = ctx.node.kwargs.get(keyword, None if default is _ALL else default)
+            dims = normalize_dims(dims, len(shape_of(x)))
+            if not any(d in dyn for d in dims):
+                return NotImplemented
+        raise ctx.fail(
+            f"{what} along a dynamic (padded) dimension is not supported with bounded "
+            "dynamism; it runs in PyTorch eager (or mark the dimension static)"
+        )
+
+    return rule
+
+
+lowers_dynamic(aten.flip.default)(_reject_along_dynamic(1, "flip", keyword="dims"))
+lowers_dynamic(aten.roll.default)(_reject_along_dynamic(2, "roll", keyword="dims"))
+lowers_dynamic(aten.sort.default)(_reject_along_dynamic(1, "sort", default=-1))
+lowers_dynamic(aten.sort.stable)(_reject_along_dynamic(None, "sort"))  # dim is keyword-only there
+lowers_dynamic(aten.topk.default)(_reject_along_dynamic(2, "topk", default=-1))
+
+
+@lowers_dynamic(aten.repeat.default)
+def _repeat(ctx: LoweringContext, x, repeats):
+    """Repeating a dynamic dim interleaves copies with padding; repeating others is fine."""
+    rank = len(shape_of(x))
+    offset = len(repeats) - rank
+    if all(int(repeats[offset + d]) == 1 for d in _dynamic_dims(ctx, 0)):
+        return NotImplemented
+    raise ctx.fail(
+        "repeat along a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager"
+    )
+
+
+@lowers_dynamic(aten.constant_pad_nd.default)
+def _constant_pad(ctx: LoweringContext, x, pad, value=0):
+    """Padding after a dynamic dim's end would land after the buffer's padding."""
+    rank = len(shape_of(x))
+    touched = {rank - 1 - i // 2 for i, p in enumerate(pad) if int(p) != 0}
+    if not touched & set(_dynamic_dims(ctx, 0)):
+        return NotImplemented
+    raise ctx.fail(
+        "constant padding of a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager"
+    )
+
+
+@lowers_dynamic(aten.native_layer_norm.default)
+def _layer_norm(ctx: LoweringContext, x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """layer_norm whose normalized dims include a dynamic one: mean and variance divide by
+    the run-time element count (the sums are masked by the dynamic padder)."""
+    rank = len(shape_of(x))
+    dims = list(range(rank - len(normalized_shape), rank))
+    if not any(d in _dynamic_dims(ctx, 0) for d in dims):
+        return NotImplemented
+    sym = _sym(ctx, 0)
+    acc = torch.float64 if dtype(x) is torch.float64 else torch.float32
+    xf = convert(x, acc)
+    count = convert(_i64(_product([_size(ctx, sym.shape[d]) for d in dims])), acc)
+    kept = [1 if d in dims else s for d, s in enumerate(shape_of(xf))]
+    mean = stablehlo.DivOp(
+        _reduce_sum(xf, dims),
+        broadcast_to(count, [s for d, s in enumerate(shape_of(xf)) if d not in dims]),
+    ).result
+    centered = stablehlo.SubtractOp(xf, broadcast_to(reshape(mean, kept), shape_of(xf))).result
+    squares = _reduce_sum(stablehlo.MulOp(centered, centered).result, dims)
+    var = stablehlo.DivOp(squares, broadcast_to(count, shape_of(squares))).result
+    rstd = stablehlo.RsqrtOp(
+        stablehlo.AddOp(var, broadcast_to(_scalar(eps, acc), shape_of(var))).result
+    ).result
+    out = stablehlo.MulOp(centered, broadcast_to(reshape(rstd, kept), shape_of(xf))).result
+    if weight is not None:
+        out = stablehlo.MulOp(out, broadcast_to(convert(weight, acc), shape_of(out))).result
+    if bias is not None:
+        out = stablehlo.AddOp(out, broadcast_to(convert(bias, acc), shape_of(out))).result
+    return (
+        convert(out, ctx.result_dtype(0)),
+        reshape(convert(mean, ctx.result_dtype(1)), ctx.result_shape(1)),
+        reshape(convert(rstd, ctx.result_dtype(2)), ctx.result_shape(2)),
+    )
+
+
+# -- slicing along a dynamic dimension ------------------------------------------------------------
+# Where a slice starts depends on the logical size when the start is negative (counted from
+# the end) or symbolic. The padded buffer is extended by the slice's bound first, so the
+# dynamic_slice never clamps its start.
+def _runtime_index(ctx: LoweringContext, index, size) -> ir.Value | int:
+    """PyTorch's start normalization (negative counts from the end; clamped to [0, size])
+    with the run-time size."""
+    if index is None:
+        return 0
+    if isinstance(index, SymSize):
+        value = index.value
+    elif int(index) >= 0 and not isinstance(size, ir.Value):
+        return min(int(index), size)
+    elif int(index) >= 0:
+        value = _i64(int(index))
+    else:
+        value = stablehlo.AddOp(_i64(size), _i64(int(index))).result
+    value = stablehlo.MaxOp(value, _i64(0)).result
+    return stablehlo.MinOp(value, _i64(size)).result
+
+
+def _pad_dim(x: ir.Value, dim: int, extra: int) -> ir.Value:
+    from .helpers import full
+
+    if extra <= 0:
+        return x
+    shape = shape_of(x)
+    shape[dim] = extra
+    return stablehlo.ConcatenateOp([x, full(0, dtype(x), shape)], dim).result
+
+
+def _dynamic_slice(
+    x: ir.Value, dim: int, start: ir.Value | int, length: int, step: int = 1
+) -> ir.Value:
+    """x[..., start : start + length*step : step, ...] for a run-time start."""
+    if not isinstance(start, ir.Value) and start + (length - 1) * step + 1 <= shape_of(x)[dim]:
+        starts, limits, strides = [0] * len(shape_of(x)), list(shape_of(x)), [1] * len(shape_of(x))
+        starts[dim], limits[dim], strides[dim] = start, start + (length - 1) * step + 1, step
+        return stablehlo.SliceOp(x, starts, limits, strides).result
+    span = (length - 1) * step + 1 if length > 0 else 0
+    x = _pad_dim(x, dim, span)
+    shape = shape_of(x)
+    sizes = list(shape)
+    sizes[dim] = span
+    index_type = tensor_type([], torch.int64)
+    starts = [
+        _i64(start)
+        if d == dim
+        else stablehlo.ConstantOp(
+            ir.DenseElementsAttr.get_splat(
+                index_type, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)
+            )
+        ).result
+        for d in range(len(shape))
+    ]
+    window = stablehlo.DynamicSliceOp(x, starts, sizes).result
+    if step == 1:
+        return window
+    limits = list(sizes)
+    strides = [1] * len(sizes)
+    strides[dim] = step
+    return stablehlo.SliceOp(window, [0] * len(sizes), limits, strides).result
+
+
+@lowers_dynamic(aten.slice.Tensor, aten.slice_copy.Tensor)
+def _slice(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    if int(step) < 1:
+        raise ctx.fail("slice step must be positive")
+    size = _size(ctx, _sym(ctx, 0).shape[dim])
+    begin = _runtime_index(ctx, start, size)
+    length = ctx.result_shape()[dim]
+    return reshape(_dynamic_slice(x, dim, begin, length, int(step)), ctx.result_shape())
+
+
+@lowers_dynamic(aten.select.int, aten.select_copy.int)
+def _select(ctx: LoweringContext, x, dim, index):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    size = _size(ctx, _sym(ctx, 0).shape[dim])
+    begin = _runtime_index(ctx, index, size)
+    return reshape(_dynamic_slice(x, dim, begin, 1), ctx.result_shape())
+
+
+@lowers_dynamic(aten.narrow.default, aten.narrow_copy.default)
+def _narrow(ctx: LoweringContext, x, dim, start, length):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    size = _size(ctx, _sym(ctx, 0).shape[dim])
+    begin = _runtime_index(ctx, start, size)
+    return reshape(_dynamic_slice(x, dim, begin, ctx.result_shape()[dim]), ctx.result_shape())
+
+
+def _scatter_into(
+    ctx: LoweringContext, base: ir.Value, src: ir.Value, dim: int, begin, length, step: int
+) -> ir.Value:
+    """base with src written at [begin : begin + length*step : step] along dim, where
+    `length` is src's run-time extent: positions outside it keep base (src's padding is
+    never written)."""
+    from .helpers import compare, convert, select
+
+    src = convert(src, dtype(base))
+    shape = shape_of(base)
+    extent = shape_of(src)[dim]
+    if step != 1:
+        raise ctx.fail("a strided slice_scatter along a dynamic dimension is not supported")
+    padded = _pad_dim(base, dim, extent)
+    index_type = tensor_type([], torch.int64)
+    zero = stablehlo.ConstantOp(
+        ir.DenseElementsAttr.get_splat(
+            index_type, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)
+        )
+    ).result
+    starts = [_i64(begin) if d == dim else zero for d in range(len(shape))]
+    placed = stablehlo.DynamicUpdateSliceOp(padded, src, starts).result
+    limits = list(shape)
+    placed = stablehlo.SliceOp(placed, [0] * len(shape), limits, [1] * len(shape)).result
+    position = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
+    lo = broadcast_to(_i64(begin), shape)
+    hi = broadcast_to(stablehlo.AddOp(_i64(begin), _i64(length)).result, shape)
+    inside = stablehlo.AndOp(compare(position, lo, "GE"), compare(position, hi, "LT")).result
+    return select(inside, placed, base)
+
+
+@lowers_dynamic(aten.slice_scatter.default)
+def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, step=1):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0) and dim not in _dynamic_dims(ctx, 1):
+        return NotImplemented
+    size = _size(ctx, _sym(ctx, 0).shape[dim])
+    begin = _runtime_index(ctx, start, size)
+    length = _size(ctx, _sym(ctx, 1).shape[dim])
+    return _scatter_into(ctx, x, src, dim, begin, length, int(step))
+
+
+@lowers_dynamic(aten.select_scatter.default)
+def _select_scatter(ctx: LoweringContext, x, src, dim, index):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    size = _size(ctx, _sym(ctx, 0).shape[dim])
+    begin = _runtime_index(ctx, index, size)
+    shape = shape_of(x)
+    src = reshape(src, shape[:dim] + [1] + shape[dim + 1 :])
+    return _scatter_into(ctx, x, src, dim, begin, 1, 1)
+
+
+def _backward_base(ctx: LoweringContext, grad: ir.Value, input_sizes) -> ir.Value:
+    from .helpers import full
+
+    return full(0, dtype(grad), [int(s) for s in input_sizes])
+
+
+@lowers_dynamic(aten.slice_backward.default)
+def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
+    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    dim = normalize_dims(dim, len(input_sizes))[0]
+    if dim not in ctx.importer.dynamic.dynamic_dims(out) and dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    base = _backward_base(ctx, grad, input_sizes)
+    begin = _runtime_index(ctx, start, _size(ctx, out.shape[dim]))
+    length = _size(ctx, _sym(ctx, 0).shape[dim])
+    return _scatter_into(ctx, base, grad, dim, begin, length, int(step))
+
+
+@lowers_dynamic(aten.select_backward.default)
+def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
+    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    dim = normalize_dims(dim, len(input_sizes))[0]
+    if dim not in ctx.importer.dynamic.dynamic_dims(out):
+        return NotImplemented
+    base = _backward_base(ctx, grad, input_sizes)
+    begin = _runtime_index(ctx, index, _size(ctx, out.shape[dim]))
+    shape = shape_of(base)
+    grad = reshape(grad, shape[:dim] + [1] + shape[dim + 1 :])
+    return _scatter_into(ctx, base, grad, dim, begin, 1, 1)
+
+
+def _reject_split(ctx: LoweringContext, x, split, dim=0, *args, **kwargs):
+    dim = normalize_dims(dim, len(shape_of(x)))[0]
+    if dim not in _dynamic_dims(ctx, 0):
+        return NotImplemented
+    raise ctx.fail(
+        "splitting along a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager"
+    )
+
+
+for _op in (
+    aten.split.Tensor,
+    aten.split_with_sizes.default,
+    aten.split_copy.Tensor,
+    aten.unsafe_split.Tensor,
+    aten.chunk.default,
+):
+    lowers_dynamic(_op)(_reject_split)
+lowers_dynamic(aten.unbind.int)(_reject_along_dynamic(1, "unbind"))
+
+
+def compact_rows(ctx: LoweringContext, raw: ir.Value, layout, symbolic) -> ir.Value:
+    """The compact `[lead*s, rest...]` value of an interleaved one (row_layout.py):
+    its padded `[lead..., bound, rest...]` buffer, sized, read with one gather."""
+    rest = [int(v) for v in symbolic.shape[1:]]
+    blocked = reshape(raw, list(layout.lead) + [layout.bound] + rest)
+    size = ctx.importer.dynamic.size_i32(layout.symbol, ctx.node)
+    blocked = stablehlo.SetDimensionSizeOp(
+        blocked, size, len(layout.lead), results=[blocked.type]
+    ).result
+    in_sizes = list(layout.lead) + [layout.symbol] + rest
+    return _gather_reshape(ctx, blocked, in_sizes, list(symbolic.shape), shape_of(raw))
+
+
+# -- scans ---------------------------------------------------------------------------------------
+def _scan_on_padded_buffer(ctx: LoweringContext, x, *args, **kwargs):
+    """A forward scan's valid outputs read only valid inputs (a prefix), so it runs on the
+    padded buffer as a static one; the importer re-attaches the sizes to its result.
+    (XLA's dynamic padder got reduce_window scans wrong with two dynamic dims: rows past
+    the other dim's bound came out wrong.)"""
+    if not _dynamic_dims(ctx, 0):
+        return NotImplemented
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), *args, **kwargs)
+
+
+for _op in (
+    aten.cumsum.default,
+    aten.cumprod.default,
+    aten.cummax.default,
+    aten.cummin.default,
+    aten.logcumsumexp.default,
+):
+    lowers_dynamic(_op)(_scan_on_padded_buffer)
+
+
+# -- sizes used as values inside whole-op rules ---------------------------------------------------
+def _arg(ctx: LoweringContext, args, kwargs, name: str):
+    """The value of argument `name` of the node's schema (positional, keyword or default)."""
+    schema = ctx.node.target._schema.arguments
+    for i, a in enumerate(schema):
+        if a.name == name:
+            if i < len(args):
+                return args[i]
+            if name in kwargs:
+                return kwargs[name]
+            return a.default_value if a.has_default_value() else None
+    return None
+
+
+def _with_arg(ctx: LoweringContext, args, kwargs, name: str, value):
+    schema = ctx.node.target._schema.arguments
+    args = list(args)
+    for i, a in enumerate(schema):
+        if a.name == name:
+            if i < len(args):
+                args[i] = value
+            else:
+                kwargs = {**kwargs, name: value}
+    return args, kwargs
+
+
+def _position(ctx: LoweringContext, name: str) -> int:
+    return [a.name for a in ctx.node.target._schema.arguments].index(name)
+
+
+_REDUCTION_MEAN, _REDUCTION_SUM = 1, 2
+
+
+def _mean_loss(ctx: LoweringContext, *args, **kwargs):
+    """reduction='mean' of a loss (or its backward) over a dynamic input divides by the
+    run-time element count: the rule runs with reduction='sum', then divides."""
+    if _arg(ctx, args, kwargs, "reduction") != _REDUCTION_MEAN:
+        return NotImplemented
+    position = _position(ctx, "self")
+    sym = _sym(ctx, position)
+    if not ctx.importer.dynamic.dynamic_dims(sym):
+        return NotImplemented
+    args, kwargs = _with_arg(ctx, args, kwargs, "reduction", _REDUCTION_SUM)
+    total = LOWERINGS[ctx.node.target].fn(ctx, *args, **kwargs)
+    count = _product([_size(ctx, s) for s in sym.shape])
+    return stablehlo.DivOp(
+        total, broadcast_to(convert(count, dtype(total)), shape_of(total))
+    ).result
+
+
+for _name in (
+    "mse_loss",
+    "mse_loss_backward",
+    "binary_cross_entropy",
+    "binary_cross_entropy_backward",
+    "binary_cross_entropy_with_logits",
+    "smooth_l1_loss",
+    "smooth_l1_loss_backward",
+    "huber_loss",
+    "huber_loss_backward",
+    "soft_margin_loss",
+    "soft_margin_loss_backward",
+):
+    # (Registered whether or not the op has a lowering: this module may be imported
+    # before the family modules; the rule looks the lowering up when it runs.)
+    lowers_dynamic(getattr(aten, _name).default)(_mean_loss)
+
+
+def _reject_when(condition, what: str):
+    def rule(ctx: LoweringContext, *args, **kwargs):
+        if not condition(ctx, args, kwargs):
+            return NotImplemented
+        raise ctx.fail(
+            f"{what} is not supported with bounded dynamism; it runs in PyTorch eager "
+            "(or mark the dimension static)"
+        )
+
+    return rule
+
+
+def _dynamic_beyond(first: int, position_name: str = "input"):
+    """Whether the tensor argument `position_name` has a dynamic dim at index >= first."""
+
+    def condition(ctx, args, kwargs) -> bool:
+        return any(d >= first for d in _dynamic_dims(ctx, _position(ctx, position_name)))
+
+    return condition
+
+
+def _training_over_dynamic(ctx, args, kwargs) -> bool:
+    names = [a.name for a in ctx.node.target._schema.arguments]
+    flag = "training" if "training" in names else "train" if "train" in names else None
+    training = _arg(ctx, args, kwargs, flag) if flag else True
+    return bool(training) and any(
+        d != 1 for d in _dynamic_dims(ctx, 1 if names[0] == "grad_out" else 0)
+    )
+
+
+def _attention_head_dim_dynamic(ctx, args, kwargs) -> bool:
+    position = _position(ctx, "query")
+    sym = _sym(ctx, position)
+    return _arg(ctx, args, kwargs, "scale") is None and (sym.dim() - 1) in _dynamic_dims(
+        ctx, position
+    )
+
+
+for _op in (
+    aten.native_batch_norm.default,
+    aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit.no_stats,
+    aten._native_batch_norm_legit_functional.default,
+    aten.native_batch_norm_backward.default,
+):
+    lowers_dynamic(_op)(
+        _reject_when(_training_over_dynamic, "batch norm statistics over a dynamic dimension")
+    )
+for _op in (aten.native_group_norm.default,):
+    lowers_dynamic(_op)(_reject_when(_dynamic_beyond(1), "group norm over a dynamic dimension"))
+for _op in (aten.native_group_norm_backward.default,):
+    lowers_dynamic(_op)(
+        _reject_when(_dynamic_beyond(1, "input"), "group norm over a dynamic dimension")
+    )
+lowers_dynamic(aten.native_layer_norm_backward.default)(
+    _reject_when(
+        lambda ctx, args, kwargs: any(
+            d >= len(_sym(ctx, 1).shape) - len(args[2]) for d in _dynamic_dims(ctx, 1)
+        ),
+        "layer norm backward over a dynamic normalized dimension",
+    )
+)
+for _op in (
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    aten._scaled_dot_product_efficient_attention.default,
+):
+    lowers_dynamic(_op)(
+        _reject_when(
+            _attention_head_dim_dynamic,
+            "attention with a dynamic head dimension (its default scale)",
+        )
+    )
+
+# Windows, pools and resampling along a dynamic spatial dim depend on where it ends.
+_SPATIAL_OPS = ["avg_pool1d", "avg_pool2d", "avg_pool3d", "avg_pool2d_backward", "avg_pool3d_backward", "max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward", "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d", "replication_pad3d", "im2col", "col2im"]
+for _name in _SPATIAL_OPS:
+    _packet = getattr(aten, _name, None)
+    for _op in [getattr(_packet, o) for o in _packet.overloads()] if _packet is not None else []:
+        _names = [a.name for a in _op._schema.arguments]
+        _first = "self" if "self" in _names else "input" if "input" in _names else _names[0]
+        lowers_dynamic(_op)(
+            _reject_when(_dynamic_beyond(1, _first), f"{_name} along a dynamic dimension")
+        )
+
+# XLA rejects convolutions over a dynamic spatial dim ("Dynamic Spatial Convolution is not
+# supported"); batch-dynamic convolutions are fine.
+for _op in (aten.convolution.default, aten.convolution_backward.default):
+    lowers_dynamic(_op)(
+        _reject_when(
+            lambda ctx, args, kwargs: any(
+                d >= 2 for d in _dynamic_dims(ctx, _position(ctx, "input"))
+            ),
+            "convolution along a dynamic spatial dimension",
+        )
+    )

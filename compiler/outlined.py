@@ -1,0 +1,104 @@
+"""Split a module produced by `torchtpu-outline-collectives` into the modules a rank
+compiles and the order it runs them in.
+
+Each outlined function becomes a module of its own whose entry is `@main`, printed
+without locations and with its channel handles renumbered from 1, so a collective
+module's text depends only on the collective itself: ranks whose programs differ
+elsewhere still compile byte-identical collective modules (equal fingerprints).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from .context import ir
+
+_CHANNEL = re.compile(r"channel_handle<handle = \d+")
+
+
+@dataclass(frozen=True)
+class ValueRef:
+    """Where a value comes from: argument `index` of the entry (stage=-1) or result
+    `index` of stage `stage`."""
+
+    stage: int
+    index: int
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    kind: str  # "compute" | "collective"
+    text: str  # the stage's own module, entry @main
+    args: tuple[ValueRef, ...]
+    num_results: int
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class OutlinedProgram:
+    stages: tuple[Stage, ...]
+    outputs: tuple[ValueRef, ...]
+    num_args: int
+
+
+class NotOutlinedError(ValueError):
+    """The entry function is not a sequence of calls to outlined functions."""
+
+
+def _renumber_channels(text: str) -> str:
+    counter = iter(range(1, 1 << 30))
+    return _CHANNEL.sub(lambda _: f"channel_handle<handle = {next(counter)}", text)
+
+
+def _stage_module(callee: ir.Operation) -> str:
+    clone = callee.clone()
+    try:
+        clone.attributes["sym_name"] = ir.StringAttr.get("main", callee.context)
+        del clone.attributes["sym_visibility"]
+        for key in ("torchtpu.outlined",):
+            if key in clone.attributes:
+                del clone.attributes[key]
+        body = clone.get_asm(enable_debug_info=False)
+    finally:
+        clone.erase()
+    return _renumber_channels(f"module @stage {{\n{body}\n}}\n")
+
+
+def split_outlined(module: ir.Operation, entry: str = "main") -> OutlinedProgram:
+    functions = {
+        ir.StringAttr(op.operation.attributes["sym_name"]).value: op.operation
+        for op in module.regions[0].blocks[0].operations
+        if op.operation.name == "func.func"
+    }
+    if entry not in functions:
+        raise NotOutlinedError(f"no function @{entry} in the module")
+    fn = functions[entry]
+    block = fn.regions[0].blocks[0]
+    where: dict = {}
+    for i, arg in enumerate(block.arguments):
+        where[arg] = ValueRef(-1, i)
+    stages: list[Stage] = []
+    outputs: tuple[ValueRef, ...] = ()
+    for op in block.operations:
+        op = op.operation
+        if op.name == "func.return":
+            outputs = tuple(where[v] for v in op.operands)
+            break
+        if op.name != "func.call":
+            raise NotOutlinedError(
+                f"@{entry} holds '{op.name}' outside an outlined function; run torchtpu-outline-collectives first"
+            )
+        callee_name = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        callee = functions[callee_name]
+        kind = ir.StringAttr(callee.attributes["torchtpu.outlined"]).value if "torchtpu.outlined" in callee.attributes else "compute"
+        args = tuple(where[v] for v in op.operands)
+        for k, result in enumerate(op.results):
+            where[result] = ValueRef(len(stages), k)
+        stages.append(Stage(callee_name, kind, _stage_module(callee), args, len(op.results)))
+    return OutlinedProgram(tuple(stages), outputs, len(block.arguments))
