@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from .context import ir, passmanager
 from .diagnostics import DiagnosticEngine
 from .passes import PASS_REGISTRY, Pass, PassOptionError
-from .passes.base import matching_brace
+from .passes.base import matching_brace, ops_named
 
 # Upstream passes that only run nested on functions (JAXLIB_NOTES.md). Named at module
 # level, in either syntax, they are nested under func.func for the user.
@@ -139,18 +139,10 @@ def _python_pass_callable(instance: Pass, anchor: str | None) -> Callable:
     def run(op: ir.Operation, external_pass) -> None:
         before = len(engine.errors)
         try:
-            if anchor is None:
-                instance.run(op)
-            else:
-                targets: list[ir.Operation] = []
-
-                def collect(inner: ir.Operation) -> ir.WalkResult:
-                    if inner.operation.name == anchor:
-                        targets.append(inner.operation)
-                    return ir.WalkResult.ADVANCE
-
-                op.walk(collect)
-                for target in targets:
+            # Python passes are called without an active MLIR context; entering the
+            # op's context and location here spares every pass from doing it.
+            with op.context, op.location:
+                for target in [op] if anchor is None else ops_named(op, anchor):
                     instance.run(target)
         except Exception as err:  # noqa: BLE001 - a bug in a pass must not kill the tool
             engine.error(

@@ -103,6 +103,8 @@ class Pass:
         return cls(engine, **values)
 
     def run(self, op: ir.Operation) -> None:
+        """Transforms `op` in place. The pipeline calls it with `op`'s context and
+        location active, so IR can be built without passing them around."""
         raise NotImplementedError
 
     # -- diagnostics, prefixed with the pass argument ----------------------------------
@@ -114,6 +116,22 @@ class Pass:
 
     def remark(self, where, message: str, notes=()) -> None:
         self.engine.remark(_location(where), f"{self.argument}: {message}", notes)
+
+
+def ops_named(root: ir.Operation, *names: str) -> list[ir.Operation]:
+    """The operations below and including `root` whose name is one of `names`, in
+    post-order (the order `walk` visits them). Collected first, so callers may rewrite
+    or erase them while iterating."""
+    wanted = frozenset(names)
+    found: list[ir.Operation] = []
+
+    def collect(inner: ir.Operation) -> ir.WalkResult:
+        if inner.operation.name in wanted:
+            found.append(inner.operation)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(collect)
+    return found
 
 
 def _location(where):

@@ -11,7 +11,7 @@ from ..context import ir
 from ..dialect import ref_tensor_type
 from ..dialect.view_ops import VIEW_OPS, build_view, diagonal_length
 from ..dtypes import dtype_of, tensor_type
-from .base import Pass, register_pass
+from .base import Pass, ops_named, register_pass
 from .view_semantics import attrs_of, overlap_reason, view_shapes
 
 
@@ -36,22 +36,8 @@ class DecomposeViewsPass(Pass):
     )
 
     def run(self, op: ir.Operation) -> None:
-        with op.context:
-            self._run(op)
-
-    def _run(self, op: ir.Operation) -> None:
-        targets: list[ir.Operation] = []
-        stores: list[ir.Operation] = []
-
-        def collect(inner: ir.Operation) -> ir.WalkResult:
-            inner = inner.operation
-            if inner.name in _REWRITES:
-                targets.append(inner)
-            elif inner.name == "torchtpu.store":
-                stores.append(inner)
-            return ir.WalkResult.ADVANCE
-
-        op.walk(collect)
+        targets = ops_named(op, *_REWRITES)
+        stores = ops_named(op, "torchtpu.store")
         for view in targets:
             with ir.InsertionPoint(view), view.location:
                 replacement = _REWRITES[view.name](view)

@@ -68,10 +68,6 @@ class InsertCollectivesPass(Pass):
     )
 
     def run(self, module: ir.Operation) -> None:
-        with module.context:
-            self._run(module)
-
-    def _run(self, module: ir.Operation) -> None:
         body = module.regions[0].blocks[0]
         meshes: dict[str, Mesh] = {}
         mesh_ops = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..context import func, ir
 from ..dialect import ref_tensor_type
 from ..dialect.view_ops import VIEW_OPS
-from .base import Pass, register_pass
+from .base import Pass, ops_named, register_pass
 from .view_semantics import COMPLEX_VIEWS, ViewError, forward, inverse
 
 ALIASING_OUTPUT = "tf.aliasing_output"
@@ -29,18 +29,9 @@ class InverseViewsPass(Pass):
     )
 
     def run(self, op: ir.Operation) -> None:
-        functions: list[ir.Operation] = []
-
-        def collect(inner: ir.Operation) -> ir.WalkResult:
-            if inner.operation.name == "func.func":
-                functions.append(inner.operation)
-            return ir.WalkResult.ADVANCE
-
-        op.walk(collect)
-        with op.context:
-            for fn in functions:
-                if len(fn.regions[0].blocks):
-                    _FunctionRewrite(self, fn).run()
+        for fn in ops_named(op, "func.func"):
+            if len(fn.regions[0].blocks):
+                _FunctionRewrite(self, fn).run()
 
 
 class _Abort(Exception):

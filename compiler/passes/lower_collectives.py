@@ -8,7 +8,7 @@ from ..dialect import TORCHTPU
 from ..dialect.collective_ops import dense_i64_matrix
 from ..dialect.verifier import verify_op
 from . import _collective_builders as build
-from .base import Option, Pass, register_pass
+from .base import Option, Pass, ops_named, register_pass
 
 
 @register_pass
@@ -48,14 +48,7 @@ class LowerCollectivesPass(Pass):
     )
 
     def run(self, module: ir.Operation) -> None:
-        collectives: list[ir.Operation] = []
-
-        def collect(op: ir.Operation) -> ir.WalkResult:
-            if op.operation.name == "torchtpu.collective":
-                collectives.append(op.operation)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(collect)
+        collectives = ops_named(module, "torchtpu.collective")
         channels = build.ChannelAllocator.for_module(module)
         spec = TORCHTPU.lookup("torchtpu.collective")
         for op in collectives:

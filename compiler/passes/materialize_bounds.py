@@ -45,10 +45,6 @@ class MaterializeBoundsPass(Pass):
     )
 
     def run(self, op: ir.Operation) -> None:
-        with op.location:
-            self._run(op)
-
-    def _run(self, op: ir.Operation) -> None:
         for fn in entry_functions(op):
             if len(fn.regions[0].blocks) == 0:
                 continue
