@@ -132,6 +132,13 @@ def rank_id(global_ids: bool) -> ir.Value:
     return stablehlo.ConvertOp(ir.RankedTensorType.get([], ir.IntegerType.get_signless(32)), op.result).result
 
 
+def lookup_by_rank(table: Sequence[int], global_ids: bool) -> ir.Value:
+    """`table[rank]` as a 0-d i32, for this device's rank (see `rank_id`)."""
+    constant = stablehlo.ConstantOp(ir.DenseElementsAttr.get(np.array(list(table), dtype=np.int32))).result
+    one = stablehlo.DynamicSliceOp(constant, [rank_id(global_ids)], ir.DenseI64ArrayAttr.get([1])).result
+    return stablehlo.ReshapeOp(ir.RankedTensorType.get([], ir.IntegerType.get_signless(32)), one).result
+
+
 def _divide_by_group_size(value: ir.Value, groups: Sequence[Sequence[int]], global_ids: bool) -> ir.Value:
     """`value / len(group of this rank)`; for uneven groups the size is looked up by rank."""
     t = ir.RankedTensorType(value.type)
@@ -139,11 +146,7 @@ def _divide_by_group_size(value: ir.Value, groups: Sequence[Sequence[int]], glob
     if len(set(sizes.values())) == 1:
         divisor = _splat(next(iter(sizes.values())), t)
     else:
-        table_np = np.array([sizes.get(r, 1) for r in range(max(sizes) + 1)], dtype=np.int32)
-        table = stablehlo.ConstantOp(ir.DenseElementsAttr.get(table_np)).result
-        index = rank_id(global_ids)
-        one = stablehlo.DynamicSliceOp(table, [index], ir.DenseI64ArrayAttr.get([1])).result
-        scalar = stablehlo.ReshapeOp(ir.RankedTensorType.get([], ir.IntegerType.get_signless(32)), one).result
+        scalar = lookup_by_rank([sizes.get(r, 1) for r in range(max(sizes) + 1)], global_ids)
         scalar = stablehlo.ConvertOp(ir.RankedTensorType.get([], t.element_type), scalar).result
         divisor = stablehlo.BroadcastInDimOp(t, scalar, ir.DenseI64ArrayAttr.get([])).result
     return stablehlo.DivOp(value, divisor).result
@@ -224,20 +227,31 @@ def _reduce_bits_as_bytes(value: ir.Value, name: str, groups, channels, global_i
     return stablehlo.BitcastConvertOp(t, summed.results[0]).result
 
 
+def _bits_as_bytes(name: str, element: ir.Type, bitwise: str) -> bool:
+    """Whether an and/or/xor reduction goes through 0/1 bytes (see `_reduce_bits_as_bytes`)."""
+    return name in _BIT_REDUCTION and (bitwise == "bytes" or element_kind(element) == "bool")
+
+
+def _reduced(op: ir.Operation, name: str, reduce_op: str, groups, global_ids: bool) -> ir.Value:
+    """The result of an all-reduce / reduce-scatter `op` once its reduction body combines
+    with `name`; an average is divided by the group's size."""
+    _add_reduction_body(op, name, ir.RankedTensorType(op.results[0].type).element_type)
+    result = op.results[0]
+    if reduce_op == "avg":
+        result = _divide_by_group_size(result, groups, global_ids)
+    return result
+
+
 def all_reduce(value: ir.Value, reduce_op: str, groups, channels: ChannelAllocator, global_ids: bool = False,
                bitwise: str = "native") -> ir.Value:
     t = ir.RankedTensorType(value.type)
     name = combiner(reduce_op, t.element_type)
-    if name in _BIT_REDUCTION and (bitwise == "bytes" or element_kind(t.element_type) == "bool"):
+    if _bits_as_bytes(name, t.element_type, bitwise):
         return _reduce_bits_as_bytes(value, name, groups, channels, global_ids)
     op = ir.Operation.create(
         "stablehlo.all_reduce", results=[t], operands=[value], attributes=_group_attrs(groups, channels, global_ids), regions=1
     )
-    _add_reduction_body(op, name, t.element_type)
-    result = op.result
-    if reduce_op == "avg":
-        result = _divide_by_group_size(result, groups, global_ids)
-    return result
+    return _reduced(op, name, reduce_op, groups, global_ids)
 
 
 def _even(groups, what: str) -> int:
@@ -270,7 +284,7 @@ def reduce_scatter(
     t = ir.RankedTensorType(value.type)
     name = combiner(reduce_op, t.element_type)
     shape = list(t.shape)
-    if shape[dim] % size == 0 and name in _BIT_REDUCTION and (bitwise == "bytes" or element_kind(t.element_type) == "bool"):
+    if shape[dim] % size == 0 and _bits_as_bytes(name, t.element_type, bitwise):
         return _reduce_bits_as_bytes(value, name, groups, channels, global_ids, scatter_dim=dim)
     if shape[dim] % size:
         raise CollectiveError(f"reduce_scatter: dimension {dim} of size {shape[dim]} does not divide by {size} ranks")
@@ -284,11 +298,7 @@ def reduce_scatter(
         attributes=attrs,
         regions=1,
     )
-    _add_reduction_body(op, name, t.element_type)
-    result = op.result
-    if reduce_op == "avg":
-        result = _divide_by_group_size(result, groups, global_ids)
-    return result
+    return _reduced(op, name, reduce_op, groups, global_ids)
 
 
 def all_to_all(value: ir.Value, dim: int, groups, channels: ChannelAllocator, global_ids: bool = False) -> ir.Value:

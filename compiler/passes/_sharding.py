@@ -13,13 +13,20 @@ the pass, naming the value and the sharding.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 _MESH_AXES = re.compile(r'"([^"]+)"\s*=\s*(\d+)')
 _DEVICE_IDS = re.compile(r"device_ids\s*=\s*\[([^\]]*)\]")
 _SHARDING = re.compile(r"^#sdy\.sharding<\s*@([\w.$-]+)\s*,\s*\[(.*)\]\s*(.*)>$", re.DOTALL)
 _DIM = re.compile(r"\{([^{}]*)\}")
+
+# Where `torchtpu-insert-collectives` leaves the meshes (module attribute
+# `torchtpu.mesh.<name>`) and the argument/result shardings, for `torch_tpu.spmd`.
+MESH_ATTR_PREFIX = "torchtpu.mesh."
+SHARDING_ATTR = "torchtpu.sharding"
 
 
 class ShardingError(ValueError):
@@ -34,10 +41,7 @@ class Mesh:
 
     @property
     def size(self) -> int:
-        n = 1
-        for _, s in self.axes:
-            n *= s
-        return n
+        return math.prod(s for _, s in self.axes)
 
     def axis_size(self, axis: str) -> int:
         return dict(self.axes)[axis]
@@ -73,9 +77,7 @@ def parse_mesh(name: str, text: str) -> Mesh:
     axes = tuple((a, int(s)) for a, s in _MESH_AXES.findall(body))
     if not axes:
         raise ShardingError(f"mesh @{name} has no axes ({text}); give it at least one, e.g. <[\"x\"=4]>")
-    size = 1
-    for _, s in axes:
-        size *= s
+    size = math.prod(s for _, s in axes)
     match = _DEVICE_IDS.search(text)
     if match:
         ids = tuple(int(v) for v in match.group(1).replace(" ", "").split(",") if v)
@@ -117,8 +119,11 @@ class Layout:
         return not self.partial and all(a is None for a in self.dims)
 
     def sdy_text(self, mesh: str) -> str:
-        dims = ", ".join("{}" if a is None else '{"' + a.axis + '"}' for a in self.dims)
-        return f"#sdy.sharding<@{mesh}, [{dims}]>"
+        return sdy_sharding_text(mesh, [None if a is None else a.axis for a in self.dims])
+
+    def global_shape(self, local: Sequence[int], mesh: Mesh) -> list[int]:
+        """The single-device shape of a block of `local` shape laid out this way."""
+        return [s * (mesh.axis_size(a.axis) if a is not None else 1) for s, a in zip(local, self.dims)]
 
     def axes(self) -> set[str]:
         return {a.axis for a in self.dims if a is not None}
@@ -129,6 +134,12 @@ class Layout:
         if self.partial:
             text += " partial " + ", ".join(f"{kind} over \"{axis}\"" for axis, kind in self.partial)
         return text
+
+
+def sdy_sharding_text(mesh: str, axes: Sequence[str | None]) -> str:
+    """`#sdy.sharding<@mesh, [...]>` with dimension d on mesh axis `axes[d]` (None: unsharded)."""
+    dims = ", ".join("{}" if a is None else '{"' + a + '"}' for a in axes)
+    return f"#sdy.sharding<@{mesh}, [{dims}]>"
 
 
 def parse_sharding(text: str, meshes: dict[str, Mesh], rank: int) -> tuple[Mesh, Layout]:

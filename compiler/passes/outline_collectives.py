@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..context import func, ir
-from .base import Pass, register_pass
+from .base import Pass, ops_named, register_pass
 
 COLLECTIVE_OPS = frozenset(
     {
@@ -23,15 +23,7 @@ OUTLINED = "torchtpu.outlined"
 
 
 def _contains_collective(op: ir.Operation) -> ir.Operation | None:
-    found: list[ir.Operation] = []
-
-    def visit(inner: ir.Operation) -> ir.WalkResult:
-        if inner.operation.name in COLLECTIVE_OPS:
-            found.append(inner.operation)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
+    found = ops_named(op, *COLLECTIVE_OPS)
     return found[0] if found else None
 
 

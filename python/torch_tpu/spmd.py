@@ -177,16 +177,14 @@ def compile_spmd(module: Any, num_ranks: int, *, client: Any = None, thin: bool 
 DimSharding = Sequence[str | None]
 
 
-def _sdy_sharding(mesh_name: str, dims: DimSharding) -> str:
-    return "#sdy.sharding<@" + mesh_name + ", [" + ", ".join("{}" if a is None else '{"' + a + '"}' for a in dims) + "]>"
-
-
 def annotate_shardings(module: Any, mesh: Sequence[tuple[str, int]], args: Sequence[DimSharding | None],
                        results: Sequence[DimSharding | None] = (), *, mesh_name: str = "mesh",
                        entry: str = "main") -> ir.Module:
     """Adds an `sdy.mesh` and `sdy.sharding` argument/result attributes to a
     single-device module (text or ir.Module): `args[i]` names the mesh axis of each
     dimension of argument i (None: unsharded; a None entry: replicated)."""
+    from torch_tpu.compiler.passes._sharding import sdy_sharding_text
+
     if isinstance(module, str):
         with make_context():
             module = ir.Module.parse(module)
@@ -208,7 +206,7 @@ def annotate_shardings(module: Any, mesh: Sequence[tuple[str, int]], args: Seque
                 entries = {d[k].name: d[k].attr for k in range(len(d))}
                 dims = shardings[i] if i < len(shardings) else None
                 if dims is not None:
-                    entries["sdy.sharding"] = ir.Attribute.parse(_sdy_sharding(mesh_name, dims))
+                    entries["sdy.sharding"] = ir.Attribute.parse(sdy_sharding_text(mesh_name, dims))
                 out.append(ir.DictAttr.get(entries))
             return ir.ArrayAttr.get(out)
 
@@ -219,13 +217,19 @@ def annotate_shardings(module: Any, mesh: Sequence[tuple[str, int]], args: Seque
 
 
 def _read_layouts(module: ir.Module, entry: str = "main"):
-    from torch_tpu.compiler.passes._sharding import Layout, parse_mesh, parse_sharding
+    from torch_tpu.compiler.passes._sharding import (
+        MESH_ATTR_PREFIX,
+        SHARDING_ATTR,
+        Layout,
+        parse_mesh,
+        parse_sharding,
+    )
 
     meshes = {}
     for i in range(len(module.operation.attributes)):
         named = module.operation.attributes[i]
-        if named.name.startswith("torchtpu.mesh."):
-            name = named.name[len("torchtpu.mesh."):]
+        if named.name.startswith(MESH_ATTR_PREFIX):
+            name = named.name[len(MESH_ATTR_PREFIX):]
             meshes[name] = parse_mesh(name, ir.StringAttr(named.attr).value)
     fn = next(op.operation for op in module.body.operations
               if op.operation.name == "func.func" and ir.StringAttr(op.operation.attributes["sym_name"]).value == entry)
@@ -237,8 +241,8 @@ def _read_layouts(module: ir.Module, entry: str = "main"):
         for attr, t in zip(attrs, types):
             rank = ir.RankedTensorType(t).rank
             d = ir.DictAttr(attr) if attr is not None else None
-            if d is not None and "torchtpu.sharding" in d:
-                out.append(parse_sharding(ir.StringAttr(d["torchtpu.sharding"]).value, meshes, rank))
+            if d is not None and SHARDING_ATTR in d:
+                out.append(parse_sharding(ir.StringAttr(d[SHARDING_ATTR]).value, meshes, rank))
             else:
                 out.append((None, Layout.replicated(rank)))
         return out
@@ -246,16 +250,15 @@ def _read_layouts(module: ir.Module, entry: str = "main"):
     return read("arg_attrs", ftype.inputs), read("res_attrs", ftype.results), meshes
 
 
-def _block(tensor: Any, mesh, layout, rank: int) -> Any:
-    out = tensor
+def _rank_view(full: Any, mesh, layout, rank: int) -> Any:
+    """The view of the global tensor `full` that `rank` holds under `layout`."""
+    out = full
     for d, shard in enumerate(layout.dims):
         if shard is None:
             continue
-        k = mesh.axis_size(shard.axis)
-        index = mesh.axis_index_table(shard.axis)[rank]
-        size = out.shape[d] // k
-        out = out.narrow(d, index * size, size)
-    return out.contiguous()
+        size = out.shape[d] // mesh.axis_size(shard.axis)
+        out = out.narrow(d, mesh.axis_index_table(shard.axis)[rank] * size, size)
+    return out
 
 
 class ShardedProgram:
@@ -282,7 +285,7 @@ class ShardedProgram:
         self.program = SpmdProgram(module, self.mesh.size, client=client, thin=thin, name=name)
 
     def shard(self, args: Sequence[Any]) -> list[list[Any]]:
-        return [[_block(a, self.mesh, layout, r) for a, (_, layout) in zip(args, self.arg_layouts)]
+        return [[_rank_view(a, self.mesh, layout, r).contiguous() for a, (_, layout) in zip(args, self.arg_layouts)]
                 for r in range(self.mesh.size)]
 
     def __call__(self, *args: Any) -> list[Any]:
@@ -292,14 +295,8 @@ class ShardedProgram:
         results = []
         for k, (_, layout) in enumerate(self.result_layouts):
             local = per_rank[0][k]
-            shape = [s * (self.mesh.axis_size(a.axis) if a else 1) for s, a in zip(local.shape, layout.dims)]
-            full = torch.empty(shape, dtype=local.dtype)
+            full = torch.empty(layout.global_shape(local.shape, self.mesh), dtype=local.dtype)
             for r in range(self.mesh.size):
-                target = full
-                for d, shard in enumerate(layout.dims):
-                    if shard is not None:
-                        size = local.shape[d]
-                        target = target.narrow(d, self.mesh.axis_index_table(shard.axis)[r] * size, size)
-                target.copy_(per_rank[r][k])
+                _rank_view(full, self.mesh, layout, r).copy_(per_rank[r][k])
             results.append(full)
         return results
