@@ -48,7 +48,19 @@ class AliasedOutput:
     is_source: bool  # the output is the input / base object itself
     size: tuple[int, ...] = ()
     stride: tuple[int, ...] = ()
-    offset: int = 0  # storage offset relative to the source's own
+    byte_offset: int = 0  # storage offset in bytes, relative to the source's own
+    dtype: torch.dtype | None = None
+
+    def view_of(self, source: torch.Tensor) -> torch.Tensor:
+        """This output as a view of `source`'s storage (its new value)."""
+        start = source.storage_offset() * source.element_size() + self.byte_offset
+        if self.dtype == source.dtype:
+            return source.as_strided(self.size, self.stride, start // source.element_size())
+        # A dtype view (`x.view(torch.int32)`, `view_as_real`): the same bytes, read as
+        # the output's dtype; sizes, strides and offset are in its elements.
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return torch.empty(0, dtype=self.dtype, device=source.device).set_(
+            source.untyped_storage(), start // itemsize, self.size, self.stride)
 
 
 @dataclass(frozen=True)
@@ -63,11 +75,7 @@ class OutputAliasPlan:
         flat, spec = pytree.tree_flatten(original)
         for alias in self.aliased:
             source = args[alias.index] if alias.source == "input" else bases[alias.index]
-            if alias.is_source:
-                flat[alias.leaf] = source
-            else:
-                flat[alias.leaf] = source.as_strided(alias.size, alias.stride,
-                                                     source.storage_offset() + alias.offset)
+            flat[alias.leaf] = source if alias.is_source else alias.view_of(source)
         return pytree.tree_unflatten(flat, spec)
 
 
@@ -92,6 +100,10 @@ def _through_inplace(node: torch.fx.Node) -> torch.fx.Node:
             break
         node = written
     return node
+
+
+def _byte_offset(val: torch.Tensor) -> int:
+    return val.storage_offset() * val.element_size()
 
 
 def _owns_storage(val: torch.Tensor) -> bool:
@@ -133,7 +145,7 @@ def plan_output_aliases(gm: torch.fx.GraphModule) -> OutputAliasPlan | None:
             source_val = node.meta["val"]
             aliased.append(AliasedOutput(
                 position, "input", index, _through_inplace(leaf) is node, tuple(val.shape),
-                tuple(val.stride()), val.storage_offset() - source_val.storage_offset()))
+                tuple(val.stride()), _byte_offset(val) - _byte_offset(source_val), val.dtype))
         else:
             internal.setdefault(ref, []).append(position)
 
@@ -150,7 +162,7 @@ def plan_output_aliases(gm: torch.fx.GraphModule) -> OutputAliasPlan | None:
             val = leaves[position].meta["val"]
             aliased.append(AliasedOutput(position, "base", len(bases), leaves[position] is base,
                                          tuple(val.shape), tuple(val.stride()),
-                                         val.storage_offset()))
+                                         _byte_offset(val), val.dtype))
         bases.append(base)
     if not aliased:
         return None
