@@ -29,6 +29,7 @@ from ._compile import PIPELINE_VERSION, CompiledGraph, _shared_context
 from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
+from ._output_alias import OutputAliasPlan, plan_output_aliases
 from ._precision import current_mode
 
 log = logging.getLogger("torch_tpu")
@@ -69,9 +70,11 @@ class InPlaceCompiledGraph(CompiledGraph):
     """A compiled non-functional graph: after each run, the inputs the graph writes get
     their new values (the results aliased to them)."""
 
-    def __init__(self, executable, imported, written: dict[int, int]) -> None:
+    def __init__(self, executable, imported, written: dict[int, int],
+                 output_aliases: OutputAliasPlan | None = None) -> None:
         super().__init__(executable, imported)
         self.written = written
+        self.output_aliases = output_aliases
 
     def __call__(self, *args):
         # Written inputs go in as plain tensors (never the resident-parameter buffer,
@@ -83,7 +86,8 @@ class InPlaceCompiledGraph(CompiledGraph):
         with torch.no_grad():
             for arg_index, result_index in self.written.items():
                 args[arg_index].copy_(results[result_index])
-        return self._unflatten(results)
+        # After the write-back: outputs aliasing inputs are views of their new values.
+        return self._unflatten(results, args)
 
     def _prepare(self, args):
         from ._compile import RESIDENT_PARAMETERS
@@ -99,10 +103,12 @@ class InPlaceCompiledGraph(CompiledGraph):
             inputs.append(torch.randint(0, 2**62, (2,), dtype=torch.int64).to(torch.uint64))
         return inputs
 
-    def _unflatten(self, results):
+    def _unflatten(self, results, args):
         import torch.utils._pytree as pytree
 
         leaves = [results[o.index] if o.kind == "tensor" else o.value for o in self._outputs]
+        if self.output_aliases is not None:
+            return self.output_aliases.rebuild(leaves, self._tree, args)
         return pytree.tree_unflatten(leaves, self._tree)
 
 
@@ -116,6 +122,8 @@ def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPl
     client = get_client()
     mode = current_mode()
     donate = donate_written_inputs()
+    # Before the fingerprint: the plan rewrites the graph's outputs.
+    output_aliases = plan_output_aliases(gm)
     fingerprint = _salted(gm, mode, donate)
     start = time.perf_counter()
     with _timing.phase("convert", timings):
@@ -139,7 +147,7 @@ def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPl
     with _timing.phase("xla_compile", timings):
         executable = client.compile(imported.module, fingerprint=fingerprint)
     log.debug("torch_tpu: %s compiled with torchtpu views in %.2fs", name, time.perf_counter() - start)
-    return InPlaceCompiledGraph(executable, imported, written)
+    return InPlaceCompiledGraph(executable, imported, written, output_aliases)
 
 
 def _salted(gm: torch.fx.GraphModule, mode: str, donate: bool) -> FxGraphFingerprint:
