@@ -42,10 +42,12 @@ def _shared_context():
     return _context
 
 
-def pipeline_for(mode: str) -> str:
+def pipeline_for(mode: str, before: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> str:
+    """The frontend's pipeline: verify, the steps `before`, precision, the steps `after`."""
     # PyTorch's precision setting is authoritative for every matrix op of a graph, so
     # it overrides whatever a lowering chose.
-    return f"builtin.module(torchtpu-verify,torchtpu-set-precision{{mode={mode} override=true}})"
+    steps = ("torchtpu-verify", *before, f"torchtpu-set-precision{{mode={mode} override=true}}", *after)
+    return f"builtin.module({','.join(steps)})"
 
 
 class _ResidentParameters:
@@ -151,9 +153,8 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         dump.write_stage("imported", imported.text(debug_info=True))
     with _timing.phase("passes", timings):
         engine = DiagnosticEngine()
-        pipeline = pipeline_for(mode)
-        if symbol_bounds is not None:
-            pipeline = pipeline[:-1] + "," + _dynamic.bounds_passes(client.platform) + ")"
+        after = _dynamic.bounds_passes(client.platform) if symbol_bounds is not None else ()
+        pipeline = pipeline_for(mode, after=after)
         ok = run_pipeline(imported.module.operation, pipeline, engine)
         if not ok:
             raise TorchTpuCompileError(
@@ -174,9 +175,8 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     compiled = CompiledGraph(executable, imported)
     if symbol_bounds is None:
         return compiled
-    compiled.graph_module = gm
     return _dynamic.DynamicCompiledGraph(
-        compiled, symbol_bounds, lambda bounds: compile_whole_graph(gm, name, bounds), name
+        compiled, gm, symbol_bounds, lambda bounds: compile_whole_graph(gm, name, bounds), name
     )
 
 

@@ -58,11 +58,11 @@ def initial_bounds(gm: torch.fx.GraphModule) -> dict[sympy.Symbol, int]:
     return symbol_bounds_from(gm, policy_bound)
 
 
-def bounds_passes(platform: str) -> str:
+def bounds_passes(platform: str) -> tuple[str, ...]:
     """The pipeline steps that make a bounded module runnable on `platform`."""
     if platform in MATERIALIZE_BOUNDS_PLATFORMS:
-        return "torchtpu-annotate-bounds,torchtpu-materialize-bounds"
-    return "torchtpu-annotate-bounds"
+        return ("torchtpu-annotate-bounds", "torchtpu-materialize-bounds")
+    return ("torchtpu-annotate-bounds",)
 
 
 def settings_key(bounds: dict[sympy.Symbol, int]) -> str:
@@ -79,6 +79,7 @@ class DynamicCompiledGraph:
     def __init__(
         self,
         compiled,
+        gm: torch.fx.GraphModule,
         bounds: dict[sympy.Symbol, int],
         recompile: Callable[[dict], Any],
         name: str = "graph",
@@ -91,10 +92,7 @@ class DynamicCompiledGraph:
         self._specs = [s for s in imported.inputs if s.role == "input"]
         # Where each size symbol can be read from the call's arguments.
         self._symbol_sources: dict[sympy.Symbol, tuple[int, int | None]] = {}
-        gm = imported_gm(compiled)
-        placeholders = (
-            [n for n in gm.graph.nodes if n.op == "placeholder"] if gm is not None else []
-        )
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for i, node in enumerate(placeholders):
             val = node.meta.get("val")
             if isinstance(val, torch.Tensor):
@@ -152,10 +150,6 @@ class DynamicCompiledGraph:
             else:
                 leaves.append(o.value)
         return pytree.tree_unflatten(leaves, compiled.imported.output_tree)
-
-
-def imported_gm(compiled) -> torch.fx.GraphModule | None:
-    return getattr(compiled, "graph_module", None)
 
 
 def _pad_to(t: torch.Tensor, shape) -> torch.Tensor:

@@ -24,7 +24,7 @@ def pipeline_for(mode: str) -> str:
     ops such as chlo.top_k better than the generic legalization does."""
     from ._compile import pipeline_for as _pipeline
 
-    return _pipeline(mode)[: -len(")")] + ",func.func(chlo-legalize-to-stablehlo))"
+    return _pipeline(mode, after=("func.func(chlo-legalize-to-stablehlo)",))
 
 
 @dataclass

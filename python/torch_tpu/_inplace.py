@@ -25,7 +25,7 @@ from torch_tpu.compiler.importer import import_graph
 from torch_tpu.compiler.lowering import LoweringError
 
 from . import _timing
-from ._compile import PIPELINE_VERSION, CompiledGraph, _shared_context
+from ._compile import PIPELINE_VERSION, CompiledGraph, _shared_context, pipeline_for
 from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
@@ -45,8 +45,8 @@ def log_once(key: str, message: str, *args) -> None:
 
 
 def view_pipeline(mode: str) -> str:
-    return ("builtin.module(torchtpu-verify,torchtpu-decompose-views,torchtpu-inverse-views,"
-            f"torchtpu-verify,torchtpu-set-precision{{mode={mode} override=true}})")
+    # Verify again after the view passes: their output must be free of torchtpu ops.
+    return pipeline_for(mode, before=("torchtpu-decompose-views", "torchtpu-inverse-views", "torchtpu-verify"))
 
 
 def aliased_results(module) -> dict[int, int]:
