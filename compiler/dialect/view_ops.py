@@ -360,7 +360,7 @@ def build_view(name: str, source: ir.Value, result: ir.RankedTensorType, **attrs
     converted: dict[str, ir.Attribute] = {}
     for key, value in attrs.items():
         if isinstance(value, np.ndarray):
-            converted[key] = ir.DenseIntElementsAttr.get(np.ascontiguousarray(value, dtype=np.int64))
+            converted[key] = ir.DenseIntElementsAttr.get(np.array(value, dtype=np.int64, order="C"))
         elif isinstance(value, (list, tuple)):
             converted[key] = ir.DenseI64ArrayAttr.get([int(v) for v in value])
         elif isinstance(value, int):

@@ -73,7 +73,7 @@ class DecomposeViewsPass(Pass):
                                   "before writing to it", notes=[(view.location, "through this view")])
                 return
             with ir.InsertionPoint(store), store.location:
-                target = _gather(chain[0], source, np.ascontiguousarray(positions))
+                target = _gather(chain[0], source, np.array(positions, order="C"))
             store.operands[0] = target
             return
 
@@ -318,7 +318,7 @@ def _compose_over_gather(rewrite):
         owner = op.operands[0].owner
         if not isinstance(owner, ir.Block) and owner.operation.name == "torchtpu.gather_view":
             inner = attrs_of(owner.operation)["indices"]
-            return _gather(op, owner.operation.operands[0], np.ascontiguousarray(_numpy_view(op, inner)))
+            return _gather(op, owner.operation.operands[0], np.array(_numpy_view(op, inner), order="C"))
         return rewrite(op)
 
     return apply

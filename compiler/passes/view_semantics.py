@@ -17,7 +17,7 @@ import torch
 from ..context import ir, stablehlo
 from ..dialect import ref_tensor_type
 from ..dtypes import dtype_of, tensor_type
-from ..lowering.helpers import broadcast_to, constant, reshape, scalar_region, shape_of, transpose
+from ..lowering.helpers import broadcast_to, constant, full, reshape, scalar_region, shape_of, transpose
 
 # Views that torchtpu-decompose-views rewrites; torchtpu-inverse-views needs them gone.
 COMPLEX_VIEWS = frozenset({"torchtpu.diagonal", "torchtpu.unfold", "torchtpu.as_strided"})
@@ -89,13 +89,17 @@ def _index_constant(indices: np.ndarray) -> ir.Value:
 
 def gather_flat(source: ir.Value, indices: np.ndarray) -> ir.Value:
     """Elements of `source` at row-major positions `indices` (shape = indices.shape)."""
+    m = int(indices.size)
+    dt = dtype_of(source.type)
+    if m == 0 or prod(shape_of(source)) == 0:
+        # Nothing to read (an empty view, or one of an empty source): a gather over an
+        # empty operand does not verify, and the result has no elements anyway.
+        return full(0, dt, list(indices.shape))
     n = prod(shape_of(source))
     flat = reshape(source, [n])
-    m = int(indices.size)
     numbers = ir.Attribute.parse(
         "#stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>"
     )
-    dt = dtype_of(source.type)
     op = stablehlo.GatherOp(flat, _index_constant(indices), numbers, [1], indices_are_sorted=False,
                             results=[tensor_type([m], dt)])
     return reshape(op.result, list(indices.shape))
@@ -104,6 +108,8 @@ def gather_flat(source: ir.Value, indices: np.ndarray) -> ir.Value:
 def scatter_flat(source: ir.Value, indices: np.ndarray, updates: ir.Value) -> ir.Value:
     """`source` with the elements at row-major positions `indices` replaced by `updates`."""
     shape = shape_of(source)
+    if indices.size == 0:
+        return source  # an empty view: the store changes nothing
     n = prod(shape)
     dt = dtype_of(source.type)
     flat = reshape(source, [n])

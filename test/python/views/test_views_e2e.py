@@ -105,6 +105,29 @@ def test_write_through_a_non_overlapping_view_of_an_expanded_view():
     check_against_eager(f, torch.randn(3))
 
 
+def test_scalar_view_of_an_irregular_view_keeps_rank_zero():
+    # select of a gather_view gives 0-d positions; composing views over it must not turn
+    # them into shape [1] (found by the property test).
+    def f(x):
+        x.add_(1)  # written storage: its views are references
+        column = x.as_strided([3], [2], 1)
+        first = column.unbind(0)[0]
+        return first.clone(), first.view(1).clone()
+
+    check_against_eager(f, torch.randn(3, 2))
+
+
+def test_empty_views_read_and_write():
+    def f(x):
+        empty = x[4:4]
+        empty.zero_()
+        windows = empty.unfold(1, 2, 3)
+        empty.neg_()
+        return windows.clone(), empty.clone()
+
+    check_against_eager(f, torch.randn(4, 2))
+
+
 def test_in_place_ops_of_many_kinds():
     def f(x, m, idx, src):
         x.mul_(2).sub_(1)
