@@ -383,6 +383,11 @@ def _layer_norm(ctx: LoweringContext, x, normalized_shape, weight=None, bias=Non
 # Where a slice starts depends on the logical size when the start is negative (counted from
 # the end) or symbolic. The padded buffer is extended by the slice's bound first, so the
 # dynamic_slice never clamps its start.
+def _runtime_start(ctx: LoweringContext, start, dim: int) -> ir.Value | int:
+    """`start` normalized against operand 0's run-time size along `dim`."""
+    return _runtime_index(ctx, start, _size(ctx, _sym(ctx, 0).shape[dim]))
+
+
 def _runtime_index(ctx: LoweringContext, index, size) -> ir.Value | int:
     """PyTorch's start normalization (negative counts from the end; clamped to [0, size])
     with the run-time size."""
@@ -450,8 +455,7 @@ def _slice(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
         return NotImplemented
     if int(step) < 1:
         raise ctx.fail("slice step must be positive")
-    size = _size(ctx, _sym(ctx, 0).shape[dim])
-    begin = _runtime_index(ctx, start, size)
+    begin = _runtime_start(ctx, start, dim)
     length = ctx.result_shape()[dim]
     return reshape(_dynamic_slice(x, dim, begin, length, int(step)), ctx.result_shape())
 
@@ -461,8 +465,7 @@ def _select(ctx: LoweringContext, x, dim, index):
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
-    size = _size(ctx, _sym(ctx, 0).shape[dim])
-    begin = _runtime_index(ctx, index, size)
+    begin = _runtime_start(ctx, index, dim)
     return reshape(_dynamic_slice(x, dim, begin, 1), ctx.result_shape())
 
 
@@ -471,8 +474,7 @@ def _narrow(ctx: LoweringContext, x, dim, start, length):
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
-    size = _size(ctx, _sym(ctx, 0).shape[dim])
-    begin = _runtime_index(ctx, start, size)
+    begin = _runtime_start(ctx, start, dim)
     return reshape(_dynamic_slice(x, dim, begin, ctx.result_shape()[dim]), ctx.result_shape())
 
 
@@ -512,8 +514,7 @@ def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, st
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0) and dim not in _dynamic_dims(ctx, 1):
         return NotImplemented
-    size = _size(ctx, _sym(ctx, 0).shape[dim])
-    begin = _runtime_index(ctx, start, size)
+    begin = _runtime_start(ctx, start, dim)
     length = _size(ctx, _sym(ctx, 1).shape[dim])
     return _scatter_into(ctx, x, src, dim, begin, length, int(step))
 
@@ -523,8 +524,7 @@ def _select_scatter(ctx: LoweringContext, x, src, dim, index):
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
-    size = _size(ctx, _sym(ctx, 0).shape[dim])
-    begin = _runtime_index(ctx, index, size)
+    begin = _runtime_start(ctx, index, dim)
     shape = shape_of(x)
     src = reshape(src, shape[:dim] + [1] + shape[dim + 1 :])
     return _scatter_into(ctx, x, src, dim, begin, 1, 1)
