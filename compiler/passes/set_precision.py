@@ -15,6 +15,15 @@ MATRIX_OPS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution")
 FIXED_PRECISION = "torchtpu.fixed_precision"
 
 
+def _has_explicit_precision(op: ir.Operation) -> bool:
+    """True when `op` carries a precision other than DEFAULT for some operand: DEFAULT
+    means "the backend's choice", so a config of DEFAULTs says nothing and is replaced."""
+    if "precision_config" not in op.attributes:
+        return False
+    config = ir.ArrayAttr(op.attributes["precision_config"])
+    return any(str(p) != "#stablehlo<precision DEFAULT>" for p in config)
+
+
 @register_pass
 class SetPrecisionPass(Pass):
     argument = "torchtpu-set-precision"
@@ -23,8 +32,9 @@ class SetPrecisionPass(Pass):
         "Implements `torch.set_float32_matmul_precision` for XLA: each "
         "`stablehlo.dot_general`, `stablehlo.dot` and `stablehlo.convolution` gets "
         "`precision_config` = [P, P] with P = DEFAULT (medium), HIGH (high) or HIGHEST "
-        "(highest). Ops that already carry a precision_config keep it unless "
-        "`override=true`; ops marked `torchtpu.fixed_precision` (set by lowerings whose "
+        "(highest). A precision_config that is all DEFAULT (\"the backend's choice\", "
+        "which JAX writes on every dot and convolution) counts as unset. Ops that already "
+        "carry an explicit HIGH or HIGHEST keep it unless `override=true`; ops marked `torchtpu.fixed_precision` (set by lowerings whose "
         "algorithm needs its own precision, such as linear algebra) always keep it, and "
         "the marker is removed."
     )
@@ -43,7 +53,7 @@ class SetPrecisionPass(Pass):
             if inner.name in MATRIX_OPS:
                 if FIXED_PRECISION in inner.attributes:
                     del inner.attributes[FIXED_PRECISION]
-                elif self.override or "precision_config" not in inner.attributes:
+                elif self.override or not _has_explicit_precision(inner):
                     inner.attributes["precision_config"] = config
             return ir.WalkResult.ADVANCE
 

@@ -104,3 +104,35 @@ func.func @fixed_precision(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {
   %1 = stablehlo.dot_general %0, %a, contracting_dims = [1] x [0] : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
   return %1 : tensor<2x2xf32>
 }
+
+// -----
+
+// DEFAULT means "the backend's choice" (JAX writes it on every dot and convolution): a
+// config of DEFAULTs counts as unset and takes the mode, even without override.
+// HIGHEST-LABEL: func.func @jax_default_is_unset
+// HIGHEST:       stablehlo.dot_general {{.*}} precision = [HIGHEST, HIGHEST]
+// HIGHEST:       stablehlo.convolution
+// HIGHEST-SAME:  precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]
+// HIGH-LABEL:    func.func @jax_default_is_unset
+// HIGH:          stablehlo.dot_general {{.*}} precision = [HIGH, HIGH]
+// MEDIUM-LABEL:  func.func @jax_default_is_unset
+// MEDIUM:        stablehlo.dot_general {{.*}} precision = [DEFAULT, DEFAULT]
+func.func @jax_default_is_unset(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>, %x: tensor<1x8x8x3xf32>, %w: tensor<3x3x3x16xf32>) -> (tensor<2x4xf32>, tensor<1x6x6x16xf32>) {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  %1 = stablehlo.convolution(%x, %w) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], window = {stride = [1, 1]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64, precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]} : (tensor<1x8x8x3xf32>, tensor<3x3x3x16xf32>) -> tensor<1x6x6x16xf32>
+  return %0, %1 : tensor<2x4xf32>, tensor<1x6x6x16xf32>
+}
+
+// -----
+
+// Explicit HIGH stays without override (here: one operand HIGH, one DEFAULT).
+// HIGHEST-LABEL:  func.func @explicit_high_kept
+// HIGHEST:        precision = [HIGHEST, HIGHEST]
+// HIGHEST:        precision = [HIGH, HIGH]
+// OVERRIDE-LABEL: func.func @explicit_high_kept
+// OVERRIDE-COUNT-2: precision = [HIGHEST, HIGHEST]
+func.func @explicit_high_kept(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {
+  %0 = stablehlo.dot_general %a, %a, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %1 = stablehlo.dot_general %0, %a, contracting_dims = [1] x [0], precision = [HIGH, HIGH] : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  return %1 : tensor<2x2xf32>
+}
