@@ -17,7 +17,7 @@ from jaxlib.mlir import ir, passmanager  # noqa: F401  (re-exported)
 from jaxlib.mlir._mlir_libs import _jax_mlir_ext
 from jaxlib.mlir.dialects import arith, chlo, func, sdy, stablehlo  # noqa: F401
 
-__all__ = ["ir", "passmanager", "arith", "chlo", "func", "sdy", "stablehlo", "make_context"]
+__all__ = ["ir", "passmanager", "arith", "chlo", "func", "sdy", "stablehlo", "make_context", "inline_call"]
 
 _passes_registered = False
 _registration_lock = threading.Lock()
@@ -51,3 +51,11 @@ def make_context() -> ir.Context:
     stablehlo.register_dialect(ctx)
     ctx.allow_unregistered_dialects = True
     return ctx
+
+
+def inline_call(callee: ir.Operation, operands: list[ir.Value], location: ir.Location) -> list[ir.Value]:
+    """Clones `callee`'s single block at the current insertion point with its arguments
+    bound to `operands`; returns the values its return op yields. jaxlib's helper
+    segfaults without an active Location, so one is entered here."""
+    with location:
+        return list(_jax_mlir_ext.inlined_func_call(callee, operands, location))

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from .context import ir, passmanager
 from .diagnostics import DiagnosticEngine
 from .passes import PASS_REGISTRY, Pass, PassOptionError
-from .passes.base import matching_brace, ops_named
+from .passes.base import calls_to_defined_functions, matching_brace, ops_named
 
 # Upstream passes that only run nested on functions (JAXLIB_NOTES.md). Named at module
 # level, in either syntax, they are nested under func.func for the user.
@@ -131,6 +131,16 @@ def parse_pipeline(text: str) -> list[Element]:
     return elements
 
 
+def _report_calls(instance: Pass, op: ir.Operation) -> bool:
+    """Reports each call a pass that does not follow calls would see; True if any."""
+    calls = calls_to_defined_functions(op) if op.name == "builtin.module" else []
+    for call in calls:
+        callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+        instance.error(call, f"does not look through calls (@{callee}); run torchtpu-inline "
+                       f"first (--pass-pipeline='builtin.module(torchtpu-inline,{instance.argument})')")
+    return bool(calls)
+
+
 def _python_pass_callable(instance: Pass, anchor: str | None) -> Callable:
     """Wraps a pass for `PassManager.add`. Errors become located diagnostics and a pass
     failure; an exception in our own code is reported, never a traceback."""
@@ -142,6 +152,9 @@ def _python_pass_callable(instance: Pass, anchor: str | None) -> Callable:
             # Python passes are called without an active MLIR context; entering the
             # op's context and location here spares every pass from doing it.
             with op.context, op.location:
+                if not instance.follows_calls and _report_calls(instance, op):
+                    external_pass.signal_pass_failure()
+                    return
                 for target in [op] if anchor is None else ops_named(op, anchor):
                     instance.run(target)
         except Exception as err:  # noqa: BLE001 - a bug in a pass must not kill the tool

@@ -105,6 +105,12 @@ def passes_markdown() -> str:
         out.append(f"_{cls.summary}._\n")
         if cls.description:
             out.append(inspect.cleandoc(cls.description) + "\n")
+        if not cls.follows_calls:
+            out.append(
+                "Works one function at a time and does not look through `func.call`: run "
+                "[`torchtpu-inline`](#torchtpu-inline) first (a call to a function defined in "
+                "the module is reported as an error).\n"
+            )
         if cls.options:
             rows = []
             for option in cls.options:

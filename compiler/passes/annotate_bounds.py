@@ -89,6 +89,7 @@ class AnnotateBoundsPass(Pass):
         "dynamic dimension whose bound cannot be derived is an error at the op that makes "
         "it; a `torchtpu.bounds` that does not fit its argument's type is an error too."
     )
+    follows_calls = False
 
     def run(self, op: ir.Operation) -> None:
         for fn in entry_functions(op):

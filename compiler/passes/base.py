@@ -65,6 +65,10 @@ class Pass:
     summary: ClassVar[str]
     description: ClassVar[str] = ""
     options: ClassVar[tuple[Option, ...]] = ()
+    # False for passes that work on one function at a time and do not look through
+    # `func.call`: they run after `torchtpu-inline`, and the pipeline runner reports a
+    # call to a function defined in the module instead of running them on it.
+    follows_calls: ClassVar[bool] = True
 
     def __init__(self, engine: DiagnosticEngine | None = None, **options: Any) -> None:
         self.engine = engine if engine is not None else DiagnosticEngine()
@@ -132,6 +136,19 @@ def ops_named(root: ir.Operation, *names: str) -> list[ir.Operation]:
 
     root.walk(collect)
     return found
+
+
+def calls_to_defined_functions(module: ir.Operation) -> list[ir.Operation]:
+    """The `func.call`s in `module` whose callee is a function with a body in `module`."""
+    defined = {
+        ir.StringAttr(op.operation.attributes["sym_name"]).value
+        for op in module.regions[0].blocks[0].operations
+        if op.operation.name == "func.func" and len(op.operation.regions[0].blocks) > 0
+    } if module.regions else set()
+    return [
+        call for call in ops_named(module, "func.call")
+        if ir.FlatSymbolRefAttr(call.attributes["callee"]).value in defined
+    ]
 
 
 def _location(where):

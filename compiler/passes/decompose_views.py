@@ -34,6 +34,7 @@ class DecomposeViewsPass(Pass):
         "picks distinct elements (`x.expand(2, 3)[0]`), and is a located error otherwise: "
         "the write has no defined result."
     )
+    follows_calls = False
 
     def run(self, op: ir.Operation) -> None:
         targets = ops_named(op, *_REWRITES)

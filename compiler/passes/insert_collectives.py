@@ -53,6 +53,7 @@ class InsertCollectivesPass(Pass):
         "dimension that does not divide by its axis size or a sharding of several axes "
         "is a located error naming the op and the shardings."
     )
+    follows_calls = False
 
     def run(self, module: ir.Operation) -> None:
         body = module.regions[0].blocks[0]

@@ -27,6 +27,7 @@ class InverseViewsPass(Pass):
         "buffer. Runs after torchtpu-decompose-views (diagonal/unfold/as_strided must be "
         "decomposed); the output has no torchtpu ops or types left."
     )
+    follows_calls = False
 
     def run(self, op: ir.Operation) -> None:
         for fn in ops_named(op, "func.func"):

@@ -43,6 +43,7 @@ class MaterializeBoundsPass(Pass):
         "`torchtpu.size_of = array<i64: result, dim>`. Run `torchtpu-annotate-bounds` "
         "first: a dynamic dim without a bound is an error."
     )
+    follows_calls = False
 
     def run(self, op: ir.Operation) -> None:
         for fn in entry_functions(op):

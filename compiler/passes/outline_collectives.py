@@ -55,6 +55,7 @@ class OutlineCollectivesPass(Pass):
         "embedded, so XLA may overlap communication with compute. A collective nested in "
         "a region (a loop body, a branch) cannot be outlined and is a located error."
     )
+    follows_calls = False
 
     def run(self, module: ir.Operation) -> None:
         functions = [

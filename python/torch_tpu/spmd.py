@@ -76,7 +76,7 @@ def spmd_pipeline(*, thin: bool, broadcast: str = "collective_broadcast", bitwis
         f"torchtpu-lower-collectives{{broadcast={broadcast} bitwise={bitwise} "
         f"global-device-ids={str(global_device_ids).lower()}}}"
     )
-    passes = ["torchtpu-verify", lower]
+    passes = ["torchtpu-verify", "torchtpu-inline", lower]
     if thin:
         passes.append("torchtpu-outline-collectives")
     return "builtin.module(" + ",".join(passes) + ")"
@@ -272,7 +272,7 @@ class ShardedProgram:
             with make_context():
                 module = ir.Module.parse(module)
         engine = DiagnosticEngine()
-        if not run_pipeline(module.operation, "builtin.module(torchtpu-verify,torchtpu-insert-collectives)", engine):
+        if not run_pipeline(module.operation, "builtin.module(torchtpu-verify,torchtpu-inline,torchtpu-insert-collectives)", engine):
             raise SpmdCompileError(f"torch_tpu: partitioning {name} failed:\n{engine.format()}")
         self.partitioned_text = module.operation.get_asm(enable_debug_info=False)
         self.arg_layouts, self.result_layouts, module_meshes = _read_layouts(module)

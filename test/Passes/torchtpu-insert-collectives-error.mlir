@@ -70,3 +70,17 @@ func.func @argmax(%a: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]
     }
   return %0#0, %0#1 : tensor<f32>, tensor<i32>
 }
+
+// -----
+
+// The partitioner does not look through calls: it asks for torchtpu-inline first.
+sdy.mesh @mesh = <["x"=4]>
+func.func @calls(%a: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> tensor<8x8xf32> {
+  // expected-error @below {{torchtpu-insert-collectives: does not look through calls (@helper); run torchtpu-inline first}}
+  %0 = func.call @helper(%a) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+func.func private @helper(%a: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = stablehlo.add %a, %a : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
