@@ -91,6 +91,38 @@ def make_cpu_client(num_devices: int) -> RawClient:
     return xla_client.make_cpu_client(asynchronous=True, num_devices=num_devices)
 
 
+_host_custom_calls_registered = False
+
+
+def calls_host_custom_calls(module: Any) -> bool:
+    """Whether `module` (text, bytecode or an MLIR object) calls a jaxlib CPU LAPACK
+    handler (`lapack_*`): the targets `jax.numpy.linalg` modules use."""
+    if isinstance(module, str):
+        return "@lapack_" in module or '"lapack_' in module
+    if isinstance(module, (bytes, bytearray)):
+        return b"lapack_" in module
+    return is_mlir_object(module) and "lapack_" in mlir_text(module)
+
+
+def register_host_custom_calls() -> None:
+    """Registers jaxlib's CPU LAPACK handlers (`lapack_*_ffi`) with XLA, once per
+    process, before a module calling them is compiled or loaded. jax does the same when
+    it is imported; `jaxlib.lapack` alone does not import jax. It loads SciPy's LAPACK
+    (~1 s on a loaded 2-core machine), so it runs only for modules that need it."""
+    global _host_custom_calls_registered
+    with _plugin_lock:
+        if _host_custom_calls_registered:
+            return
+        from jaxlib import lapack
+
+        # Fills the handlers' LAPACK function pointers (from SciPy's LAPACK); without it
+        # the first call through a handler dereferences a null pointer.
+        lapack._lapack.initialize()
+        for name, capsule, api_version in lapack.registrations().get("cpu", ()):
+            xla_client.register_custom_call_target(name, capsule, platform="cpu", api_version=api_version)
+        _host_custom_calls_registered = True
+
+
 _plugin_lock = threading.Lock()
 
 

@@ -376,6 +376,9 @@ class Client:
                 raise CompileError(f"{name}: cannot parse the module to mark donated arguments: {err}") from None
         elif isinstance(source, bytearray):
             source = bytes(source)
+        host_custom_calls = self.platform == "cpu" and _jaxlib.calls_host_custom_calls(source)
+        if host_custom_calls:
+            _jaxlib.register_host_custom_calls()
         options = _jaxlib.compile_options(spec.num_replicas, [d.id for d in devices], spec.xla_options)
         try:
             raw = _jaxlib.compile_and_load(self._raw, source, [d._raw for d in devices], options)
@@ -400,6 +403,7 @@ class Client:
             "num_replicas": spec.num_replicas,
             "device_ids": [d.id for d in devices],
             "signature": signature.to_json(),
+            "host_custom_calls": host_custom_calls,
         }
         return Executable(self, raw, signature, spec, key, devices, "compile", name), payload, metadata
 
@@ -408,6 +412,8 @@ class Client:
         devices: tuple[Device, ...], name: str,
     ) -> Executable:
         signature = Signature.from_json(metadata["signature"])
+        if metadata.get("host_custom_calls"):
+            _jaxlib.register_host_custom_calls()  # the handlers live in this process, not the entry
         raw = _jaxlib.deserialize_executable(self._raw, payload, [d._raw for d in devices])
         return Executable(self, raw, signature, spec, key, devices, "cache", name)
 
@@ -419,6 +425,12 @@ def _is_module_value(module: Any) -> bool:
 _STATUS_PREFIX = re.compile(r"^[A-Z_]+:\s*")
 _STDIN_LOC = re.compile(r"(^|\s)-:(\d+):(\d+):")
 _NOISE = ("Failed to parse using StableHLO",)
+
+
+_MISSING_HANDLER = re.compile(
+    r"No (?:FFI handler registered for|registered implementation for (?:untyped )?custom call to) "
+    r"([\w.$-]+) (?:on a platform|for) (\w+)"
+)
 
 
 def format_xla_error(message: str, name: str) -> str:
@@ -435,6 +447,14 @@ def format_xla_error(message: str, name: str) -> str:
     if not lines:
         lines = [message.strip()]
     first = lines[0]
+    missing = _MISSING_HANDLER.search(message)
+    if missing:
+        return (
+            f"{name}: error: the module calls the custom-call target '{missing.group(1)}', which has no "
+            f"handler registered in this process for platform {missing.group(2)}; register it with "
+            "jaxlib.xla_client.register_custom_call_target before compiling, or run the module on a "
+            "platform that provides it (torch_tpu registers jaxlib's CPU LAPACK targets itself)"
+        )
     if not first.startswith(name + ":"):
         first = f"{name}: error: XLA cannot compile the module: {first}"
     return "\n".join([first] + lines[1:])
