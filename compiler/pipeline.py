@@ -15,6 +15,7 @@ from typing import Callable, Optional
 from .context import ir, passmanager
 from .diagnostics import DiagnosticEngine
 from .passes import PASS_REGISTRY, Pass, PassOptionError
+from .pipelines import PIPELINE_REGISTRY
 from .passes.base import calls_to_defined_functions, matching_brace, ops_named
 
 # Upstream passes that only run nested on functions (JAXLIB_NOTES.md). Named at module
@@ -192,6 +193,14 @@ class PipelineBuilder:
         )
         self.passes.append(cls.argument)
 
+    def add_named_pipeline(self, element: Element) -> None:
+        named = PIPELINE_REGISTRY[element.name]
+        try:
+            steps = named.expand(element.options or "")
+        except PassOptionError as err:
+            raise PipelineError(str(err), element.column) from None
+        self.add(parse_pipeline(",".join(steps)))
+
     def add_upstream(self, text: str, element: Element) -> None:
         try:
             self.pm.add(text)
@@ -213,6 +222,8 @@ class PipelineBuilder:
                 self._add_nested(element)
             elif element.name in PASS_REGISTRY:
                 self.add_python(element)
+            elif element.name in PIPELINE_REGISTRY:
+                self.add_named_pipeline(element)
             elif element.name in FUNC_ANCHORED_UPSTREAM:
                 self.add_upstream(f"func.func({element.text()})", element)
             else:

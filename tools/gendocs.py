@@ -80,6 +80,41 @@ def _example(option) -> str:
 # --------------------------------------------------------------------------------------
 # docs/reference/passes.md
 # --------------------------------------------------------------------------------------
+def _option_rows(options) -> list[tuple[str, ...]]:
+    rows = []
+    for option in options:
+        default = str(option.default).lower() if option.type is bool else str(option.default)
+        values = ", ".join(f"`{c}`" for c in option.choices) or ("`true`, `false`" if option.type is bool else "any")
+        rows.append((f"`{option.name}`", option.type.__name__, f"`{default}`", values, option.help))
+    return rows
+
+
+def _pipelines_markdown() -> list[str]:
+    from torch_tpu.compiler.pipelines import PIPELINE_REGISTRY
+
+    out = [
+        "# Pipelines\n",
+        "The pass sequences torch_tpu runs, registered by name in `compiler/pipelines.py`. "
+        "The frontend runs them by name (a dump's pipeline text names them), and "
+        "`torchtpu-opt` accepts each as a flag or inside `--pass-pipeline`, so what "
+        "`torch.compile` ran can be replayed on a `.mlir` file.\n",
+        "| pipeline | summary | expands to (default options) |\n|---|---|---|",
+    ]
+    for argument, named in sorted(PIPELINE_REGISTRY.items()):
+        steps = ", ".join(f"`{step}`" for step in named.expand(""))
+        out.append(f"| [`{argument}`](#{argument}) | {_cell(named.summary)} | {_cell(steps)} |")
+    out.append("")
+    for argument, named in sorted(PIPELINE_REGISTRY.items()):
+        out.append(f"## `{argument}`\n")
+        out.append(f"_{named.summary}._\n")
+        out.append(inspect.cleandoc(named.description) + "\n")
+        if named.options:
+            out.append("Options:\n")
+            out.append(_table(("option", "type", "default", "values", "meaning"), _option_rows(named.options)))
+        out.append(f"Example: `torchtpu-opt --{argument} in.mlir`.\n")
+    return out
+
+
 def passes_markdown() -> str:
     from torch_tpu.compiler.passes import PASS_REGISTRY
     from torch_tpu.compiler.pipeline import FUNC_ANCHORED_UPSTREAM, MODULE_LEVEL_UPSTREAM
@@ -129,6 +164,7 @@ def passes_markdown() -> str:
         else:
             out.append(f"No options. Example: `torchtpu-opt --{argument} in.mlir`.\n")
         out.append(f"Declared by `{cls.__name__}` in `{repo_path(cls)}`.\n")
+    out.extend(_pipelines_markdown())
     out.append("## Upstream passes\n")
     out.append(
         "Upstream MLIR passes from jaxlib's build, used by name. These run at module "

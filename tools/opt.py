@@ -108,6 +108,13 @@ def _list_passes(out: TextIO) -> None:
         out.write(f"  --{argument}  {cls.summary}\n")
         for option in cls.options:
             out.write(f"      {option.describe()}  {option.help}\n")
+    from torch_tpu.compiler.pipelines import PIPELINE_REGISTRY
+
+    out.write("torch_tpu pipelines:\n")
+    for argument, named in sorted(PIPELINE_REGISTRY.items()):
+        out.write(f"  --{argument}  {named.summary}\n")
+        for option in named.options:
+            out.write(f"      {option.describe()}  {option.help}\n")
     out.write("upstream passes (jaxlib's MLIR build), module level:\n")
     for name in MODULE_LEVEL_UPSTREAM:
         out.write(f"  --{name}\n")

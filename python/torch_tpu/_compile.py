@@ -20,6 +20,7 @@ from torch_tpu.compiler.importer.locations import describe_node, op_name
 from torch_tpu.compiler.lowering import LoweringError, UnsupportedOpError
 from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.compiler.pipeline import run_pipeline
+from torch_tpu.compiler.pipelines import named_pipeline
 
 from . import _timing, config
 from ._dump import GraphDump
@@ -42,12 +43,9 @@ def _shared_context():
     return _context
 
 
-def pipeline_for(mode: str, before: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> str:
-    """The frontend's pipeline: verify, the steps `before`, precision, the steps `after`."""
-    # PyTorch's precision setting is authoritative for every matrix op of a graph, so
-    # it overrides whatever a lowering chose.
-    steps = ("torchtpu-verify", *before, f"torchtpu-set-precision{{mode={mode} override=true}}", *after)
-    return f"builtin.module({','.join(steps)})"
+def pipeline_for(mode: str, bounds: str = "none") -> str:
+    """The frontend's pipeline for a graph: `torchtpu-compile-pipeline` (compiler/pipelines.py)."""
+    return named_pipeline("torchtpu-compile-pipeline", precision=mode, bounds=bounds)
 
 
 class _ResidentParameters:
@@ -153,8 +151,8 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         dump.write_stage("imported", imported.text(debug_info=True))
     with _timing.phase("passes", timings):
         engine = DiagnosticEngine()
-        after = _dynamic.bounds_passes(client.platform) if symbol_bounds is not None else ()
-        pipeline = pipeline_for(mode, after=after)
+        bounds = _dynamic.bounds_mode(client.platform) if symbol_bounds is not None else "none"
+        pipeline = pipeline_for(mode, bounds)
         ok = run_pipeline(imported.module.operation, pipeline, engine)
         if not ok:
             raise TorchTpuCompileError(

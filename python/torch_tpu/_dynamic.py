@@ -58,11 +58,10 @@ def initial_bounds(gm: torch.fx.GraphModule) -> dict[sympy.Symbol, int]:
     return symbol_bounds_from(gm, policy_bound)
 
 
-def bounds_passes(platform: str) -> tuple[str, ...]:
-    """The pipeline steps that make a bounded module runnable on `platform`."""
-    if platform in MATERIALIZE_BOUNDS_PLATFORMS:
-        return ("torchtpu-annotate-bounds", "torchtpu-materialize-bounds")
-    return ("torchtpu-annotate-bounds",)
+def bounds_mode(platform: str) -> str:
+    """The `bounds` option of the compile pipeline that makes a bounded module runnable
+    on `platform`."""
+    return "materialize" if platform in MATERIALIZE_BOUNDS_PLATFORMS else "annotate"
 
 
 def settings_key(bounds: dict[sympy.Symbol, int]) -> str:
@@ -161,4 +160,4 @@ def _pad_to(t: torch.Tensor, shape) -> torch.Tensor:
     return F.pad(t.detach() if not t.requires_grad else t, pads)
 
 
-__all__ = ["DynamicCompiledGraph", "bounds_passes", "initial_bounds", "policy_bound"]
+__all__ = ["DynamicCompiledGraph", "bounds_mode", "initial_bounds", "policy_bound"]

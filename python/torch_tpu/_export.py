@@ -13,18 +13,16 @@ from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.importer import ImportedGraph, import_graph
 from torch_tpu.compiler.lowering.decompositions import decomposition_table
 from torch_tpu.compiler.pipeline import run_pipeline
+from torch_tpu.compiler.pipelines import named_pipeline
 
 from ._errors import TorchTpuCompileError
 from ._precision import current_mode
 
 
 def pipeline_for(mode: str) -> str:
-    """The backend's pipeline plus CHLO legalization: an exported artifact is pure
-    StableHLO (VHLO has no CHLO ops). Compiled graphs keep CHLO, because XLA expands
-    ops such as chlo.top_k better than the generic legalization does."""
-    from ._compile import pipeline_for as _pipeline
-
-    return _pipeline(mode, after=("func.func(chlo-legalize-to-stablehlo)",))
+    """`torchtpu-export-pipeline`: the compile pipeline plus CHLO legalization, so an
+    exported artifact is pure StableHLO (VHLO has no CHLO ops)."""
+    return named_pipeline("torchtpu-export-pipeline", precision=mode)
 
 
 @dataclass

@@ -25,7 +25,9 @@ from torch_tpu.compiler.importer import import_graph
 from torch_tpu.compiler.lowering import LoweringError
 
 from . import _timing
-from ._compile import PIPELINE_VERSION, CompiledGraph, _shared_context, pipeline_for
+from torch_tpu.compiler.pipelines import named_pipeline
+
+from ._compile import PIPELINE_VERSION, CompiledGraph, _shared_context
 from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
@@ -45,8 +47,7 @@ def log_once(key: str, message: str, *args) -> None:
 
 
 def view_pipeline(mode: str) -> str:
-    # Verify again after the view passes: their output must be free of torchtpu ops.
-    return pipeline_for(mode, before=("torchtpu-decompose-views", "torchtpu-inverse-views", "torchtpu-verify"))
+    return named_pipeline("torchtpu-views-pipeline", precision=mode)
 
 
 def aliased_results(module) -> dict[int, int]:

@@ -27,6 +27,7 @@ from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.lowering._process_groups import clear_declared_partitions, declare_partition  # noqa: F401
 from torch_tpu.compiler.outlined import OutlinedProgram, Stage, ValueRef, split_outlined
 from torch_tpu.compiler.pipeline import run_pipeline
+from torch_tpu.compiler.pipelines import named_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +73,8 @@ class SpmdCompileError(RuntimeError):
 
 def spmd_pipeline(*, thin: bool, broadcast: str = "collective_broadcast", bitwise: str = "native",
                   global_device_ids: bool = False) -> str:
-    lower = (
-        f"torchtpu-lower-collectives{{broadcast={broadcast} bitwise={bitwise} "
-        f"global-device-ids={str(global_device_ids).lower()}}}"
-    )
-    passes = ["torchtpu-verify", "torchtpu-inline", lower]
-    if thin:
-        passes.append("torchtpu-outline-collectives")
-    return "builtin.module(" + ",".join(passes) + ")"
+    return named_pipeline("torchtpu-spmd-pipeline", thin=thin, broadcast=broadcast, bitwise=bitwise,
+                          global_device_ids=global_device_ids)
 
 
 def prepare(module: Any, *, thin: bool, broadcast: str = "collective_broadcast", bitwise: str = "native",
@@ -272,7 +267,7 @@ class ShardedProgram:
             with make_context():
                 module = ir.Module.parse(module)
         engine = DiagnosticEngine()
-        if not run_pipeline(module.operation, "builtin.module(torchtpu-verify,torchtpu-inline,torchtpu-insert-collectives)", engine):
+        if not run_pipeline(module.operation, named_pipeline("torchtpu-partition-pipeline"), engine):
             raise SpmdCompileError(f"torch_tpu: partitioning {name} failed:\n{engine.format()}")
         self.partitioned_text = module.operation.get_asm(enable_debug_info=False)
         self.arg_layouts, self.result_layouts, module_meshes = _read_layouts(module)

@@ -38,7 +38,7 @@ def test_set_float32_matmul_precision_is_honoured():
     try:
         torch.set_float32_matmul_precision("high")
         assert current_mode() == "high"
-        assert "mode=high" in pipeline_for(current_mode())
+        assert "precision=high" in pipeline_for(current_mode())
     finally:
         torch.set_float32_matmul_precision(old)
 
