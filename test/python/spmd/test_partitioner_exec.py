@@ -76,8 +76,10 @@ def test_tp_transformer_block_thin_and_embedded(cpu8):
     _check(embedded, args, block_step)
     thin = ShardedProgram(module_text, client=cpu8, thin=True)
     assert len(thin.program.collective_fingerprints) == 3
+    # Thin modules are compiled apart, so XLA fuses (and reassociates) differently than
+    # in the embedded program: equal up to float32 rounding (2.3e-6 seen), not bit-exact.
     for a, b in zip(thin(*args), embedded(*args)):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     with spmd_safe():
         assert ShardedProgram(module_text, client=cpu8).program.thin is False
     assert ShardedProgram(module_text, client=cpu8).program.thin is True
