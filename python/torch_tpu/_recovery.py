@@ -173,8 +173,8 @@ class SpecializingGraph:
     def _specialize(self, args, key: tuple) -> Callable[..., Any]:
         from ._compile import _compile_graph
 
-        sizes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
-        log.info("torch_tpu: compiling graph %s for input sizes %s", self.name, sizes)
+        sizes = symbol_values(self.gm, args)
+        log.info("torch_tpu: compiling graph %s for sizes %s", self.name, sizes)
         static = None
         try:
             static = specialize(self.gm, args)
@@ -190,7 +190,7 @@ class SpecializingGraph:
             self.by_signature[key] = fn
             return fn
         log.warning(
-            "torch_tpu: graph %s cannot be compiled for its concrete input sizes %s either (%s); "
+            "torch_tpu: graph %s cannot be compiled for its concrete sizes %s either (%s); "
             "it runs in PyTorch eager", self.name, sizes, reason,
         )
         self.eager = EagerGraph(self.gm, CompileFailure(reason))
@@ -206,6 +206,24 @@ def signature(args) -> tuple:
         else ("other", type(a))
         for a in args
     )
+
+
+def symbol_values(gm: torch.fx.GraphModule, args) -> dict[str, int]:
+    """The value of each size symbol of `gm`'s inputs in a call with `args`, for messages."""
+    values: dict[str, int] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
+            pairs = zip(val.shape, arg.shape)
+        elif isinstance(val, torch.SymInt) and isinstance(arg, int):
+            pairs = [(val, arg)]
+        else:
+            continue
+        for sym, size in pairs:
+            if isinstance(sym, torch.SymInt) and not sym.node.is_constant():
+                values.setdefault(str(sym.node.expr), int(size))
+    return values
 
 
 def specialize(gm: torch.fx.GraphModule, args) -> torch.fx.GraphModule:
