@@ -327,3 +327,27 @@ def test_strict_mode_raises_for_a_static_graph_rejected_as_a_whole(monkeypatch):
     assert "cannot be compiled: XLA cannot compile the module: No registered implementation" in text
     assert "unset it and torch_tpu runs it in PyTorch eager" in text
     assert "TORCH_TPU_DUMP_DIR" in text
+
+
+# -- a root cause the recovery found ------------------------------------------------------
+
+def test_dynamic_graph_with_a_random_op_compiles_once_at_its_bounds(caplog):
+    """The seed argument of a graph with random ops made the bounded module invalid
+    ("'func.func' op expects argument attribute array to have the same number of elements
+    as the number of function arguments"): every such graph was compiled per size."""
+
+    def model(x):
+        return torch.nn.functional.dropout(x, p=0.5, training=True) + 1
+
+    compiled = torch.compile(model, backend="tpu")
+    before = _compiles()
+    with caplog.at_level(logging.WARNING, logger="torch_tpu"):
+        for length in (10, 12, 7):
+            x = _dynamic(torch.rand(length, 3) + 1, 0)
+            out = compiled(x) - 1
+            assert out.shape == x.shape
+            kept = out != 0
+            torch.testing.assert_close(out[kept], 2 * x[kept], **TOL)
+            assert 0 < int(kept.sum()) < x.numel()
+    assert _compiles() - before == 1
+    assert _warnings(caplog) == []
