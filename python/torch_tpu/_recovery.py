@@ -46,6 +46,8 @@ COMPILE_FAILURES = (LoweringError, TorchTpuCompileError, CompileError)
 _XLA_PREFIX = re.compile(r"^\S+: error: ")
 _XLA_SUSPECT = re.compile(r"^\s*(.+?):(\d+):\d+ \[([^\]]+)\]", re.MULTILINE)
 _XLA_OP_NAME = re.compile(r'op_name="([^"]+)"')
+# An HLO instruction quoted in XLA's message ("%name = f32[...] op(...), metadata=...").
+_HLO_INSTRUCTION = re.compile(r"(?::\s*)?(%[\w.\-]+) = .*$")
 _MAX_REASON = 240
 
 
@@ -75,7 +77,7 @@ def explain(err: BaseException, gm: torch.fx.GraphModule) -> CompileFailure:
         return _located(gm, _one_line(first.message), first.op, file, line)
     text = str(err)
     if isinstance(err, CompileError):
-        reason = _one_line(_XLA_PREFIX.sub("", text.strip(), count=1).split(": %", 1)[0])
+        reason = _one_line(_xla_reason(text))
         suspect = _XLA_SUSPECT.search(text)
         if suspect:
             return _located(gm, reason, suspect.group(3), suspect.group(1), int(suspect.group(2)))
@@ -258,6 +260,13 @@ def _nodes_at(gm: torch.fx.GraphModule, op: str | None, file: str | None, line: 
             continue
         found.append(node)
     return found
+
+
+def _xla_reason(text: str) -> str:
+    """XLA's first line without the module name and the HLO instruction it quotes: an
+    instruction that ends the sentence is dropped, one in the middle keeps its name."""
+    first = _XLA_PREFIX.sub("", text.strip().splitlines()[0] if text.strip() else "", count=1)
+    return _HLO_INSTRUCTION.sub(lambda m: "" if m.group(0).startswith(":") else m.group(1), first)
 
 
 def _one_line(text: str) -> str:
