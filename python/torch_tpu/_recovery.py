@@ -177,20 +177,21 @@ class SpecializingGraph:
 
         sizes = symbol_values(self.gm, args)
         log.info("torch_tpu: compiling graph %s for sizes %s", self.name, sizes)
-        static = None
         try:
             static = specialize(self.gm, args)
-            fn = _compile_graph(static, None, f"{self.name}-static{len(self.by_signature)}")
-        except COMPILE_FAILURES as err:
-            failure = explain(err, static if static is not None else self.gm)
-            if config.get_bool("TORCH_TPU_STRICT"):
-                _raise_strict(self.name, err, failure, dynamic=False)
-            reason = failure.describe()
         except Exception as err:  # noqa: BLE001 - retracing is PyTorch's; any failure means eager
             reason = f"tracing it for these sizes failed: {type(err).__name__}: {_one_line(str(err))}"
         else:
-            self.by_signature[key] = fn
-            return fn
+            try:
+                fn = _compile_graph(static, None, f"{self.name}-static{len(self.by_signature)}")
+            except COMPILE_FAILURES as err:
+                failure = explain(err, static)
+                if config.get_bool("TORCH_TPU_STRICT"):
+                    _raise_strict(self.name, err, failure, dynamic=False)
+                reason = failure.describe()
+            else:
+                self.by_signature[key] = fn
+                return fn
         log.warning(
             "torch_tpu: graph %s cannot be compiled for its concrete sizes %s either (%s); "
             "it runs in PyTorch eager", self.name, sizes, reason,
