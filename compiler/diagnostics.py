@@ -15,6 +15,9 @@ from typing import Iterable
 from .context import ir
 
 _FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+# A name location around a child (`"aten.addmm.default"("model.py":12:1)`): the importer
+# names each op's location after its ATen op (importer/locations.py).
+_NAMED_LOC = re.compile(r'"((?:[^"\\]|\\.)*)"\(')
 
 SEVERITIES = ("error", "warning", "note", "remark")
 
@@ -40,12 +43,25 @@ def source_loc(loc: ir.Location | str | None) -> SourceLoc | None:
     return SourceLoc(match.group(1), int(match.group(2)), int(match.group(3)))
 
 
+def location_name(loc: ir.Location | str | None) -> str | None:
+    """The name of the first name location (with a child) inside an MLIR location:
+    the ATen op for locations the importer made, so a diagnostic can be traced back to
+    the FX node that produced the op."""
+    if loc is None:
+        return None
+    match = _NAMED_LOC.search(str(loc))
+    return match.group(1) if match else None
+
+
 @dataclass
 class Diagnostic:
     severity: str
     message: str
     loc: SourceLoc | None = None
     notes: list["Diagnostic"] = field(default_factory=list)
+    # The op named by the location (`location_name`), when it has one. Not printed:
+    # callers that map diagnostics back to FX nodes read it (torch_tpu/_recovery.py).
+    op: str | None = field(default=None, compare=False)
 
     def format(self, file: str | None = None) -> str:
         """`file:line:col: severity: message`, then the notes. A diagnostic without a
@@ -75,6 +91,7 @@ def from_mlir(diag: object) -> Diagnostic:
         message=str(getattr(diag, "message", diag)),
         loc=source_loc(getattr(diag, "location", None)),
         notes=[from_mlir(n) for n in getattr(diag, "notes", ())],
+        op=location_name(getattr(diag, "location", None)),
     )
 
 
@@ -102,6 +119,7 @@ class DiagnosticEngine:
                 Diagnostic("note", msg, l if isinstance(l, SourceLoc) or l is None else source_loc(l))
                 for l, msg in notes
             ],
+            op=None if isinstance(loc, SourceLoc) else location_name(loc),
         )
         self.diagnostics.append(diag)
         return diag

@@ -260,6 +260,12 @@ class FxImporter:
                     self.env[node] = self._lower(node)
             if self._rng_state is not None:
                 inputs.append(InputSpec("rng_state", (2,), torch.uint64, role="rng_state"))
+                if "arg_attrs" in fn.attributes:
+                    # The seed argument is added while lowering, after the inputs' attributes
+                    # (bounds) were set: one entry per argument keeps the function valid.
+                    attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
+                    attrs += [ir.DictAttr.get({})] * (len(block.arguments) - len(attrs))
+                    fn.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
             fn.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get([a.type for a in block.arguments], [r.type for r in results])
             )

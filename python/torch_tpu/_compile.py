@@ -22,7 +22,9 @@ from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.compiler.pipeline import run_pipeline
 from torch_tpu.compiler.pipelines import named_pipeline
 
-from . import _timing, config
+from torch_tpu.runtime.errors import CompileError
+
+from . import _recovery, _timing, config
 from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
@@ -157,7 +159,8 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         if not ok:
             raise TorchTpuCompileError(
                 f"torch_tpu: the compiler pipeline failed on graph {name}:\n{engine.format()}\n"
-                "Set TORCH_TPU_DUMP_DIR to get the module and reproduce with torchtpu-opt."
+                "Set TORCH_TPU_DUMP_DIR to get the module and reproduce with torchtpu-opt.",
+                engine.diagnostics,
             )
     if dump.enabled:
         dump.write("final.mlir", imported.text(debug_info=True))
@@ -218,7 +221,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "gr
     # aot_autograd may call compilers with its FakeTensorMode active; constants baked
     # into the module are real tensors and must be read as such.
     with unset_fake_temporarily():
-        return _compile_graph(gm, example_inputs, name)
+        try:
+            compiled = _compile_graph(gm, example_inputs, name)
+        except _recovery.COMPILE_FAILURES as err:
+            # The pipeline or XLA rejected the graph: compile it for concrete sizes or
+            # run it in eager, never raise (unless TORCH_TPU_STRICT=1).
+            return _recovery.recover(gm, name, err)
+        if has_symbolic_shapes(gm):
+            return _recovery.BoundedGraph(compiled, gm, name)
+        return compiled
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable[..., Any]:
@@ -239,6 +250,14 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
             if err.node is None or err.node.name in rejected:
                 raise
             rejected[err.node.name] = err.reason if not isinstance(err, UnsupportedOpError) else "no lowering for this op"
+        except (TorchTpuCompileError, CompileError) as err:
+            # The pipeline or XLA rejected the module: the op its diagnostic names runs in
+            # eager, as ops without a lowering do (_recovery.py); else compile_graph recovers.
+            nodes = _recovery.nodes_to_run_eagerly(err, gm, rejected)
+            if not nodes:
+                raise
+            reason = _recovery.explain(err, gm).reason
+            rejected.update((node.name, reason) for node in nodes)
     raise TorchTpuCompileError(f"torch_tpu: too many ops of graph {name} fell back to eager")
 
 

@@ -226,3 +226,41 @@ def test_pass_errors_fail_the_pipeline_with_the_pass_name(module) -> None:
         assert all(e.message == "test-reject-dots: no dots here" for e in engine.errors)
     finally:
         PASS_REGISTRY.pop("test-reject-dots")
+
+
+def test_diagnostics_keep_the_op_named_by_the_location() -> None:
+    """Locations the importer makes name the ATen op around the user's line; diagnostics
+    keep that name (`Diagnostic.op`), so the frontend can map a failure back to the FX node
+    (torch_tpu/_recovery.py). A plain file location has none."""
+    source = """
+    func.func @f(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {
+      %0 = stablehlo.dot %a, %a : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32> loc("aten.mm.default"("model.py":12:1))
+      %1 = stablehlo.dot %0, %a : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32> loc("model.py":13:1)
+      return %1 : tensor<2x2xf32>
+    }
+    """
+
+    @register_pass
+    class Reject(Pass):
+        argument = "test-reject-named-dots"
+        summary = "rejects dots"
+
+        def run(self, op: ir.Operation) -> None:
+            def visit(inner):
+                if inner.operation.name == "stablehlo.dot":
+                    self.error(inner, "no dots here")
+                return ir.WalkResult.ADVANCE
+
+            op.walk(visit)
+
+    try:
+        with make_context() as ctx:
+            module = ir.Module.parse(source, ctx).operation
+            engine = DiagnosticEngine()
+            assert not run_pipeline(module, "test-reject-named-dots", engine)
+        assert [(e.op, str(e.loc)) for e in engine.errors] == [
+            ("aten.mm.default", "model.py:12:1"),
+            (None, "model.py:13:1"),
+        ]
+    finally:
+        PASS_REGISTRY.pop("test-reject-named-dots")
