@@ -217,7 +217,7 @@ def test_specialised_compile_fails_too_runs_eager(monkeypatch, caplog):
     assert "cannot be compiled at its bounds" in at_bounds
     assert "aten.sin.default (node sin)" in at_bounds and "torchtpu_test_missing_target" in at_bounds
     assert "cannot be compiled for its concrete sizes {'s" in either and "either" in either
-    assert "No registered implementation for untyped custom call to torchtpu_test_missing_target" in either
+    assert "the module calls the custom-call target 'torchtpu_test_missing_target'" in either
     assert "runs in PyTorch eager" in either
 
 
@@ -275,7 +275,7 @@ def test_static_graph_rejected_without_an_op_runs_eager(monkeypatch, caplog):
     assert _compiles() - before == 0
     [warning] = _warnings(caplog)
     assert [r.levelno for r in caplog.records if r.name == "torch_tpu"] == [logging.WARNING]
-    assert "cannot be compiled (XLA cannot compile the module: No registered implementation" in warning
+    assert "cannot be compiled (the module calls the custom-call target 'torchtpu_test_missing_target'" in warning
     assert "it runs in PyTorch eager" in warning
 
 
@@ -343,7 +343,7 @@ def test_strict_mode_raises_for_a_static_graph_rejected_as_a_whole(monkeypatch):
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
         torch.compile(_sin_model, backend="tpu")(torch.randn(5, 3))
     text = str(info.value.inner_exception)
-    assert "cannot be compiled: XLA cannot compile the module: No registered implementation" in text
+    assert "cannot be compiled: the module calls the custom-call target 'torchtpu_test_missing_target'" in text
     assert "unset it and torch_tpu runs it in PyTorch eager" in text
     assert "TORCH_TPU_DUMP_DIR" in text
 
