@@ -164,19 +164,30 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     if dump.enabled:
         dump.write("final.mlir", imported.text(debug_info=True))
     with _timing.phase("xla_compile", timings):
-        executable = client.compile(imported.module, fingerprint=fingerprint)
+        executable = client.compile(imported.module, fingerprint=fingerprint, name=name)
     total = time.perf_counter() - start
-    slow = float(config.get_str("TORCH_TPU_SLOW_COMPILE_S") or 3.0)
-    if total > slow:
-        log.info(
-            "torch_tpu: compiling %s (%d nodes) took %.1fs: %s", name, imported.node_count, total,
-            ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()),
-        )
+    _report_slow_compile(name, imported.node_count, total, timings)
     compiled = CompiledGraph(executable, imported)
     if symbol_bounds is None:
         return compiled
     return _dynamic.DynamicCompiledGraph(
         compiled, gm, symbol_bounds, lambda bounds: compile_whole_graph(gm, name, bounds), name
+    )
+
+
+def _report_slow_compile(name: str, node_count: int, total: float, timings: dict[str, float]) -> None:
+    """A compile slower than TORCH_TPU_SLOW_COMPILE_S is a WARNING (users see it by default:
+    it explains a pause); faster ones are logged at DEBUG."""
+    try:
+        slow = float(config.get_str("TORCH_TPU_SLOW_COMPILE_S") or 3.0)
+    except ValueError:
+        raise ValueError(
+            f"TORCH_TPU_SLOW_COMPILE_S={config.get_str('TORCH_TPU_SLOW_COMPILE_S')!r} is not a number of seconds"
+        ) from None
+    level = logging.WARNING if total > slow else logging.DEBUG
+    log.log(
+        level, "torch_tpu: compiling %s (%d nodes) took %.1fs: %s", name, node_count, total,
+        ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()),
     )
 
 

@@ -145,7 +145,7 @@ def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPl
     if dump.enabled:
         dump.write("final.mlir", imported.text(debug_info=True))
     with _timing.phase("xla_compile", timings):
-        executable = client.compile(imported.module, fingerprint=fingerprint)
+        executable = client.compile(imported.module, fingerprint=fingerprint, name=name)
     log.debug("torch_tpu: %s compiled with torchtpu views in %.2fs", name, time.perf_counter() - start)
     return InPlaceCompiledGraph(executable, imported, written, output_aliases)
 

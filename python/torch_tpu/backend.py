@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,9 +59,24 @@ def _boxed(fn):
     return make_boxed_func(fn)
 
 
-def _make_compiler(role: str, graph_id: int):
+def _graph_name(graph_id: int, role: str) -> str:
+    """`Model.forward-g3-forward`: the Python function Dynamo traced (so cache listings and
+    dumps say which code a graph came from), the graph's id and its role. Called while
+    Dynamo compiles a frame; outside of that (tests calling backends directly), `g3-forward`."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    codes = getattr(context, "traced_code", None) or []
+    if not codes:
+        return f"g{graph_id}-{role}"
+    # Dump folders are named after graphs: keep the name a safe file name (`<locals>` ...).
+    source = re.sub(r"[^A-Za-z0-9_.]+", "_", codes[0].co_qualname).strip("_")
+    return f"{source}-g{graph_id}-{role}"
+
+
+def _make_compiler(role: str, graph_id: int, source_name: str):
     def compiler(gm: torch.fx.GraphModule, example_inputs):
-        compiled = compile_graph(gm, example_inputs, name=f"g{graph_id}-{role}")
+        compiled = compile_graph(gm, example_inputs, name=source_name.replace("{role}", role))
         return _boxed(lambda *args: compiled(*args))
 
     return compiler
@@ -97,7 +113,7 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
         # Symbolic example inputs belong to Dynamo's trace, over by now: use the call's.
         return _aot_backend()(gm, list(args) if symbolic else example_inputs)
 
-    return TorchTpuViewsGraph(gm, f"g{graph_id}-inference", fallback)
+    return TorchTpuViewsGraph(gm, _graph_name(graph_id, "inference"), fallback)
 
 
 def _aot_backend():
@@ -108,10 +124,12 @@ def _aot_backend():
     from torch_tpu.compiler.lowering.decompositions import decomposition_table
 
     graph_id = next(_graph_ids)
+    # Named now: the backward graph compiles later, outside Dynamo's tracing context.
+    source_name = _graph_name(graph_id, "{role}")
     return AotAutograd(
-        fw_compiler=_make_compiler("forward", graph_id),
-        bw_compiler=_make_compiler("backward", graph_id),
-        inference_compiler=_make_compiler("inference", graph_id),
+        fw_compiler=_make_compiler("forward", graph_id, source_name),
+        bw_compiler=_make_compiler("backward", graph_id, source_name),
+        inference_compiler=_make_compiler("inference", graph_id, source_name),
         decompositions=decomposition_table(),
         # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
         # back (functionalize="torchtpu" uses the view passes and buffer donation instead).

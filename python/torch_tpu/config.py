@@ -123,7 +123,7 @@ declare(
 )
 declare("TORCH_TPU_STRICT", "0", "1: an op the converter cannot lower is an error naming the op and the user's source line, instead of a logged fallback to PyTorch eager.", "frontend")
 declare("TORCH_TPU_DUMP_DIR", None, "Directory where every compiled graph writes its FX graph, imported module, module after each pass, final StableHLO and input shapes (one folder per cache key), to reproduce failures with torchtpu-opt and torchtpu-run.", "frontend")
-declare("TORCH_TPU_SLOW_COMPILE_S", "3.0", "A graph whose compile takes longer than this many seconds logs its size and phase timings.", "frontend")
+declare("TORCH_TPU_SLOW_COMPILE_S", "3.0", "A graph whose compile takes longer than this many seconds logs a WARNING with its size and phase timings (faster compiles log them at DEBUG).", "frontend")
 
 # bounded dynamism (docs/explanation/bounded-dynamism.md)
 declare(
