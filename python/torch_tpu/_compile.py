@@ -19,6 +19,7 @@ from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
 from torch_tpu.compiler.importer.locations import describe_node, op_name
 from torch_tpu.compiler.lowering import LoweringError, UnsupportedOpError
 from torch_tpu.compiler.lowering.collectives import is_collective_node
+from torch_tpu.compiler.passes.set_precision import has_matrix_ops
 from torch_tpu.compiler.pipeline import run_pipeline
 
 from . import _timing, config
@@ -78,11 +79,13 @@ RESIDENT_PARAMETERS = _ResidentParameters()
 
 class CompiledGraph:
     """A callable running one imported graph on the device: torch tensors in, the
-    graph's output structure (torch tensors and constants) out."""
+    graph's output structure (torch tensors and constants) out. `precision_sensitive`:
+    the module has matrix ops, so its program depends on the precision mode."""
 
-    def __init__(self, executable, imported) -> None:
+    def __init__(self, executable, imported, precision_sensitive: bool = True) -> None:
         self.executable = executable
         self.imported = imported
+        self.precision_sensitive = precision_sensitive
         self._input_specs = [s for s in imported.inputs if s.role == "input"]
         self._needs_rng = any(s.role == "rng_state" for s in imported.inputs)
         self._outputs = imported.outputs
@@ -138,8 +141,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     start = time.perf_counter()
     client = get_client()
     mode = current_mode()
-    if client.platform == "tpu":
-        warn_cost(mode)
+    warn_cost(mode, client.platform)
     settings = f"pipeline={PIPELINE_VERSION};precision={mode}"
     if symbol_bounds is not None:
         settings += ";" + _dynamic.settings_key(symbol_bounds)
@@ -167,7 +169,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         executable = client.compile(imported.module, fingerprint=fingerprint, name=name)
     total = time.perf_counter() - start
     _report_slow_compile(name, imported.node_count, total, timings)
-    compiled = CompiledGraph(executable, imported)
+    compiled = CompiledGraph(executable, imported, has_matrix_ops(imported.module.operation))
     if symbol_bounds is None:
         return compiled
     return _dynamic.DynamicCompiledGraph(
@@ -222,16 +224,62 @@ class _CompiledSubmodule(torch.nn.Module):
         return self.compiled(*args)
 
 
+class PrecisionKeyed:
+    """A compiled graph per matmul precision mode, chosen when called: Dynamo guards
+    `torch.set_float32_matmul_precision` but not `torch_tpu.precision`, so the mode in
+    force at call time picks (and on first use compiles) the program. A graph without
+    matrix ops has one program for every mode. Reading the mode costs a thread-local
+    lookup and `torch.get_float32_matmul_precision()` (well under a microsecond)."""
+
+    def __init__(self, build: Callable[[], Callable[..., Any]]) -> None:
+        self._build = build
+        mode = current_mode()
+        first = build()
+        self._by_mode: dict[str, Callable[..., Any]] = {mode: first}
+        self._any_mode = None if _precision_sensitive(first) else first
+
+    def __call__(self, *args):
+        if self._any_mode is not None:
+            return self._any_mode(*args)
+        mode = current_mode()
+        fn = self._by_mode.get(mode)
+        if fn is None:
+            fn = self._by_mode[mode] = self._build()
+        return fn(*args)
+
+    def for_mode(self, mode: str) -> Callable[..., Any] | None:
+        """The program compiled for `mode` (the shared one for mode-free graphs), if any."""
+        return self._any_mode or self._by_mode.get(mode)
+
+
+def _precision_sensitive(compiled) -> bool:
+    if isinstance(compiled, CompiledGraph):
+        return compiled.precision_sensitive
+    inner = getattr(compiled, "compiled", None)  # _dynamic.DynamicCompiledGraph
+    if isinstance(inner, CompiledGraph):
+        return inner.precision_sensitive
+    if isinstance(compiled, torch.fx.GraphModule):  # partitioned: compiled submodules
+        return any(
+            _precision_sensitive(m.compiled) for m in compiled.modules() if isinstance(m, _CompiledSubmodule)
+        )
+    return True
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "graph") -> Callable[..., Any]:
     """Compiles `gm` (an ATen graph with meta['val'] on its nodes). Nodes without a
     lowering, or whose lowering rejects their arguments, run in PyTorch eager; the rest
-    runs compiled."""
+    runs compiled, at the precision mode in force when called (`PrecisionKeyed`)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    # aot_autograd may call compilers with its FakeTensorMode active; constants baked
-    # into the module are real tensors and must be read as such.
-    with unset_fake_temporarily():
-        return _compile_graph(gm, example_inputs, name)
+    _fill_placeholder_meta(gm, example_inputs)
+
+    def build():
+        # aot_autograd may call compilers with its FakeTensorMode active; constants baked
+        # into the module are real tensors and must be read as such.
+        with unset_fake_temporarily():
+            return _compile_graph(gm, None, name)
+
+    return PrecisionKeyed(build)
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable[..., Any]:

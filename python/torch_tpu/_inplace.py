@@ -231,8 +231,9 @@ class TorchTpuViewsGraph:
         self._compiled: dict[tuple, Any] = {}
 
     def compile_for(self, args) -> Any:
-        key = tuple((tuple(a.shape), a.dtype, a.stride()) if isinstance(a, torch.Tensor) else (type(a), a)
-                    for a in args)
+        # The precision mode keys the program too: Dynamo does not guard torch_tpu.precision.
+        key = (current_mode(), *((tuple(a.shape), a.dtype, a.stride()) if isinstance(a, torch.Tensor) else (type(a), a)
+                                 for a in args))
         fn = self._compiled.get(key)
         if fn is None:
             try:

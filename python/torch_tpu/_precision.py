@@ -2,7 +2,9 @@
 
 `torch.set_float32_matmul_precision` sets the process-wide mode (medium -> DEFAULT,
 high -> HIGH, highest -> HIGHEST on XLA's dot/convolution); `torch_tpu.precision(mode)`
-overrides it for the current thread in a `with` block.
+overrides it for the current thread in a `with` block. The mode in force when a compiled
+graph is *called* selects its program (`_compile.PrecisionKeyed`), so a function compiled
+under one mode and called under another runs at the caller's precision.
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ def current_mode() -> str:
 
 @contextlib.contextmanager
 def precision(mode: str):
-    """Scoped matmul precision for code compiled inside the block (this thread only)."""
+    """Scoped matmul precision for compiled code called inside the block (this thread
+    only): `with torch_tpu.precision("highest"): loss = model(x)`."""
     if mode not in MODES:
         raise ValueError(f"torch_tpu.precision: mode must be one of {', '.join(MODES)}, got {mode!r}")
-    warn_cost(mode)
+    # No cost warning here: it concerns TPUs only, and the platform is known when a graph
+    # compiles (`warn_cost` is called there).
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
@@ -47,9 +51,10 @@ def precision(mode: str):
         stack.pop()
 
 
-def warn_cost(mode: str) -> None:
-    """Warns once per mode that high/highest cost extra matrix-unit passes on TPU."""
-    if mode in _COST and mode not in _warned:
+def warn_cost(mode: str, platform: str) -> None:
+    """Warns once per mode that high/highest cost extra matrix-unit passes, on TPU only
+    (XLA:CPU and GPUs compute float32 products natively)."""
+    if platform == "tpu" and mode in _COST and mode not in _warned:
         _warned.add(mode)
         log.warning(
             "torch_tpu: float32 matmul precision '%s' costs about %dx the matrix-unit passes of "

@@ -1,0 +1,110 @@
+"""Frontend correctness and polish (issue #11): precision keys compiled programs, outputs
+of bounded-dynamic graphs have eager's strides, the compile-cache key covers the
+compiler's code, `torch_tpu.mark_dynamic`, fallback reasons, lazy attributes, warnings."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.runtime import Client
+from torch_tpu.runtime.executable import Executable
+
+# -- precision: the mode in force at call time selects the program (item 3) -------------
+
+
+@pytest.fixture()
+def executed_precisions(monkeypatch):
+    """The precision_config of the dot in every program the test runs, in call order."""
+    texts: dict[int, str] = {}
+    ran: list[str] = []
+    compile_ = Client.compile
+    call = Executable.__call__
+
+    def compile_spy(self, module, **kw):
+        exe = compile_(self, module, **kw)
+        text = str(module) if not isinstance(module, str) else module
+        found = re.findall(r"precision = \[(\w+), \1\]", text)
+        texts[id(exe)] = found[0] if found else "none"
+        return exe
+
+    def call_spy(self, *args):
+        ran.append(texts.get(id(self), "?"))
+        return call(self, *args)
+
+    monkeypatch.setattr(Client, "compile", compile_spy)
+    monkeypatch.setattr(Executable, "__call__", call_spy)
+    return ran
+
+
+def _matmul(a, b):
+    return (a @ b).relu()
+
+
+def test_precision_block_selects_the_program_at_call_time(executed_precisions):
+    torch._dynamo.reset()
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    f = torch.compile(_matmul, backend="tpu")
+    with torch_tpu.precision("medium"):
+        f(a, b)
+    with torch_tpu.precision("high"):
+        out = f(a, b)
+    with torch_tpu.precision("highest"):
+        f(a, b)
+    with torch_tpu.precision("medium"):
+        f(a, b)
+    assert executed_precisions == ["DEFAULT", "HIGH", "HIGHEST", "DEFAULT"]
+    torch.testing.assert_close(out, _matmul(a, b))
+
+
+def test_precision_block_recompiles_a_graph_compiled_under_set_float32_matmul_precision(executed_precisions):
+    torch._dynamo.reset()
+    old = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        f = torch.compile(_matmul, backend="tpu")
+        a, b = torch.randn(4, 4), torch.randn(4, 4)
+        f(a, b)
+        with torch_tpu.precision("medium"):
+            f(a, b)
+        f(a, b)
+    finally:
+        torch.set_float32_matmul_precision(old)
+    assert executed_precisions == ["HIGHEST", "DEFAULT", "HIGHEST"]
+
+
+def test_graph_without_matrix_ops_compiles_once_for_every_mode(monkeypatch):
+    from torch_tpu import _compile
+
+    torch._dynamo.reset()
+    builds = []
+    original = _compile._compile_graph
+    monkeypatch.setattr(_compile, "_compile_graph", lambda *a: builds.append(1) or original(*a))
+    f = torch.compile(lambda x: x.sin() + 1, backend="tpu")
+    x = torch.randn(5)
+    for mode in ("medium", "high", "highest"):
+        with torch_tpu.precision(mode):
+            torch.testing.assert_close(f(x), x.sin() + 1)
+    assert len(builds) == 1
+
+
+def test_precision_cost_warning_only_on_tpu(caplog):
+    from torch_tpu import _precision
+
+    _precision._warned.clear()
+    with caplog.at_level(logging.WARNING, logger="torch_tpu"):
+        with torch_tpu.precision("highest"):
+            pass
+        _precision.warn_cost("highest", "cpu")
+        assert not [r for r in caplog.records if "matrix-unit" in r.getMessage()]
+        _precision.warn_cost("highest", "tpu")
+        _precision.warn_cost("highest", "tpu")
+    assert len([r for r in caplog.records if "6x the matrix-unit passes" in r.getMessage()]) == 1
+    _precision._warned.clear()
