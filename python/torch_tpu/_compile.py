@@ -26,6 +26,7 @@ from . import _timing, config
 from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
+from ._output_layout import apply_layout, output_layouts
 from ._precision import current_mode, warn_cost
 
 log = logging.getLogger("torch_tpu")
@@ -91,10 +92,21 @@ class CompiledGraph:
         self._outputs = imported.outputs
         self._tree = imported.output_tree
         self._client = executable.client
+        self._layouts: list | None = None
+
+    def set_output_layouts(self, layouts: list) -> None:
+        """Eager's layout per output leaf (`_output_layout`); results come back row-major,
+        so only outputs eager lays out otherwise are copied."""
+        self._layouts = layouts if any(layout is not None for layout in layouts) else None
 
     def __call__(self, *args):
         results = self.executable(*self.prepare_inputs(args))
         leaves = [results[o.index] if o.kind == "tensor" else o.value for o in self._outputs]
+        if self._layouts is not None:
+            leaves = [
+                apply_layout(leaf, layout) if layout is not None else leaf
+                for leaf, layout in zip(leaves, self._layouts)
+            ]
         return pytree.tree_unflatten(leaves, self._tree)
 
     def prepare_inputs(self, args) -> list:
@@ -171,6 +183,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     _report_slow_compile(name, imported.node_count, total, timings)
     compiled = CompiledGraph(executable, imported, has_matrix_ops(imported.module.operation))
     if symbol_bounds is None:
+        compiled.set_output_layouts(output_layouts(gm, len(imported.outputs)))
         return compiled
     return _dynamic.DynamicCompiledGraph(
         compiled, gm, symbol_bounds, lambda bounds: compile_whole_graph(gm, name, bounds), name

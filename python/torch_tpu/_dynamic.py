@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from torch_tpu.compiler.importer.dynamic import symbol_bounds_from
 
 from . import config
+from ._output_layout import apply_layout, output_layouts
 
 log = logging.getLogger("torch_tpu")
 
@@ -90,6 +91,8 @@ class DynamicCompiledGraph:
         self._recompile = recompile
         imported = compiled.imported
         self._specs = [s for s in imported.inputs if s.role == "input"]
+        # Narrowed outputs are views of padded buffers: laid out as eager's (a copy).
+        self._layouts = output_layouts(gm, len(imported.outputs))
         # Where each size symbol can be read from the call's arguments.
         self._symbol_sources: dict[sympy.Symbol, tuple[int, int | None]] = {}
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -139,12 +142,12 @@ class DynamicCompiledGraph:
         count = compiled.imported.num_results
         size_results = iter(results[count:])
         leaves = []
-        for o in outputs:
+        for o, layout in zip(outputs, self._layouts):
             if o.kind == "tensor":
                 value = results[o.index]
                 for d in o.dynamic_dims:
                     value = value.narrow(d, 0, int(next(size_results)))
-                leaves.append(value)
+                leaves.append(apply_layout(value, layout))
             elif o.kind == "symint":
                 leaves.append(int(results[o.index]))
             else:

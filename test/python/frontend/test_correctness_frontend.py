@@ -108,3 +108,57 @@ def test_precision_cost_warning_only_on_tpu(caplog):
         _precision.warn_cost("highest", "tpu")
     assert len([r for r in caplog.records if "6x the matrix-unit passes" in r.getMessage()]) == 1
     _precision._warned.clear()
+
+
+# -- outputs have eager's sizes and strides (item 2) ----------------------------------------
+
+
+def _cat_and_transpose(x, y):
+    return torch.cat([x, y], dim=1) * 2, x.transpose(1, 2) + 1
+
+
+def test_bounded_dynamic_outputs_have_eager_strides():
+    torch._dynamo.reset()
+    first = torch.compile(_cat_and_transpose, backend="tpu")
+    for n in (10, 7, 12, 3):
+        x, y = torch.randn(2, n, 4), torch.randn(2, n, 4)
+        for t in (x, y):
+            torch._dynamo.mark_dynamic(t, 1, min=2, max=64)
+        got, expected = first(x, y), _cat_and_transpose(x, y)
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape and g.stride() == e.stride(), (n, g.stride(), e.stride())
+            torch.testing.assert_close(g, e)
+        # HF Llama's `logits.view(-1, vocab)` raised "view size is not compatible".
+        torch.testing.assert_close(got[0].view(-1, 4), expected[0].view(-1, 4))
+
+
+def _append(cache, new):
+    return torch.cat([cache, new], dim=1) * 1
+
+
+def test_outputs_fed_back_do_not_recompile_on_strides():
+    """A KV-cache-like loop (as `generate` runs): each output is the next call's input. A
+    padded view's stride differs from the first call's contiguous input and made Dynamo
+    recompile on its stride guard."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("tpu")
+    step = torch.compile(_append, backend=counter)
+    cache = expected = torch.randn(2, 3, 4)
+    for _ in range(5):
+        new = torch.randn(2, 1, 4)
+        torch._dynamo.mark_dynamic(cache, 1, min=2, max=64)
+        cache, expected = step(cache, new), _append(expected, new)
+        assert cache.stride() == expected.stride()
+    torch.testing.assert_close(cache, expected)
+    assert counter.frame_count == 1
+
+
+def test_static_outputs_keep_eager_non_contiguous_layout():
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (x + 1).transpose(0, 1), backend="tpu")
+    x = torch.randn(3, 5)
+    got, expected = f(x), (x + 1).transpose(0, 1)
+    assert got.stride() == expected.stride() == (1, 5)
+    torch.testing.assert_close(got, expected)
