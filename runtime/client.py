@@ -29,7 +29,7 @@ from .buffer import DeviceBuffer, host_view
 from .cache import CacheConfig, CompileCache, Loaded
 from .errors import ArgumentError, CompileError, PlatformError, classify_jaxlib_error
 from .executable import CompileSpec, Executable, Signature
-from .fingerprint import CacheKey, fingerprint, host_cpu_features, options_key
+from .fingerprint import CacheKey, fingerprint, host_cpu_features, options_key, toolchain_fingerprint, torch_version
 
 log = logging.getLogger("torch_tpu.runtime")
 
@@ -193,6 +193,8 @@ class Client:
     def _versions(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "torch_tpu": _torch_tpu_version(),
+            "toolchain_source": toolchain_fingerprint(),
+            "torch": torch_version(),
             "jaxlib": _jaxlib.JAXLIB_VERSION,
             "platform": self.platform,
             "platform_version": self.platform_version,

@@ -31,7 +31,6 @@ from ._precision import current_mode, warn_cost
 
 log = logging.getLogger("torch_tpu")
 
-PIPELINE_VERSION = "1"
 _reported_fallbacks: set[str] = set()
 _context = None
 
@@ -154,7 +153,9 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     client = get_client()
     mode = current_mode()
     warn_cost(mode, client.platform)
-    settings = f"pipeline={PIPELINE_VERSION};precision={mode}"
+    # The compiler's own code and versions are in the runtime's options key
+    # (runtime.fingerprint.toolchain_fingerprint): the settings are this graph's choices.
+    settings = f"precision={mode}"
     if symbol_bounds is not None:
         settings += ";" + _dynamic.settings_key(symbol_bounds)
     fingerprint = FxGraphFingerprint(gm, settings)

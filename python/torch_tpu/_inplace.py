@@ -25,7 +25,7 @@ from torch_tpu.compiler.importer import import_graph
 from torch_tpu.compiler.lowering import LoweringError
 
 from . import _timing
-from ._compile import PIPELINE_VERSION, CompiledGraph, _shared_context, pipeline_for
+from ._compile import CompiledGraph, _shared_context, pipeline_for
 from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
@@ -152,7 +152,7 @@ def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPl
 
 def _salted(gm: torch.fx.GraphModule, mode: str, donate: bool) -> FxGraphFingerprint:
     return FxGraphFingerprint(
-        gm, f"pipeline={PIPELINE_VERSION};precision={mode};views=torchtpu;donate={donate}")
+        gm, f"precision={mode};views=torchtpu;donate={donate}")
 
 
 def donate_written_inputs() -> bool:
