@@ -95,7 +95,7 @@ class DynamicShapes:
             raise LoweringError(
                 f"no bound for symbolic size(s) {sorted(map(str, missing))} in {expr}: the size "
                 "is not derived from an input's size; mark the input dimension dynamic with a "
-                "max (torch._dynamo.mark_dynamic(x, dim, max=...))",
+                "max (torch_tpu.mark_dynamic(x, dim, max=...))",
                 node,
             )
         upper = bound_sympy(expr, self._ranges).upper

@@ -21,6 +21,7 @@ _LAZY = {
     "tpu_backend": ("torch_tpu.backend", "tpu_backend"),
     "TorchTpuCompileError": ("torch_tpu._errors", "TorchTpuCompileError"),
     "spmd_safe": ("torch_tpu.spmd", "spmd_safe"),
+    "mark_dynamic": ("torch_tpu._dynamic", "mark_dynamic"),
 }
 
 # Public submodules, imported on first attribute access (`torch_tpu.spmd.compile_spmd`).

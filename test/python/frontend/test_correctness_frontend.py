@@ -162,3 +162,71 @@ def test_static_outputs_keep_eager_non_contiguous_layout():
     got, expected = f(x), (x + 1).transpose(0, 1)
     assert got.stride() == expected.stride() == (1, 5)
     torch.testing.assert_close(got, expected)
+
+
+# -- torch_tpu.mark_dynamic: the documented forms run, size 1 included (item 8) -----------
+
+
+@pytest.fixture()
+def size_oblivious_restored():
+    import torch.fx.experimental._config as fx_config
+
+    old = fx_config.backed_size_oblivious
+    fx_config.backed_size_oblivious = False
+    torch._dynamo.reset()
+    yield fx_config
+    fx_config.backed_size_oblivious = old
+    torch._dynamo.reset()
+
+
+def _scaled_rowsum(x):
+    return (x * 2).sum(-1) + x.shape[1]
+
+
+@pytest.mark.parametrize(
+    "dim, kwargs, lengths",
+    [
+        (1, {"max": 64}, [5, 1, 7, 64]),  # max only (torch's own form crashed in Dynamo)
+        (1, {"min": 1, "max": 64}, [9, 1, 2, 33]),  # the form docs showed (size 1 raised)
+        ([0, 1], {"max": 32}, [4, 1, 32]),  # several dims at once
+        (-1, {"min": 2, "max": 16}, [3, 16, 2]),  # a min of 2 needs no torch setting
+    ],
+)
+def test_mark_dynamic_forms_compile_once(size_oblivious_restored, monkeypatch, dim, kwargs, lengths):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("tpu")
+    f = torch.compile(_scaled_rowsum, backend=counter)
+    for n in lengths:
+        shape = [n, n] if isinstance(dim, list) else [3, n]
+        x = torch.randn(*shape)
+        torch_tpu.mark_dynamic(x, dim, **kwargs)
+        torch.testing.assert_close(f(x), _scaled_rowsum(x))
+    assert counter.frame_count == 1
+    assert size_oblivious_restored.backed_size_oblivious == (kwargs.get("min", 1) < 2)
+
+
+def test_mark_dynamic_rejects_bad_arguments():
+    x = torch.randn(2, 3)
+    with pytest.raises(ValueError, match="max must be an int >= 2"):
+        torch_tpu.mark_dynamic(x, 1, max=None)
+    with pytest.raises(ValueError, match="need 0 <= min < max"):
+        torch_tpu.mark_dynamic(x, 1, min=8, max=8)
+    with pytest.raises(IndexError, match="dim 2 is out of range for a 2-d tensor"):
+        torch_tpu.mark_dynamic(x, 2, max=8)
+    with pytest.raises(TypeError, match="dim must be an int or a list of ints"):
+        torch_tpu.mark_dynamic(x, "1", max=8)
+
+
+def test_bound_exceeded_warning_names_the_input_and_dim(size_oblivious_restored, caplog, monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_DYNAMIC_BOUND", "8")  # a bound PyTorch does not know
+    f = torch.compile(_scaled_rowsum, backend="tpu", dynamic=True)
+    with caplog.at_level(logging.WARNING, logger="torch_tpu"):
+        for n in (5, 20):
+            x = torch.randn(3, n)
+            torch.testing.assert_close(f(x), _scaled_rowsum(x))
+    notes = [r.getMessage() for r in caplog.records if "exceeds its compiled bound" in r.getMessage()]
+    assert len(notes) == 1, [r.getMessage() for r in caplog.records]
+    assert "L['x'].size()[1]: size 20 > bound 8, new bound 32" in notes[0], notes
+    assert not re.search(r"\bs\d+\b", notes[0]), notes  # no sympy symbol names
+    assert "torch_tpu.mark_dynamic(tensor, dim, max=...)" in notes[0]
