@@ -25,7 +25,7 @@ _LAZY = {
 }
 
 # Public submodules, imported on first attribute access (`torch_tpu.spmd.compile_spmd`).
-_SUBMODULES = ("spmd", "runtime", "compiler", "config", "tools")
+_SUBMODULES = ("spmd", "runtime", "compiler", "config", "tools", "examples")
 
 __all__ = ["__version__", *_LAZY, *_SUBMODULES]
 

@@ -35,8 +35,22 @@ def current_mode() -> str:
 
 @contextlib.contextmanager
 def precision(mode: str):
-    """Scoped matmul precision for compiled code called inside the block (this thread
-    only): `with torch_tpu.precision("highest"): loss = model(x)`."""
+    """Scoped float32 matmul precision for compiled code *called* inside the block, on
+    this thread only:
+
+        with torch_tpu.precision("highest"):
+            loss = compiled_model(x)
+
+    `mode` is PyTorch's name: "medium" (XLA precision DEFAULT: one bf16 pass of the TPU
+    matrix unit), "high" (HIGH, three passes) or "highest" (HIGHEST, six passes: float32
+    accuracy). It applies to every `dot_general`/`convolution` of the graphs called
+    inside the block and overrides `torch.set_float32_matmul_precision` there; outside
+    any block that setting applies. The mode in force at call time selects the compiled
+    program: a function compiled under one mode and called under another compiles (once)
+    for the caller's mode, so no `torch._dynamo.reset()` is needed. Graphs without matrix
+    ops have one program for every mode. "high"/"highest" log a one-time cost warning
+    when a graph compiles for a TPU. `torch_tpu.export` uses the mode in force when it
+    is called. A mode other than the three names raises ValueError."""
     if mode not in MODES:
         raise ValueError(f"torch_tpu.precision: mode must be one of {', '.join(MODES)}, got {mode!r}")
     # No cost warning here: it concerns TPUs only, and the platform is known when a graph

@@ -70,7 +70,8 @@ def _graph_name(graph_id: int, role: str) -> str:
     if not codes:
         return f"g{graph_id}-{role}"
     # Dump folders are named after graphs: keep the name a safe file name (`<locals>` ...).
-    source = re.sub(r"[^A-Za-z0-9_.]+", "_", codes[0].co_qualname).strip("_")
+    qualname = codes[0].co_qualname.replace(".<locals>", "")
+    source = re.sub(r"[^A-Za-z0-9_.]+", "_", qualname).strip("_")
     return f"{source}-g{graph_id}-{role}"
 
 

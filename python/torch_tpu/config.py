@@ -129,7 +129,7 @@ declare("TORCH_TPU_SLOW_COMPILE_S", "3.0", "A graph whose compile takes longer t
 declare(
     "TORCH_TPU_DYNAMIC_BOUND", "pow2",
     "Bound of a dynamic dimension whose maximum PyTorch does not know (`torch.compile(..., "
-    "dynamic=True)` or `mark_dynamic` without `max=`): `pow2` (the next power of two at or "
+    "dynamic=True)` or a dimension marked without `max=`): `pow2` (the next power of two at or "
     "above the size seen at compile time, at least 16) or a fixed positive integer. A size above "
     "the bound recompiles once with the next power of two at or above it (logged).",
     "frontend",

@@ -230,3 +230,73 @@ def test_bound_exceeded_warning_names_the_input_and_dim(size_oblivious_restored,
     assert "L['x'].size()[1]: size 20 > bound 8, new bound 32" in notes[0], notes
     assert not re.search(r"\bs\d+\b", notes[0]), notes  # no sympy symbol names
     assert "torch_tpu.mark_dynamic(tensor, dim, max=...)" in notes[0]
+
+
+# -- polish: lazy attributes, warnings, cache names, slow compiles (item 10) ------------------
+
+
+def _documented_attributes() -> set[str]:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    texts = [(root / "README.md").read_text()] + [p.read_text() for p in (root / "docs").rglob("*.md")]
+    found = {m for text in texts for m in re.findall(r"\btorch_tpu\.([A-Za-z]\w*)", text)}
+    return found | set(torch_tpu.__all__)
+
+
+def test_every_documented_attribute_loads_in_a_fresh_process():
+    names = sorted(_documented_attributes() - {"__version__"})
+    assert {"spmd", "precision", "mark_dynamic", "export", "spmd_safe", "runtime"} <= set(names)
+    code = "import torch_tpu\n" + "".join(f"getattr(torch_tpu, {n!r})\n" for n in names) + "print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+    with pytest.raises(AttributeError, match="has no attribute 'nonexistent'"):
+        torch_tpu.nonexistent  # noqa: B018
+
+
+def test_compile_and_export_raise_no_future_warning():
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        torch.testing.assert_close(torch.compile(model, backend="tpu")(x), model(x))
+        exported = torch_tpu.export(model, (x,))
+    torch.testing.assert_close(exported(x), model(x))
+
+
+def test_cache_entries_are_named_after_the_traced_function(tmp_path, capsys):
+    from torch_tpu.runtime import CacheConfig, get_client
+    from torch_tpu.tools import cache as cache_tool
+
+    client = get_client()
+    old = client.cache.config
+    client.configure_cache(CacheConfig(l2_dir=str(tmp_path / "l2")))
+    try:
+        torch._dynamo.reset()
+
+        def decode_step(x):
+            return x.cos() * 3
+
+        torch.compile(decode_step, backend="tpu")(torch.randn(6))
+        assert cache_tool.main(["list", "--dir", str(tmp_path / "l2")]) == 0
+    finally:
+        client.configure_cache(old)
+    listing = capsys.readouterr().out
+    assert re.search(r"  cpu  test_cache_entries_are_named_after_the_traced_function\.decode_step-g\d+-inference$",
+                     listing, re.MULTILINE), listing
+
+
+def test_slow_compile_is_a_warning(monkeypatch, caplog):
+    monkeypatch.setenv("TORCH_TPU_SLOW_COMPILE_S", "0")
+    torch._dynamo.reset()
+    with caplog.at_level(logging.INFO, logger="torch_tpu"):
+        torch.compile(lambda x: x.exp() - 1, backend="tpu")(torch.randn(3))
+    slow = [r for r in caplog.records if re.search(r"compiling .* took [\d.]+s: convert", r.getMessage())]
+    assert slow and all(r.levelno == logging.WARNING for r in slow)
+    monkeypatch.setenv("TORCH_TPU_SLOW_COMPILE_S", "1000")
+    torch._dynamo.reset()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="torch_tpu"):
+        torch.compile(lambda x: x.exp() - 2, backend="tpu")(torch.randn(3))
+    assert not [r for r in caplog.records if " took " in r.getMessage()]
