@@ -17,21 +17,23 @@ from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.importer import import_graph, is_supported
 from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
 from torch_tpu.compiler.importer.locations import describe_node, op_name
-from torch_tpu.compiler.lowering import LoweringError, UnsupportedOpError
+from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.compiler.passes.set_precision import has_matrix_ops
 from torch_tpu.compiler.pipeline import run_pipeline
 
+from . import _fallback_reasons as fallback_reasons
 from . import _timing, config
 from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
+from ._fallback_reasons import FallbackReason
 from ._fingerprint import FxGraphFingerprint
 from ._output_layout import apply_layout, output_layouts
 from ._precision import current_mode, warn_cost
 
 log = logging.getLogger("torch_tpu")
 
-_reported_fallbacks: set[str] = set()
+_reported_fallbacks: set[tuple[str, str]] = set()
 _context = None
 
 
@@ -214,19 +216,17 @@ def _short_hash(fingerprint: FxGraphFingerprint) -> str:
     return xxhash.xxh3_64_hexdigest(shapeless + b"|" + dims)[:12]
 
 
-def _report_fallback(node: torch.fx.Node, reason: str) -> None:
+def _report_fallback(node: torch.fx.Node, reason: FallbackReason) -> None:
     name = op_name(node)
     if config.get_bool("TORCH_TPU_STRICT"):
         raise TorchTpuCompileError(
             f"torch_tpu: {describe_node(node)}: {reason} (TORCH_TPU_STRICT=1 forbids falling back "
-            "to PyTorch eager; unset it to run this op in eager, or report the op to torch_tpu)"
+            "to PyTorch eager; unset it to run this op in eager)"
         )
-    if name not in _reported_fallbacks:
-        _reported_fallbacks.add(name)
-        log.warning(
-            "torch_tpu: %s cannot be compiled (%s); it runs in PyTorch eager. Please report "
-            "the op name to the torch_tpu issue tracker so it gets a lowering.", name, reason,
-        )
+    # Once per op and reason: the same op may fall back for another reason elsewhere.
+    if (name, reason.kind) not in _reported_fallbacks:
+        _reported_fallbacks.add((name, reason.kind))
+        log.warning("%s", reason.explain(name))
 
 
 class _CompiledSubmodule(torch.nn.Module):
@@ -298,12 +298,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "gr
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable[..., Any]:
     _fill_placeholder_meta(gm, example_inputs)
-    rejected: dict[str, str] = {}
+    rejected: dict[str, FallbackReason] = {}
     for node in gm.graph.nodes:
         if node.op == "call_function" and not is_supported(node):
-            rejected[node.name] = "no lowering for this op"
+            rejected[node.name] = fallback_reasons.unsupported(node)
         elif node.op == "call_function" and is_collective_node(node):
-            rejected[node.name] = "collectives run through torch.distributed in a one-device graph (see torch_tpu.spmd)"
+            rejected[node.name] = FallbackReason(
+                fallback_reasons.COLLECTIVE,
+                "collectives run through torch.distributed in a one-device graph (see torch_tpu.spmd)",
+            )
     # A lowering may still reject specific arguments; retry with that node in eager.
     for _ in range(64):
         try:
@@ -313,11 +316,11 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
         except LoweringError as err:
             if err.node is None or err.node.name in rejected:
                 raise
-            rejected[err.node.name] = err.reason if not isinstance(err, UnsupportedOpError) else "no lowering for this op"
+            rejected[err.node.name] = fallback_reasons.from_error(err.node, err)
     raise TorchTpuCompileError(f"torch_tpu: too many ops of graph {name} fell back to eager")
 
 
-def _compile_partitioned(gm: torch.fx.GraphModule, rejected: dict[str, str], name: str):
+def _compile_partitioned(gm: torch.fx.GraphModule, rejected: dict[str, FallbackReason], name: str):
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupport
 
@@ -345,7 +348,7 @@ def _compile_partitioned(gm: torch.fx.GraphModule, rejected: dict[str, str], nam
             compiled = compile_whole_graph(sub, f"{name}-{node.target}")
         except LoweringError as err:
             # Map the failing node back to the parent graph by name.
-            raise LoweringError(err.reason, _find(gm, err.node.name if err.node else "")) from err
+            raise type(err)(err.reason, _find(gm, err.node.name if err.node else "")) from err
         setattr(fused, node.target, _CompiledSubmodule(compiled))
     fused.recompile()
     return fused

@@ -300,3 +300,100 @@ def test_slow_compile_is_a_warning(monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="torch_tpu"):
         torch.compile(lambda x: x.exp() - 2, backend="tpu")(torch.randn(3))
     assert not [r for r in caplog.records if " took " in r.getMessage()]
+
+
+# -- fallback messages state the real reason (item 9) ------------------------------------------
+
+
+@pytest.fixture()
+def fallback_log(caplog, monkeypatch):
+    from torch_tpu import _compile
+
+    monkeypatch.delenv("TORCH_TPU_STRICT", raising=False)
+    monkeypatch.setattr(_compile, "_reported_fallbacks", set())
+    torch._dynamo.reset()
+    caplog.set_level(logging.WARNING, logger="torch_tpu")
+
+    def messages() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "runs in PyTorch eager" in r.getMessage()]
+
+    return messages
+
+
+def test_python_float_changing_per_call_compiles_without_fallback(fallback_log):
+    """Dynamo traces a float that changes between calls as a graph input, converted by
+    prims.convert_element_type, which was reported as "no lowering"."""
+    f = torch.compile(lambda x, scale: x * scale + 1, backend="tpu")
+    x = torch.randn(4)
+    for scale in (0.5, 1.5, 2.5):
+        torch.testing.assert_close(f(x, scale), x * scale + 1)
+    assert fallback_log() == []
+
+
+@torch.library.custom_op("torchtpu_test::unlowered", mutates_args=())
+def _unlowered(x: torch.Tensor) -> torch.Tensor:
+    return x * 3 + 1
+
+
+@_unlowered.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_fallback_reason_no_lowering(fallback_log):
+    f = torch.compile(lambda x: _unlowered(x.sin()) + 1, backend="tpu")
+    x = torch.randn(3)
+    torch.testing.assert_close(f(x), _unlowered(x.sin()) + 1)
+    assert fallback_log() == [
+        "torch_tpu: torchtpu_test.unlowered.default has no lowering; it runs in PyTorch eager. Please "
+        "report the op name to the torch_tpu issue tracker so it gets a lowering."
+    ]
+
+
+def test_fallback_reason_lowering_error(fallback_log):
+    f = torch.compile(lambda x: torch.linspace(0, 1, 3, dtype=torch.complex64) * x, backend="tpu")
+    x = torch.randn(3)
+    torch.testing.assert_close(f(x), torch.linspace(0, 1, 3, dtype=torch.complex64) * x)
+    (message,) = fallback_log()
+    assert message.startswith("torch_tpu: aten.linspace.default cannot be compiled: its lowering rejected "
+                              "these arguments (complex linspace is not supported)"), message
+    assert "has no lowering" not in message and "so it gets a lowering" not in message
+
+
+def test_fallback_reason_bounded_dynamism_limit(fallback_log, size_oblivious_restored):
+    f = torch.compile(lambda x: x.flip(1).cumsum(1), backend="tpu")
+    x = torch.randn(2, 9)
+    torch_tpu.mark_dynamic(x, 1, max=32)
+    torch.testing.assert_close(f(x), x.flip(1).cumsum(1))
+    (message,) = fallback_log()
+    assert message.startswith("torch_tpu: aten.flip.default cannot be compiled with bounded-dynamic shapes "
+                              "(flip along a dynamic (padded) dimension is not supported"), message
+    assert "documented limit of bounded dynamism" in message
+    assert "report" not in message and "has no lowering" not in message
+
+
+def test_fallback_reason_symbolic_scalar(fallback_log, monkeypatch):
+    """A lowering that needs a Python number at compile time, given a Python int that
+    Dynamo traced as a symbolic graph input (dynamic=True)."""
+    from torch_tpu.compiler.lowering import LOWERINGS
+    from torch_tpu.compiler.lowering.registry import Lowering
+
+    add = torch.ops.aten.add.Tensor
+    original = LOWERINGS[add]
+
+    def needs_a_constant(ctx, x, other, alpha=1):
+        if type(other) not in (int, float):  # a symbolic size arrives as an int subclass
+            raise TypeError(f"expected a Python number, got {type(other).__name__}")
+        return original.fn(ctx, x, other, alpha=alpha)
+
+    monkeypatch.setitem(LOWERINGS, add, Lowering(add, needs_a_constant, original.family))
+    f = torch.compile(lambda x, n: (x * 2) + n, backend="tpu", dynamic=True)
+    x = torch.randn(3)
+    for n in (2, 3):
+        torch.testing.assert_close(f(x, n), x * 2 + n)
+    (message,) = fallback_log()
+    assert re.match(r"torch_tpu: aten\.add\.Tensor cannot be compiled: argument \w+ \(SymInt\) is a Python "
+                    r"number traced as a symbolic value \(it changed between calls\), and the lowering needs "
+                    r"it at compile time: lowering failed: TypeError", message), message
+    assert "torch._dynamo.config.specialize_float = True, or specialize_int" in message
+    assert "has no lowering" not in message
