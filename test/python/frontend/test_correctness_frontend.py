@@ -80,6 +80,17 @@ def test_precision_block_recompiles_a_graph_compiled_under_set_float32_matmul_pr
     assert executed_precisions == ["HIGHEST", "DEFAULT", "HIGHEST"]
 
 
+def test_precision_selects_the_program_with_torchtpu_views(executed_precisions):
+    torch._dynamo.reset()
+    f = torch.compile(_matmul, backend="tpu", options={"functionalize": "torchtpu"})
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with torch.no_grad():
+        for mode in ("high", "medium", "highest"):
+            with torch_tpu.precision(mode):
+                torch.testing.assert_close(f(a, b), _matmul(a, b))
+    assert executed_precisions == ["HIGH", "DEFAULT", "HIGHEST"]
+
+
 def test_graph_without_matrix_ops_compiles_once_for_every_mode(monkeypatch):
     from torch_tpu import _compile
 
