@@ -243,7 +243,8 @@ class PrecisionKeyed:
     `torch.set_float32_matmul_precision` but not `torch_tpu.precision`, so the mode in
     force at call time picks (and on first use compiles) the program. A graph without
     matrix ops has one program for every mode. Reading the mode costs a thread-local
-    lookup and `torch.get_float32_matmul_precision()` (well under a microsecond)."""
+    lookup and `torch.get_float32_matmul_precision()`: ~1.4 us measured, against ~28 us for
+    the smallest compiled call."""
 
     def __init__(self, build: Callable[[], Callable[..., Any]]) -> None:
         self._build = build

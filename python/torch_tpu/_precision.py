@@ -21,13 +21,23 @@ MODES = ("medium", "high", "highest")
 # Passes of the bf16 matrix unit per f32 product on TPU, relative to "medium".
 _COST = {"high": 3, "highest": 6}
 
-_local = threading.local()
+class _PrecisionStack(threading.local):
+    """The `precision` blocks open on this thread, innermost last. Initialized per thread:
+    a missing attribute of a threading.local costs ~2.7 us to look up (an exception),
+    and `current_mode` runs on every call of a compiled graph."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+
+
+_local = _PrecisionStack()
 _warned: set[str] = set()
 
 
 def current_mode() -> str:
-    """The precision mode in effect on this thread."""
-    stack = getattr(_local, "stack", None)
+    """The precision mode in effect on this thread (~1 us: read on every call of a
+    compiled graph with matrix ops)."""
+    stack = _local.stack
     if stack:
         return stack[-1]
     return torch.get_float32_matmul_precision()
@@ -55,9 +65,7 @@ def precision(mode: str):
         raise ValueError(f"torch_tpu.precision: mode must be one of {', '.join(MODES)}, got {mode!r}")
     # No cost warning here: it concerns TPUs only, and the platform is known when a graph
     # compiles (`warn_cost` is called there).
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
+    stack = _local.stack
     stack.append(mode)
     try:
         yield
