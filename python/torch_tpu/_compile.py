@@ -98,6 +98,7 @@ class CompiledGraph:
     def set_output_layouts(self, layouts: list) -> None:
         """Eager's layout per output leaf (`_output_layout`); results come back row-major,
         so only outputs eager lays out otherwise are copied."""
+        layouts = [layout if isinstance(layout, tuple) else None for layout in layouts]
         self._layouts = layouts if any(layout is not None for layout in layouts) else None
 
     def __call__(self, *args):

@@ -16,8 +16,13 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 # A layout: the logical dims from outermost to innermost (as `torch.empty_permuted`
-# takes them); None is row-major.
-Layout = tuple[int, ...] | None
+# takes them); None is row-major; ANY keeps whatever the result has (outputs no user sees).
+ANY = "any"
+Layout = tuple[int, ...] | str | None
+# gm.meta key: how many leading outputs the user sees. aot_autograd's forward graphs end
+# with the activations saved for the backward, which only our own backward graph reads:
+# their layout does not matter, and restriding them would copy every training step.
+VISIBLE_OUTPUTS = "torch_tpu_visible_outputs"
 
 
 def output_layouts(gm: torch.fx.GraphModule, count: int) -> list[Layout]:
@@ -29,10 +34,14 @@ def output_layouts(gm: torch.fx.GraphModule, count: int) -> list[Layout]:
     sources = pytree.tree_leaves(output.args[0])
     if len(sources) != count:
         return [None] * count
+    visible = gm.meta.get(VISIBLE_OUTPUTS, count) if hasattr(gm, "meta") else count
     layouts: list[Layout] = []
-    for source in sources:
+    for i, source in enumerate(sources):
         val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
-        layouts.append(_layout_of(val) if isinstance(val, torch.Tensor) else None)
+        if i >= visible:
+            layouts.append(ANY)
+        else:
+            layouts.append(_layout_of(val) if isinstance(val, torch.Tensor) else None)
     return layouts
 
 
@@ -70,6 +79,8 @@ def _layout_of(val: torch.Tensor) -> Layout:
 
 def apply_layout(value: torch.Tensor, layout: Layout) -> torch.Tensor:
     """`value` with the given layout: itself when it has it already, else a copy."""
+    if layout is ANY:
+        return value
     if layout is None:
         return value.contiguous()
     if _has_layout(value, layout):

@@ -77,10 +77,25 @@ def _graph_name(graph_id: int, role: str) -> str:
 
 def _make_compiler(role: str, graph_id: int, source_name: str):
     def compiler(gm: torch.fx.GraphModule, example_inputs):
+        if role == "forward":
+            _mark_visible_outputs(gm)
         compiled = compile_graph(gm, example_inputs, name=source_name.replace("{role}", role))
         return _boxed(lambda *args: compiled(*args))
 
     return compiler
+
+
+def _mark_visible_outputs(gm: torch.fx.GraphModule) -> None:
+    """How many outputs of an aot_autograd forward graph the user sees (the rest are saved
+    for the backward): outputs the user sees get eager's strides (`_output_layout`)."""
+    from torch._guards import TracingContext
+
+    from ._output_layout import VISIBLE_OUTPUTS
+
+    metadata = getattr(TracingContext.try_get(), "fw_metadata", None)
+    visible = getattr(metadata, "num_forward_returns", None)
+    if isinstance(visible, int):
+        gm.meta[VISIBLE_OUTPUTS] = visible
 
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_: Any):

@@ -166,13 +166,20 @@ def test_outputs_fed_back_do_not_recompile_on_strides():
     assert counter.frame_count == 1
 
 
-def test_static_outputs_keep_eager_non_contiguous_layout():
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_static_outputs_keep_eager_non_contiguous_layout(requires_grad):
     torch._dynamo.reset()
-    f = torch.compile(lambda x: (x + 1).transpose(0, 1), backend="tpu")
-    x = torch.randn(3, 5)
-    got, expected = f(x), (x + 1).transpose(0, 1)
+
+    def f(x):
+        return (x.sin() + 1).transpose(0, 1)
+
+    x = torch.randn(3, 5, requires_grad=requires_grad)
+    got, expected = torch.compile(f, backend="tpu")(x), f(x)
     assert got.stride() == expected.stride() == (1, 5)
     torch.testing.assert_close(got, expected)
+    if requires_grad:  # the forward's saved activations keep whatever layout they have
+        (grad,) = torch.autograd.grad(got.square().sum(), x)
+        torch.testing.assert_close(grad, torch.autograd.grad(expected.square().sum(), x)[0])
 
 
 # -- torch_tpu.mark_dynamic: the documented forms run, size 1 included (item 8) -----------
