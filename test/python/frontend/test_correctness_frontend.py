@@ -283,6 +283,16 @@ def test_compile_and_export_raise_no_future_warning():
     torch.testing.assert_close(exported(x), model(x))
 
 
+def test_quickstart_runs_with_future_warnings_as_errors():
+    result = subprocess.run(
+        [sys.executable, "-W", "error::FutureWarning", "-m", "torch_tpu.examples.quickstart",
+         "--batch", "1", "--seq", "8", "--show-stablehlo", "0"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "max |tpu - eager|" in result.stdout and "FutureWarning" not in result.stderr
+
+
 def test_cache_entries_are_named_after_the_traced_function(tmp_path, capsys):
     from torch_tpu.runtime import CacheConfig, get_client
     from torch_tpu.tools import cache as cache_tool
