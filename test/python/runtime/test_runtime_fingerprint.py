@@ -10,7 +10,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rt_helpers import add_module, mlp_module
-from torch_tpu.runtime import CacheKey, CompileSpec, fingerprint
+from torch_tpu.runtime import CacheKey, Client, CompileSpec, fingerprint
 from torch_tpu.runtime.fingerprint import mask_dims
 
 
@@ -143,6 +143,10 @@ def test_toolchain_fingerprint_changes_when_a_lowering_changes(tmp_path):
     lowering.write_text(lowering.read_text() + "\n# a changed lowering\n")
     edited = fp.source_fingerprint(roots)
     assert edited != fp.toolchain_fingerprint()
+    # ... and so does the options key of every cache entry (the client's key fields).
+    fields = Client.create("cpu")._key_base
+    assert fields["toolchain_source"] == fp.toolchain_fingerprint()
+    assert fp.options_key({**fields, "toolchain_source": edited}) != fp.options_key(fields)
     (tmp_path / "torch_tpu.compiler" / "lowering" / "new_family.py").write_text("")
     added = fp.source_fingerprint(roots)
     assert added not in (edited, fp.toolchain_fingerprint())
