@@ -263,10 +263,6 @@ class PrecisionKeyed:
             fn = self._by_mode[mode] = self._build()
         return fn(*args)
 
-    def for_mode(self, mode: str) -> Callable[..., Any] | None:
-        """The program compiled for `mode` (the shared one for mode-free graphs), if any."""
-        return self._any_mode or self._by_mode.get(mode)
-
 
 def _precision_sensitive(compiled) -> bool:
     if isinstance(compiled, CompiledGraph):

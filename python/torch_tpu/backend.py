@@ -59,27 +59,31 @@ def _boxed(fn):
     return make_boxed_func(fn)
 
 
-def _graph_name(graph_id: int, role: str) -> str:
-    """`Model.forward-g3-forward`: the Python function Dynamo traced (so cache listings and
-    dumps say which code a graph came from), the graph's id and its role. Called while
-    Dynamo compiles a frame; outside of that (tests calling backends directly), `g3-forward`."""
+def _traced_function() -> str:
+    """The qualified name of the Python function Dynamo is tracing (`Model.forward`), as a
+    safe file name (dump folders are named after graphs); "" outside a Dynamo trace (tests
+    calling the backend directly)."""
     from torch._guards import TracingContext
 
-    context = TracingContext.try_get()
-    codes = getattr(context, "traced_code", None) or []
+    codes = getattr(TracingContext.try_get(), "traced_code", None) or []
     if not codes:
-        return f"g{graph_id}-{role}"
-    # Dump folders are named after graphs: keep the name a safe file name (`<locals>` ...).
-    qualname = codes[0].co_qualname.replace(".<locals>", "")
-    source = re.sub(r"[^A-Za-z0-9_.]+", "_", qualname).strip("_")
-    return f"{source}-g{graph_id}-{role}"
+        return ""
+    code = codes[0]
+    qualname = getattr(code, "co_qualname", code.co_name).replace(".<locals>", "")  # 3.11+
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", qualname).strip("_")
 
 
-def _make_compiler(role: str, graph_id: int, source_name: str):
+def _graph_name(source: str, graph_id: int, role: str) -> str:
+    """`Model.forward-g3-forward`: the traced function (so cache listings and dumps say
+    which code a graph came from), the graph's id and its role."""
+    return f"{source}-g{graph_id}-{role}" if source else f"g{graph_id}-{role}"
+
+
+def _make_compiler(role: str, graph_id: int, source: str):
     def compiler(gm: torch.fx.GraphModule, example_inputs):
         if role == "forward":
             _mark_visible_outputs(gm)
-        compiled = compile_graph(gm, example_inputs, name=source_name.replace("{role}", role))
+        compiled = compile_graph(gm, example_inputs, name=_graph_name(source, graph_id, role))
         return _boxed(lambda *args: compiled(*args))
 
     return compiler
@@ -129,7 +133,7 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
         # Symbolic example inputs belong to Dynamo's trace, over by now: use the call's.
         return _aot_backend()(gm, list(args) if symbolic else example_inputs)
 
-    return TorchTpuViewsGraph(gm, _graph_name(graph_id, "inference"), fallback)
+    return TorchTpuViewsGraph(gm, _graph_name(_traced_function(), graph_id, "inference"), fallback)
 
 
 def _aot_backend():
@@ -140,12 +144,12 @@ def _aot_backend():
     from torch_tpu.compiler.lowering.decompositions import decomposition_table
 
     graph_id = next(_graph_ids)
-    # Named now: the backward graph compiles later, outside Dynamo's tracing context.
-    source_name = _graph_name(graph_id, "{role}")
+    # Read now: the backward graph compiles later, outside Dynamo's tracing context.
+    source = _traced_function()
     return AotAutograd(
-        fw_compiler=_make_compiler("forward", graph_id, source_name),
-        bw_compiler=_make_compiler("backward", graph_id, source_name),
-        inference_compiler=_make_compiler("inference", graph_id, source_name),
+        fw_compiler=_make_compiler("forward", graph_id, source),
+        bw_compiler=_make_compiler("backward", graph_id, source),
+        inference_compiler=_make_compiler("inference", graph_id, source),
         decompositions=decomposition_table(),
         # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
         # back (functionalize="torchtpu" uses the view passes and buffer donation instead).
