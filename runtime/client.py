@@ -29,7 +29,7 @@ from .buffer import DeviceBuffer, host_view
 from .cache import CacheConfig, CompileCache, Loaded
 from .errors import ArgumentError, CompileError, PlatformError, classify_jaxlib_error
 from .executable import CompileSpec, Executable, Signature
-from .fingerprint import CacheKey, fingerprint, host_cpu_features, options_key
+from .fingerprint import CacheKey, fingerprint, host_cpu_features, options_key, toolchain_fingerprint, torch_version
 
 log = logging.getLogger("torch_tpu.runtime")
 
@@ -193,6 +193,8 @@ class Client:
     def _versions(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "torch_tpu": _torch_tpu_version(),
+            "toolchain_source": toolchain_fingerprint(),
+            "torch": torch_version(),
             "jaxlib": _jaxlib.JAXLIB_VERSION,
             "platform": self.platform,
             "platform_version": self.platform_version,
@@ -425,6 +427,17 @@ def _is_module_value(module: Any) -> bool:
 _STATUS_PREFIX = re.compile(r"^[A-Z_]+:\s*")
 _STDIN_LOC = re.compile(r"(^|\s)-:(\d+):(\d+):")
 _NOISE = ("Failed to parse using StableHLO",)
+# MLIR's parser advises a flag of mlir-opt-style tools; XLA compiles StableHLO only, so the
+# useful advice is to lower the op first (torchtpu-opt runs the torchtpu passes).
+_UNREGISTERED = re.compile(
+    r"operation being parsed with an unregistered dialect\. If this is intended, please use "
+    r"-allow-unregistered-dialect with the MLIR tool used"
+)
+_UNREGISTERED_ADVICE = (
+    "operation of an unregistered dialect: XLA compiles StableHLO only. A torchtpu.* op must be "
+    "lowered first, e.g. torchtpu-opt {name} --torchtpu-decompose-views --torchtpu-inverse-views "
+    "--torchtpu-lower-collectives -o lowered.mlir (the passes `torch.compile` runs)"
+)
 
 
 _MISSING_HANDLER = re.compile(
@@ -443,6 +456,7 @@ def format_xla_error(message: str, name: str) -> str:
             continue
         line = _STDIN_LOC.sub(lambda m: f"{m.group(1)}{name}:{m.group(2)}:{m.group(3)}:", line)
         line = line.removeprefix("<unknown>:0: ")
+        line = _UNREGISTERED.sub(_UNREGISTERED_ADVICE.format(name=name), line)
         lines.append(line)
     if not lines:
         lines = [message.strip()]

@@ -275,6 +275,40 @@ def env_markdown() -> str:
 
 
 # --------------------------------------------------------------------------------------
+# docs/reference/python-api.md
+# --------------------------------------------------------------------------------------
+def api_markdown() -> str:
+    """Every public attribute of `torch_tpu` (its lazy table), from the docstrings."""
+    import torch_tpu
+
+    out = [
+        _header("Python API", "the docstrings of `torch_tpu`'s public attributes (`_LAZY`, `_SUBMODULES` in "
+                "`python/torch_tpu/__init__.py`)"),
+        (
+            "`import torch_tpu` is cheap: each attribute below loads its module on first use. "
+            "`torch.compile(model, backend=\"tpu\")` needs no import at all (entry point).\n"
+        ),
+    ]
+    for name in sorted(torch_tpu._LAZY):
+        obj = getattr(torch_tpu, name)
+        try:
+            signature = str(inspect.signature(obj))
+        except (TypeError, ValueError):
+            signature = ""
+        kind = "class" if inspect.isclass(obj) else "function"
+        out.append(f"## `torch_tpu.{name}{signature}`\n")
+        out.append(f"*{kind}, defined in `{repo_path(obj)}`*\n")
+        out.append((inspect.getdoc(obj) or "(undocumented)") + "\n")
+    out.append("## Submodules\n")
+    rows = []
+    for name in sorted(torch_tpu._SUBMODULES):
+        module = getattr(torch_tpu, name)
+        rows.append((f"`torch_tpu.{name}`", _first_paragraph(module.__doc__)))
+    out.append(_table(("module", "what it holds"), rows))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------
 # The list of generated docs, and the command line
 # --------------------------------------------------------------------------------------
 GENERATED_DOCS: list[tuple[str, Generator]] = [
@@ -282,6 +316,7 @@ GENERATED_DOCS: list[tuple[str, Generator]] = [
     ("docs/reference/dialect.md", dialect_markdown),
     ("docs/reference/env.md", env_markdown),
     ("docs/reference/ops.md", "torch_tpu.compiler.lowering.docs:ops_markdown"),
+    ("docs/reference/python-api.md", api_markdown),
 ]
 
 

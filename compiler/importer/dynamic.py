@@ -72,6 +72,12 @@ def graph_symbols(gm: torch.fx.GraphModule) -> dict[sympy.Symbol, Any]:
     return found
 
 
+class DynamicShapeLimit(LoweringError):
+    """A node that cannot be lowered with bounded-dynamic (padded) shapes: a documented
+    limit of bounded dynamism (docs/explanation/bounded-dynamism.md), not a missing
+    lowering. The same node compiles when its dimensions are static."""
+
+
 class DynamicShapes:
     """Symbol bounds and run-time values for one import."""
 
@@ -92,16 +98,16 @@ class DynamicShapes:
             return int(expr)
         missing = expr.free_symbols - self._ranges.keys()
         if missing:
-            raise LoweringError(
+            raise DynamicShapeLimit(
                 f"no bound for symbolic size(s) {sorted(map(str, missing))} in {expr}: the size "
                 "is not derived from an input's size; mark the input dimension dynamic with a "
-                "max (torch._dynamo.mark_dynamic(x, dim, max=...))",
+                "max (torch_tpu.mark_dynamic(x, dim, max=...))",
                 node,
             )
         upper = bound_sympy(expr, self._ranges).upper
         value = _finite_int(upper)
         if value is None:
-            raise LoweringError(f"the bound of symbolic size {expr} is not finite ({upper})", node)
+            raise DynamicShapeLimit(f"the bound of symbolic size {expr} is not finite ({upper})", node)
         return value
 
     def size_bound(self, s, node=None) -> int:
@@ -233,7 +239,7 @@ def _emit(expr, known: Mapping[Any, ir.Value], node) -> ir.Value:
         if isinstance(e, sympy.Integer):
             return const(int(e))
         if isinstance(e, sympy.Symbol):
-            raise LoweringError(
+            raise DynamicShapeLimit(
                 f"symbolic size {e} is not the size of any input of this graph; compile it "
                 "with static shapes",
                 node,
@@ -252,7 +258,7 @@ def _emit(expr, known: Mapping[Any, ir.Value], node) -> ir.Value:
             return _fold(stablehlo.MaxOp, args)
         if isinstance(e, sympy.Min):
             return _fold(stablehlo.MinOp, args)
-        raise LoweringError(
+        raise DynamicShapeLimit(
             f"symbolic size expression {e} ({type(e).__name__}) is not supported", node
         )
 

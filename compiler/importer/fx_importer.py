@@ -18,7 +18,7 @@ from ..lowering.helpers import array_constant
 from ..lowering.dynamic_rules import DYNAMIC_LOWERINGS
 from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
-from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
+from .dynamic import BOUNDS_ATTR, DynamicShapeLimit, DynamicShapes, bounds_attr, has_symbolic_shapes
 from .locations import node_location
 from ..lowering.row_layout import _VIEWS as _VIEW_TARGETS, RowLayout, result_keeps_layout, row_wise_operands
 
@@ -385,14 +385,21 @@ class FxImporter:
                 if self.dynamic is not None:
                     with dynamic_import():
                         if target in DYNAMIC_LOWERINGS:
-                            result = DYNAMIC_LOWERINGS[target](LoweringContext(node, loc, self), *args, **kwargs)
+                            try:
+                                result = DYNAMIC_LOWERINGS[target](LoweringContext(node, loc, self), *args, **kwargs)
+                            except DynamicShapeLimit:
+                                raise
+                            except LoweringError as err:
+                                # A bounded-dynamism rule that rejects the node: a limit of
+                                # the padded layout, not of the op's lowering.
+                                raise DynamicShapeLimit(err.reason, err.node or node) from err
                         if result is NotImplemented:
                             result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
                 else:
                     result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
             except LoweringError as err:
                 if err.node is None:
-                    raise LoweringError(err.reason, node) from err
+                    raise type(err)(err.reason, node) from err
                 raise
             except (ir.MLIRError, ValueError, TypeError, IndexError, NotImplementedError) as err:
                 raise LoweringError(f"lowering failed: {type(err).__name__}: {err}", node) from err

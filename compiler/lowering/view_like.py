@@ -733,6 +733,13 @@ def _to_copy(ctx: LoweringContext, x, **kwargs):
     return convert(x, ctx.result_dtype())
 
 
+@lowers(torch.ops.prims.convert_element_type.default)
+def _convert_element_type(ctx: LoweringContext, x, dtype_):
+    """prims' dtype conversion, as `_to_copy`. aot_autograd emits it for a Python float
+    traced as a graph input (a float argument that changes between calls)."""
+    return convert(x, ctx.result_dtype())
+
+
 @lowers(aten.view_as_real.default)
 def _view_as_real(ctx: LoweringContext, x):
     shape = shape_of(x) + [1]

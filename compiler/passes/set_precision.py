@@ -58,3 +58,19 @@ class SetPrecisionPass(Pass):
             return ir.WalkResult.ADVANCE
 
         op.walk(visit)
+
+
+def has_matrix_ops(op: ir.Operation) -> bool:
+    """Whether `op` holds an op whose result depends on the precision mode: callers that
+    cache compiled programs key only those programs by the mode."""
+    found = False
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        nonlocal found
+        if inner.operation.name in MATRIX_OPS:
+            found = True
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found

@@ -21,15 +21,26 @@ _LAZY = {
     "tpu_backend": ("torch_tpu.backend", "tpu_backend"),
     "TorchTpuCompileError": ("torch_tpu._errors", "TorchTpuCompileError"),
     "spmd_safe": ("torch_tpu.spmd", "spmd_safe"),
+    "mark_dynamic": ("torch_tpu._dynamic", "mark_dynamic"),
 }
 
-__all__ = ["__version__", *_LAZY]
+# Public submodules, imported on first attribute access (`torch_tpu.spmd.compile_spmd`).
+_SUBMODULES = ("spmd", "runtime", "compiler", "config", "tools", "examples")
+
+__all__ = ["__version__", *_LAZY, *_SUBMODULES]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         module, attr = _LAZY[name]
         value = getattr(importlib.import_module(module), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'torch_tpu' has no attribute {name!r}")
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"torch_tpu.{name}")
+    else:
+        raise AttributeError(f"module 'torch_tpu' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

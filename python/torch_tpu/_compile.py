@@ -17,23 +17,26 @@ from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.importer import import_graph, is_supported
 from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
 from torch_tpu.compiler.importer.locations import describe_node, op_name
-from torch_tpu.compiler.lowering import LoweringError, UnsupportedOpError
+from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.compiler.lowering.collectives import is_collective_node
+from torch_tpu.compiler.passes.set_precision import has_matrix_ops
 from torch_tpu.compiler.pipeline import run_pipeline
 from torch_tpu.compiler.pipelines import named_pipeline
 
 from torch_tpu.runtime.errors import CompileError
 
+from . import _fallback_reasons as fallback_reasons
 from . import _recovery, _timing, config
 from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
+from ._fallback_reasons import FallbackReason
 from ._fingerprint import FxGraphFingerprint
+from ._output_layout import apply_layout, output_layouts
 from ._precision import current_mode, warn_cost
 
 log = logging.getLogger("torch_tpu")
 
-PIPELINE_VERSION = "1"
-_reported_fallbacks: set[str] = set()
+_reported_fallbacks: set[tuple[str, str]] = set()
 _context = None
 
 
@@ -78,20 +81,34 @@ RESIDENT_PARAMETERS = _ResidentParameters()
 
 class CompiledGraph:
     """A callable running one imported graph on the device: torch tensors in, the
-    graph's output structure (torch tensors and constants) out."""
+    graph's output structure (torch tensors and constants) out. `precision_sensitive`:
+    the module has matrix ops, so its program depends on the precision mode."""
 
-    def __init__(self, executable, imported) -> None:
+    def __init__(self, executable, imported, precision_sensitive: bool = True) -> None:
         self.executable = executable
         self.imported = imported
+        self.precision_sensitive = precision_sensitive
         self._input_specs = [s for s in imported.inputs if s.role == "input"]
         self._needs_rng = any(s.role == "rng_state" for s in imported.inputs)
         self._outputs = imported.outputs
         self._tree = imported.output_tree
         self._client = executable.client
+        self._layouts: list | None = None
+
+    def set_output_layouts(self, layouts: list) -> None:
+        """Eager's layout per output leaf (`_output_layout`); results come back row-major,
+        so only outputs eager lays out otherwise are copied."""
+        layouts = [layout if isinstance(layout, tuple) else None for layout in layouts]
+        self._layouts = layouts if any(layout is not None for layout in layouts) else None
 
     def __call__(self, *args):
         results = self.executable(*self.prepare_inputs(args))
         leaves = [results[o.index] if o.kind == "tensor" else o.value for o in self._outputs]
+        if self._layouts is not None:
+            leaves = [
+                apply_layout(leaf, layout) if layout is not None else leaf
+                for leaf, layout in zip(leaves, self._layouts)
+            ]
         return pytree.tree_unflatten(leaves, self._tree)
 
     def prepare_inputs(self, args) -> list:
@@ -138,9 +155,10 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     start = time.perf_counter()
     client = get_client()
     mode = current_mode()
-    if client.platform == "tpu":
-        warn_cost(mode)
-    settings = f"pipeline={PIPELINE_VERSION};precision={mode}"
+    warn_cost(mode, client.platform)
+    # The compiler's own code and versions are in the runtime's options key
+    # (runtime.fingerprint.toolchain_fingerprint): the settings are this graph's choices.
+    settings = f"precision={mode}"
     if symbol_bounds is not None:
         settings += ";" + _dynamic.settings_key(symbol_bounds)
     fingerprint = FxGraphFingerprint(gm, settings)
@@ -165,19 +183,31 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     if dump.enabled:
         dump.write("final.mlir", imported.text(debug_info=True))
     with _timing.phase("xla_compile", timings):
-        executable = client.compile(imported.module, fingerprint=fingerprint)
+        executable = client.compile(imported.module, fingerprint=fingerprint, name=name)
     total = time.perf_counter() - start
-    slow = float(config.get_str("TORCH_TPU_SLOW_COMPILE_S") or 3.0)
-    if total > slow:
-        log.info(
-            "torch_tpu: compiling %s (%d nodes) took %.1fs: %s", name, imported.node_count, total,
-            ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()),
-        )
-    compiled = CompiledGraph(executable, imported)
+    _report_slow_compile(name, imported.node_count, total, timings)
+    compiled = CompiledGraph(executable, imported, has_matrix_ops(imported.module.operation))
     if symbol_bounds is None:
+        compiled.set_output_layouts(output_layouts(gm, len(imported.outputs)))
         return compiled
     return _dynamic.DynamicCompiledGraph(
         compiled, gm, symbol_bounds, lambda bounds: compile_whole_graph(gm, name, bounds), name
+    )
+
+
+def _report_slow_compile(name: str, node_count: int, total: float, timings: dict[str, float]) -> None:
+    """A compile slower than TORCH_TPU_SLOW_COMPILE_S is a WARNING (users see it by default:
+    it explains a pause); faster ones are logged at DEBUG."""
+    try:
+        slow = float(config.get_str("TORCH_TPU_SLOW_COMPILE_S") or 3.0)
+    except ValueError:
+        raise ValueError(
+            f"TORCH_TPU_SLOW_COMPILE_S={config.get_str('TORCH_TPU_SLOW_COMPILE_S')!r} is not a number of seconds"
+        ) from None
+    level = logging.WARNING if total > slow else logging.DEBUG
+    log.log(
+        level, "torch_tpu: compiling %s (%d nodes) took %.1fs: %s", name, node_count, total,
+        ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()),
     )
 
 
@@ -188,19 +218,17 @@ def _short_hash(fingerprint: FxGraphFingerprint) -> str:
     return xxhash.xxh3_64_hexdigest(shapeless + b"|" + dims)[:12]
 
 
-def _report_fallback(node: torch.fx.Node, reason: str) -> None:
+def _report_fallback(node: torch.fx.Node, reason: FallbackReason) -> None:
     name = op_name(node)
     if config.get_bool("TORCH_TPU_STRICT"):
         raise TorchTpuCompileError(
             f"torch_tpu: {describe_node(node)}: {reason} (TORCH_TPU_STRICT=1 forbids falling back "
-            "to PyTorch eager; unset it to run this op in eager, or report the op to torch_tpu)"
+            "to PyTorch eager; unset it to run this op in eager)"
         )
-    if name not in _reported_fallbacks:
-        _reported_fallbacks.add(name)
-        log.warning(
-            "torch_tpu: %s cannot be compiled (%s); it runs in PyTorch eager. Please report "
-            "the op name to the torch_tpu issue tracker so it gets a lowering.", name, reason,
-        )
+    # Once per op and reason: the same op may fall back for another reason elsewhere.
+    if (name, reason.kind) not in _reported_fallbacks:
+        _reported_fallbacks.add((name, reason.kind))
+        log.warning("%s", reason.explain(name))
 
 
 class _CompiledSubmodule(torch.nn.Module):
@@ -212,34 +240,80 @@ class _CompiledSubmodule(torch.nn.Module):
         return self.compiled(*args)
 
 
+class PrecisionKeyed:
+    """A compiled graph per matmul precision mode, chosen when called: Dynamo guards
+    `torch.set_float32_matmul_precision` but not `torch_tpu.precision`, so the mode in
+    force at call time picks (and on first use compiles) the program. A graph without
+    matrix ops has one program for every mode. Reading the mode costs a thread-local
+    lookup and `torch.get_float32_matmul_precision()`: ~1.4 us measured, against ~28 us for
+    the smallest compiled call."""
+
+    def __init__(self, build: Callable[[], Callable[..., Any]]) -> None:
+        self._build = build
+        mode = current_mode()
+        first = build()
+        self._by_mode: dict[str, Callable[..., Any]] = {mode: first}
+        self._any_mode = None if _precision_sensitive(first) else first
+
+    def __call__(self, *args):
+        if self._any_mode is not None:
+            return self._any_mode(*args)
+        mode = current_mode()
+        fn = self._by_mode.get(mode)
+        if fn is None:
+            fn = self._by_mode[mode] = self._build()
+        return fn(*args)
+
+
+def _precision_sensitive(compiled) -> bool:
+    if isinstance(compiled, CompiledGraph):
+        return compiled.precision_sensitive
+    inner = getattr(compiled, "compiled", None)  # _dynamic.DynamicCompiledGraph
+    if isinstance(inner, CompiledGraph):
+        return inner.precision_sensitive
+    if isinstance(compiled, torch.fx.GraphModule):  # partitioned: compiled submodules
+        return any(
+            _precision_sensitive(m.compiled) for m in compiled.modules() if isinstance(m, _CompiledSubmodule)
+        )
+    return True
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "graph") -> Callable[..., Any]:
     """Compiles `gm` (an ATen graph with meta['val'] on its nodes). Nodes without a
     lowering, or whose lowering rejects their arguments, run in PyTorch eager; the rest
-    runs compiled."""
+    runs compiled, at the precision mode in force when called (`PrecisionKeyed`)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    # aot_autograd may call compilers with its FakeTensorMode active; constants baked
-    # into the module are real tensors and must be read as such.
-    with unset_fake_temporarily():
-        try:
-            compiled = _compile_graph(gm, example_inputs, name)
-        except _recovery.COMPILE_FAILURES as err:
-            # The pipeline or XLA rejected the graph: compile it for concrete sizes or
-            # run it in eager, never raise (unless TORCH_TPU_STRICT=1).
-            return _recovery.recover(gm, name, err)
-        if has_symbolic_shapes(gm):
-            return _recovery.BoundedGraph(compiled, gm, name)
-        return compiled
+    _fill_placeholder_meta(gm, example_inputs)
+
+    def build():
+        # aot_autograd may call compilers with its FakeTensorMode active; constants baked
+        # into the module are real tensors and must be read as such.
+        with unset_fake_temporarily():
+            try:
+                compiled = _compile_graph(gm, None, name)
+            except _recovery.COMPILE_FAILURES as err:
+                # The pipeline or XLA rejected the graph: compile it for concrete sizes or
+                # run it in eager, never raise (unless TORCH_TPU_STRICT=1).
+                return _recovery.recover(gm, name, err)
+            if has_symbolic_shapes(gm):
+                return _recovery.BoundedGraph(compiled, gm, name)
+            return compiled
+
+    return PrecisionKeyed(build)
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable[..., Any]:
     _fill_placeholder_meta(gm, example_inputs)
-    rejected: dict[str, str] = {}
+    rejected: dict[str, FallbackReason] = {}
     for node in gm.graph.nodes:
         if node.op == "call_function" and not is_supported(node):
-            rejected[node.name] = "no lowering for this op"
+            rejected[node.name] = fallback_reasons.unsupported(node)
         elif node.op == "call_function" and is_collective_node(node):
-            rejected[node.name] = "collectives run through torch.distributed in a one-device graph (see torch_tpu.spmd)"
+            rejected[node.name] = FallbackReason(
+                fallback_reasons.COLLECTIVE,
+                "collectives run through torch.distributed in a one-device graph (see torch_tpu.spmd)",
+            )
     # A lowering may still reject specific arguments; retry with that node in eager.
     for _ in range(64):
         try:
@@ -249,19 +323,19 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
         except LoweringError as err:
             if err.node is None or err.node.name in rejected:
                 raise
-            rejected[err.node.name] = err.reason if not isinstance(err, UnsupportedOpError) else "no lowering for this op"
+            rejected[err.node.name] = fallback_reasons.from_error(err.node, err)
         except (TorchTpuCompileError, CompileError) as err:
             # The pipeline or XLA rejected the module: the op its diagnostic names runs in
             # eager, as ops without a lowering do (_recovery.py); else compile_graph recovers.
             nodes = _recovery.nodes_to_run_eagerly(err, gm, rejected)
             if not nodes:
                 raise
-            reason = _recovery.explain(err, gm).reason
+            reason = FallbackReason(fallback_reasons.COMPILER_REJECTED, _recovery.explain(err, gm).reason)
             rejected.update((node.name, reason) for node in nodes)
     raise TorchTpuCompileError(f"torch_tpu: too many ops of graph {name} fell back to eager")
 
 
-def _compile_partitioned(gm: torch.fx.GraphModule, rejected: dict[str, str], name: str):
+def _compile_partitioned(gm: torch.fx.GraphModule, rejected: dict[str, FallbackReason], name: str):
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupport
 
@@ -289,7 +363,7 @@ def _compile_partitioned(gm: torch.fx.GraphModule, rejected: dict[str, str], nam
             compiled = compile_whole_graph(sub, f"{name}-{node.target}")
         except LoweringError as err:
             # Map the failing node back to the parent graph by name.
-            raise LoweringError(err.reason, _find(gm, err.node.name if err.node else "")) from err
+            raise type(err)(err.reason, _find(gm, err.node.name if err.node else "")) from err
         setattr(fused, node.target, _CompiledSubmodule(compiled))
     fused.recompile()
     return fused

@@ -10,7 +10,7 @@ A size above its bound recompiles once with a larger bound.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from torch_tpu.compiler.importer.dynamic import symbol_bounds_from
 
 from . import config
+from ._output_layout import apply_layout, output_layouts
 
 log = logging.getLogger("torch_tpu")
 
@@ -32,6 +33,48 @@ MIN_POW2_BOUND = 16
 # passes bounded buffers natively would drop the platform from this set and skip the pass
 # (untested: no TPU here).
 MATERIALIZE_BOUNDS_PLATFORMS = frozenset({"cpu", "cuda", "tpu"})
+
+
+def mark_dynamic(
+    tensor: torch.Tensor, dim: int | Sequence[int], *, max: int, min: int | None = None  # noqa: A002
+) -> None:
+    """Marks `tensor`'s dimension(s) `dim` dynamic, every size in [min, max] served by one
+    compile at bound `max` (docs/explanation/bounded-dynamism.md):
+
+        torch_tpu.mark_dynamic(ids, 1, max=512)        # lengths 1..512, one compile
+
+    Wraps `torch._dynamo.mark_dynamic` with what PyTorch 2.13 needs for that to hold:
+    a `min` (without one Dynamo fails with "not simple sympy type NoneType"; default 1),
+    and for a `min` below 2 `torch.fx.experimental._config.backed_size_oblivious = True`
+    (process-wide; without it Dynamo specializes size 1 and a size-1 input raises
+    ConstraintViolationError). Call it before each call with a new tensor, as with
+    `torch._dynamo.mark_dynamic`."""
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if not dims or not all(isinstance(d, int) for d in dims):
+        raise TypeError(f"torch_tpu.mark_dynamic: dim must be an int or a list of ints, got {dim!r}")
+    low = 1 if min is None else int(min)
+    if isinstance(max, bool) or not isinstance(max, int) or max < 2:
+        raise ValueError(f"torch_tpu.mark_dynamic: max must be an int >= 2, got {max!r}")
+    if low < 0 or low >= max:
+        raise ValueError(f"torch_tpu.mark_dynamic: need 0 <= min < max, got min={low}, max={max}")
+    for d in dims:
+        if not -tensor.dim() <= d < tensor.dim():
+            raise IndexError(f"torch_tpu.mark_dynamic: dim {d} is out of range for a {tensor.dim()}-d tensor")
+    if low < 2:
+        _allow_size_one()
+    for d in dims:
+        torch._dynamo.mark_dynamic(tensor, d % tensor.dim(), min=low, max=max)
+
+
+def _allow_size_one() -> None:
+    import torch.fx.experimental._config as fx_config
+
+    if not fx_config.backed_size_oblivious:
+        fx_config.backed_size_oblivious = True
+        log.info(
+            "torch_tpu.mark_dynamic: set torch.fx.experimental._config.backed_size_oblivious = True "
+            "so that size 1 shares the dynamic graph (PyTorch would specialize it)"
+        )
 
 
 def next_pow2(n: int) -> int:
@@ -89,8 +132,12 @@ class DynamicCompiledGraph:
         self._recompile = recompile
         imported = compiled.imported
         self._specs = [s for s in imported.inputs if s.role == "input"]
+        # Narrowed outputs are views of padded buffers: laid out as eager's (a copy).
+        self._layouts = output_layouts(gm, len(imported.outputs))
         # Where each size symbol can be read from the call's arguments.
         self._symbol_sources: dict[sympy.Symbol, tuple[int, int | None]] = {}
+        # How warnings name each symbol for users: Dynamo's source (`L['ids'].size()[1]`).
+        self._symbol_names: dict[sympy.Symbol, str] = {}
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for i, node in enumerate(placeholders):
             val = node.meta.get("val")
@@ -98,28 +145,34 @@ class DynamicCompiledGraph:
                 for d, s in enumerate(val.shape):
                     if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
                         self._symbol_sources.setdefault(s.node.expr, (i, d))
+                        self._symbol_names.setdefault(s.node.expr, _describe_size(s, f"input {i} ({node.name}) dim {d}"))
             elif isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
                 self._symbol_sources.setdefault(val.node.expr, (i, None))
+                self._symbol_names.setdefault(val.node.expr, _describe_size(val, f"input {i} ({node.name})"))
 
-    def _grown_bounds(self, args) -> dict[sympy.Symbol, int] | None:
+    def _grown_bounds(self, args) -> tuple[dict[sympy.Symbol, int], list[str]] | None:
+        """The bounds to recompile with when a size exceeds its bound, and what grew
+        (named for users), or None."""
         grown = dict(self.bounds)
-        changed = False
+        growth: list[str] = []
         for sym, (i, d) in self._symbol_sources.items():
             arg = args[i]
             size = int(arg.shape[d]) if d is not None else int(arg)
             if size > grown.get(sym, size):
-                grown[sym] = max(next_pow2(size), 2 * grown[sym])
-                changed = True
-        return grown if changed else None
+                old = grown[sym]
+                grown[sym] = max(next_pow2(size), 2 * old)
+                growth.append(f"{self._symbol_names.get(sym, sym)}: size {size} > bound {old}, new bound {grown[sym]}")
+        return (grown, growth) if growth else None
 
     def __call__(self, *args):
         grown = self._grown_bounds(args)
         if grown is not None:
+            grown, growth = grown
             log.warning(
-                "torch_tpu: an input size exceeds its compiled bound; recompiling %s with bounds %s "
-                "(set torch._dynamo.mark_dynamic(..., max=) or TORCH_TPU_DYNAMIC_BOUND to avoid this)",
-                self.name,
-                {str(k): v for k, v in grown.items()},
+                "torch_tpu: an input size exceeds its compiled bound; recompiling %s (%s). To "
+                "compile once, give the largest size: torch_tpu.mark_dynamic(tensor, dim, max=...), "
+                "or TORCH_TPU_DYNAMIC_BOUND=<size>",
+                self.name, "; ".join(growth),
             )
             fresh = self._recompile(grown)
             self.__dict__.update(fresh.__dict__)
@@ -138,17 +191,29 @@ class DynamicCompiledGraph:
         count = compiled.imported.num_results
         size_results = iter(results[count:])
         leaves = []
-        for o in outputs:
+        for o, layout in zip(outputs, self._layouts):
             if o.kind == "tensor":
                 value = results[o.index]
                 for d in o.dynamic_dims:
                     value = value.narrow(d, 0, int(next(size_results)))
-                leaves.append(value)
+                leaves.append(apply_layout(value, layout))
             elif o.kind == "symint":
                 leaves.append(int(results[o.index]))
             else:
                 leaves.append(o.value)
         return pytree.tree_unflatten(leaves, compiled.imported.output_tree)
+
+
+def _describe_size(size: torch.SymInt, fallback: str) -> str:
+    """Dynamo's name for a size symbol (`L['ids'].size()[1]`), else `fallback`."""
+    try:
+        sources = size.node.shape_env.var_to_sources.get(size.node.expr) or []
+        if not sources:
+            return fallback
+        name = sources[0].name  # a property in torch 2.13, a method before
+        return str(name() if callable(name) else name)
+    except Exception:  # noqa: BLE001 - a ShapeEnv without sources (graphs built by hand)
+        return fallback
 
 
 def _pad_to(t: torch.Tensor, shape) -> torch.Tensor:
@@ -160,4 +225,4 @@ def _pad_to(t: torch.Tensor, shape) -> torch.Tensor:
     return F.pad(t.detach() if not t.requires_grad else t, pads)
 
 
-__all__ = ["DynamicCompiledGraph", "bounds_mode", "initial_bounds", "policy_bound"]
+__all__ = ["DynamicCompiledGraph", "bounds_mode", "initial_bounds", "mark_dynamic", "policy_bound"]

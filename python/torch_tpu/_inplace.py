@@ -27,7 +27,7 @@ from torch_tpu.compiler.lowering import LoweringError
 from . import _timing
 from torch_tpu.compiler.pipelines import named_pipeline
 
-from ._compile import PIPELINE_VERSION, CompiledGraph, _shared_context
+from ._compile import CompiledGraph, _shared_context
 from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
@@ -146,14 +146,14 @@ def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPl
     if dump.enabled:
         dump.write("final.mlir", imported.text(debug_info=True))
     with _timing.phase("xla_compile", timings):
-        executable = client.compile(imported.module, fingerprint=fingerprint)
+        executable = client.compile(imported.module, fingerprint=fingerprint, name=name)
     log.debug("torch_tpu: %s compiled with torchtpu views in %.2fs", name, time.perf_counter() - start)
     return InPlaceCompiledGraph(executable, imported, written, output_aliases)
 
 
 def _salted(gm: torch.fx.GraphModule, mode: str, donate: bool) -> FxGraphFingerprint:
     return FxGraphFingerprint(
-        gm, f"pipeline={PIPELINE_VERSION};precision={mode};views=torchtpu;donate={donate}")
+        gm, f"precision={mode};views=torchtpu;donate={donate}")
 
 
 def donate_written_inputs() -> bool:
@@ -232,8 +232,9 @@ class TorchTpuViewsGraph:
         self._compiled: dict[tuple, Any] = {}
 
     def compile_for(self, args) -> Any:
-        key = tuple((tuple(a.shape), a.dtype, a.stride()) if isinstance(a, torch.Tensor) else (type(a), a)
-                    for a in args)
+        # The precision mode keys the program too: Dynamo does not guard torch_tpu.precision.
+        key = (current_mode(), *((tuple(a.shape), a.dtype, a.stride()) if isinstance(a, torch.Tensor) else (type(a), a)
+                                 for a in args))
         fn = self._compiled.get(key)
         if fn is None:
             try:

@@ -2,7 +2,9 @@
 
 `torch.set_float32_matmul_precision` sets the process-wide mode (medium -> DEFAULT,
 high -> HIGH, highest -> HIGHEST on XLA's dot/convolution); `torch_tpu.precision(mode)`
-overrides it for the current thread in a `with` block.
+overrides it for the current thread in a `with` block. The mode in force when a compiled
+graph is *called* selects its program (`_compile.PrecisionKeyed`), so a function compiled
+under one mode and called under another runs at the caller's precision.
 """
 
 from __future__ import annotations
@@ -19,13 +21,23 @@ MODES = ("medium", "high", "highest")
 # Passes of the bf16 matrix unit per f32 product on TPU, relative to "medium".
 _COST = {"high": 3, "highest": 6}
 
-_local = threading.local()
+class _PrecisionStack(threading.local):
+    """The `precision` blocks open on this thread, innermost last. Initialized per thread:
+    a missing attribute of a threading.local costs ~2.7 us to look up (an exception),
+    and `current_mode` runs on every call of a compiled graph."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+
+
+_local = _PrecisionStack()
 _warned: set[str] = set()
 
 
 def current_mode() -> str:
-    """The precision mode in effect on this thread."""
-    stack = getattr(_local, "stack", None)
+    """The precision mode in effect on this thread (~1 us: read on every call of a
+    compiled graph with matrix ops)."""
+    stack = _local.stack
     if stack:
         return stack[-1]
     return torch.get_float32_matmul_precision()
@@ -33,13 +45,27 @@ def current_mode() -> str:
 
 @contextlib.contextmanager
 def precision(mode: str):
-    """Scoped matmul precision for code compiled inside the block (this thread only)."""
+    """Scoped float32 matmul precision for compiled code *called* inside the block, on
+    this thread only:
+
+        with torch_tpu.precision("highest"):
+            loss = compiled_model(x)
+
+    `mode` is PyTorch's name: "medium" (XLA precision DEFAULT: one bf16 pass of the TPU
+    matrix unit), "high" (HIGH, three passes) or "highest" (HIGHEST, six passes: float32
+    accuracy). It applies to every `dot_general`/`convolution` of the graphs called
+    inside the block and overrides `torch.set_float32_matmul_precision` there; outside
+    any block that setting applies. The mode in force at call time selects the compiled
+    program: a function compiled under one mode and called under another compiles (once)
+    for the caller's mode, so no `torch._dynamo.reset()` is needed. Graphs without matrix
+    ops have one program for every mode. "high"/"highest" log a one-time cost warning
+    when a graph compiles for a TPU. `torch_tpu.export` uses the mode in force when it
+    is called. A mode other than the three names raises ValueError."""
     if mode not in MODES:
         raise ValueError(f"torch_tpu.precision: mode must be one of {', '.join(MODES)}, got {mode!r}")
-    warn_cost(mode)
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
+    # No cost warning here: it concerns TPUs only, and the platform is known when a graph
+    # compiles (`warn_cost` is called there).
+    stack = _local.stack
     stack.append(mode)
     try:
         yield
@@ -47,9 +73,10 @@ def precision(mode: str):
         stack.pop()
 
 
-def warn_cost(mode: str) -> None:
-    """Warns once per mode that high/highest cost extra matrix-unit passes on TPU."""
-    if mode in _COST and mode not in _warned:
+def warn_cost(mode: str, platform: str) -> None:
+    """Warns once per mode that high/highest cost extra matrix-unit passes, on TPU only
+    (XLA:CPU and GPUs compute float32 products natively)."""
+    if platform == "tpu" and mode in _COST and mode not in _warned:
         _warned.add(mode)
         log.warning(
             "torch_tpu: float32 matmul precision '%s' costs about %dx the matrix-unit passes of "

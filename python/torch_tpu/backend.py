@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,12 +59,47 @@ def _boxed(fn):
     return make_boxed_func(fn)
 
 
-def _make_compiler(role: str, graph_id: int):
+def _traced_function() -> str:
+    """The qualified name of the Python function Dynamo is tracing (`Model.forward`), as a
+    safe file name (dump folders are named after graphs); "" outside a Dynamo trace (tests
+    calling the backend directly)."""
+    from torch._guards import TracingContext
+
+    codes = getattr(TracingContext.try_get(), "traced_code", None) or []
+    if not codes:
+        return ""
+    code = codes[0]
+    qualname = getattr(code, "co_qualname", code.co_name).replace(".<locals>", "")  # 3.11+
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", qualname).strip("_")
+
+
+def _graph_name(source: str, graph_id: int, role: str) -> str:
+    """`Model.forward-g3-forward`: the traced function (so cache listings and dumps say
+    which code a graph came from), the graph's id and its role."""
+    return f"{source}-g{graph_id}-{role}" if source else f"g{graph_id}-{role}"
+
+
+def _make_compiler(role: str, graph_id: int, source: str):
     def compiler(gm: torch.fx.GraphModule, example_inputs):
-        compiled = compile_graph(gm, example_inputs, name=f"g{graph_id}-{role}")
+        if role == "forward":
+            _mark_visible_outputs(gm)
+        compiled = compile_graph(gm, example_inputs, name=_graph_name(source, graph_id, role))
         return _boxed(lambda *args: compiled(*args))
 
     return compiler
+
+
+def _mark_visible_outputs(gm: torch.fx.GraphModule) -> None:
+    """How many outputs of an aot_autograd forward graph the user sees (the rest are saved
+    for the backward): outputs the user sees get eager's strides (`_output_layout`)."""
+    from torch._guards import TracingContext
+
+    from ._output_layout import VISIBLE_OUTPUTS
+
+    metadata = getattr(TracingContext.try_get(), "fw_metadata", None)
+    visible = getattr(metadata, "num_forward_returns", None)
+    if isinstance(visible, int):
+        gm.meta[VISIBLE_OUTPUTS] = visible
 
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_: Any):
@@ -97,7 +133,7 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
         # Symbolic example inputs belong to Dynamo's trace, over by now: use the call's.
         return _aot_backend()(gm, list(args) if symbolic else example_inputs)
 
-    return TorchTpuViewsGraph(gm, f"g{graph_id}-inference", fallback)
+    return TorchTpuViewsGraph(gm, _graph_name(_traced_function(), graph_id, "inference"), fallback)
 
 
 def _aot_backend():
@@ -108,10 +144,12 @@ def _aot_backend():
     from torch_tpu.compiler.lowering.decompositions import decomposition_table
 
     graph_id = next(_graph_ids)
+    # Read now: the backward graph compiles later, outside Dynamo's tracing context.
+    source = _traced_function()
     return AotAutograd(
-        fw_compiler=_make_compiler("forward", graph_id),
-        bw_compiler=_make_compiler("backward", graph_id),
-        inference_compiler=_make_compiler("inference", graph_id),
+        fw_compiler=_make_compiler("forward", graph_id, source),
+        bw_compiler=_make_compiler("backward", graph_id, source),
+        inference_compiler=_make_compiler("inference", graph_id, source),
         decompositions=decomposition_table(),
         # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
         # back (functionalize="torchtpu" uses the view passes and buffer donation instead).

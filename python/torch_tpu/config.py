@@ -129,13 +129,13 @@ declare(
     "frontend",
 )
 declare("TORCH_TPU_DUMP_DIR", None, "Directory where every compiled graph writes its FX graph, imported module, module after each pass, final StableHLO and input shapes (one folder per cache key), to reproduce failures with torchtpu-opt and torchtpu-run.", "frontend")
-declare("TORCH_TPU_SLOW_COMPILE_S", "3.0", "A graph whose compile takes longer than this many seconds logs its size and phase timings.", "frontend")
+declare("TORCH_TPU_SLOW_COMPILE_S", "3.0", "A graph whose compile takes longer than this many seconds logs a WARNING with its size and phase timings (faster compiles log them at DEBUG).", "frontend")
 
 # bounded dynamism (docs/explanation/bounded-dynamism.md)
 declare(
     "TORCH_TPU_DYNAMIC_BOUND", "pow2",
     "Bound of a dynamic dimension whose maximum PyTorch does not know (`torch.compile(..., "
-    "dynamic=True)` or `mark_dynamic` without `max=`): `pow2` (the next power of two at or "
+    "dynamic=True)` or a dimension marked without `max=`): `pow2` (the next power of two at or "
     "above the size seen at compile time, at least 16) or a fixed positive integer. A size above "
     "the bound recompiles once with the next power of two at or above it (logged).",
     "frontend",

@@ -43,19 +43,6 @@ def test_set_float32_matmul_precision_is_honoured():
         torch.set_float32_matmul_precision(old)
 
 
-def test_high_precision_warns_once(caplog):
-    from torch_tpu import _precision
-
-    _precision._warned.discard("highest")
-    with caplog.at_level(logging.WARNING, logger="torch_tpu"):
-        with torch_tpu.precision("highest"):
-            pass
-        with torch_tpu.precision("highest"):
-            pass
-    warnings = [r for r in caplog.records if "6x" in r.getMessage()]
-    assert len(warnings) == 1
-
-
 def test_export_text_bytecode_and_portable_artifact_run():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)).eval()

@@ -311,3 +311,14 @@ def test_remaining_copy_variants():
     check(lambda t: aten.squeeze_copy(t), X[:1], ops=[aten.squeeze_copy.default])
     check(lambda t: aten.squeeze_copy.dim(t, 0), X[:1], ops=[aten.squeeze_copy.dim])
     check(lambda t: aten.view_copy.dtype(t, torch.int32), M, ops=[aten.view_copy.dtype])
+
+
+@pytest.mark.parametrize(
+    "source, target",
+    [(torch.float64, torch.float32), (torch.float32, torch.int32), (torch.int64, torch.float16),
+     (torch.float32, torch.bool), (torch.complex64, torch.complex128)],
+)
+def test_prims_convert_element_type(source, target):
+    """What aot_autograd emits for a Python float traced as a graph input."""
+    x = (torch.randn(7, dtype=torch.float64) * 50).to(source)
+    check_direct(torch.ops.prims.convert_element_type.default, x, target)

@@ -10,7 +10,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rt_helpers import add_module, mlp_module
-from torch_tpu.runtime import CacheKey, CompileSpec, fingerprint
+from torch_tpu.runtime import CacheKey, Client, CompileSpec, fingerprint
 from torch_tpu.runtime.fingerprint import mask_dims
 
 
@@ -121,5 +121,54 @@ def test_options_key_covers_options_versions_and_devices(cpu4, client):
     }
     assert base not in variants and len(variants) == 4
     fields = cpu4._key_base
-    assert {"torch_tpu", "jaxlib", "platform", "platform_version", "device_kind", "host_cpu"} <= set(fields)
+    assert {"torch_tpu", "toolchain_source", "torch", "jaxlib", "platform", "platform_version", "device_kind", "host_cpu"} <= set(fields)
     assert client.options_key(CompileSpec(), (0,)) == base  # same platform and versions
+
+
+def test_toolchain_fingerprint_changes_when_a_lowering_changes(tmp_path):
+    """A copy of the packages with one lowering edited has another fingerprint (so the
+    options key of an upgraded or edited torch_tpu differs, although __version__ did not)."""
+    import importlib
+    import shutil
+
+    fp = importlib.import_module("torch_tpu.runtime.fingerprint")
+    roots = []
+    for package in fp.TOOLCHAIN_PACKAGES:
+        source = importlib.util.find_spec(package).submodule_search_locations[0]
+        copy = tmp_path / package
+        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        roots.append(copy)
+    assert fp.source_fingerprint(roots) == fp.toolchain_fingerprint()
+    lowering = tmp_path / "torch_tpu.compiler" / "lowering" / "elementwise.py"
+    lowering.write_text(lowering.read_text() + "\n# a changed lowering\n")
+    edited = fp.source_fingerprint(roots)
+    assert edited != fp.toolchain_fingerprint()
+    # ... and so does the options key of every cache entry (the client's key fields).
+    fields = Client.create("cpu")._key_base
+    assert fields["toolchain_source"] == fp.toolchain_fingerprint()
+    assert fp.options_key({**fields, "toolchain_source": edited}) != fp.options_key(fields)
+    (tmp_path / "torch_tpu.compiler" / "lowering" / "new_family.py").write_text("")
+    added = fp.source_fingerprint(roots)
+    assert added not in (edited, fp.toolchain_fingerprint())
+    # Bytecode caches and other files do not count: only the sources shape the compiler.
+    (tmp_path / "torch_tpu.compiler" / "__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "torch_tpu.compiler" / "__pycache__" / "x.py").write_text("stale")
+    (tmp_path / "torch_tpu.compiler" / "notes.txt").write_text("not code")
+    assert fp.source_fingerprint(roots) == added
+
+
+def test_torch_version_is_read_without_importing_torch():
+    import importlib
+    import subprocess
+    import sys
+
+    fp = importlib.import_module("torch_tpu.runtime.fingerprint")
+    code = (
+        "import sys, importlib; f = importlib.import_module('torch_tpu.runtime.fingerprint'); "
+        "print(f.torch_version()); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    import torch
+
+    assert out == [torch.__version__, "False"]
+    assert fp.torch_version() == torch.__version__

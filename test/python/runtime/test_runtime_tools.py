@@ -94,6 +94,19 @@ def test_run_rejected_module_and_pickled_input(files, capsys, tmp_path):
     assert "holds pickled Python objects" in capsys.readouterr().err
 
 
+def test_run_explains_unregistered_dialect_ops(files, capsys):
+    """XLA's parser advises `-allow-unregistered-dialect`, a flag torchtpu-run does not have
+    (and that could not help: XLA compiles StableHLO only)."""
+    module = files("views.mlir", "func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+                   '  %0 = "torchtpu.mystery"(%a) : (tensor<2xf32>) -> tensor<2xf32>\n'
+                   "  return %0 : tensor<2xf32>\n}\n")
+    assert run_tool.main([module, "--input-literal", "2xf32=1"]) == 1
+    err = capsys.readouterr().err
+    assert "allow-unregistered-dialect" not in err and err.count("\n") == 1, err
+    assert "views.mlir:2:26: error: operation of an unregistered dialect: XLA compiles StableHLO only" in err
+    assert "torchtpu-opt views.mlir --torchtpu-decompose-views --torchtpu-inverse-views" in err
+
+
 def test_run_never_prints_a_traceback(files):
     bad = files("bad.mlir", "this is not mlir")
     code = f"import sys\nfrom torch_tpu.tools.run import main\nsys.exit(main([{bad!r}, '--input-literal', 'f32=1']))"
