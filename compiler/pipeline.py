@@ -262,12 +262,44 @@ def build_pass_manager(
     return pm, builder.passes
 
 
+def top_level_steps(elements: list[Element]) -> list[Element]:
+    """`elements` with named pipelines expanded: the steps a module-level run performs,
+    one after the other (a nest such as `func.func(...)` is one step)."""
+    steps: list[Element] = []
+    for element in elements:
+        if element.children is None and element.name in PIPELINE_REGISTRY:
+            try:
+                expanded = PIPELINE_REGISTRY[element.name].expand(element.options or "")
+            except PassOptionError as err:
+                raise PipelineError(str(err), element.column) from None
+            steps.extend(top_level_steps(parse_pipeline(",".join(expanded))))
+        elif element.children is not None and element.name == "builtin.module":
+            steps.extend(top_level_steps(element.children))
+        else:
+            steps.append(element)
+    return steps
+
+
 def run_pipeline(
-    module: ir.Operation, pipeline: str | list[Element], engine: DiagnosticEngine
+    module: ir.Operation,
+    pipeline: str | list[Element],
+    engine: DiagnosticEngine,
+    after_each: Callable[[int, Element, ir.Operation], None] | None = None,
 ) -> bool:
     """Library entry point: runs `pipeline` on `module`, reporting into `engine`.
-    Returns True on success."""
+    Returns True on success. With `after_each`, the top-level steps run one at a time and
+    `after_each(index, step, module)` is called after each successful step (dumps)."""
     elements = parse_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    if after_each is None:
+        return _run(module, elements, engine)
+    for index, step in enumerate(top_level_steps(elements), start=1):
+        if not _run(module, [step], engine):
+            return False
+        after_each(index, step, module)
+    return True
+
+
+def _run(module: ir.Operation, elements: list[Element], engine: DiagnosticEngine) -> bool:
     ctx = module.context
     pm, _ = build_pass_manager(elements, ctx, engine)
     with engine.capture(ctx):

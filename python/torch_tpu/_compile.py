@@ -20,14 +20,13 @@ from torch_tpu.compiler.importer.locations import describe_node, op_name
 from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.compiler.passes.set_precision import has_matrix_ops
-from torch_tpu.compiler.pipeline import run_pipeline
 from torch_tpu.compiler.pipelines import named_pipeline
 
 from torch_tpu.runtime.errors import CompileError
 
 from . import _fallback_reasons as fallback_reasons
 from . import _recovery, _timing, config
-from ._dump import GraphDump
+from ._dump import ARGUMENT_SOURCES, GraphDump
 from ._errors import TorchTpuCompileError
 from ._fallback_reasons import FallbackReason
 from ._fingerprint import FxGraphFingerprint
@@ -162,26 +161,27 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     if symbol_bounds is not None:
         settings += ";" + _dynamic.settings_key(symbol_bounds)
     fingerprint = FxGraphFingerprint(gm, settings)
-    with _timing.phase("convert", timings):
-        imported = import_graph(gm, context=_shared_context(), symbol_bounds=symbol_bounds)
     dump = GraphDump(f"{name}-{_short_hash(fingerprint)}")
     if dump.enabled:
         dump.write("fx_graph.py", gm.print_readable(print_output=False))
-        dump.write_inputs(imported.inputs)
-        dump.write_stage("imported", imported.text(debug_info=True))
+    with _timing.phase("convert", timings):
+        try:
+            imported = import_graph(gm, context=_shared_context(), symbol_bounds=symbol_bounds)
+        except LoweringError as err:
+            dump.write_error("importing the graph", str(err))
+            raise
     with _timing.phase("passes", timings):
         engine = DiagnosticEngine()
         bounds = _dynamic.bounds_mode(client.platform) if symbol_bounds is not None else "none"
         pipeline = pipeline_for(mode, bounds)
-        ok = run_pipeline(imported.module.operation, pipeline, engine)
+        ok = dump.run_pipeline(imported.module.operation, pipeline, engine)
         if not ok:
             raise TorchTpuCompileError(
                 f"torch_tpu: the compiler pipeline failed on graph {name}:\n{engine.format()}\n"
                 "Set TORCH_TPU_DUMP_DIR to get the module and reproduce with torchtpu-opt.",
                 engine.diagnostics,
             )
-    if dump.enabled:
-        dump.write("final.mlir", imported.text(debug_info=True))
+    dump.write_inputs(imported.module.operation, imported.inputs, gm.meta.get(ARGUMENT_SOURCES))
     with _timing.phase("xla_compile", timings):
         executable = client.compile(imported.module, fingerprint=fingerprint, name=name)
     total = time.perf_counter() - start

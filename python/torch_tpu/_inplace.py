@@ -116,7 +116,6 @@ class InPlaceCompiledGraph(CompiledGraph):
 def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPlaceCompiledGraph:
     """Compiles an ATen graph with views and in-place ops (every node must lower).
     Raises LoweringError or TorchTpuCompileError."""
-    from torch_tpu.compiler.pipeline import run_pipeline
     from torch_tpu.runtime import get_client
 
     timings: dict[str, float] = {}
@@ -127,24 +126,27 @@ def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPl
     output_aliases = plan_output_aliases(gm)
     fingerprint = _salted(gm, mode, donate)
     start = time.perf_counter()
-    with _timing.phase("convert", timings):
-        imported = import_graph(gm, context=_shared_context(), functional=False)
     dump = GraphDump(f"{name}-views")
     if dump.enabled:
         dump.write("fx_graph.py", gm.print_readable(print_output=False))
-        dump.write_stage("imported", imported.text(debug_info=True))
+    with _timing.phase("convert", timings):
+        try:
+            imported = import_graph(gm, context=_shared_context(), functional=False)
+        except LoweringError as err:
+            dump.write_error("importing the graph", str(err))
+            raise
     with _timing.phase("passes", timings):
         engine = DiagnosticEngine()
-        if not run_pipeline(imported.module.operation, view_pipeline(mode), engine):
+        if not dump.run_pipeline(imported.module.operation, view_pipeline(mode), engine):
             raise TorchTpuCompileError(
                 f"torch_tpu: the view passes failed on graph {name}:\n{engine.format()}\n"
                 "Set TORCH_TPU_DUMP_DIR to get the module and reproduce with torchtpu-opt."
             )
+    dump.write_inputs(imported.module.operation, imported.inputs)
     written = aliased_results(imported.module)
     if not donate:
+        # After final.mlir was dumped: the aliasing attributes come off before XLA sees it.
         drop_aliasing(imported.module)
-    if dump.enabled:
-        dump.write("final.mlir", imported.text(debug_info=True))
     with _timing.phase("xla_compile", timings):
         executable = client.compile(imported.module, fingerprint=fingerprint, name=name)
     log.debug("torch_tpu: %s compiled with torchtpu views in %.2fs", name, time.perf_counter() - start)

@@ -79,8 +79,35 @@ def _graph_name(source: str, graph_id: int, role: str) -> str:
     return f"{source}-g{graph_id}-{role}" if source else f"g{graph_id}-{role}"
 
 
-def _make_compiler(role: str, graph_id: int, source: str):
+def _placeholder_sources(gm: torch.fx.GraphModule) -> list[str | None]:
+    """The Python source Dynamo recorded for each input of its graph
+    (`L['self']._modules['fc']._parameters['weight']`), None where there is none."""
+    sources = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            grapharg = node.meta.get("grapharg")
+            source = getattr(grapharg, "source", None)
+            sources.append(source.name if source is not None and hasattr(source, "name") else None)
+    return sources
+
+
+def _record_sources(gm: torch.fx.GraphModule, sources: list[str | None]) -> None:
+    """Maps aot_autograd's inputs to Dynamo's sources through their descriptors
+    (`PlainAOTInput(idx=k)`: the k-th input of Dynamo's graph), for dumps."""
+    from ._dump import ARGUMENT_SOURCES
+
+    mapping = {}
+    for node in gm.graph.nodes:
+        index = getattr(node.meta.get("desc"), "idx", None) if node.op == "placeholder" else None
+        if isinstance(index, int) and 0 <= index < len(sources) and sources[index] is not None:
+            mapping[node.name] = sources[index]
+    gm.meta[ARGUMENT_SOURCES] = mapping
+
+
+def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | None] | None = None):
     def compiler(gm: torch.fx.GraphModule, example_inputs):
+        if sources:
+            _record_sources(gm, sources)
         if role == "forward":
             _mark_visible_outputs(gm)
         compiled = compile_graph(gm, example_inputs, name=_graph_name(source, graph_id, role))
@@ -108,7 +135,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
     parsed = BackendOptions.parse(options)
     if parsed.functionalize == "torchtpu":
         return _views_backend(gm, example_inputs)
-    return _aot_backend()(gm, example_inputs)
+    return _aot_backend(gm)(gm, example_inputs)
 
 
 def _views_backend(gm: torch.fx.GraphModule, example_inputs):
@@ -120,7 +147,7 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
         log_once("grad", "torch_tpu: functionalize='torchtpu' applies to inference graphs only; a graph "
                  "that requires gradients uses aot_autograd's functionalization (run under "
                  "torch.no_grad() or torch.inference_mode() to use the torchtpu view passes)")
-        return _aot_backend()(gm, example_inputs)
+        return _aot_backend(gm)(gm, example_inputs)
     graph_id = next(_graph_ids)
 
     symbolic = any(
@@ -131,12 +158,12 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
 
     def fallback(args):
         # Symbolic example inputs belong to Dynamo's trace, over by now: use the call's.
-        return _aot_backend()(gm, list(args) if symbolic else example_inputs)
+        return _aot_backend(gm)(gm, list(args) if symbolic else example_inputs)
 
     return TorchTpuViewsGraph(gm, _graph_name(_traced_function(), graph_id, "inference"), fallback)
 
 
-def _aot_backend():
+def _aot_backend(dynamo_gm: torch.fx.GraphModule):
     """aot_autograd with torch_tpu's compilers for one Dynamo graph (forward, backward and
     inference graphs share its id in dump names)."""
     from torch._dynamo.backends.common import AotAutograd
@@ -146,10 +173,11 @@ def _aot_backend():
     graph_id = next(_graph_ids)
     # Read now: the backward graph compiles later, outside Dynamo's tracing context.
     source = _traced_function()
+    sources = _placeholder_sources(dynamo_gm)
     return AotAutograd(
-        fw_compiler=_make_compiler("forward", graph_id, source),
+        fw_compiler=_make_compiler("forward", graph_id, source, sources),
         bw_compiler=_make_compiler("backward", graph_id, source),
-        inference_compiler=_make_compiler("inference", graph_id, source),
+        inference_compiler=_make_compiler("inference", graph_id, source, sources),
         decompositions=decomposition_table(),
         # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
         # back (functionalize="torchtpu" uses the view passes and buffer donation instead).
