@@ -16,7 +16,6 @@ from __future__ import annotations
 from math import prod
 
 from ..context import ir
-from ..dtypes import dtype_of
 from .spec import (
     I64,
     TORCHTPU,
@@ -222,11 +221,23 @@ def _verify_alias(source, result, attrs) -> None:
         raise VerifyError(f"result type {result} differs from the source type {source}")
 
 
+def _storage_bits(t) -> int:
+    """Bits one element occupies in PyTorch storage (bool is a byte; complex is two of
+    its parts). Read from the MLIR type, so the dialect needs no torch."""
+    element = ir.ShapedType(t).element_type
+    if isinstance(element, ir.ComplexType):
+        return 2 * element.element_type.width
+    width = getattr(element, "width", None)
+    if not isinstance(width, int):
+        raise ValueError(f"element type {element} has no fixed width")
+    return 8 if width == 1 else width
+
+
 def _verify_view_dtype(source, result, attrs) -> None:
     """same element size: same shape; otherwise the last dim scales by the size ratio"""
     try:
-        src_bits, dst_bits = dtype_of(source).itemsize * 8, dtype_of(result).itemsize * 8
-    except Exception as err:  # noqa: BLE001 - an element type PyTorch has no dtype for
+        src_bits, dst_bits = _storage_bits(source), _storage_bits(result)
+    except ValueError as err:
         raise VerifyError(f"cannot reinterpret {source.element_type} as {result.element_type}: {err}") from None
     src = _shape(source)
     if src_bits == dst_bits:

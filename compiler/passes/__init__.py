@@ -1,10 +1,21 @@
-"""torch_tpu's passes: one pass per module, registered on import."""
+"""torch_tpu's passes: one pass per module, declared here with the module that registers
+it and imported when a pipeline first names it (`PassRegistry`)."""
 
-from . import set_precision, verify  # noqa: F401  (registration)
-from . import annotate_bounds, materialize_bounds  # noqa: F401  (registration)
-from . import insert_collectives, lower_collectives, outline_collectives  # noqa: F401  (registration)
-from . import decompose_views, inverse_views  # noqa: F401  (registration)
-from . import inline  # noqa: F401  (registration)
 from .base import PASS_REGISTRY, Option, Pass, PassOptionError, register_pass
+
+_PASS_MODULES = {
+    "torchtpu-annotate-bounds": "annotate_bounds",
+    "torchtpu-decompose-views": "decompose_views",
+    "torchtpu-inline": "inline",
+    "torchtpu-insert-collectives": "insert_collectives",
+    "torchtpu-inverse-views": "inverse_views",
+    "torchtpu-lower-collectives": "lower_collectives",
+    "torchtpu-materialize-bounds": "materialize_bounds",
+    "torchtpu-outline-collectives": "outline_collectives",
+    "torchtpu-set-precision": "set_precision",
+    "torchtpu-verify": "verify",
+}
+for _argument, _module in _PASS_MODULES.items():
+    PASS_REGISTRY.declare(_argument, f"{__name__}.{_module}")
 
 __all__ = ["PASS_REGISTRY", "Option", "Pass", "PassOptionError", "register_pass"]

@@ -8,6 +8,8 @@ drives `torchtpu-opt`'s flags, `--help` and `--list-passes`, the pipeline parser
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -219,14 +221,50 @@ def split_options(text: str) -> list[tuple[str, str | None]]:
     return pairs
 
 
-PASS_REGISTRY: dict[str, type[Pass]] = {}
+class PassRegistry(Mapping[str, "type[Pass]"]):
+    """Pass argument -> pass class. Our passes are declared with the module that defines
+    them and imported on first lookup: a pipeline loads only the passes it names, so
+    `torchtpu-opt` on a `.mlir` file never imports torch (the view passes use it)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, type[Pass]] = {}
+        self._declared: dict[str, str] = {}  # argument -> module that registers it
+
+    def declare(self, argument: str, module: str) -> None:
+        self._declared[argument] = module
+
+    def add(self, cls: type[Pass]) -> None:
+        if cls.argument in self._loaded:
+            raise ValueError(f"pass '{cls.argument}' registered twice")
+        self._loaded[cls.argument] = cls
+
+    def __getitem__(self, argument: str) -> type[Pass]:
+        if argument not in self._loaded and argument in self._declared:
+            importlib.import_module(self._declared[argument])
+            if argument not in self._loaded:
+                raise KeyError(f"module {self._declared[argument]} does not register pass '{argument}'")
+        return self._loaded[argument]
+
+    def __contains__(self, argument: object) -> bool:
+        return argument in self._loaded or argument in self._declared
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(set(self._loaded) | set(self._declared)))
+
+    def __len__(self) -> int:
+        return len(set(self._loaded) | set(self._declared))
+
+    def pop(self, argument: str, *default: Any) -> Any:
+        self._declared.pop(argument, None)
+        return self._loaded.pop(argument, *default)
+
+
+PASS_REGISTRY = PassRegistry()
 
 
 def register_pass(cls: type[Pass]) -> type[Pass]:
     for attr in ("argument", "summary"):
         if not getattr(cls, attr, None):
             raise TypeError(f"pass {cls.__name__} must declare '{attr}'")
-    if cls.argument in PASS_REGISTRY:
-        raise ValueError(f"pass '{cls.argument}' registered twice")
-    PASS_REGISTRY[cls.argument] = cls
+    PASS_REGISTRY.add(cls)
     return cls

@@ -264,3 +264,36 @@ def test_diagnostics_keep_the_op_named_by_the_location() -> None:
         ]
     finally:
         PASS_REGISTRY.pop("test-reject-named-dots")
+
+
+def test_torchtpu_opt_on_a_mlir_file_does_not_import_torch(tmp_path):
+    """Passes load when a pipeline names them; the dialect and the passes a plain
+    pipeline runs need no torch (start-up: bench/tool_startup.py)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "f.mlir"
+    path.write_text(
+        "func.func @f(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {\n"
+        "  %0 = stablehlo.dot %a, %a : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>\n"
+        "  return %0 : tensor<2x2xf32>\n}\n"
+    )
+    code = (
+        "import sys\nfrom torch_tpu.tools import opt\n"
+        f"rc = opt.main([{str(path)!r}, '--torchtpu-compile-pipeline=precision=high', '--torchtpu-inline', "
+        "'--torchtpu-insert-collectives', '-o', '/dev/null'])\n"
+        "print(rc, sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0 []", done.stdout
+
+
+def test_every_declared_pass_module_registers_its_pass():
+    import importlib
+
+    from torch_tpu.compiler import passes
+
+    for argument, module in passes._PASS_MODULES.items():
+        importlib.import_module(f"torch_tpu.compiler.passes.{module}")
+        assert PASS_REGISTRY[argument].argument == argument
