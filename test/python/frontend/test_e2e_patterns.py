@@ -101,3 +101,25 @@ def test_as_strided_rebased_onto_the_storage_root_erases_the_dead_views():
     assert torch.ops.aten.diagonal.default not in targets  # only the as_strided used it
     assert torch.ops.aten.narrow.default in targets or torch.ops.aten.slice.Tensor in targets
     assert rebase_storage_views(gm) == 0
+
+
+# -- nll_loss of a 1-D input (no batch dim), forward and backward ---------------------------
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_loss_of_a_1d_input_trains(strict, reduction, weighted):
+    import torch.nn.functional as F
+
+    weight = torch.rand(5) if weighted else None
+
+    def fn(logits, target):
+        return F.nll_loss(logits.log_softmax(0), target, weight=weight, reduction=reduction)
+
+    for target in (torch.tensor(3), torch.tensor(-100)):  # a class, the ignored index
+        x_eager = torch.randn(5, requires_grad=True)
+        x_ours = x_eager.detach().clone().requires_grad_()
+        expected = fn(x_eager, target)
+        got = _compile(fn)(x_ours, target)
+        torch.testing.assert_close(got, expected, equal_nan=True)
+        expected.backward()
+        got.backward()
+        torch.testing.assert_close(x_ours.grad, x_eager.grad, equal_nan=True)
