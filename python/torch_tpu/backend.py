@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ._aliasing_prims import decompose_aliasing_prims
 from ._compile import compile_graph
 
 log = logging.getLogger("torch_tpu")
@@ -70,6 +71,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
     """Dynamo backend entry point. Graphs with symbolic sizes (`mark_dynamic`,
     `dynamic=True`) compile once at bounds (bounded dynamism, `_dynamic.py`)."""
     parsed = BackendOptions.parse(options)
+    decompose_aliasing_prims(gm)  # aot_autograd rejects prims returning views
     if parsed.functionalize == "torchtpu":
         return _views_backend(gm, example_inputs)
     return _aot_backend()(gm, example_inputs)

@@ -123,3 +123,50 @@ def test_nll_loss_of_a_1d_input_trains(strict, reduction, weighted):
         expected.backward()
         got.backward()
         torch.testing.assert_close(x_ours.grad, x_eager.grad, equal_nan=True)
+
+
+# -- prims that return views, in a user's graph ---------------------------------------------
+prims = torch.ops.prims
+ALIASING_PRIMS = {
+    "squeeze": lambda x: prims.squeeze(x, [1]),
+    "view_of": lambda x: prims.view_of(x),
+    "split_dim": lambda x: prims.split_dim(x, 0, 2),
+    "collapse_view": lambda x: prims.collapse_view(x, 0, 2),
+    "broadcast_in_dim": lambda x: prims.broadcast_in_dim(x, [4, 5, 1, 3], [0, 2, 3]),
+    "transpose": lambda x: prims.transpose(x, [2, 0, 1]),
+    "as_strided": lambda x: prims.as_strided(x, [2, 2], [3, 1], 1),
+}
+
+
+def test_every_aliasing_prim_is_covered():
+    from torch_tpu._aliasing_prims import _aliasing_prim
+
+    names = {s.name.split("::")[1] for s in torch._C._jit_get_all_schemas() if s.name.startswith("prims::")}
+    aliasing = {n for n in names if _aliasing_prim(getattr(torch.ops.prims, n)) is not None}
+    # The rest are tested elsewhere or are not views: conj/real/imag need complex
+    # inputs, copy_to/resize write their argument.
+    assert aliasing - set(ALIASING_PRIMS) == {"conj", "real", "imag", "copy_to", "resize", "view_of_dtype"}
+
+
+@pytest.mark.parametrize("mode", sorted(_OPTIONS))
+@pytest.mark.parametrize("name", sorted(ALIASING_PRIMS))
+def test_aliasing_prims_compile_to_aten_views(strict, mode, name):
+    prim = ALIASING_PRIMS[name]
+
+    def fn(x):
+        return prim(x) * 2, prim(x)
+
+    x = torch.randn(4, 1, 3)
+    compiled = _compile(fn, _OPTIONS[mode])
+    with torch.no_grad():
+        got, expected = compiled(x), fn(x)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    view = got[1]
+    assert view.stride() == expected[1].stride() and view.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_aliasing_prim_with_a_complex_input():
+    fn = lambda z: prims.real(z) * 2 + prims.imag(z)  # noqa: E731
+    z = torch.randn(3, dtype=torch.complex64)
+    torch.testing.assert_close(_compile(fn)(z), fn(z))
