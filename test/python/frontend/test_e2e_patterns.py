@@ -170,3 +170,56 @@ def test_aliasing_prim_with_a_complex_input():
     fn = lambda z: prims.real(z) * 2 + prims.imag(z)  # noqa: E731
     z = torch.randn(3, dtype=torch.complex64)
     torch.testing.assert_close(_compile(fn)(z), fn(z))
+
+
+# -- a 0-d integer tensor as an index: a run-time position ----------------------------------
+def _cache_write(k_cache, x, pos):
+    k_cache[:, pos] = x
+    return k_cache.sum(1)
+
+
+@pytest.mark.parametrize("mode", sorted(_OPTIONS))
+def test_kv_cache_write_at_a_0d_tensor_position(strict, caplog, mode):
+    """One compiled program for every position; the cache is updated in place."""
+    compiled = _compile(_cache_write, _OPTIONS[mode])
+    cache_eager, cache_ours = torch.zeros(2, 6, 3), torch.zeros(2, 6, 3)
+    with torch.no_grad(), caplog.at_level(logging.WARNING):
+        for p in (0, 3, 5, -2):
+            x = torch.randn(2, 3)
+            expected = _cache_write(cache_eager, x, torch.tensor(p))
+            got = compiled(cache_ours, x, torch.tensor(p))
+            torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(cache_ours, cache_eager, rtol=0, atol=0)
+    assert not [r for r in caplog.records if r.name.startswith("torch")], [r.getMessage() for r in caplog.records]
+
+
+SCALAR_INDEXING = {
+    "leading": lambda x, i: x[i] * 2,
+    "after_slice": lambda x, i: x[:, i] + 1,
+    "after_ellipsis": lambda x, i: x[..., i] - 1,
+    "with_none_and_int": lambda x, i: x[None, 1, i] * 3,
+    "before_ellipsis": lambda x, i: x[i, ...].sum(0),
+    "write_a_scalar": lambda x, i: _written(x, (slice(None), i), 7.0),
+    "write_broadcast": lambda x, i: _written(x, (Ellipsis, i), torch.arange(4.0)),
+    "write_after_int": lambda x, i: _written(x, (1, i), torch.ones(3)),
+    "two_adjacent": lambda x, i: x[:, i, i] * 2,
+    "two_separated": lambda x, i: x[i, :, i] * 2,
+    "write_two_separated": lambda x, i: _written(x, (i, slice(None), i), torch.arange(4.0)),
+}
+
+
+def _written(x, index, value):
+    y = x.clone()
+    y[index] = value
+    return y
+
+
+@pytest.mark.parametrize("mode", sorted(_OPTIONS))
+@pytest.mark.parametrize("name", sorted(SCALAR_INDEXING))
+def test_indexing_with_a_0d_tensor(strict, mode, name):
+    fn = SCALAR_INDEXING[name]
+    x = torch.randn(3, 4, 3)
+    compiled = _compile(fn, _OPTIONS[mode])
+    with torch.no_grad():
+        for i in (0, 2, -1):
+            torch.testing.assert_close(compiled(x, torch.tensor(i)), fn(x, torch.tensor(i)))
