@@ -179,6 +179,7 @@ def _base_node(graph: torch.fx.Graph, ref: StorageWeakRef) -> torch.fx.Node | No
     """The first node whose value is the whole contiguous owner of storage `ref`."""
     for node in graph.nodes:
         val = node.meta.get("val")
-        if node.op == "call_function" and _storage(val) == ref and _owns_storage(val):
+        storage = _storage(val)  # (StorageWeakRef == None raises)
+        if node.op == "call_function" and storage is not None and storage == ref and _owns_storage(val):
             return node
     return None
