@@ -37,6 +37,9 @@ def _core_table() -> dict:
 # is; positions of the tensor operands). Found by comparing eager and meta kernels on
 # mixed dtypes (test/python/lowering/test_eager_dtypes.py keeps the list complete).
 EAGER_RESULT_DTYPE: dict = {
+    aten.huber_loss.default: (0, (0, 1)),
+    aten.soft_margin_loss.default: (0, (0, 1)),
+    aten.normal.Tensor_Tensor: (0, (0, 1)),
     aten.threshold_backward.default: ("promoted", (0, 1)),
     aten.mish_backward.default: (1, (0, 1)),
     aten.mse_loss_backward.default: (1, (0, 1, 2)),
@@ -45,11 +48,19 @@ EAGER_RESULT_DTYPE: dict = {
 }
 
 
+def _usual(op) -> Callable:
+    """What tracing does with `op` without the eager-dtype rewrite: the core-ATen
+    decomposition when the op has no lowering, else the op itself (NotImplemented)."""
+    if op in _core_table() and op not in LOWERINGS:
+        return _core_table()[op]
+    return lambda *args, **kwargs: NotImplemented
+
+
 def _with_eager_dtype(op, result, operands: tuple[int, ...]) -> Callable:
     def decomposed(*args, **kwargs):
         tensors = [args[i] for i in operands if i < len(args) and isinstance(args[i], torch.Tensor)]
         if len({t.dtype for t in tensors}) <= 1:
-            return NotImplemented
+            return _usual(op)(*args, **kwargs)
         from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
         _, promoted = elementwise_dtypes(*tensors, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
