@@ -249,9 +249,10 @@ class TorchTpuViewsGraph:
             try:
                 fn = compile_inplace_graph(capture_aten(self.gm, list(args)), self.name)
             except (LoweringError, TorchTpuCompileError, *_DATA_DEPENDENT) as err:
+                reason = str(err).splitlines()[0] if isinstance(err, _DATA_DEPENDENT) else err
                 log_once(f"fallback-{type(err).__name__}-{self.name}",
                          "torch_tpu: functionalize='torchtpu' cannot compile graph %s (%s); using "
-                         "aot_autograd's functionalization for it", self.name, err)
+                         "aot_autograd's functionalization for it", self.name, reason)
                 try:
                     fn = self._fallback_factory(args)
                 except _DATA_DEPENDENT as again:

@@ -228,3 +228,25 @@ def test_indexing_with_a_0d_tensor(strict, mode, name):
     with torch.no_grad():
         for i in (0, 2, -1):
             torch.testing.assert_close(compiled(x, torch.tensor(i)), fn(x, torch.tensor(i)))
+
+
+def test_0d_index_beside_a_tensor_index_falls_back_at_compile_time(caplog):
+    """Not rewritten (another index is a tensor): the capture's data-dependent error is
+    a logged fallback on the first call, never an error; results and the written
+    tensor equal eager's."""
+
+    def fn(cache, v, pos, idx):
+        cache[pos, idx] = v
+        return cache * 2
+
+    compiled = _compile(fn, {"functionalize": "torchtpu"})
+    cache_eager, cache_ours = torch.zeros(4, 5), torch.zeros(4, 5)
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="torch_tpu"):
+        for p in (0, 3):
+            v, idx = torch.randn(2), torch.tensor([1, 3])
+            expected = fn(cache_eager, v, torch.tensor(p), idx)
+            got = compiled(cache_ours, v, torch.tensor(p), idx)
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+            torch.testing.assert_close(cache_ours, cache_eager, rtol=0, atol=0)
+    messages = [r.getMessage() for r in caplog.records if r.name == "torch_tpu"]
+    assert any("cannot compile graph" in m and "data-dependent" in m for m in messages), messages
