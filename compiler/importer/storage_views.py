@@ -52,13 +52,20 @@ def _source(node: torch.fx.Node) -> torch.fx.Node | None:
 
 
 def storage_root(node: torch.fx.Node) -> torch.fx.Node:
-    """The furthest node up `node`'s chain of sources that shares its storage."""
+    """The furthest node up `node`'s chain of sources that shares its storage and its
+    dtype. as_strided counts positions in elements of its input's dtype: the walk goes
+    through dtype views of the same element size (`x.view(torch.int32).view(torch.float32)`)
+    and stops at one that changes it."""
     storage = _storage(node)
     if storage is None:
         return node
-    root = node
-    while (src := _source(root)) is not None and _storage(src) == storage:
-        root = src
+    val = node.meta["val"]
+    root = current = node
+    while (src := _source(current)) is not None and _storage(src) == storage \
+            and src.meta["val"].element_size() == val.element_size():
+        current = src
+        if current.meta["val"].dtype == val.dtype:
+            root = current
     return root
 
 

@@ -33,6 +33,7 @@ VIEWS = {
     "unsafe_view": lambda x: torch.ops.aten._unsafe_view(x, (2, 8)),
     "unbind_element": lambda x: x.unbind(1)[2],
     "view_of_a_view": lambda x: x.t()[1:].diagonal(),
+    "dtype_view_of_a_view": lambda x: x[1:].view(torch.int32).view(torch.float32).diagonal(),
 }
 # Where the view's storage comes from: the graph input, a tensor the graph made, or a
 # graph input that is itself a view (storage offset 4) of the caller's tensor.
