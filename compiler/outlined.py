@@ -80,6 +80,8 @@ def split_outlined(module: ir.Operation, entry: str = "main") -> OutlinedProgram
         raise NotOutlinedError(f"no function @{entry} in the module")
     fn = functions[entry]
     block = fn.regions[0].blocks[0]
+    if not _calls_outlined(block, functions):
+        return _single_stage(module, fn, entry)
     where: dict = {}
     for i, arg in enumerate(block.arguments):
         where[arg] = ValueRef(-1, i)
@@ -102,3 +104,39 @@ def split_outlined(module: ir.Operation, entry: str = "main") -> OutlinedProgram
             where[result] = ValueRef(len(stages), k)
         stages.append(Stage(callee_name, kind, _stage_module(callee), args, len(op.results)))
     return OutlinedProgram(tuple(stages), outputs, len(block.arguments))
+
+
+def _calls_outlined(block: ir.Block, functions: dict) -> bool:
+    for op in block.operations:
+        op = op.operation
+        if op.name == "func.call":
+            callee = functions.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+            if callee is not None and "torchtpu.outlined" in callee.attributes:
+                return True
+    return False
+
+
+def _single_stage(module: ir.Operation, fn: ir.Operation, entry: str) -> OutlinedProgram:
+    """A program torchtpu-outline-collectives left whole because it has no collectives
+    (nothing to communicate: all replicated, batch-only sharding): the module is one
+    compute stage. Collectives left in it mean the pass did not run."""
+    from .passes.outline_collectives import _contains_collective
+
+    found = _contains_collective(module)
+    if found is not None:
+        raise NotOutlinedError(
+            f"@{entry} holds '{found.name}' outside an outlined function; run torchtpu-outline-collectives first"
+        )
+    clone = module.clone()
+    try:
+        for op in clone.regions[0].blocks[0].operations:
+            op = op.operation
+            if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == entry:
+                op.attributes["sym_name"] = ir.StringAttr.get("main", op.context)
+        text = _renumber_channels(clone.get_asm(enable_debug_info=False))
+    finally:
+        clone.erase()
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    num_args = len(fn.regions[0].blocks[0].arguments)
+    stage = Stage(entry, "compute", text, tuple(ValueRef(-1, i) for i in range(num_args)), len(ftype.results))
+    return OutlinedProgram((stage,), tuple(ValueRef(0, k) for k in range(len(ftype.results))), num_args)

@@ -20,6 +20,7 @@ from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
 from .dynamic import BOUNDS_ATTR, DynamicShapeLimit, DynamicShapes, bounds_attr, has_symbolic_shapes
 from .locations import node_location
+from .storage_views import rebase_storage_views
 from ..lowering.row_layout import _VIEWS as _VIEW_TARGETS, RowLayout, result_keeps_layout, row_wise_operands
 
 # Python operators that appear in FX graphs on static values (sizes, scalars).
@@ -478,5 +479,7 @@ def import_graph(
     lowered. A graph with symbolic sizes needs `symbol_bounds` ({sympy symbol: bound});
     it is lowered at its bounds (importer/dynamic.py). `functional=False` accepts views and
     in-place / out= ops (written storage becomes `!torchtpu.ref` references; see
-    compiler/importer/mutation.py)."""
+    compiler/importer/mutation.py). Storage-addressing ops (`as_strided`) are first pointed
+    at their input's storage root (importer/storage_views.py)."""
+    rebase_storage_views(gm)
     return FxImporter(gm, context, func_name, symbol_bounds, functional).run()

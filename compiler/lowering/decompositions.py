@@ -4,11 +4,20 @@ PyTorch's core-ATen decomposition table rewrites non-core ops into core ops. We 
 for every op *without* a direct lowering; ops we lower directly (softmax, layer norm,
 addmm, attention, ...) stay whole, because a direct lowering gives XLA a better program
 than the decomposition does.
+
+A few ops' fake (meta) kernels give another result dtype than their eager kernels when
+their tensor operands' dtypes differ (`threshold_backward(int64 grad, float32 input)`:
+meta int64, eager float32). A traced graph follows the meta kernel, downstream ops
+included, and the importer's check against the metadata cannot see it, so these ops
+are rewritten while tracing: operands cast to their promoted dtype (where meta and eager
+agree), the op, the result cast to eager's dtype. Equal operand dtypes leave the op as
+it is (`NotImplemented`).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -24,10 +33,50 @@ def _core_table() -> dict:
     return dict(core_aten_decompositions().items())
 
 
+# op: (eager's result dtype: "promoted", or the position of the argument whose dtype it
+# is; positions of the tensor operands). Found by comparing eager and meta kernels on
+# mixed dtypes (test/python/lowering/test_eager_dtypes.py keeps the list complete).
+EAGER_RESULT_DTYPE: dict = {
+    aten.huber_loss.default: (0, (0, 1)),
+    aten.soft_margin_loss.default: (0, (0, 1)),
+    aten.normal.Tensor_Tensor: (0, (0, 1)),
+    aten.threshold_backward.default: ("promoted", (0, 1)),
+    aten.mish_backward.default: (1, (0, 1)),
+    aten.mse_loss_backward.default: (1, (0, 1, 2)),
+    aten.smooth_l1_loss_backward.default: (1, (0, 1, 2)),
+    aten.soft_margin_loss_backward.default: (1, (0, 1, 2)),
+}
+
+
+def _usual(op) -> Callable:
+    """What tracing does with `op` without the eager-dtype rewrite: the core-ATen
+    decomposition when the op has no lowering, else the op itself (NotImplemented)."""
+    if op in _core_table() and op not in LOWERINGS:
+        return _core_table()[op]
+    return lambda *args, **kwargs: NotImplemented
+
+
+def _with_eager_dtype(op, result, operands: tuple[int, ...]) -> Callable:
+    def decomposed(*args, **kwargs):
+        tensors = [args[i] for i in operands if i < len(args) and isinstance(args[i], torch.Tensor)]
+        if len({t.dtype for t in tensors}) <= 1:
+            return _usual(op)(*args, **kwargs)
+        from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+        _, promoted = elementwise_dtypes(*tensors, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        wanted = promoted if result == "promoted" else args[result].dtype
+        cast = [a.to(promoted) if i in operands and isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+        return op(*cast, **kwargs).to(wanted)
+
+    return decomposed
+
+
 def decomposition_table() -> dict:
     """Decompositions for aot_autograd / make_fx / torch.export: PyTorch's core-ATen table
-    minus every op that has a lowering of its own."""
-    return {op: fn for op, fn in _core_table().items() if op not in LOWERINGS}
+    minus every op that has a lowering of its own, plus the eager-dtype rewrites."""
+    table = {op: fn for op, fn in _core_table().items() if op not in LOWERINGS}
+    table.update({op: _with_eager_dtype(op, *rule) for op, rule in EAGER_RESULT_DTYPE.items()})
+    return table
 
 
 def is_decomposed(op) -> bool:

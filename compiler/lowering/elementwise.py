@@ -78,7 +78,7 @@ for _op, _cls in _UNARY_FLOAT.items():
     lowers(_op)(partial(_unary_float, _cls))
 
 
-@lowers(aten.neg.default)
+@lowers(aten.neg.default, aten._neg_view.default)  # _neg_view: the negative bit, as a value
 def _neg(ctx, x):
     return stablehlo.NegOp(convert(x, ctx.result_dtype())).result
 

@@ -205,6 +205,12 @@ def _trilinear(ctx: LoweringContext, i1, i2, i3, expand1, expand2, expand3, sumd
     dot_generals. Size-1 dims are dropped first (they broadcast), so shared labels
     always have equal sizes."""
     out_dtype = ctx.result_dtype()
+    # A dim every operand is unsqueezed at has size 0 in ATen's result (not 1): the
+    # result is empty, or all zeros where that dim is summed; so is a result that a
+    # zero-size operand dim makes empty.
+    everywhere = set(expand1) & set(expand2) & set(expand3)
+    if everywhere or 0 in ctx.result_shape():
+        return full(0, out_dtype, ctx.result_shape())
     operands = []
     for value, expand in ((i1, expand1), (i2, expand2), (i3, expand3)):
         value = convert(value, out_dtype)

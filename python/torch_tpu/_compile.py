@@ -17,6 +17,7 @@ from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.importer import import_graph, is_supported
 from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
 from torch_tpu.compiler.importer.locations import describe_node, op_name
+from torch_tpu.compiler.importer.storage_views import rebase_storage_views
 from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.compiler.passes.set_precision import has_matrix_ops
@@ -305,6 +306,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "gr
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable[..., Any]:
     _fill_placeholder_meta(gm, example_inputs)
+    # Before partitioning: an as_strided that runs in eager must read the storage root.
+    rebase_storage_views(gm)
     rejected: dict[str, FallbackReason] = {}
     for node in gm.graph.nodes:
         if node.op == "call_function" and not is_supported(node):

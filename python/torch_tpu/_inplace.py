@@ -222,6 +222,17 @@ def _storages_overlap(args, written: dict[int, int]) -> bool:
     return False
 
 
+def _data_dependent_errors() -> tuple[type[Exception], ...]:
+    """Errors of tracing a graph whose sizes or indices depend on tensor values."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    return (GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException)
+
+
+_DATA_DEPENDENT = _data_dependent_errors()
+
+
 class TorchTpuViewsGraph:
     """What the backend returns for one Dynamo graph in torchtpu-functionalize mode: the
     compiled graph, recompiled per concrete input signature when Dynamo traced with
@@ -241,11 +252,18 @@ class TorchTpuViewsGraph:
         if fn is None:
             try:
                 fn = compile_inplace_graph(capture_aten(self.gm, list(args)), self.name)
-            except (LoweringError, TorchTpuCompileError) as err:
+            except (LoweringError, TorchTpuCompileError, *_DATA_DEPENDENT) as err:
+                reason = str(err).splitlines()[0] if isinstance(err, _DATA_DEPENDENT) else err
                 log_once(f"fallback-{type(err).__name__}-{self.name}",
                          "torch_tpu: functionalize='torchtpu' cannot compile graph %s (%s); using "
-                         "aot_autograd's functionalization for it", self.name, err)
-                fn = self._fallback_factory(args)
+                         "aot_autograd's functionalization for it", self.name, reason)
+                try:
+                    fn = self._fallback_factory(args)
+                except _DATA_DEPENDENT as again:
+                    # Never an error at call time: the graph runs in eager instead.
+                    log_once(f"eager-{self.name}", "torch_tpu: graph %s cannot be traced (%s); it runs "
+                             "in PyTorch eager", self.name, type(again).__name__)
+                    fn = self.gm
             self._compiled[key] = fn
         return fn
 

@@ -12,7 +12,9 @@ storage. A compiled program returns fresh buffers, so this module plans, at capt
   offset)`, with the metadata PyTorch computed for it (`meta['val']`), taken after the
   written inputs got their new values;
 * outputs sharing the storage of one tensor created in the graph (its *base*) are
-  `as_strided` views of the base, which becomes one extra result of the program.
+  `as_strided` views of the base, which becomes one extra result of the program; so is
+  a single output that is a view of such a base (`(x * 2).diagonal()`,
+  `y.as_strided(...)`), so that its strides and storage offset are eager's.
 
 Those outputs are not computed by the program: their leaf in the output structure is
 replaced by a constant, so XLA drops the work only they needed.
@@ -151,8 +153,8 @@ def plan_output_aliases(gm: torch.fx.GraphModule) -> OutputAliasPlan | None:
 
     bases: list[torch.fx.Node] = []
     for ref, positions in internal.items():
-        if len(positions) < 2:
-            continue  # one output alone on its storage: nothing can observe the sharing
+        if len(positions) == 1 and _owns_storage(leaves[positions[0]].meta["val"]):
+            continue  # the whole owner of its storage, alone: a fresh result is the same
         base = _base_node(graph, ref)
         if base is None:
             log.debug("torch_tpu: outputs %s share a graph-internal storage with no contiguous "
@@ -177,6 +179,7 @@ def _base_node(graph: torch.fx.Graph, ref: StorageWeakRef) -> torch.fx.Node | No
     """The first node whose value is the whole contiguous owner of storage `ref`."""
     for node in graph.nodes:
         val = node.meta.get("val")
-        if node.op == "call_function" and _storage(val) == ref and _owns_storage(val):
+        storage = _storage(val)  # (StorageWeakRef == None raises)
+        if node.op == "call_function" and storage is not None and storage == ref and _owns_storage(val):
             return node
     return None

@@ -19,7 +19,9 @@ from typing import Any
 
 import torch
 
+from ._aliasing_prims import decompose_aliasing_prims
 from ._compile import compile_graph
+from ._tensor_index import rewrite_scalar_tensor_indices
 
 log = logging.getLogger("torch_tpu")
 
@@ -133,6 +135,8 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
     """Dynamo backend entry point. Graphs with symbolic sizes (`mark_dynamic`,
     `dynamic=True`) compile once at bounds (bounded dynamism, `_dynamic.py`)."""
     parsed = BackendOptions.parse(options)
+    decompose_aliasing_prims(gm)  # aot_autograd rejects prims returning views
+    rewrite_scalar_tensor_indices(gm)  # x[:, pos] with a 0-d pos: a run-time position
     if parsed.functionalize == "torchtpu":
         return _views_backend(gm, example_inputs)
     return _aot_backend(gm)(gm, example_inputs)

@@ -123,3 +123,20 @@ def test_trilinear():
     # size-1 dims broadcast against the other operands
     check(lambda a, w, c: aten._trilinear(a, w, c, [1, 3], [0], [1, 2], [2, 3]), _r(1, 3), w, x2, rtol=1e-5,
           atol=1e-5, ops=[aten._trilinear.default])
+
+
+@pytest.mark.parametrize("sumdim", [[], [1], [0, 1], [2]])
+def test_trilinear_dim_every_operand_expands(sumdim):
+    """A dim all three operands are unsqueezed at has size 0 in ATen's result: empty,
+    or zeros where it is summed (issue #11)."""
+    fn = functools.partial(aten._trilinear, expand1=[1], expand2=[1], expand3=[1], sumdim=sumdim)
+    check(fn, _r(3, 4), _r(3, 4), _r(3, 4), ops=[aten._trilinear.default])
+
+
+def test_trilinear_zero_size_operands():
+    F = torch.nn.functional
+    check(lambda a, c, w: F.bilinear(a, c, w), _r(0, 3), _r(0, 2), _r(5, 3, 2), ops=[aten._trilinear.default])
+    check(lambda a, c, w: F.bilinear(a, c, w), _r(4, 3), _r(4, 2), _r(0, 3, 2), ops=[aten._trilinear.default])
+    # a zero-size summed dim: zeros
+    check(lambda a, b, c: aten._trilinear(a, b, c, [1], [0], [1], [2]), _r(3, 0), _r(2, 0), _r(3, 0),
+          ops=[aten._trilinear.default])

@@ -207,6 +207,9 @@ def test_nll_loss(reduction, weighted):
     _, total = fwd(LOGP, TARGET, *extra)
     g = torch.randn(6) if reduction == 0 else torch.tensor(0.7)
     check(bwd, g, LOGP, TARGET, total, *extra, ops=[aten.nll_loss_backward.default])
+    for target in (torch.tensor(2), torch.tensor(-100)):  # 1-D input: no batch dim (issue #11)
+        out, total = fwd(LOGP[0], target, *extra)
+        check(bwd, torch.full_like(out, 0.7), LOGP[0], target, total, *extra)
     check(lambda x, t: aten.nll_loss_forward(x, t, None, reduction, 3), LOGP, TARGET.clamp(min=0))  # another ignore_index
 
 

@@ -312,6 +312,8 @@ ALIASING_OUTPUTS = {
     "dtype_view_of_written_input": lambda x: x.add_(1)[1:].view(torch.int32),
     "dtype_view_of_input_narrower": lambda x: x.view(torch.int16)[1:, 2:],
     "views_of_one_local_tensor": lambda x: (lambda y: (y[0], y[1]))(x + 1),
+    "one_view_of_a_local_tensor": lambda x: (x * 2).diagonal(1),
+    "as_strided_of_a_view_of_a_local_tensor": lambda x: (x * 2)[1:].as_strided((2, 2), (3, 1), 1),
     "local_tensor_and_its_views": _returned_views,
     "views_of_a_written_local_tensor": _inplace_then_views_of_a_local,
 }
