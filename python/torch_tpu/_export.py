@@ -56,7 +56,11 @@ class ProgramInterface:
 @dataclass
 class ExportedProgram:
     """The exported `@main` (see `ProgramInterface`), the state it takes (`state`, named
-    by `state_names`: the module's parameter and buffer FQNs) and how it is called."""
+    by `state_names`: the module's parameter and buffer FQNs) and how it is called
+    (`signature`). Call it as the module was called (`ep(ids, attention_mask=m)`;
+    `describe()` prints the signature); `text`, `bytecode` and `portable_artifact()` are
+    the module for other StableHLO consumers; `save(path)` writes a folder with the
+    weights that `torch_tpu.load(path)` and `torchtpu-run path --input ...` read."""
 
     module: Any  # the ir.Module
     state: list[torch.Tensor]

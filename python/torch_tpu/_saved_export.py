@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -26,6 +26,9 @@ from torch_tpu.compiler.importer import InputSpec, OutputSpec
 
 from . import _safetensors
 from ._export_signature import ExportSignature
+
+if TYPE_CHECKING:
+    from ._export import ExportedProgram
 
 FORMAT = "torch_tpu.export"
 FORMAT_VERSION = 1
@@ -67,8 +70,12 @@ def save(ep, path: str) -> None:
         json.dump(manifest, f, indent=1)
 
 
-def load(path: str):
-    """Reads a folder written by `ExportedProgram.save` into an `ExportedProgram`."""
+def load(path: str) -> ExportedProgram:
+    """Reads a folder written by `ExportedProgram.save` into an `ExportedProgram`, called
+    as the original module was (`ep(ids, attention_mask=m)`). Nothing is unpickled: the
+    weights are safetensors, the signature JSON, the program a StableHLO portable artifact
+    (checked in a forked child before MLIR reads it). A damaged or foreign folder raises
+    `SavedExportError` naming the file and what is wrong."""
     from torch_tpu.compiler.context import stablehlo
     from torch_tpu.compiler.source import check_untrusted_bytecode
 
