@@ -48,7 +48,14 @@ def is_saved_export(path: str) -> bool:
 def save(ep, path: str) -> None:
     from torch_tpu.compiler.context import stablehlo
 
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SavedExportError(f"{path}: exists and is not a folder; a saved export is a folder")
     os.makedirs(path, exist_ok=True)
+    manifest_path = os.path.join(path, MANIFEST)
+    if os.path.exists(manifest_path):
+        # Overwriting: until the new manifest is written the folder is not an export, so
+        # a save that fails halfway never leaves an old manifest over new files.
+        os.remove(manifest_path)
     version = stablehlo.get_current_version()
     weights = dict(zip(ep.state_names, ep.state))
     if len(weights) != len(ep.state):
@@ -66,7 +73,7 @@ def save(ep, path: str) -> None:
         f.write(ep.portable_artifact(version))
     _safetensors.save_file(weights, os.path.join(path, WEIGHTS), {"format": FORMAT})
     # The manifest last: a folder that has one is complete.
-    with open(os.path.join(path, MANIFEST), "w", encoding="utf-8") as f:
+    with open(manifest_path, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
 
 

@@ -225,6 +225,20 @@ def test_manifest_and_artifact_hold_no_pickle(tmp_path, encoder):
         loaded(_encoder_inputs()[0])
 
 
+def test_save_overwrites_an_export_and_refuses_a_file(tmp_path):
+    path = _saved_mlp(tmp_path)
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(4, 3)).eval()
+    x = torch.randn(2, 4)
+    torch_tpu.export(model, (x,)).save(path)
+    torch.testing.assert_close(torch_tpu.load(path)(x), model(x), **TOL)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SavedExportError, match="exists and is not a folder"):
+        torch_tpu.export(model, (x,)).save(str(tmp_path / "file"))
+    with pytest.raises(SavedExportError, match="not a saved torch_tpu export"):
+        torch_tpu.load(str(tmp_path / "file"))
+
+
 def _saved_mlp(tmp_path) -> str:
     torch.manual_seed(0)
     path = str(tmp_path / "m.tpuexport")
