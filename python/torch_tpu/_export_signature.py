@@ -94,10 +94,11 @@ class ExportSignature:
         """Binds a call as Python binds the original module's forward, checks each
         argument against its spec, and returns the program's tensor inputs in order."""
         bound: dict[str, Any] = {}
-        positional = [a for a in self.args if not a.keyword]
         if len(args) > len(self.args):
+            # Arguments exported as keywords may also come positionally, as the forward's
+            # parameters they are.
             raise TypeError(
-                f"{who}: takes {len(positional)} positional argument(s) {self.describe()}, got {len(args)}"
+                f"{who}: takes at most {len(self.args)} positional arguments {self.describe()}, got {len(args)}"
             )
         for spec, value in zip(self.args, args):
             bound[spec.name] = value

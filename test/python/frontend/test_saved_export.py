@@ -146,7 +146,7 @@ def test_keyword_call_returns_the_module_structure(encoder):
         (lambda ep, i, m: ep(i), TypeError, "missing argument 'attention_mask'; expected (ids: int64[2, 6], *, attention_mask: float32[2, 6])"),
         (lambda ep, i, m: ep(i, attention_mask=m, mask=m), TypeError, "unexpected keyword argument 'mask'; expected (ids:"),
         (lambda ep, i, m: ep(i, m, attention_mask=m), TypeError, "multiple values for argument 'attention_mask'"),
-        (lambda ep, i, m: ep(i, m, m), TypeError, "takes 1 positional argument(s)"),
+        (lambda ep, i, m: ep(i, m, m), TypeError, "takes at most 2 positional arguments (ids: int64[2, 6], *, attention_mask: float32[2, 6]), got 3"),
         (lambda ep, i, m: ep(i, attention_mask=m.double()), TypeError, "argument 'attention_mask' must have dtype float32, got float64"),
         (lambda ep, i, m: ep(i[:, :4], attention_mask=m), ValueError, "argument 'ids' must have shape int64[2, 6], got [2, 4]"),
         (lambda ep, i, m: ep((i,), attention_mask=m), TypeError, "argument 'ids' has structure"),
