@@ -84,6 +84,7 @@ def load(path: str) -> ExportedProgram:
     (checked in a forked child before MLIR reads it). A damaged or foreign folder raises
     `SavedExportError` naming the file and what is wrong."""
     from torch_tpu.compiler.context import stablehlo
+    from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.compiler.source import check_untrusted_bytecode
 
     from ._compile import _shared_context
@@ -128,10 +129,15 @@ def load(path: str) -> ExportedProgram:
     problem = check_untrusted_bytecode(artifact)
     if problem is not None:
         raise SavedExportError(f"{program_path}: not a valid StableHLO portable artifact: {problem}")
+    context = _shared_context()
+    engine = DiagnosticEngine()
     try:
-        module = stablehlo.deserialize_portable_artifact(_shared_context(), artifact)
+        # MLIR's own messages (why the artifact is invalid) go into the error, not stderr.
+        with engine.capture(context):
+            module = stablehlo.deserialize_portable_artifact(context, artifact)
     except Exception as err:  # noqa: BLE001 - the bindings raise several types
-        raise SavedExportError(f"{program_path}: not a valid StableHLO portable artifact: {err}") from None
+        detail = "; ".join(d.message for d in engine.errors) or str(err)
+        raise SavedExportError(f"{program_path}: not a valid StableHLO portable artifact: {detail}") from None
     _check_arity(module, interface, state, program_path)
     return ExportedProgram(module, state, weight_names, signature, interface)
 

@@ -269,6 +269,32 @@ def test_corrupt_saved_export_is_a_clear_error(tmp_path, damage, message):
     assert str(tmp_path) in str(err.value)
 
 
+def test_damaged_program_bytes_never_crash_and_print_nothing(tmp_path, capfd):
+    import random
+    import shutil
+
+    source = _saved_mlp(tmp_path)
+    data = open(os.path.join(source, PROGRAM), "rb").read()
+    rng = random.Random(0)
+    rejected = 0
+    for trial in range(40):
+        path = str(tmp_path / f"t{trial}")
+        shutil.copytree(source, path)
+        damaged = bytearray(data)
+        for _ in range(rng.choice([1, 3])):
+            damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        with open(os.path.join(path, PROGRAM), "wb") as f:
+            f.write(bytes(damaged))
+        try:
+            torch_tpu.load(path)  # a flip that leaves a valid artifact may load
+        except SavedExportError as err:
+            assert f"{PROGRAM}: not a valid StableHLO portable artifact" in str(err)
+            rejected += 1
+    assert rejected >= 30
+    # MLIR's messages are in the errors, not on stderr.
+    assert "error" not in capfd.readouterr().err
+
+
 def _edit_manifest(path: str, edit) -> None:
     manifest_path = os.path.join(path, MANIFEST)
     with open(manifest_path) as f:
