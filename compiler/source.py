@@ -457,3 +457,16 @@ def _check_attr_types(attr_types: tuple[int, bytes], offsets: tuple[int, bytes])
                     _utf8(text, "attribute/type text", data_offset + position)
                 position += size
             done += entries
+
+
+def check_untrusted_bytecode(data: bytes) -> str | None:
+    """Why MLIR must not read `data` (bytecode from a file of unknown origin), or None:
+    the structural checks that stop heap corruption, then the reader in a forked child
+    that catches hangs and crashes (`probe_bytecode_reader`)."""
+    if not is_bytecode(data):
+        return "not MLIR bytecode (no 'ML\\xefR' magic number)"
+    problem = _check_bytecode(data)
+    if problem is not None:
+        offset, message = problem
+        return f"invalid MLIR bytecode at byte offset {offset}: {message}"
+    return probe_bytecode_reader(data)

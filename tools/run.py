@@ -2,6 +2,11 @@
 
     torchtpu-run model.mlir --input a.npy --input-literal '2x3xf32=1,2,3,4,5,6' --print
     torchtpu-run model.mlir --input a.npy --replicas 4 -o out.npz
+    torchtpu-run model.tpuexport --input ids.npy --input mask.npy
+
+A saved export (a folder written by `torch_tpu.export(...).save(path)`, told by its
+`export.json`) takes only the user's inputs, in the order of the module's arguments
+(positional, then those exported as keywords); its weights come from the folder.
 
 Inputs are the entry function's arguments in order, from `.npy` files (`--input`) or
 inline (`--input-literal SHAPExTYPE=VALUES`, VALUES a comma-separated list in row-major
@@ -54,7 +59,7 @@ def _arg_parser() -> argparse.ArgumentParser:
         "cache and run it on a PjRT device.",
         allow_abbrev=False,
     )
-    p.add_argument("module", help="input .mlir (text or bytecode) file")
+    p.add_argument("module", help="input .mlir (text or bytecode) file, or a saved torch_tpu export folder")
     p.add_argument("--input", action=_InputAction, metavar="FILE.npy", help="an argument from a .npy file (repeatable)")
     p.add_argument(
         "--input-literal", action=_InputAction, metavar="SHAPExTYPE=VALUES",
@@ -217,6 +222,10 @@ def run(argv: list[str]) -> int:
     args = _arg_parser().parse_args(argv)
     if args.replicas < 1:
         raise UsageError(f"--replicas {args.replicas}: must be at least 1")
+    from torch_tpu._saved_export import is_saved_export
+
+    if is_saved_export(args.module):
+        return _run_saved_export(args)
     try:
         with open(args.module, "rb") as f:
             data = f.read()
@@ -282,6 +291,13 @@ def run(argv: list[str]) -> int:
     except TorchTPURuntimeError as err:
         raise UsageError(str(err).splitlines()[0]) from None
 
+    _write_results(args, host)
+    return 0
+
+
+def _write_results(args, host: list[list[np.ndarray]]) -> None:
+    from torch_tpu.runtime.dtypes import type_string
+
     if args.output:
         arrays_out = {}
         for r, replica in enumerate(host):
@@ -302,6 +318,73 @@ def run(argv: list[str]) -> int:
                 out.write(f"{prefix}result[{k}]: {type_string(tuple(value.shape), value.dtype)}\n")
                 out.write(format_array(value) + "\n")
         out.flush()
+
+
+def _run_saved_export(args) -> int:
+    """Runs a saved export: weights from the folder, the user's inputs in argument order."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    import torch_tpu
+    from torch_tpu._saved_export import SavedExportError
+    from torch_tpu.runtime import TorchTPURuntimeError, dtypes
+
+    if args.replicas != 1 or args.per_replica_inputs or args.donate:
+        raise UsageError("--replicas, --per-replica-inputs and --donate apply to .mlir modules, not to a saved export")
+    if args.platform:
+        os.environ["TORCH_TPU_PLATFORM"] = args.platform
+    try:
+        ep = torch_tpu.load(args.module)
+    except SavedExportError as err:
+        raise UsageError(str(err)) from None
+    tensor_leaves = [(a, k, leaf) for a in ep.signature.args for k, leaf in enumerate(a.leaves) if leaf.kind == "tensor"]
+    inputs = _inputs(args.inputs)
+    if len(inputs) != len(tensor_leaves):
+        raise UsageError(
+            f"{args.module}: the exported program takes {len(tensor_leaves)} input tensor(s) "
+            f"{ep.describe()}, got {len(inputs)}"
+        )
+    values = iter(inputs)
+    call_args, call_kwargs = [], {}
+    for arg in ep.signature.args:
+        leaves = []
+        for leaf in arg.leaves:
+            if leaf.kind == "constant":
+                leaves.append(leaf.value)
+                continue
+            label, array = next(values)
+            row = dtypes.from_torch(getattr(torch, leaf.dtype))
+            if array.dtype.kind == "V" and array.dtype.itemsize == row.itemsize:
+                array = array.view(row.numpy)  # bf16 / f8 .npy files hold raw bytes ('|V2')
+            array = np.ascontiguousarray(array)
+            if row.torch_view_as and array.dtype == row.numpy:
+                # torch.from_numpy has no bf16/f8: through the same-width integer type
+                tensor = torch.from_numpy(array.view(np.dtype(row.torch_view_as))).view(getattr(torch, row.torch_name))
+            else:
+                tensor = torch.from_numpy(array)
+            leaves.append(tensor)
+        value = pytree.tree_unflatten(leaves, pytree.treespec_loads(arg.tree))
+        if arg.keyword:
+            call_kwargs[arg.name] = value
+        else:
+            call_args.append(value)
+    start = time.perf_counter()
+    try:
+        outputs = ep(*call_args, **call_kwargs)
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{args.module}: {err}") from None
+    except TorchTPURuntimeError as err:
+        raise UsageError(str(err).splitlines()[0]) from None
+    if args.verbose:
+        sys.stderr.write(f"{PROG}: ran {args.module} in {(time.perf_counter() - start) * 1e3:.1f} ms\n")
+    host = []
+    for leaf in pytree.tree_leaves(outputs):
+        if not isinstance(leaf, torch.Tensor):
+            leaf = torch.tensor(leaf)
+        row = dtypes.from_torch(leaf.dtype)
+        t = leaf.detach().cpu().contiguous()
+        host.append(t.view(getattr(torch, row.torch_view_as)).numpy().view(row.numpy) if row.torch_view_as else t.numpy())
+    _write_results(args, [host])
     return 0
 
 

@@ -18,6 +18,7 @@ _LAZY = {
     "precision": ("torch_tpu._precision", "precision"),
     "export": ("torch_tpu._export", "export"),
     "ExportedProgram": ("torch_tpu._export", "ExportedProgram"),
+    "load": ("torch_tpu._saved_export", "load"),
     "tpu_backend": ("torch_tpu.backend", "tpu_backend"),
     "TorchTpuCompileError": ("torch_tpu._errors", "TorchTpuCompileError"),
     "spmd_safe": ("torch_tpu.spmd", "spmd_safe"),

@@ -177,31 +177,46 @@ class DynamicCompiledGraph:
             fresh = self._recompile(grown)
             self.__dict__.update(fresh.__dict__)
         compiled = self.compiled
-        padded, sizes = [], []
-        for spec, arg in zip(self._specs, args):
-            if spec.dynamic_dims and isinstance(arg, torch.Tensor):
-                sizes.extend(
-                    torch.tensor(arg.shape[d], dtype=torch.int32) for d in spec.dynamic_dims
-                )
-                arg = _pad_to(arg, spec.shape)
-            padded.append(arg)
+        padded, sizes = pad_to_bounds(self._specs, args)
         inputs = compiled.prepare_inputs(padded)
         results = compiled.executable(*inputs, *sizes)
         outputs = compiled.imported.outputs
-        count = compiled.imported.num_results
-        size_results = iter(results[count:])
-        leaves = []
-        for o, layout in zip(outputs, self._layouts):
-            if o.kind == "tensor":
-                value = results[o.index]
-                for d in o.dynamic_dims:
-                    value = value.narrow(d, 0, int(next(size_results)))
-                leaves.append(apply_layout(value, layout))
-            elif o.kind == "symint":
-                leaves.append(int(results[o.index]))
-            else:
-                leaves.append(o.value)
+        leaves = narrow_to_sizes(results, outputs, compiled.imported.num_results)
+        leaves = [apply_layout(leaf, layout) if o.kind == "tensor" else leaf
+                  for leaf, o, layout in zip(leaves, outputs, self._layouts)]
         return pytree.tree_unflatten(leaves, compiled.imported.output_tree)
+
+
+def pad_to_bounds(specs, args) -> tuple[list, list[torch.Tensor]]:
+    """The padded layout of a bounded module's inputs (`torchtpu-materialize-bounds`):
+    each argument with dynamic dims (`specs[i].dynamic_dims`) padded with zeros to its
+    bounds (`specs[i].shape`), and one i32 size per dynamic dim, in argument order, to
+    pass after the other arguments."""
+    padded, sizes = [], []
+    for spec, arg in zip(specs, args):
+        if spec.dynamic_dims and isinstance(arg, torch.Tensor):
+            sizes.extend(torch.tensor(arg.shape[d], dtype=torch.int32) for d in spec.dynamic_dims)
+            arg = _pad_to(arg, spec.shape)
+        padded.append(arg)
+    return padded, sizes
+
+
+def narrow_to_sizes(results: Sequence, outputs: Sequence, num_results: int) -> list:
+    """The output leaves of a bounded module's `results`: padded tensors narrowed to the
+    sizes it returns after its `num_results` results, symbolic sizes as ints, constants."""
+    size_results = iter(results[num_results:])
+    leaves = []
+    for o in outputs:
+        if o.kind == "tensor":
+            value = results[o.index]
+            for d in o.dynamic_dims:
+                value = value.narrow(d, 0, int(next(size_results)))
+            leaves.append(value)
+        elif o.kind == "symint":
+            leaves.append(int(results[o.index]))
+        else:
+            leaves.append(o.value)
+    return leaves
 
 
 def _describe_size(size: torch.SymInt, fallback: str) -> str:
@@ -225,4 +240,7 @@ def _pad_to(t: torch.Tensor, shape) -> torch.Tensor:
     return F.pad(t.detach() if not t.requires_grad else t, pads)
 
 
-__all__ = ["DynamicCompiledGraph", "bounds_mode", "initial_bounds", "mark_dynamic", "policy_bound"]
+__all__ = [
+    "DynamicCompiledGraph", "bounds_mode", "initial_bounds", "mark_dynamic", "narrow_to_sizes",
+    "pad_to_bounds", "policy_bound",
+]

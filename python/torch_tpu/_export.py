@@ -1,5 +1,7 @@
-"""`torch_tpu.export(module, args)`: a model as a StableHLO module that any StableHLO
-consumer can load — text, bytecode, and a versioned portable artifact (VHLO)."""
+"""`torch_tpu.export(module, args, kwargs, dynamic_shapes=...)`: a model as a StableHLO
+module that any StableHLO consumer can load — text, bytecode, and a versioned portable
+artifact (VHLO) — callable as the module was (`ep(ids, attention_mask=m)`), and saved with
+its weights (`ep.save(path)`, `torch_tpu.load(path)`; `_saved_export.py`)."""
 
 from __future__ import annotations
 
@@ -11,42 +13,76 @@ import torch
 import torch.utils._pytree as pytree
 
 from torch_tpu.compiler.diagnostics import DiagnosticEngine
-from torch_tpu.compiler.importer import ImportedGraph, import_graph
+from torch_tpu.compiler.importer import InputSpec, OutputSpec, import_graph
 from torch_tpu.compiler.lowering.decompositions import decomposition_table
 from torch_tpu.compiler.pipeline import run_pipeline
 from torch_tpu.compiler.pipelines import named_pipeline
 
 from ._errors import TorchTpuCompileError
+from ._export_signature import ArgSpec, ExportSignature, argument_names, leaf_spec
 from ._precision import current_mode
 
+# How an exported module takes dynamic dims: padded static buffers plus one i32 size per
+# dynamic dim (`torchtpu-materialize-bounds`), what every runtime needs today
+# (`_dynamic.MATERIALIZE_BOUNDS_PLATFORMS`). Fixed, not per machine: an artifact must not
+# depend on where it was exported.
+EXPORT_BOUNDS_MODE = "materialize"
 
-def pipeline_for(mode: str) -> str:
+
+def pipeline_for(mode: str, bounds: str = "none") -> str:
     """`torchtpu-export-pipeline`: the compile pipeline plus CHLO legalization, so an
     exported artifact is pure StableHLO (VHLO has no CHLO ops)."""
-    return named_pipeline("torchtpu-export-pipeline", precision=mode)
+    return named_pipeline("torchtpu-export-pipeline", precision=mode, bounds=bounds)
+
+
+@dataclass(frozen=True)
+class ProgramInterface:
+    """How @main is called: its arguments (`inputs`: the model's state in `state` order,
+    then the user's tensors, then an RNG seed for graphs with random ops; dynamic ones
+    padded to their bounds, their sizes after every argument), its results (`outputs`: one
+    per graph output leaf, `num_results` of them before the returned sizes) and which
+    graph outputs are the user's (`user_outputs`; the rest are buffer mutations)."""
+
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+    num_results: int
+    user_outputs: tuple[int, ...]
+
+    @property
+    def output_tree(self) -> Any:  # what CompiledGraph reads; unused by ExportedProgram
+        return pytree.tree_structure(list(range(len(self.outputs))))
 
 
 @dataclass
 class ExportedProgram:
-    """The exported `@main`. Its arguments are the model's parameters and buffers (in
-    `state` order, values in `state`) followed by the user inputs."""
+    """The exported `@main` (see `ProgramInterface`), the state it takes (`state`, named
+    by `state_names`: the module's parameter and buffer FQNs) and how it is called
+    (`signature`). Call it as the module was called (`ep(ids, attention_mask=m)`;
+    `describe()` prints the signature); `text`, `bytecode` and `portable_artifact()` are
+    the module for other StableHLO consumers; `save(path)` writes a folder with the
+    weights that `torch_tpu.load(path)` and `torchtpu-run path --input ...` read."""
 
-    imported: ImportedGraph
+    module: Any  # the ir.Module
     state: list[torch.Tensor]
     state_names: list[str]
-    user_outputs: list[int]  # positions of user outputs among the graph's outputs
+    signature: ExportSignature
+    interface: ProgramInterface
     _compiled: Any = field(default=None, repr=False)
 
     @property
+    def user_outputs(self) -> list[int]:
+        return list(self.interface.user_outputs)
+
+    @property
     def text(self) -> str:
-        return self.imported.text()
+        return self.module.operation.get_asm(enable_debug_info=False)
 
     @property
     def bytecode(self) -> bytes:
         import io
 
         buffer = io.BytesIO()
-        self.imported.module.operation.write_bytecode(buffer)
+        self.module.operation.write_bytecode(buffer)
         return buffer.getvalue()
 
     def portable_artifact(self, target_version: str | None = None) -> bytes:
@@ -57,29 +93,59 @@ class ExportedProgram:
         version = target_version or stablehlo.get_current_version()
         # The text form round-trips through VHLO here; the Module overload rejects
         # modules whose ops carry our name locations in this jaxlib build.
-        return stablehlo.serialize_portable_artifact_str(self.imported.text(), version)
+        return stablehlo.serialize_portable_artifact_str(self.text, version)
 
-    def __call__(self, *args):
-        """Runs the exported module on the default device (convenience and testing)."""
+    def describe(self) -> str:
+        """The call signature: `(ids: int64[2, 1..64], *, attention_mask: float32[2, 1..64])`."""
+        return self.signature.describe()
+
+    def save(self, path: str) -> None:
+        """Writes the program, its weights and its signature to the folder `path`
+        (`torch_tpu.load(path)` reads it back; `torchtpu-run path --input ...` runs it)."""
+        from ._saved_export import save
+
+        save(self, path)
+
+    def __call__(self, *args, **kwargs):
+        """Runs the exported module on the default device, called as the original module
+        was (positional and keyword arguments of the same structure, shapes within the
+        exported ranges). Returns the module's output structure."""
+        from . import _dynamic
         from ._compile import CompiledGraph
 
+        inputs = self.signature.flatten_call(args, kwargs)
         if self._compiled is None:
             from torch_tpu.runtime import get_client
 
-            self._compiled = CompiledGraph(get_client().compile(self.imported.module), self.imported)
-        flat_args = [a for a in pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
-        outputs = self._compiled(*self.state, *flat_args)
-        flat = pytree.tree_leaves(outputs)
-        user = [flat[i] for i in self.user_outputs]
-        return user[0] if len(user) == 1 else tuple(user)
+            self._compiled = CompiledGraph(get_client().compile(self.module), self.interface)
+        compiled = self._compiled
+        padded, sizes = _dynamic.pad_to_bounds(
+            [s for s in self.interface.inputs if s.role == "input"], [*self.state, *inputs]
+        )
+        results = compiled.executable(*compiled.prepare_inputs(padded), *sizes)
+        leaves = _dynamic.narrow_to_sizes(results, self.interface.outputs, self.interface.num_results)
+        user = [leaves[i] for i in self.interface.user_outputs]
+        return pytree.tree_unflatten(user, pytree.treespec_loads(self.signature.out_spec))
 
 
-def export(module: torch.nn.Module, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
-    """Exports `module` called on `args` (via torch.export, decomposed with torch_tpu's
-    decomposition table) as a StableHLO module."""
+def export(
+    module: torch.nn.Module,
+    args: tuple,
+    kwargs: dict | None = None,
+    *,
+    dynamic_shapes: Any = None,
+) -> ExportedProgram:
+    """Exports `module` called on `args`/`kwargs` (via torch.export, decomposed with
+    torch_tpu's decomposition table) as a StableHLO module. `dynamic_shapes` is
+    torch.export's (`{"ids": {1: torch.export.Dim("seq", max=512)}}`): each dynamic dim is
+    compiled once at its bound (its `max`; without one, TORCH_TPU_DYNAMIC_BOUND) and the
+    program serves every size in its range (docs/explanation/bounded-dynamism.md)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
-    ep = torch.export.export(module, tuple(args), kwargs or {})
+    from . import _dynamic
+
+    args, kwargs = tuple(args), dict(kwargs or {})
+    ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes)
     with warnings.catch_warnings():
         # torch 2.13's run_decompositions deep-copies its own module call graph, whose
         # LeafSpec objects warn on copy (a torch-internal deprecation, nothing callers can
@@ -103,10 +169,53 @@ def export(module: torch.nn.Module, args: tuple, kwargs: dict | None = None) -> 
             raise TorchTpuCompileError(f"torch_tpu.export: input {spec.arg.name} ({spec.kind.name}) is not a tensor")
         state.append(value.detach())
         names.append(spec.target)
-    imported = import_graph(gm)
+    bounds = _dynamic.initial_bounds(gm) if _has_symbols(gm) else None
+    imported = import_graph(gm, symbol_bounds=bounds)
     engine = DiagnosticEngine()
-    mode = current_mode()
-    if not run_pipeline(imported.module.operation, pipeline_for(mode), engine):
+    pipeline = pipeline_for(current_mode(), EXPORT_BOUNDS_MODE if bounds else "none")
+    if not run_pipeline(imported.module.operation, pipeline, engine):
         raise TorchTpuCompileError(f"torch_tpu.export: the compiler pipeline failed:\n{engine.format()}")
-    user_outputs = [i for i, spec in enumerate(ep.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
-    return ExportedProgram(imported, state, names, user_outputs)
+    user_outputs = tuple(
+        i for i, spec in enumerate(ep.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT
+    )
+    signature = _signature(module, ep, args, kwargs, bounds or {})
+    interface = ProgramInterface(tuple(imported.inputs), tuple(imported.outputs), imported.num_results, user_outputs)
+    return ExportedProgram(imported.module, state, names, signature, interface)
+
+
+def _has_symbols(gm: torch.fx.GraphModule) -> bool:
+    from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
+
+    return has_symbolic_shapes(gm)
+
+
+def _signature(module, ep, args: tuple, kwargs: dict, bounds: dict) -> ExportSignature:
+    """Argument names (from `module.forward`), each argument's tree and leaves, with the
+    ranges of dynamic dims: [torch.export's min, the bound compiled for]."""
+    args_spec, kwargs_spec = ep.call_spec.in_spec.children()
+    kwarg_names = list(kwargs_spec.context)
+    placeholders = {n.name: n.meta.get("val") for n in ep.graph_module.graph.nodes if n.op == "placeholder"}
+    user_vals = iter([placeholders.get(spec.arg.name) for spec in ep.graph_signature.input_specs
+                      if spec.kind.name == "USER_INPUT"])
+    ranges = {}
+    for sym, bound in bounds.items():
+        vr = ep.range_constraints.get(sym)
+        low = int(vr.lower) if vr is not None and _is_finite(vr.lower) else 0
+        ranges[sym] = (low, int(bound))
+    specs: list[ArgSpec] = []
+    named = [(n, False, v, s) for n, v, s in zip(argument_names(module, len(args)), args, args_spec.children())]
+    named += [(k, True, kwargs[k], s) for k, s in zip(kwarg_names, kwargs_spec.children())]
+    for name, keyword, value, tree in named:
+        leaves = []
+        for leaf in pytree.tree_leaves(value):
+            # torch.export makes a placeholder for each leaf (scalars specialized).
+            leaves.append(leaf_spec(leaf, next(user_vals), ranges))
+        specs.append(ArgSpec(name, keyword, pytree.treespec_dumps(tree), tuple(leaves)))
+    return ExportSignature(tuple(specs), pytree.treespec_dumps(ep.call_spec.out_spec))
+
+
+def _is_finite(x) -> bool:
+    try:
+        return abs(int(x)) < 2**62
+    except (TypeError, ValueError, OverflowError):
+        return False
