@@ -26,6 +26,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
@@ -111,6 +112,25 @@ class DynamicShapes:
         if not isinstance(val, torch.Tensor):
             return []
         return [d for d, s in enumerate(val.shape) if _is_symbolic_int(s)]
+
+    def touches_dynamic(self, node: torch.fx.Node) -> bool:
+        """Whether `node` reads or makes a value with a dynamic (padded) dim, or reads a
+        symbolic scalar (a size used as a value): then its lowering must declare what
+        padding does to it (lowering/registry.py, `Padding`)."""
+
+        def symbolic(val) -> bool:
+            if isinstance(val, torch.Tensor):
+                return bool(self.dynamic_dims(val))
+            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                return not val.node.is_constant() and not isinstance(_expr(val), sympy.Number)
+            if isinstance(val, (tuple, list)):
+                return any(symbolic(v) for v in val)
+            return False
+
+        if any(symbolic(self.symbolic_val(a)) for a in node.all_input_nodes):
+            return True
+        leaves = pytree.tree_leaves((node.args, node.kwargs))
+        return any(symbolic(a) for a in leaves) or symbolic(self.symbolic_val(node))
 
     def bound_shape(self, val, node=None) -> list[int]:
         return [self.size_bound(s, node) for s in val.shape]

@@ -13,9 +13,8 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from ..context import func, ir, make_context, stablehlo
-from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
+from ..lowering import LOWERINGS, DynamicFallback, LoweringContext, LoweringError, UnsupportedOpError, dynamic_lowering
 from ..lowering.helpers import array_constant
-from ..lowering.dynamic_rules import DYNAMIC_LOWERINGS
 from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
 from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
@@ -310,6 +309,14 @@ class FxImporter:
                 # rules, its run-time value for arithmetic.
                 with node_location(node):
                     return dyn.sym_size(symbolic, node)
+            if isinstance(symbolic, torch.SymFloat) and not isinstance(symbolic.node.expr, sympy.Number):
+                # A float computed from sizes (a resampling scale): rules would read it at
+                # the bounds. It is computed in eager and passed in as a value.
+                raise DynamicFallback(
+                    "a float computed from dynamic sizes is not lowered with bounded dynamism; "
+                    "it runs in PyTorch eager",
+                    node,
+                )
             sources = [a for a in node.all_input_nodes if a in self.interleaved]
             row_wise = bool(sources) and row_wise_operands(node, self.interleaved, dyn.symbolic_val)
             if sources and not row_wise:
@@ -376,12 +383,12 @@ class FxImporter:
         with loc:
             try:
                 result = NotImplemented
-                if self.dynamic is not None:
+                if self.dynamic is not None and self.dynamic.touches_dynamic(node):
                     with dynamic_import():
-                        if target in DYNAMIC_LOWERINGS:
-                            result = DYNAMIC_LOWERINGS[target](LoweringContext(node, loc, self), *args, **kwargs)
-                        if result is NotImplemented:
-                            result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
+                        result = dynamic_lowering(lowering, LoweringContext(node, loc, self), *args, **kwargs)
+                elif self.dynamic is not None:
+                    with dynamic_import():
+                        result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
                 else:
                     result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
             except LoweringError as err:

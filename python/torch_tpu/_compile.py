@@ -18,6 +18,7 @@ from torch_tpu.compiler.importer import import_graph, is_supported
 from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
 from torch_tpu.compiler.importer.locations import describe_node, op_name
 from torch_tpu.compiler.lowering import LoweringError, UnsupportedOpError
+from torch_tpu.compiler.lowering.registry import DynamicLimit
 from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.compiler.pipeline import run_pipeline
 
@@ -189,13 +190,20 @@ def _short_hash(fingerprint: FxGraphFingerprint) -> str:
 
 def _report_fallback(node: torch.fx.Node, reason: str) -> None:
     name = op_name(node)
+    documented = isinstance(reason, DynamicLimit)
     if config.get_bool("TORCH_TPU_STRICT"):
+        advice = "or mark the dimension static" if documented else "or report the op to torch_tpu"
         raise TorchTpuCompileError(
             f"torch_tpu: {describe_node(node)}: {reason} (TORCH_TPU_STRICT=1 forbids falling back "
-            "to PyTorch eager; unset it to run this op in eager, or report the op to torch_tpu)"
+            f"to PyTorch eager; unset it to run this op in eager, {advice})"
         )
     if name not in _reported_fallbacks:
         _reported_fallbacks.add(name)
+        if documented:
+            # A limit of bounded dynamism (docs/explanation/bounded-dynamism.md), not a
+            # missing lowering: nothing to report.
+            log.warning("torch_tpu: %s cannot be compiled (%s).", name, reason)
+            return
         log.warning(
             "torch_tpu: %s cannot be compiled (%s); it runs in PyTorch eager. Please report "
             "the op name to the torch_tpu issue tracker so it gets a lowering.", name, reason,
