@@ -1,16 +1,18 @@
-"""Rules for ops whose static lowering is wrong when a dimension is padded (bounded
-dynamism, docs/explanation/bounded-dynamism.md).
+"""Dynamic rules: lowerings of ops whose ordinary rule is wrong when a dimension is
+padded (bounded dynamism, docs/explanation/bounded-dynamism.md), attached to the one
+lowering table with `registry.dynamic_rule` (which rejects a rule for an overload that has
+no ordinary lowering, or a second rule). This module is imported after every family module.
 
-XLA's dynamic padder masks what reads padding through reductions, dot contractions,
-concatenation, argmax and scans (tested in test/python/frontend/test_bounded_dynamism.py).
-It cannot fix what a rule computed from a *static* size: a mean's divisor, a reshape that
-interleaves padding with data. Those ops are lowered here when an operand has a dynamic
-dimension; everything else uses the ordinary rule. Ops whose result depends on where the
-end of a dynamic dimension is (flip, roll, sort along it, ...) are rejected (the node runs
-in PyTorch eager) rather than computed wrongly.
+XLA's dynamic padder masks what reads padding through reductions, dot contractions and
+concatenation (class `masked`). It cannot fix what a rule computed from a *static* size:
+a mean's divisor, a reshape that interleaves padding with data, a flattened index. A rule
+here runs when an operand or the result has a dynamic dim: it lowers the op for the
+padded layout, returns `NotImplemented` when the ordinary rule is right for this node (the
+dynamic dims are not the ones it works along), or raises `ctx.dynamic_limit(...)` so the
+node runs in PyTorch eager rather than computing a wrong result.
 
 A rule gets the importer's `DynamicShapes` as `ctx.importer.dynamic` and the node's
-symbolic metadata through it. It returns `NotImplemented` to use the ordinary rule.
+symbolic metadata through it.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ def _product(values) -> ir.Value | int:
 # -- count-dependent reductions --------------------------------------------------------------
 @dynamic_rule(aten.mean.dim, aten.mean.default, padding=COUNT)
 def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
+    """Divides the (masked) sum by the run-time element count of the reduced dims."""
     sym = _sym(ctx, 0)
     dims = normalize_dims(dim if dim not in ((), []) else None, len(shape_of(x)))
     if not any(d in _dynamic_dims(ctx, 0) for d in dims):
@@ -122,6 +125,7 @@ def _var_rule(take_sqrt: bool, with_mean: bool):
             return var, reshape(convert(mean, ctx.result_dtype(1)), ctx.result_shape(1))
         return var
 
+    rule.__doc__ = "Divides by the run-time element count of the reduced dims (the sums are masked by the dynamic padder)."
     return rule
 
 
@@ -185,6 +189,9 @@ def _layout_preserving(in_shape, out_shape) -> bool:
     padding=MOVEMENT,
 )
 def _reshape(ctx: LoweringContext, x, *args, **kwargs):
+    """A reshape that keeps the padding in place is a plain reshape; a flattening one is
+    kept row-interleaved for row-wise consumers (row_layout.py); any other moves elements
+    with a gather at logical positions."""
     in_sym = _sym(ctx, 0)
     out_sym = ctx.importer.dynamic.symbolic_val(ctx.node)
     in_dyn = ctx.importer.dynamic.dynamic_dims(in_sym)
@@ -305,6 +312,7 @@ def _reject_along_dynamic(dim_position: int | None, what: str, default=_ALL, key
                 return NotImplemented
         raise ctx.dynamic_limit(f"{what} along a dynamic (padded) dimension")
 
+    rule.__doc__ = f"{what} along a dynamic (padded) dim runs in eager; along static dims the ordinary rule."
     return rule
 
 
@@ -442,6 +450,7 @@ def _dynamic_slice(
 
 @dynamic_rule(aten.slice.Tensor, aten.slice_copy.Tensor, padding=MOVEMENT)
 def _slice(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
+    """Slices a dynamic dim from its run-time start (negative starts count from the run-time end)."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
@@ -454,6 +463,7 @@ def _slice(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
 
 @dynamic_rule(aten.select.int, aten.select_copy.int, padding=MOVEMENT)
 def _select(ctx: LoweringContext, x, dim, index):
+    """Selects along a dynamic dim at a run-time position (negative indices count from the run-time end)."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
@@ -463,6 +473,7 @@ def _select(ctx: LoweringContext, x, dim, index):
 
 @dynamic_rule(aten.narrow.default, aten.narrow_copy.default, padding=MOVEMENT)
 def _narrow(ctx: LoweringContext, x, dim, start, length):
+    """Narrows a dynamic dim from its run-time start."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
@@ -503,6 +514,7 @@ def _scatter_into(
 
 @dynamic_rule(aten.slice_scatter.default, padding=MOVEMENT)
 def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, step=1):
+    """Writes src at its run-time position along a dynamic dim; src's padding is never written."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0) and dim not in _dynamic_dims(ctx, 1):
         return NotImplemented
@@ -513,6 +525,7 @@ def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, st
 
 @dynamic_rule(aten.select_scatter.default, padding=MOVEMENT)
 def _select_scatter(ctx: LoweringContext, x, src, dim, index):
+    """Writes src at its run-time position along a dynamic dim."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
@@ -530,6 +543,7 @@ def _backward_base(ctx: LoweringContext, grad: ir.Value, input_sizes) -> ir.Valu
 
 @dynamic_rule(aten.slice_backward.default, padding=MOVEMENT)
 def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
+    """The gradient placed at the slice's run-time position; its padding is never written."""
     out = ctx.importer.dynamic.symbolic_val(ctx.node)
     dim = normalize_dims(dim, len(input_sizes))[0]
     if dim not in ctx.importer.dynamic.dynamic_dims(out) and dim not in _dynamic_dims(ctx, 0):
@@ -542,6 +556,7 @@ def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, st
 
 @dynamic_rule(aten.select_backward.default, padding=MOVEMENT)
 def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
+    """The gradient placed at the selected run-time position."""
     out = ctx.importer.dynamic.symbolic_val(ctx.node)
     dim = normalize_dims(dim, len(input_sizes))[0]
     if dim not in ctx.importer.dynamic.dynamic_dims(out):
@@ -554,6 +569,8 @@ def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
 
 
 def _reject_split(ctx: LoweringContext, x, split, dim=0, *args, **kwargs):
+    """Splitting along a dynamic dim runs in eager (the pieces' sizes depend on where it
+    ends); along static dims the ordinary rule."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
@@ -680,6 +697,7 @@ def _reject_when(condition, what: str):
             return NotImplemented
         raise ctx.dynamic_limit(what)
 
+    rule.__doc__ = f"{what[0].upper() + what[1:]}: runs in eager; otherwise the ordinary rule."
     return rule
 
 
@@ -755,12 +773,18 @@ def _first_tensor(op) -> str:
 # Windows, pools, padding modes and resampling along a dynamic spatial dim depend on where
 # it ends; along the batch dim they are per sample. Rules for every lowered overload of
 # these families (the upsampling ones use sizes as values: scales).
+_SPATIAL_DOC = (
+    "Along a dynamic dim other than the batch dim: runs in eager (windows, padding modes and "
+    "resampling depend on where the dim ends); along the batch dim the ordinary rule."
+)
+
+
 def _spatial_rules(names, padding: Padding) -> None:
     for name in names:
         for op in [op for op in LOWERINGS if op.__name__.split(".")[0] == name]:
-            dynamic_rule(op, padding=padding)(
-                _reject_when(_dynamic_beyond(1, _first_tensor(op)), f"{name} along a dynamic dimension")
-            )
+            rule = _reject_when(_dynamic_beyond(1, _first_tensor(op)), f"{name} along a dynamic dimension")
+            rule.__doc__ = _SPATIAL_DOC
+            dynamic_rule(op, padding=padding)(rule)
 
 
 _spatial_rules(
@@ -860,6 +884,7 @@ def _arg_reduce_rule(largest: bool, with_values: bool):
             return reshape(values, ctx.result_shape(0)), reshape(indices, ctx.result_shape(1))
         return reshape(indices, ctx.result_shape())
 
+    rule.__doc__ = _arg_reduce_rule.__doc__
     return rule
 
 
@@ -944,6 +969,7 @@ def _reject_dynamic_argument(name: str, what: str):
                 raise ctx.dynamic_limit(what)
         return NotImplemented
 
+    rule.__doc__ = f"{what[0].upper() + what[1:]}: runs in eager (the padding would be read as data); otherwise the ordinary rule."
     return rule
 
 

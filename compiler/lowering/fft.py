@@ -227,6 +227,8 @@ def _angle(ctx, self):
 # Bounded dynamism: a transform along a dynamic dim would include the padding; along
 # static dims (and for the complex-part ops) positions are independent.
 def _fft_rule(ctx: LoweringContext, x, dim, *args, **kwargs):
+    """A transform along a dynamic dim runs in eager (it would include the padding);
+    along static dims the ordinary rule."""
     from .dynamic_rules import _dynamic_dims
 
     dims = [d % len(ctx.arg_meta(0).shape) for d in dim]

@@ -996,6 +996,7 @@ def _glu_rule(ctx: LoweringContext, x, dim=-1):
 
 
 def _glu_backward_rule(ctx: LoweringContext, grad, x, dim):
+    """glu's backward halves its dim: along a dynamic one it runs in eager."""
     from .dynamic_rules import _dynamic_dims
 
     if dim % len(ctx.arg_meta(1).shape) in _dynamic_dims(ctx, 1):

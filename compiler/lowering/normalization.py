@@ -493,6 +493,7 @@ def _rms_rule(input_position: int):
             raise ctx.dynamic_limit("RMS norm over a dynamic (padded) normalized dimension")
         return NotImplemented
 
+    rule.__doc__ = "RMS norm over a dynamic normalized dim runs in eager (its mean divides by the count)."
     return rule
 
 

@@ -27,32 +27,43 @@ class Padding(enum.Enum):
     bound: tensors are padded buffers whose logical size travels as a
     `set_dimension_size` mark. Every lowering declares its class; the importer lowers a
     node that has a dynamic operand or result only through a lowering whose class says
-    that is right (`dynamic_lowering`)."""
+    that is right (`dynamic_lowering`). `meaning` says what each class is."""
 
-    # Each logical output element reads only logical input elements, at positions that do
-    # not depend on where a dynamic dim ends (elementwise ops, transposes, broadcasts,
-    # gathers at given indices): the ordinary rule is right, padding stays in padding.
     SAFE = "safe"
-    # Reads across a dynamic dim in a way XLA's dynamic padder masks (reductions, dot
-    # contractions, concatenation), checked against eager by
-    # test/python/frontend/test_bounded_dynamism_opinfo.py.
     MASKED = "masked"
-    # Divides by an element count (mean, variance, mean losses): needs the run-time count.
     COUNT = "count"
-    # Carries indices or positions (argmax, scatter, index_put, bucketize): indices must be
-    # logical and padded positions must never win or be written.
     INDEX = "index"
-    # Uses a size as a value (resampling scales, attention masks, linspace).
     SIZE = "size"
-    # Moves data across the padded boundary (reshape, slice, flip, split, pad).
     MOVEMENT = "movement"
-    # Sliding windows along a dim (pooling, convolution): right along static dims; along
-    # a dynamic one windows straddle the boundary.
     WINDOW = "window"
-    # Scans: valid outputs read only a valid prefix, so the rule runs on the padded buffer.
     PREFIX = "prefix"
-    # A documented limit: with a dynamic operand the op runs in PyTorch eager.
     EAGER = "eager"
+
+    @property
+    def meaning(self) -> str:
+        return _PADDING_MEANING[self]
+
+
+_PADDING_MEANING = {
+    Padding.SAFE: "Each logical output element reads only logical input elements, at positions that do "
+    "not depend on where a dynamic dim ends (elementwise ops, transposes, broadcasts, fills, "
+    "gathers at given indices): the ordinary rule is right and padding stays in the padding.",
+    Padding.MASKED: "Reads across a dynamic dim in a way XLA's dynamic padder masks (reductions, dot "
+    "contractions, concatenation): the ordinary rule is right. Checked against eager by "
+    "test/python/frontend/test_bounded_dynamism_opinfo.py.",
+    Padding.COUNT: "Divides by an element count (mean, variance, normalizations, mean losses): its rule "
+    "uses the run-time count, or falls back.",
+    Padding.INDEX: "Carries indices or positions (argmax, scatter, index_put, bucketize, embedding_bag): "
+    "indices must be logical and padded positions must never win or be written.",
+    Padding.SIZE: "Uses a size as a value (resampling scales, attention scale, linspace, arange with a "
+    "symbolic start).",
+    Padding.MOVEMENT: "Moves data across the padded boundary (reshape, slice, flip, split, pad, sort).",
+    Padding.WINDOW: "Sliding windows along a dim (pooling, convolution): right along static dims; along "
+    "a dynamic one the windows straddle the boundary.",
+    Padding.PREFIX: "A scan: valid outputs read only a valid prefix, so its rule runs on the padded "
+    "buffer as a static one.",
+    Padding.EAGER: "A documented limit: with a dynamic operand the op runs in PyTorch eager.",
+}
 
 
 # Classes whose ordinary rule is right on padded buffers as is.
