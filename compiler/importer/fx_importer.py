@@ -181,7 +181,9 @@ class FxImporter:
                 self.env[node] = value
         for node, spec, arg in zip(placeholders, inputs, block.arguments):
             val = dyn.symbolic_val(node)
-            if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
+            if isinstance(val, torch.SymInt) and not isinstance(val.node.expr, sympy.Integer):
+                # A size passed in (a symbol, or an expression an eager part computed,
+                # such as floor(1.5*s0)): its value is the argument.
                 dyn.register(val.node.expr, arg)
             if isinstance(val, torch.SymInt):
                 self.env[node] = dyn.sym_size(val, node)
@@ -309,7 +311,9 @@ class FxImporter:
                 # rules, its run-time value for arithmetic.
                 with node_location(node):
                     return dyn.sym_size(symbolic, node)
-            if isinstance(symbolic, torch.SymFloat) and not isinstance(symbolic.node.expr, sympy.Number):
+            if isinstance(symbolic, torch.SymFloat) or any(
+                isinstance(v, torch.SymFloat) for v in map(dyn.symbolic_val, node.all_input_nodes)
+            ) and not isinstance(node.target, torch._ops.OpOverload):
                 # A float computed from sizes (a resampling scale): rules would read it at
                 # the bounds. It is computed in eager and passed in as a value.
                 raise DynamicFallback(
@@ -378,6 +382,10 @@ class FxImporter:
         if lowering is None:
             if target in _PYTHON_OPERATORS and not any(isinstance(a, ir.Value) for a in pytree.tree_leaves((args, kwargs))):
                 return target(*args, **kwargs)
+            if target in _PYTHON_OPERATORS:
+                # Arithmetic on a symbolic scalar passed in as a value (a float an eager
+                # part computed from sizes).
+                raise DynamicFallback("Python arithmetic on a symbolic scalar is not lowered; it runs in PyTorch eager", node)
             raise UnsupportedOpError("no lowering registered for this op", node)
         loc = node_location(node)
         with loc:

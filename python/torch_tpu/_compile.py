@@ -236,7 +236,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
     rejected: dict[str, str] = {}
     for node in gm.graph.nodes:
         if node.op == "call_function" and not is_supported(node):
-            rejected[node.name] = "no lowering for this op"
+            rejected[node.name] = _unsupported_reason(node)
         elif node.op == "call_function" and is_collective_node(node):
             rejected[node.name] = "collectives run through torch.distributed in a one-device graph (see torch_tpu.spmd)"
     # A lowering may still reject specific arguments; retry with that node in eager.
@@ -250,6 +250,15 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
                 raise
             rejected[err.node.name] = err.reason if not isinstance(err, UnsupportedOpError) else "no lowering for this op"
     raise TorchTpuCompileError(f"torch_tpu: too many ops of graph {name} fell back to eager")
+
+
+def _unsupported_reason(node: torch.fx.Node) -> str:
+    val = node.meta.get("val")
+    if not isinstance(node.target, torch._ops.OpOverload) and isinstance(val, (torch.SymInt, torch.SymFloat)):
+        # Size arithmetic through floats (math.trunc of a scale times a size): the graph
+        # computes it in eager and passes the result in.
+        return DynamicLimit("size arithmetic through floats is not lowered with bounded dynamism; it runs in eager")
+    return "no lowering for this op"
 
 
 def _compile_partitioned(gm: torch.fx.GraphModule, rejected: dict[str, str], name: str):
