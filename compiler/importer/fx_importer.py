@@ -15,6 +15,7 @@ import torch.utils._pytree as pytree
 from ..context import func, ir, make_context, stablehlo
 from ..lowering import LOWERINGS, DynamicFallback, LoweringContext, LoweringError, UnsupportedOpError, dynamic_lowering
 from ..lowering.helpers import array_constant
+from ..lowering.registry import require_padding_as_is
 from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
 from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
@@ -420,6 +421,8 @@ class FxImporter:
         val = node.meta.get("val")
         ctx = _InnerContext(node, node_location(node), self, val[1] if isinstance(val, (tuple, list)) else None)
         with ctx.loc:
+            if self.dynamic is not None and self.dynamic.touches_dynamic(node):
+                require_padding_as_is(lowering, ctx)
             result = lowering.fn(ctx, *inner_args, **kwargs)
         return (token, _normalize_result(result))
 

@@ -422,7 +422,8 @@ def _dynamic_slice(
         starts[dim], limits[dim], strides[dim] = start, start + (length - 1) * step + 1, step
         return stablehlo.SliceOp(x, starts, limits, strides).result
     span = (length - 1) * step + 1 if length > 0 else 0
-    x = _pad_dim(x, dim, span)
+    # Static layout: XLA rejects a dynamic_slice that selects part of a dynamic dim.
+    x = _pad_dim(static_layout(x), dim, span)
     shape = shape_of(x)
     sizes = list(shape)
     sizes[dim] = span
@@ -492,7 +493,7 @@ def _scatter_into(
     extent = shape_of(src)[dim]
     if step != 1:
         raise ctx.dynamic_limit("a strided slice_scatter along a dynamic dimension")
-    padded = _pad_dim(base, dim, extent)
+    padded = _pad_dim(static_layout(base), dim, extent)
     index_type = tensor_type([], torch.int64)
     zero = stablehlo.ConstantOp(
         ir.DenseElementsAttr.get_splat(
@@ -500,7 +501,7 @@ def _scatter_into(
         )
     ).result
     starts = [_i64(begin) if d == dim else zero for d in range(len(shape))]
-    placed = stablehlo.DynamicUpdateSliceOp(padded, src, starts).result
+    placed = stablehlo.DynamicUpdateSliceOp(padded, static_layout(src), starts).result
     limits = list(shape)
     placed = stablehlo.SliceOp(placed, [0] * len(shape), limits, [1] * len(shape)).result
     position = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx
+import torch.utils._pytree
 
 from ..context import ir
 
@@ -154,6 +155,15 @@ def dynamic_rule(*ops: Any, padding: Padding) -> Callable[[Callable], Callable]:
     return register
 
 
+def require_padding_as_is(lowering: Lowering, ctx: "LoweringContext") -> None:
+    """For callers that run a lowering's ordinary rule on a node with a dynamic operand
+    outside `dynamic_lowering` (in-place forms, effectful wrappers): only a class whose
+    ordinary rule is right on padded buffers is allowed; anything else runs in eager."""
+    if lowering.padding not in PADDING_SAFE_AS_IS:
+        what = lowering.padding.value if lowering.padding is not None else "undeclared"
+        raise ctx.dynamic_limit(f"the in-place or wrapped form of a '{what}' op with a dynamic (padded) operand")
+
+
 class DynamicLimit(str):
     """The reason of a fallback that is a documented limit of bounded dynamism (not a
     missing lowering): the fallback log says so instead of asking for a report."""
@@ -168,7 +178,17 @@ def dynamic_lowering(lowering: Lowering, ctx: "LoweringContext", *args, **kwargs
         if result is not NotImplemented:
             return result
         return lowering.fn(ctx, *args, **kwargs)
-    if lowering.padding in PADDING_SAFE_AS_IS:
+    if lowering.padding is Padding.SAFE:
+        # Padding stays in the padding, so the rule runs on static layouts: XLA's dynamic
+        # padder has nothing to do (and cannot reject what it does not support, such as
+        # the while loops of igamma); the importer re-marks the result's sizes.
+        from .symsize import static_layout
+
+        args, kwargs = torch.utils._pytree.tree_map(
+            lambda a: static_layout(a) if isinstance(a, ir.Value) else a, (args, kwargs)
+        )
+        return lowering.fn(ctx, *args, **kwargs)
+    if lowering.padding is Padding.MASKED:
         return lowering.fn(ctx, *args, **kwargs)
     if lowering.padding is None:
         raise LoweringError(
