@@ -836,3 +836,184 @@ dynamic_rule(
     aten.convolution_backward.default,
     padding=WINDOW,
 )(_reject_when(_convolution_beyond_batch, "convolution with a dynamic dimension other than the batch"))
+
+
+# -- index-carrying ops ---------------------------------------------------------------------------
+def _valid_positions(ctx: LoweringContext, position: int, shape) -> ir.Value | None:
+    """i1 mask of `shape` (argument `position`'s padded layout): True at logical
+    positions, False in the padding of its dynamic dims; None when it has none."""
+    from .helpers import compare
+
+    sym = _sym(ctx, position)
+    valid = None
+    for d in ctx.importer.dynamic.dynamic_dims(sym):
+        position_d = stablehlo.IotaOp(tensor_type(list(shape), torch.int64), d).result
+        inside = compare(position_d, broadcast_to(_i64(_size(ctx, sym.shape[d])), list(shape)), "LT")
+        valid = inside if valid is None else stablehlo.AndOp(valid, inside).result
+    return valid
+
+
+def _arg_reduce_rule(largest: bool, with_values: bool):
+    """argmax/argmin/max.dim/min.dim over a dynamic dim: padded positions hold the value
+    that never wins (-inf/+inf or the dtype's extreme: on a tie the first logical position
+    wins, as it comes first in the padded layout too), and a flattened index is computed
+    from the logical strides, not the padded ones."""
+
+    def rule(ctx: LoweringContext, x, dim=None, keepdim=False):
+        from .helpers import full, max_value, min_value, select
+        from .reduction import arg_reduce
+
+        shape = shape_of(x)
+        rank = len(shape)
+        dims = list(range(rank)) if dim is None else normalize_dims(dim, max(rank, 1))
+        if rank == 0 or not set(dims) & set(_dynamic_dims(ctx, 0)):
+            return NotImplemented
+        dt = dtype(x)
+        valid = _valid_positions(ctx, 0, shape)
+        fill = full(min_value(dt) if largest else max_value(dt), dt, shape)
+        masked = static_layout(select(valid, x, fill))
+        if dim is not None:
+            values, indices = arg_reduce(masked, dims[0], largest)
+        else:
+            count = math.prod(shape)
+            values, flat = arg_reduce(reshape(masked, [count]), 0, largest)
+            sym = _sym(ctx, 0)
+            logical = [_size(ctx, s) for s in sym.shape]
+            indices = _i64(0)
+            for d in range(rank):
+                padded_stride = math.prod(shape[d + 1 :])
+                coord = stablehlo.DivOp(flat, _i64(padded_stride)).result
+                coord = stablehlo.RemOp(coord, _i64(shape[d])).result
+                term = stablehlo.MulOp(coord, _i64(_product(logical[d + 1 :]))).result
+                indices = stablehlo.AddOp(indices, term).result
+        if with_values:
+            return reshape(values, ctx.result_shape(0)), reshape(indices, ctx.result_shape(1))
+        return reshape(indices, ctx.result_shape())
+
+    rule.__doc__ = _arg_reduce_rule.__doc__
+    return rule
+
+
+dynamic_rule(aten.argmax.default, padding=INDEX)(_arg_reduce_rule(True, False))
+dynamic_rule(aten.argmin.default, padding=INDEX)(_arg_reduce_rule(False, False))
+dynamic_rule(aten.max.dim, padding=INDEX)(_arg_reduce_rule(True, True))
+dynamic_rule(aten.min.dim, padding=INDEX)(_arg_reduce_rule(False, True))
+
+# Order statistics along a dynamic dim would order the padding too.
+dynamic_rule(aten.median.default, aten.nanmedian.default, padding=MOVEMENT)(
+    _reject_along_dynamic(None, "median")
+)
+dynamic_rule(aten.median.dim, aten.nanmedian.dim, padding=MOVEMENT)(
+    _reject_along_dynamic(1, "median")
+)
+dynamic_rule(aten.kthvalue.default, padding=MOVEMENT)(_reject_along_dynamic(2, "kthvalue", default=-1))
+
+
+def _scatter_rule(ctx: LoweringContext, x, dim, index, src, *args, **kwargs):
+    """scatter/scatter_add/scatter_reduce with a dynamic operand: indices into a dynamic
+    dim are logical positions already (the padded layout keeps coordinates); what must
+    not happen is scattering the padded rows of `index`/`src`. Padded index entries are
+    set out of bounds (XLA's scatter drops those updates), and the ordinary rule runs on
+    static layouts (the importer re-marks the result)."""
+    from .helpers import full, select
+
+    rank = max(len(shape_of(x)), 1)
+    dim = dim % rank
+    index_shape = shape_of(index)
+    valid = _valid_positions(ctx, 2, index_shape) if index_shape else None
+    if valid is not None:
+        out_of_bounds = full(max(shape_of(x)[dim] if shape_of(x) else 1, 1), dtype(index), index_shape)
+        index = select(valid, index, out_of_bounds)
+    if isinstance(src, ir.Value):
+        src = static_layout(src)
+    lowering = LOWERINGS[ctx.node.target]
+    return lowering.fn(ctx, static_layout(x), dim, static_layout(index), src, *args, **kwargs)
+
+
+dynamic_rule(
+    aten.scatter.src,
+    aten.scatter.value,
+    aten.scatter.reduce,
+    aten.scatter.value_reduce,
+    aten.scatter_add.default,
+    aten.scatter_reduce.two,
+    padding=INDEX,
+)(_scatter_rule)
+
+
+@dynamic_rule(aten.index.Tensor, aten.index.Tensor_hacked_twin, aten._unsafe_index.Tensor, aten._unsafe_index.Tensor_hacked_twin, padding=INDEX)
+def _index_rule(ctx: LoweringContext, x, indices):
+    """Advanced indexing: a negative index counts from the run-time end of its dim (the
+    ordinary rule would count from the bound); a boolean mask index has a data-dependent
+    shape and is not supported over a dynamic dim."""
+    from .helpers import compare, select
+
+    sym = _sym(ctx, 0)
+    dyn = set(_dynamic_dims(ctx, 0))
+    wrapped = list(indices)
+    for d, idx in enumerate(indices):
+        if idx is None or d not in dyn:
+            continue
+        if dtype(idx) is torch.bool:
+            raise ctx.dynamic_limit("a boolean mask index over a dynamic (padded) dimension")
+        ishape = shape_of(idx)
+        idx64 = convert(idx, torch.int64)
+        size = broadcast_to(_i64(_size(ctx, sym.shape[d])), ishape)
+        negative = compare(idx64, broadcast_to(_i64(0), ishape), "LT")
+        wrapped[d] = select(negative, stablehlo.AddOp(idx64, size).result, idx64)
+    return LOWERINGS[ctx.node.target].fn(ctx, x, wrapped)
+
+
+def _reject_dynamic_argument(name: str, what: str):
+    """Rejects the op when tensor argument `name` has a dynamic dim (its padding would be
+    read as data: boundaries, test elements)."""
+
+    def rule(ctx: LoweringContext, *args, **kwargs):
+        position = _position(ctx, name)
+        if position < len(ctx.node.args) and isinstance(ctx.node.args[position], torch.fx.Node):
+            if _dynamic_dims(ctx, position):
+                raise ctx.dynamic_limit(what)
+        return NotImplemented
+
+    rule.__doc__ = f"{what[0].upper() + what[1:]}: runs in eager (the padding would be read as data); otherwise the ordinary rule."
+    return rule
+
+
+dynamic_rule(aten.bucketize.Tensor, aten.bucketize.Scalar, padding=INDEX)(
+    _reject_dynamic_argument("boundaries", "bucketize with dynamic (padded) boundaries")
+)
+dynamic_rule(aten.searchsorted.Tensor, aten.searchsorted.Scalar, padding=INDEX)(
+    _reject_dynamic_argument("sorted_sequence", "searchsorted with a dynamic (padded) sorted sequence")
+)
+dynamic_rule(aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor, padding=INDEX)(
+    _reject_dynamic_argument("test_elements", "isin with dynamic (padded) test elements")
+)
+# Reads positions or counts that padding would change: no rule yet, so they run in eager
+# with a dynamic operand.
+declare_padding(
+    INDEX,
+    aten.index_put,
+    aten._unsafe_index_put,
+    aten._unsafe_masked_index,
+    aten._unsafe_masked_index_put_accumulate,
+    aten.take,
+    aten.put,
+    aten.index_add,
+    aten.index_copy,
+    aten.index_reduce,
+    aten.index_fill,
+    aten.masked_scatter,
+    aten.masked_scatter_backward,
+    aten.nonzero,
+    aten.nonzero_static,
+    aten.masked_select,
+    aten.bincount,
+    aten._local_scalar_dense,
+    aten.histc,
+    aten._embedding_bag,
+    aten._embedding_bag_forward_only,
+    aten._embedding_bag_backward,
+    aten._embedding_bag_dense_backward,
+    aten._embedding_bag_per_sample_weights_backward,
+)
+declare_padding(Padding.SAFE, aten.index_select, aten.gather, aten.masked_fill, aten.isin.Tensor_Scalar)
