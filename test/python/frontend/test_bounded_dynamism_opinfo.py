@@ -233,7 +233,7 @@ if __name__ == "__main__":
     result = Outcome()
     for one in chosen:
         print("OP", op_id(one), flush=True)
-        part = sweep([one], everything=True, limit=int(os.environ.get("LIMIT", "2")))
+        part = sweep([one], everything=os.environ.get("EVERY", "1") == "1", limit=int(os.environ.get("LIMIT", "2")))
         for failure in part.failures:
             print("FAIL", failure, flush=True)
         result.runs += part.runs
