@@ -839,12 +839,13 @@ dynamic_rule(
 
 
 # -- index-carrying ops ---------------------------------------------------------------------------
-def _valid_positions(ctx: LoweringContext, position: int, shape) -> ir.Value | None:
-    """i1 mask of `shape` (argument `position`'s padded layout): True at logical
-    positions, False in the padding of its dynamic dims; None when it has none."""
+def _valid_positions(ctx: LoweringContext, position, shape) -> ir.Value | None:
+    """i1 mask of `shape` (the padded layout of argument `position`, or of an FX node):
+    True at logical positions, False in the padding of its dynamic dims; None when it
+    has none."""
     from .helpers import compare
 
-    sym = _sym(ctx, position)
+    sym = ctx.importer.dynamic.symbolic_val(position) if isinstance(position, torch.fx.Node) else _sym(ctx, position)
     valid = None
     for d in ctx.importer.dynamic.dynamic_dims(sym):
         position_d = stablehlo.IotaOp(tensor_type(list(shape), torch.int64), d).result
@@ -992,16 +993,10 @@ dynamic_rule(aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor, padding=INDEX)(
 # with a dynamic operand.
 declare_padding(
     INDEX,
-    aten.index_put,
-    aten._unsafe_index_put,
     aten._unsafe_masked_index,
     aten._unsafe_masked_index_put_accumulate,
     aten.take,
     aten.put,
-    aten.index_add,
-    aten.index_copy,
-    aten.index_reduce,
-    aten.index_fill,
     aten.masked_scatter,
     aten.masked_scatter_backward,
     aten.nonzero,
@@ -1017,3 +1012,71 @@ declare_padding(
     aten._embedding_bag_per_sample_weights_backward,
 )
 declare_padding(Padding.SAFE, aten.index_select, aten.gather, aten.masked_fill, aten.isin.Tensor_Scalar)
+
+
+def _logical_index(ctx: LoweringContext, index: ir.Value, index_node, size, bound: int) -> ir.Value:
+    """An index into a dim of run-time size `size` (int or i64 value) and padded extent
+    `bound`: negative entries count from the run-time end, and entries in the index's own
+    padding are set to `bound` — out of bounds, so a scatter drops their updates."""
+    from .helpers import compare, full, select
+
+    shape = shape_of(index)
+    idx = convert(index, torch.int64)
+    if isinstance(size, ir.Value):
+        negative = compare(idx, broadcast_to(_i64(0), shape), "LT")
+        idx = select(negative, stablehlo.AddOp(idx, broadcast_to(size, shape)).result, idx)
+    valid = _valid_positions(ctx, index_node, shape) if isinstance(index_node, torch.fx.Node) else None
+    if valid is not None:
+        idx = select(valid, idx, full(bound, torch.int64, shape))
+    return idx
+
+
+@dynamic_rule(
+    aten.index_put.default,
+    aten.index_put.hacked_twin,
+    aten._unsafe_index_put.default,
+    aten._unsafe_index_put.hacked_twin,
+    padding=INDEX,
+)
+def _index_put_rule(ctx: LoweringContext, x, indices, values, accumulate=False):
+    """Writes through logical indices: negative ones count from the run-time end of a
+    dynamic dim, and the index's padded entries are out of bounds (never written); the
+    ordinary rule runs on static layouts. A boolean mask index over padding is not
+    supported."""
+    sym = _sym(ctx, 0)
+    nodes = list(ctx.node.args[1])
+    logical = []
+    for d, (idx, node) in enumerate(zip(indices, nodes)):
+        if idx is None:
+            logical.append(None)
+            continue
+        if dtype(idx) is torch.bool:
+            raise ctx.dynamic_limit("index_put with a boolean mask and a dynamic (padded) operand")
+        logical.append(_logical_index(ctx, idx, node, _size(ctx, sym.shape[d]), shape_of(x)[d]))
+    values = static_layout(values) if isinstance(values, ir.Value) else values
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), logical, values, accumulate)
+
+
+def _index_dim_rule(ctx: LoweringContext, x, dim, index, *args, **kwargs):
+    """index_add/index_copy/index_reduce/index_fill along `dim`: the index is logical
+    (negative entries from the run-time end) and its padded entries are out of bounds, so
+    they neither write nor fill; the ordinary rule runs on static layouts."""
+    shape = shape_of(x)
+    rank = max(len(shape), 1)
+    d = dim % rank
+    sym = _sym(ctx, 0)
+    size = _size(ctx, sym.shape[d]) if len(shape) else 1
+    bound = shape[d] if len(shape) else 1
+    index = _logical_index(ctx, index, ctx.node.args[2], size, bound)
+    rest = [static_layout(a) if isinstance(a, ir.Value) else a for a in args]
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), dim, static_layout(index), *rest, **kwargs)
+
+
+dynamic_rule(
+    aten.index_add.default,
+    aten.index_copy.default,
+    aten.index_reduce.default,
+    aten.index_fill.int_Scalar,
+    aten.index_fill.int_Tensor,
+    padding=INDEX,
+)(_index_dim_rule)

@@ -267,3 +267,28 @@ def test_index_with_negative_indices_counts_from_the_runtime_end(mode, monkeypat
     monkeypatch.setenv("TORCH_TPU_STRICT", "1")
     index = torch.tensor([-1, 0, -2])
     _run(lambda x: x[index] * 2, lambda n: [torch.randn(n, 3)], [(0, 0)], mode)
+
+
+_INDEX_WRITES = {
+    "index_put": lambda x, i, v: x.index_put((i,), v),
+    "index_put_accumulate": lambda x, i, v: x.index_put((i,), v, accumulate=True),
+    "index_add": lambda x, i, v: x.index_add(0, i.abs(), v),
+    "index_copy": lambda x, i, v: x.index_copy(0, i.abs(), v),
+    "index_fill": lambda x, i, v: x.index_fill(0, i, 7.0),
+    "index_reduce_amax": lambda x, i, v: x.index_reduce(0, i.abs(), v, "amax", include_self=False),
+}
+
+
+@pytest.mark.parametrize("mode", ["bounded", "unbounded"])
+@pytest.mark.parametrize("form", sorted(_INDEX_WRITES))
+def test_index_writes_never_write_padding(form, mode, monkeypatch):
+    """Compiled (no fallback): padded index entries write nothing, negative ones count
+    from the run-time end (index_add/index_copy/index_reduce take non-negative ones)."""
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    g = torch.Generator().manual_seed(6)
+
+    def make(n):
+        index = torch.randperm(n + 2, generator=g)[:n] - 1  # distinct, one may be -1
+        return [torch.zeros(n + 2, 3), index, torch.rand(n, 3, generator=g) + 1]
+
+    _run(_INDEX_WRITES[form], make, [(0, 0), (1, 0), (2, 0)], mode, (3, 5, 7))
