@@ -273,7 +273,7 @@ _INDEX_WRITES = {
     "index_put": lambda x, i, v: x.index_put((i,), v),
     "index_put_accumulate": lambda x, i, v: x.index_put((i,), v, accumulate=True),
     "index_add": lambda x, i, v: x.index_add(0, i.abs(), v),
-    "index_copy": lambda x, i, v: x.index_copy(0, i.abs(), v),
+    "index_copy": lambda x, i, v: x.index_copy(0, i + 1, v),
     "index_fill": lambda x, i, v: x.index_fill(0, i, 7.0),
     "index_reduce_amax": lambda x, i, v: x.index_reduce(0, i.abs(), v, "amax", include_self=False),
 }
