@@ -383,7 +383,7 @@ class FxImporter:
         if lowering is None:
             if target in _PYTHON_OPERATORS and not any(isinstance(a, ir.Value) for a in pytree.tree_leaves((args, kwargs))):
                 return target(*args, **kwargs)
-            if target in _PYTHON_OPERATORS:
+            if target in _PYTHON_OPERATORS and self.dynamic is not None:
                 # Arithmetic on a symbolic scalar passed in as a value (a float an eager
                 # part computed from sizes).
                 raise DynamicFallback("Python arithmetic on a symbolic scalar is not lowered; it runs in PyTorch eager", node)

@@ -255,9 +255,11 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
 def _unsupported_reason(node: torch.fx.Node) -> str:
     val = node.meta.get("val")
     if not isinstance(node.target, torch._ops.OpOverload) and isinstance(val, (torch.SymInt, torch.SymFloat)):
-        # Size arithmetic through floats (math.trunc of a scale times a size): the graph
-        # computes it in eager and passes the result in.
-        return DynamicLimit("size arithmetic through floats is not lowered with bounded dynamism; it runs in eager")
+        # A Python function on symbolic sizes (math.trunc of a scale times a size): the
+        # graph computes it in eager and passes the result in.
+        return DynamicLimit(
+            "a Python function on symbolic sizes is not lowered with bounded dynamism; it runs in eager"
+        )
     return "no lowering for this op"
 
 
