@@ -292,3 +292,42 @@ def test_index_writes_never_write_padding(form, mode, monkeypatch):
         return [torch.zeros(n + 2, 3), index, torch.rand(n, 3, generator=g) + 1]
 
     _run(_INDEX_WRITES[form], make, [(0, 0), (1, 0), (2, 0)], mode, (3, 5, 7))
+
+
+# -- ops XLA's dynamic padder rejected ("XLA cannot compile the module: Dynamic ...") --------
+@pytest.mark.parametrize("mode", ["bounded", "unbounded"])
+@pytest.mark.parametrize(
+    "name, fn, make, dims",
+    [
+        # A while loop inside the op: run on the static layout.
+        ("igamma", lambda a, x: torch.igamma(a, x), lambda n: [torch.rand(n, 3) + 0.5, torch.rand(n, 3) + 0.1], [(0, 0), (1, 0)]),
+        ("polygamma", lambda x: torch.polygamma(2, x), lambda n: [torch.rand(n, 3) + 0.5], [(0, 0)]),
+        # "Dynamic dimension propagation on DynamicSlice where a partial dimension is selected".
+        ("narrow_copy_bool", lambda x: x.narrow_copy(0, 0, 2), lambda n: [torch.rand(n, 3) > 0.5], [(0, 0)]),
+        # "Asked to propagate a dynamic dimension ... to fft": along a static dim, batch dynamic.
+        ("fft_static_dim", lambda x: torch.fft.fft(x, dim=1).abs(), lambda n: [torch.randn(n, 8)], [(0, 0)]),
+        ("conv1d_dynamic_batch", lambda x, w: F.conv1d(x, w), lambda n: [torch.randn(n, 3, 7), torch.randn(4, 3, 3)], [(0, 0)]),
+    ],
+)
+def test_ops_xla_rejected_compile_on_static_layouts(name, fn, make, dims, mode, monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    _run(fn, make, dims, mode, (3, 5))
+
+
+@pytest.mark.parametrize("mode", ["bounded", "unbounded"])
+@pytest.mark.parametrize(
+    "name, fn, make, dims, op",
+    [
+        # "Dynamic output feature dim on convolution kernel is not supported".
+        ("conv1d_dynamic_channels", lambda x, w: F.conv1d(x, w), lambda n: [torch.randn(2, 3, 7), torch.randn(n, 3, 3)],
+         [(1, 0)], "aten.convolution.default"),
+        ("fft_dynamic_dim", lambda x: torch.fft.fft(x, dim=0).abs(), lambda n: [torch.randn(n, 8)], [(0, 0)],
+         "aten._fft_r2c.default"),
+    ],
+)
+def test_ops_xla_rejects_fall_back(name, fn, make, dims, op, mode, caplog):
+    if name == "fft_dynamic_dim" and mode == "bounded":
+        pytest.skip("Dynamo's FFT decomposition guards the size against the other dim: a range is a constraint violation")
+    with caplog.at_level(logging.WARNING, logger="torch_tpu"):
+        _run(fn, make, dims, mode, (3, 5))
+    assert op in _fallbacks(caplog)
