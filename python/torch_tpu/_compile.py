@@ -246,8 +246,20 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
                 return compile_whole_graph(gm, name)
             return _compile_partitioned(gm, rejected, name)
         except LoweringError as err:
-            if err.node is None or err.node.name in rejected:
+            if err.node is None:
                 raise
+            if err.node.name in rejected:
+                # An eager node's result cannot enter a compiled part (a size of it has no
+                # finite bound, say): its consumers run in eager as well.
+                users = [u for u in err.node.users if u.op == "call_function" and u.name not in rejected]
+                if not users:
+                    raise
+                reason = f"its input {err.node.name} cannot be compiled ({err.reason})"
+                if isinstance(err.reason, DynamicLimit):
+                    reason = DynamicLimit(reason)
+                for user in users:
+                    rejected[user.name] = reason
+                continue
             rejected[err.node.name] = err.reason if not isinstance(err, UnsupportedOpError) else "no lowering for this op"
     raise TorchTpuCompileError(f"torch_tpu: too many ops of graph {name} fell back to eager")
 
