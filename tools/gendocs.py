@@ -317,6 +317,7 @@ GENERATED_DOCS: list[tuple[str, Generator]] = [
     ("docs/reference/env.md", env_markdown),
     ("docs/reference/ops.md", "torch_tpu.compiler.lowering.docs:ops_markdown"),
     ("docs/reference/python-api.md", api_markdown),
+    ("docs/reference/dynamic-padding.md", "torch_tpu.compiler.lowering.docs:padding_markdown"),
 ]
 
 

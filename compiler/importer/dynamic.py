@@ -26,10 +26,11 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
-from ..lowering import LoweringError
+from ..lowering import DynamicFallback
 from ..lowering.symsize import SymSize
 
 BOUNDS_ATTR = "torchtpu.bounds"
@@ -72,12 +73,6 @@ def graph_symbols(gm: torch.fx.GraphModule) -> dict[sympy.Symbol, Any]:
     return found
 
 
-class DynamicShapeLimit(LoweringError):
-    """A node that cannot be lowered with bounded-dynamic (padded) shapes: a documented
-    limit of bounded dynamism (docs/explanation/bounded-dynamism.md), not a missing
-    lowering. The same node compiles when its dimensions are static."""
-
-
 class DynamicShapes:
     """Symbol bounds and run-time values for one import."""
 
@@ -98,7 +93,7 @@ class DynamicShapes:
             return int(expr)
         missing = expr.free_symbols - self._ranges.keys()
         if missing:
-            raise DynamicShapeLimit(
+            raise DynamicFallback(
                 f"no bound for symbolic size(s) {sorted(map(str, missing))} in {expr}: the size "
                 "is not derived from an input's size; mark the input dimension dynamic with a "
                 "max (torch_tpu.mark_dynamic(x, dim, max=...))",
@@ -107,7 +102,7 @@ class DynamicShapes:
         upper = bound_sympy(expr, self._ranges).upper
         value = _finite_int(upper)
         if value is None:
-            raise DynamicShapeLimit(f"the bound of symbolic size {expr} is not finite ({upper})", node)
+            raise DynamicFallback(f"the bound of symbolic size {expr} is not finite ({upper})", node)
         return value
 
     def size_bound(self, s, node=None) -> int:
@@ -117,6 +112,25 @@ class DynamicShapes:
         if not isinstance(val, torch.Tensor):
             return []
         return [d for d, s in enumerate(val.shape) if _is_symbolic_int(s)]
+
+    def touches_dynamic(self, node: torch.fx.Node) -> bool:
+        """Whether `node` reads or makes a value with a dynamic (padded) dim, or reads a
+        symbolic scalar (a size used as a value): then its lowering must declare what
+        padding does to it (lowering/registry.py, `Padding`)."""
+
+        def symbolic(val) -> bool:
+            if isinstance(val, torch.Tensor):
+                return bool(self.dynamic_dims(val))
+            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                return not val.node.is_constant() and not isinstance(_expr(val), sympy.Number)
+            if isinstance(val, (tuple, list)):
+                return any(symbolic(v) for v in val)
+            return False
+
+        if any(symbolic(self.symbolic_val(a)) for a in node.all_input_nodes):
+            return True
+        leaves = pytree.tree_leaves((node.args, node.kwargs))
+        return any(symbolic(a) for a in leaves) or symbolic(self.symbolic_val(node))
 
     def bound_shape(self, val, node=None) -> list[int]:
         return [self.size_bound(s, node) for s in val.shape]
@@ -239,7 +253,7 @@ def _emit(expr, known: Mapping[Any, ir.Value], node) -> ir.Value:
         if isinstance(e, sympy.Integer):
             return const(int(e))
         if isinstance(e, sympy.Symbol):
-            raise DynamicShapeLimit(
+            raise DynamicFallback(
                 f"symbolic size {e} is not the size of any input of this graph; compile it "
                 "with static shapes",
                 node,
@@ -258,7 +272,7 @@ def _emit(expr, known: Mapping[Any, ir.Value], node) -> ir.Value:
             return _fold(stablehlo.MaxOp, args)
         if isinstance(e, sympy.Min):
             return _fold(stablehlo.MinOp, args)
-        raise DynamicShapeLimit(
+        raise DynamicFallback(
             f"symbolic size expression {e} ({type(e).__name__}) is not supported", node
         )
 

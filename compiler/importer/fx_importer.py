@@ -13,12 +13,12 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from ..context import func, ir, make_context, stablehlo
-from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
+from ..lowering import LOWERINGS, DynamicFallback, LoweringContext, LoweringError, UnsupportedOpError, dynamic_lowering
 from ..lowering.helpers import array_constant
-from ..lowering.dynamic_rules import DYNAMIC_LOWERINGS
+from ..lowering.registry import require_padding_as_is
 from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
-from .dynamic import BOUNDS_ATTR, DynamicShapeLimit, DynamicShapes, bounds_attr, has_symbolic_shapes
+from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
 from .locations import node_location
 from .storage_views import rebase_storage_views
 from ..lowering.row_layout import _VIEWS as _VIEW_TARGETS, RowLayout, result_keeps_layout, row_wise_operands
@@ -183,7 +183,9 @@ class FxImporter:
                 self.env[node] = value
         for node, spec, arg in zip(placeholders, inputs, block.arguments):
             val = dyn.symbolic_val(node)
-            if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
+            if isinstance(val, torch.SymInt) and not isinstance(val.node.expr, sympy.Integer):
+                # A size passed in (a symbol, or an expression an eager part computed,
+                # such as floor(1.5*s0)): its value is the argument.
                 dyn.register(val.node.expr, arg)
             if isinstance(val, torch.SymInt):
                 self.env[node] = dyn.sym_size(val, node)
@@ -317,6 +319,16 @@ class FxImporter:
                 # rules, its run-time value for arithmetic.
                 with node_location(node):
                     return dyn.sym_size(symbolic, node)
+            if isinstance(symbolic, torch.SymFloat) or any(
+                isinstance(v, torch.SymFloat) for v in map(dyn.symbolic_val, node.all_input_nodes)
+            ) and not isinstance(node.target, torch._ops.OpOverload):
+                # A float computed from sizes (a resampling scale): rules would read it at
+                # the bounds. It is computed in eager and passed in as a value.
+                raise DynamicFallback(
+                    "a float computed from dynamic sizes is not lowered with bounded dynamism; "
+                    "it runs in PyTorch eager",
+                    node,
+                )
             sources = [a for a in node.all_input_nodes if a in self.interleaved]
             row_wise = bool(sources) and row_wise_operands(node, self.interleaved, dyn.symbolic_val)
             if sources and not row_wise:
@@ -378,24 +390,21 @@ class FxImporter:
         if lowering is None:
             if target in _PYTHON_OPERATORS and not any(isinstance(a, ir.Value) for a in pytree.tree_leaves((args, kwargs))):
                 return target(*args, **kwargs)
+            if target in _PYTHON_OPERATORS and self.dynamic is not None:
+                # Arithmetic on a symbolic scalar passed in as a value (a float an eager
+                # part computed from sizes).
+                raise DynamicFallback("Python arithmetic on a symbolic scalar is not lowered; it runs in PyTorch eager", node)
             raise UnsupportedOpError("no lowering registered for this op", node)
         loc = node_location(node)
         with loc:
             try:
                 result = NotImplemented
-                if self.dynamic is not None:
+                if self.dynamic is not None and self.dynamic.touches_dynamic(node):
                     with dynamic_import():
-                        if target in DYNAMIC_LOWERINGS:
-                            try:
-                                result = DYNAMIC_LOWERINGS[target](LoweringContext(node, loc, self), *args, **kwargs)
-                            except DynamicShapeLimit:
-                                raise
-                            except LoweringError as err:
-                                # A bounded-dynamism rule that rejects the node: a limit of
-                                # the padded layout, not of the op's lowering.
-                                raise DynamicShapeLimit(err.reason, err.node or node) from err
-                        if result is NotImplemented:
-                            result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
+                        result = dynamic_lowering(lowering, LoweringContext(node, loc, self), *args, **kwargs)
+                elif self.dynamic is not None:
+                    with dynamic_import():
+                        result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
                 else:
                     result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
             except LoweringError as err:
@@ -419,6 +428,8 @@ class FxImporter:
         val = node.meta.get("val")
         ctx = _InnerContext(node, node_location(node), self, val[1] if isinstance(val, (tuple, list)) else None)
         with ctx.loc:
+            if self.dynamic is not None and self.dynamic.touches_dynamic(node):
+                require_padding_as_is(lowering, ctx)
             result = lowering.fn(ctx, *inner_args, **kwargs)
         return (token, _normalize_result(result))
 

@@ -26,6 +26,7 @@ from ..dialect import make_ref_type, ref_tensor_type
 from ..dtypes import tensor_type
 from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
 from ..lowering.helpers import broadcast_to, convert, shape_of
+from ..lowering.registry import require_padding_as_is
 from .locations import node_location
 
 aten = torch.ops.aten
@@ -289,7 +290,10 @@ class MutationImporter:
         args = torch.fx.node.map_arg(node.args, lambda n: self.read(self.importer.env[n]))
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.read(self.importer.env[n]))
         with loc:
-            result = lowering.fn(LoweringContext(node, loc, self.importer), *args, **kwargs)
+            ctx = LoweringContext(node, loc, self.importer)
+            if self.importer.dynamic is not None and self.importer.dynamic.touches_dynamic(node):
+                require_padding_as_is(lowering, ctx)
+            result = lowering.fn(ctx, *args, **kwargs)
         if isinstance(result, (ir.OpView, ir.Operation)):
             result = result.results[0] if isinstance(result, ir.Operation) else result.result
         return result
@@ -324,7 +328,10 @@ class MutationImporter:
         values_kwargs = torch.fx.node.map_arg(kwargs, lambda n: self.read(self.importer.env[n]))
         with loc:
             try:
-                result = lowering.fn(_FunctionalContext(node, loc, self.importer, meta), *values_args, **values_kwargs)
+                ctx = _FunctionalContext(node, loc, self.importer, meta)
+                if self.importer.dynamic is not None and self.importer.dynamic.touches_dynamic(node):
+                    require_padding_as_is(lowering, ctx)
+                result = lowering.fn(ctx, *values_args, **values_kwargs)
             except LoweringError:
                 raise
             except (ir.MLIRError, ValueError, TypeError, IndexError, NotImplementedError) as err:

@@ -1,15 +1,39 @@
 """ATen -> StableHLO lowering rules, one module per op family. Importing this package
-fills `LOWERINGS` by importing every family module in this folder."""
+fills `LOWERINGS` by importing every family module in this folder, then attaches the
+bounded-dynamism rules (`dynamic_rules`, which need the ordinary lowerings registered)."""
 
 import importlib
 import pkgutil
 
-from .registry import LOWERINGS, Lowering, LoweringContext, LoweringError, UnsupportedOpError, lookup, lowers
+from .registry import (
+    LOWERINGS,
+    DynamicFallback,
+    Lowering,
+    LoweringContext,
+    LoweringError,
+    Padding,
+    UnsupportedOpError,
+    dynamic_lowering,
+    lookup,
+    lowers,
+)
 
-_NOT_FAMILIES = {"registry", "helpers", "decompositions", "docs"}
+_NOT_FAMILIES = {"registry", "helpers", "decompositions", "docs", "dynamic_rules"}
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _module not in _NOT_FAMILIES and not _module.startswith("_"):
         importlib.import_module(f"{__name__}.{_module}")
+importlib.import_module(f"{__name__}.dynamic_rules")
 
-__all__ = ["LOWERINGS", "Lowering", "LoweringContext", "LoweringError", "UnsupportedOpError", "lookup", "lowers"]
+__all__ = [
+    "LOWERINGS",
+    "DynamicFallback",
+    "Lowering",
+    "LoweringContext",
+    "LoweringError",
+    "Padding",
+    "UnsupportedOpError",
+    "dynamic_lowering",
+    "lookup",
+    "lowers",
+]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .registry import lowers
+from .registry import declare_padding, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -23,3 +23,6 @@ def _linalg_check_errors(ctx, info, api_name, *, is_matrix):
 @lowers(aten._assert_tensor_metadata.default)
 def _assert_tensor_metadata(ctx, x, size=None, stride=None, dtype=None, **kwargs):
     return None
+
+
+declare_padding(Padding.SAFE, family="checks")

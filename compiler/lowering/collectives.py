@@ -19,7 +19,7 @@ from ..context import ir
 from ..dialect.collective_ops import REDUCE_OPS
 from ._process_groups import GroupResolutionError, padded_groups, resolve_group
 from .helpers import shape_of
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 c10d = torch.ops._c10d_functional
 
@@ -161,3 +161,7 @@ def is_collective_node(node) -> bool:
     those to torch.distributed: one-device graphs have no replicas to exchange with)."""
     target = getattr(node, "target", None)
     return getattr(target, "namespace", None) == "_c10d_functional"
+
+
+# Bounded dynamism: collectives over padded buffers are not masked.
+declare_padding(Padding.EAGER, family="collectives")

@@ -27,7 +27,7 @@ from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import convert, dtype, full, reduce, reshape, shape_of, transpose
 from .helpers import rank_of as rank
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -216,3 +216,7 @@ def _conv_tbc(ctx: LoweringContext, x, weight, bias, pad=0):
     y = conv_general(x, weight, ("0bf", "0io", "0bf"), strides=[1], padding=[(pad, pad)])
     b = stablehlo.BroadcastInDimOp(tensor_type(shape_of(y), dtype(y)), convert(bias, dtype(y)), [2]).result
     return stablehlo.AddOp(y, b).result
+
+
+# Bounded dynamism: conv_tbc (time-major) has no rule for a dynamic time dim.
+declare_padding(Padding.WINDOW, aten.conv_tbc.default)

@@ -35,7 +35,8 @@ from .helpers import (
     select,
     shape_of,
 )
-from .registry import LoweringContext, lowers
+from .symsize import SymSize
+from .registry import declare_padding, dynamic_rule, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -479,3 +480,27 @@ def _log_normal(ctx: LoweringContext, x, mean=1.0, std=2.0, *, generator=None):
     z = _standard_normal(ctx, shape_of(x), compute)
     return convert(stablehlo.ExpOp(_add(_mul(z, float(std)), float(mean))).result, dt)
 
+
+# Bounded dynamism (registry.Padding): fills, random values and iota-based ranges are the
+# same at every logical position of the padded buffer. arange with a symbolic start or
+# step, linspace/logspace (their step divides by the size) and the index/permutation
+# creators use sizes as values.
+declare_padding(
+    Padding.SIZE,
+    aten.linspace.default,
+    aten.logspace.default,
+    aten.tril_indices.default,
+    aten.triu_indices.default,
+    aten.randperm,
+)
+
+
+@dynamic_rule(aten.arange.start, aten.arange.start_step, padding=Padding.SIZE)
+def _arange_dynamic(ctx: LoweringContext, start, end, step=1, **kwargs):
+    """The iota is right at the bound; a symbolic start or step would be read as its bound."""
+    if isinstance(start, SymSize) or isinstance(step, SymSize):
+        raise ctx.dynamic_limit("arange with a symbolic start or step")
+    return NotImplemented
+
+
+declare_padding(Padding.SAFE, family="creation")

@@ -1,23 +1,23 @@
-"""Rules for ops whose static lowering is wrong when a dimension is padded (bounded
-dynamism, docs/explanation/bounded-dynamism.md).
+"""Dynamic rules: lowerings of ops whose ordinary rule is wrong when a dimension is
+padded (bounded dynamism, docs/explanation/bounded-dynamism.md), attached to the one
+lowering table with `registry.dynamic_rule` (which rejects a rule for an overload that has
+no ordinary lowering, or a second rule). This module is imported after every family module.
 
-XLA's dynamic padder masks what reads padding through reductions, dot contractions,
-concatenation, argmax and scans (tested in test/python/frontend/test_bounded_dynamism.py).
-It cannot fix what a rule computed from a *static* size: a mean's divisor, a reshape that
-interleaves padding with data. Those ops are lowered here when an operand has a dynamic
-dimension; everything else uses the ordinary rule. Ops whose result depends on where the
-end of a dynamic dimension is (flip, roll, sort along it, ...) are rejected (the node runs
-in PyTorch eager) rather than computed wrongly.
+XLA's dynamic padder masks what reads padding through reductions, dot contractions and
+concatenation (class `masked`). It cannot fix what a rule computed from a *static* size:
+a mean's divisor, a reshape that interleaves padding with data, a flattened index. A rule
+here runs when an operand or the result has a dynamic dim: it lowers the op for the
+padded layout, returns `NotImplemented` when the ordinary rule is right for this node (the
+dynamic dims are not the ones it works along), or raises `ctx.dynamic_limit(...)` so the
+node runs in PyTorch eager rather than computing a wrong result.
 
 A rule gets the importer's `DynamicShapes` as `ctx.importer.dynamic` and the node's
-symbolic metadata through it. It returns `NotImplemented` to use the ordinary rule.
+symbolic metadata through it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
 
 import sympy
 import torch
@@ -25,22 +25,15 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import broadcast_to, convert, dtype, normalize_dims, reshape, shape_of
-from .registry import LOWERINGS, LoweringContext
+from .registry import LOWERINGS, LoweringContext, Padding, declare_padding, dynamic_rule
 from .row_layout import flatten_layout, unflatten_matches
 from .symsize import SymSize, static_layout
 
 aten = torch.ops.aten
 
-DYNAMIC_LOWERINGS: dict[Any, Callable] = {}
-
-
-def lowers_dynamic(*ops) -> Callable[[Callable], Callable]:
-    def register(fn: Callable) -> Callable:
-        for op in ops:
-            DYNAMIC_LOWERINGS[op] = fn
-        return fn
-
-    return register
+COUNT, INDEX, SIZE, MOVEMENT, WINDOW, PREFIX = (
+    Padding.COUNT, Padding.INDEX, Padding.SIZE, Padding.MOVEMENT, Padding.WINDOW, Padding.PREFIX
+)
 
 
 def _sym(ctx: LoweringContext, position: int):
@@ -84,8 +77,9 @@ def _product(values) -> ir.Value | int:
 
 
 # -- count-dependent reductions --------------------------------------------------------------
-@lowers_dynamic(aten.mean.dim, aten.mean.default)
+@dynamic_rule(aten.mean.dim, aten.mean.default, padding=COUNT)
 def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
+    """Divides the (masked) sum by the run-time element count of the reduced dims."""
     sym = _sym(ctx, 0)
     dims = normalize_dims(dim if dim not in ((), []) else None, len(shape_of(x)))
     if not any(d in _dynamic_dims(ctx, 0) for d in dims):
@@ -129,6 +123,7 @@ def _var_rule(take_sqrt: bool, with_mean: bool):
             return var, reshape(convert(mean, ctx.result_dtype(1)), ctx.result_shape(1))
         return var
 
+    rule.__doc__ = "Divides by the run-time element count of the reduced dims (the sums are masked by the dynamic padder)."
     return rule
 
 
@@ -149,13 +144,13 @@ def _dtype_of(v: ir.Value) -> torch.dtype:
 
 
 for _op in (aten.var.dim, aten.var.correction, aten.var.default):
-    lowers_dynamic(_op)(_var_rule(False, False))
+    dynamic_rule(_op, padding=COUNT)(_var_rule(False, False))
 for _op in (aten.std.dim, aten.std.correction, aten.std.default):
-    lowers_dynamic(_op)(_var_rule(True, False))
+    dynamic_rule(_op, padding=COUNT)(_var_rule(True, False))
 for _op in (aten.var_mean.correction, aten.var_mean.dim, aten.var_mean.default):
-    lowers_dynamic(_op)(_var_rule(False, True))
+    dynamic_rule(_op, padding=COUNT)(_var_rule(False, True))
 for _op in (aten.std_mean.correction, aten.std_mean.dim, aten.std_mean.default):
-    lowers_dynamic(_op)(_var_rule(True, True))
+    dynamic_rule(_op, padding=COUNT)(_var_rule(True, True))
 
 
 # -- reshapes ----------------------------------------------------------------------------------
@@ -183,10 +178,18 @@ def _layout_preserving(in_shape, out_shape) -> bool:
     return a is not None and b is not None and a[0] == b[0] and a[2] == b[2] and a[1] == b[1]
 
 
-@lowers_dynamic(
-    aten.view.default, aten.view_copy.default, aten._unsafe_view.default, aten.reshape.default
+@dynamic_rule(
+    aten.view.default,
+    aten.view_copy.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten._reshape_alias.default,
+    padding=MOVEMENT,
 )
 def _reshape(ctx: LoweringContext, x, *args, **kwargs):
+    """A reshape that keeps the padding in place is a plain reshape; a flattening one is
+    kept row-interleaved for row-wise consumers (row_layout.py); any other moves elements
+    with a gather at logical positions."""
     in_sym = _sym(ctx, 0)
     out_sym = ctx.importer.dynamic.symbolic_val(ctx.node)
     in_dyn = ctx.importer.dynamic.dynamic_dims(in_sym)
@@ -305,46 +308,41 @@ def _reject_along_dynamic(dim_position: int | None, what: str, default=_ALL, key
             dims = normalize_dims(dims, len(shape_of(x)))
             if not any(d in dyn for d in dims):
                 return NotImplemented
-        raise ctx.fail(
-            f"{what} along a dynamic (padded) dimension is not supported with bounded "
-            "dynamism; it runs in PyTorch eager (or mark the dimension static)"
-        )
+        raise ctx.dynamic_limit(f"{what} along a dynamic (padded) dimension")
 
+    rule.__doc__ = f"{what} along a dynamic (padded) dim runs in eager; along static dims the ordinary rule."
     return rule
 
 
-lowers_dynamic(aten.flip.default)(_reject_along_dynamic(1, "flip", keyword="dims"))
-lowers_dynamic(aten.roll.default)(_reject_along_dynamic(2, "roll", keyword="dims"))
-lowers_dynamic(aten.sort.default)(_reject_along_dynamic(1, "sort", default=-1))
-lowers_dynamic(aten.sort.stable)(_reject_along_dynamic(None, "sort"))  # dim is keyword-only there
-lowers_dynamic(aten.topk.default)(_reject_along_dynamic(2, "topk", default=-1))
+dynamic_rule(aten.flip.default, padding=MOVEMENT)(_reject_along_dynamic(1, "flip", keyword="dims"))
+dynamic_rule(aten.roll.default, padding=MOVEMENT)(_reject_along_dynamic(2, "roll", keyword="dims"))
+dynamic_rule(aten.sort.default, padding=MOVEMENT)(_reject_along_dynamic(1, "sort", default=-1))
+# (dim is keyword-only in sort.stable)
+dynamic_rule(aten.sort.stable, padding=MOVEMENT)(_reject_along_dynamic(99, "sort", default=-1))
+dynamic_rule(aten.topk.default, padding=MOVEMENT)(_reject_along_dynamic(2, "topk", default=-1))
 
 
-@lowers_dynamic(aten.repeat.default)
+@dynamic_rule(aten.repeat.default, padding=MOVEMENT)
 def _repeat(ctx: LoweringContext, x, repeats):
     """Repeating a dynamic dim interleaves copies with padding; repeating others is fine."""
     rank = len(shape_of(x))
     offset = len(repeats) - rank
     if all(int(repeats[offset + d]) == 1 for d in _dynamic_dims(ctx, 0)):
         return NotImplemented
-    raise ctx.fail(
-        "repeat along a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager"
-    )
+    raise ctx.dynamic_limit("repeat along a dynamic (padded) dimension")
 
 
-@lowers_dynamic(aten.constant_pad_nd.default)
+@dynamic_rule(aten.constant_pad_nd.default, padding=MOVEMENT)
 def _constant_pad(ctx: LoweringContext, x, pad, value=0):
     """Padding after a dynamic dim's end would land after the buffer's padding."""
     rank = len(shape_of(x))
     touched = {rank - 1 - i // 2 for i, p in enumerate(pad) if int(p) != 0}
     if not touched & set(_dynamic_dims(ctx, 0)):
         return NotImplemented
-    raise ctx.fail(
-        "constant padding of a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager"
-    )
+    raise ctx.dynamic_limit("constant padding of a dynamic (padded) dimension")
 
 
-@lowers_dynamic(aten.native_layer_norm.default)
+@dynamic_rule(aten.native_layer_norm.default, padding=COUNT)
 def _layer_norm(ctx: LoweringContext, x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """layer_norm whose normalized dims include a dynamic one: mean and variance divide by
     the run-time element count (the sums are masked by the dynamic padder)."""
@@ -424,7 +422,8 @@ def _dynamic_slice(
         starts[dim], limits[dim], strides[dim] = start, start + (length - 1) * step + 1, step
         return stablehlo.SliceOp(x, starts, limits, strides).result
     span = (length - 1) * step + 1 if length > 0 else 0
-    x = _pad_dim(x, dim, span)
+    # Static layout: XLA rejects a dynamic_slice that selects part of a dynamic dim.
+    x = _pad_dim(static_layout(x), dim, span)
     shape = shape_of(x)
     sizes = list(shape)
     sizes[dim] = span
@@ -448,8 +447,9 @@ def _dynamic_slice(
     return stablehlo.SliceOp(window, [0] * len(sizes), limits, strides).result
 
 
-@lowers_dynamic(aten.slice.Tensor, aten.slice_copy.Tensor)
+@dynamic_rule(aten.slice.Tensor, aten.slice_copy.Tensor, padding=MOVEMENT)
 def _slice(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
+    """Slices a dynamic dim from its run-time start (negative starts count from the run-time end)."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
@@ -460,8 +460,9 @@ def _slice(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
     return reshape(_dynamic_slice(x, dim, begin, length, int(step)), ctx.result_shape())
 
 
-@lowers_dynamic(aten.select.int, aten.select_copy.int)
+@dynamic_rule(aten.select.int, aten.select_copy.int, padding=MOVEMENT)
 def _select(ctx: LoweringContext, x, dim, index):
+    """Selects along a dynamic dim at a run-time position (negative indices count from the run-time end)."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
@@ -469,8 +470,9 @@ def _select(ctx: LoweringContext, x, dim, index):
     return reshape(_dynamic_slice(x, dim, begin, 1), ctx.result_shape())
 
 
-@lowers_dynamic(aten.narrow.default, aten.narrow_copy.default)
+@dynamic_rule(aten.narrow.default, aten.narrow_copy.default, padding=MOVEMENT)
 def _narrow(ctx: LoweringContext, x, dim, start, length):
+    """Narrows a dynamic dim from its run-time start."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
@@ -490,8 +492,8 @@ def _scatter_into(
     shape = shape_of(base)
     extent = shape_of(src)[dim]
     if step != 1:
-        raise ctx.fail("a strided slice_scatter along a dynamic dimension is not supported")
-    padded = _pad_dim(base, dim, extent)
+        raise ctx.dynamic_limit("a strided slice_scatter along a dynamic dimension")
+    padded = _pad_dim(static_layout(base), dim, extent)
     index_type = tensor_type([], torch.int64)
     zero = stablehlo.ConstantOp(
         ir.DenseElementsAttr.get_splat(
@@ -499,7 +501,7 @@ def _scatter_into(
         )
     ).result
     starts = [_i64(begin) if d == dim else zero for d in range(len(shape))]
-    placed = stablehlo.DynamicUpdateSliceOp(padded, src, starts).result
+    placed = stablehlo.DynamicUpdateSliceOp(padded, static_layout(src), starts).result
     limits = list(shape)
     placed = stablehlo.SliceOp(placed, [0] * len(shape), limits, [1] * len(shape)).result
     position = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
@@ -509,8 +511,9 @@ def _scatter_into(
     return select(inside, placed, base)
 
 
-@lowers_dynamic(aten.slice_scatter.default)
+@dynamic_rule(aten.slice_scatter.default, padding=MOVEMENT)
 def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, step=1):
+    """Writes src at its run-time position along a dynamic dim; src's padding is never written."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0) and dim not in _dynamic_dims(ctx, 1):
         return NotImplemented
@@ -519,8 +522,9 @@ def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, st
     return _scatter_into(ctx, x, src, dim, begin, length, int(step))
 
 
-@lowers_dynamic(aten.select_scatter.default)
+@dynamic_rule(aten.select_scatter.default, padding=MOVEMENT)
 def _select_scatter(ctx: LoweringContext, x, src, dim, index):
+    """Writes src at its run-time position along a dynamic dim."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
@@ -536,8 +540,9 @@ def _backward_base(ctx: LoweringContext, grad: ir.Value, input_sizes) -> ir.Valu
     return full(0, dtype(grad), [int(s) for s in input_sizes])
 
 
-@lowers_dynamic(aten.slice_backward.default)
+@dynamic_rule(aten.slice_backward.default, padding=MOVEMENT)
 def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
+    """The gradient placed at the slice's run-time position; its padding is never written."""
     out = ctx.importer.dynamic.symbolic_val(ctx.node)
     dim = normalize_dims(dim, len(input_sizes))[0]
     if dim not in ctx.importer.dynamic.dynamic_dims(out) and dim not in _dynamic_dims(ctx, 0):
@@ -548,8 +553,9 @@ def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, st
     return _scatter_into(ctx, base, grad, dim, begin, length, int(step))
 
 
-@lowers_dynamic(aten.select_backward.default)
+@dynamic_rule(aten.select_backward.default, padding=MOVEMENT)
 def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
+    """The gradient placed at the selected run-time position."""
     out = ctx.importer.dynamic.symbolic_val(ctx.node)
     dim = normalize_dims(dim, len(input_sizes))[0]
     if dim not in ctx.importer.dynamic.dynamic_dims(out):
@@ -562,23 +568,26 @@ def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
 
 
 def _reject_split(ctx: LoweringContext, x, split, dim=0, *args, **kwargs):
+    """Splitting along a dynamic dim runs in eager (the pieces' sizes depend on where it
+    ends); along static dims the ordinary rule."""
     dim = normalize_dims(dim, len(shape_of(x)))[0]
     if dim not in _dynamic_dims(ctx, 0):
         return NotImplemented
-    raise ctx.fail(
-        "splitting along a dynamic (padded) dimension is not supported with bounded dynamism; it runs in PyTorch eager"
-    )
+    raise ctx.dynamic_limit("splitting along a dynamic (padded) dimension")
 
 
-for _op in (
-    aten.split.Tensor,
+dynamic_rule(
+    aten.split,
     aten.split_with_sizes.default,
+    aten.split_with_sizes_copy.default,
     aten.split_copy.Tensor,
     aten.unsafe_split.Tensor,
-    aten.chunk.default,
-):
-    lowers_dynamic(_op)(_reject_split)
-lowers_dynamic(aten.unbind.int)(_reject_along_dynamic(1, "unbind"))
+    aten.unsafe_split_with_sizes.default,
+    padding=MOVEMENT,
+)(_reject_split)
+dynamic_rule(aten.unbind.int, aten.unbind_copy.int, padding=MOVEMENT)(
+    _reject_along_dynamic(1, "unbind", default=0)
+)
 
 
 def compact_rows(ctx: LoweringContext, raw: ir.Value, layout, symbolic) -> ir.Value:
@@ -612,7 +621,7 @@ for _op in (
     aten.cummin.default,
     aten.logcumsumexp.default,
 ):
-    lowers_dynamic(_op)(_scan_on_padded_buffer)
+    dynamic_rule(_op, padding=PREFIX)(_scan_on_padded_buffer)
 
 
 # -- sizes used as values inside whole-op rules ---------------------------------------------------
@@ -678,20 +687,16 @@ for _name in (
     "soft_margin_loss",
     "soft_margin_loss_backward",
 ):
-    # (Registered whether or not the op has a lowering: this module may be imported
-    # before the family modules; the rule looks the lowering up when it runs.)
-    lowers_dynamic(getattr(aten, _name).default)(_mean_loss)
+    dynamic_rule(getattr(aten, _name).default, padding=COUNT)(_mean_loss)
 
 
 def _reject_when(condition, what: str):
     def rule(ctx: LoweringContext, *args, **kwargs):
         if not condition(ctx, args, kwargs):
             return NotImplemented
-        raise ctx.fail(
-            f"{what} is not supported with bounded dynamism; it runs in PyTorch eager "
-            "(or mark the dimension static)"
-        )
+        raise ctx.dynamic_limit(what)
 
+    rule.__doc__ = f"{what[0].upper() + what[1:]}: runs in eager; otherwise the ordinary rule."
     return rule
 
 
@@ -721,23 +726,24 @@ def _attention_head_dim_dynamic(ctx, args, kwargs) -> bool:
     )
 
 
-for _op in (
+dynamic_rule(
     aten.native_batch_norm.default,
     aten._native_batch_norm_legit.default,
     aten._native_batch_norm_legit.no_stats,
     aten._native_batch_norm_legit_functional.default,
+    aten._batch_norm_with_update.default,
+    aten._batch_norm_with_update_functional.default,
     aten.native_batch_norm_backward.default,
-):
-    lowers_dynamic(_op)(
-        _reject_when(_training_over_dynamic, "batch norm statistics over a dynamic dimension")
-    )
-for _op in (aten.native_group_norm.default,):
-    lowers_dynamic(_op)(_reject_when(_dynamic_beyond(1), "group norm over a dynamic dimension"))
-for _op in (aten.native_group_norm_backward.default,):
-    lowers_dynamic(_op)(
-        _reject_when(_dynamic_beyond(1, "input"), "group norm over a dynamic dimension")
-    )
-lowers_dynamic(aten.native_layer_norm_backward.default)(
+    aten.batch_norm_backward.default,
+    padding=COUNT,
+)(_reject_when(_training_over_dynamic, "batch norm statistics over a dynamic dimension"))
+dynamic_rule(aten.native_group_norm.default, padding=COUNT)(
+    _reject_when(_dynamic_beyond(1), "group norm over a dynamic dimension")
+)
+dynamic_rule(aten.native_group_norm_backward.default, padding=COUNT)(
+    _reject_when(_dynamic_beyond(1, "input"), "group norm over a dynamic dimension")
+)
+dynamic_rule(aten.native_layer_norm_backward.default, padding=COUNT)(
     _reject_when(
         lambda ctx, args, kwargs: any(
             d >= len(_sym(ctx, 1).shape) - len(args[2]) for d in _dynamic_dims(ctx, 1)
@@ -745,37 +751,332 @@ lowers_dynamic(aten.native_layer_norm_backward.default)(
         "layer norm backward over a dynamic normalized dimension",
     )
 )
-for _op in (
+dynamic_rule(
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
     aten._scaled_dot_product_efficient_attention.default,
-):
-    lowers_dynamic(_op)(
-        _reject_when(
-            _attention_head_dim_dynamic,
-            "attention with a dynamic head dimension (its default scale)",
-        )
+    padding=SIZE,
+)(
+    _reject_when(
+        _attention_head_dim_dynamic,
+        "attention with a dynamic head dimension (its default scale)",
     )
+)
 
-# Windows, pools and resampling along a dynamic spatial dim depend on where it ends.
-_SPATIAL_OPS = ["avg_pool1d", "avg_pool2d", "avg_pool3d", "avg_pool2d_backward", "avg_pool3d_backward", "max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward", "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d", "replication_pad3d", "im2col", "col2im"]
-for _name in _SPATIAL_OPS:
-    _packet = getattr(aten, _name, None)
-    for _op in [getattr(_packet, o) for o in _packet.overloads()] if _packet is not None else []:
-        _names = [a.name for a in _op._schema.arguments]
-        _first = "self" if "self" in _names else "input" if "input" in _names else _names[0]
-        lowers_dynamic(_op)(
-            _reject_when(_dynamic_beyond(1, _first), f"{_name} along a dynamic dimension")
-        )
+
+def _first_tensor(op) -> str:
+    names = [a.name for a in op._schema.arguments]
+    return "self" if "self" in names else "input" if "input" in names else names[0]
+
+
+# Windows, pools, padding modes and resampling along a dynamic spatial dim depend on where
+# it ends; along the batch dim they are per sample. Rules for every lowered overload of
+# these families (the upsampling ones use sizes as values: scales).
+_SPATIAL_DOC = (
+    "Along a dynamic dim other than the batch dim: runs in eager (windows, padding modes and "
+    "resampling depend on where the dim ends); along the batch dim the ordinary rule."
+)
+
+
+def _spatial_rules(names, padding: Padding) -> None:
+    for name in names:
+        for op in [op for op in LOWERINGS if op.__name__.split(".")[0] == name]:
+            rule = _reject_when(_dynamic_beyond(1, _first_tensor(op)), f"{name} along a dynamic dimension")
+            rule.__doc__ = _SPATIAL_DOC
+            dynamic_rule(op, padding=padding)(rule)
+
+
+_spatial_rules(
+    [
+        "avg_pool1d", "avg_pool2d", "avg_pool3d", "avg_pool2d_backward", "avg_pool3d_backward",
+        "max_pool2d_with_indices", "max_pool3d_with_indices",
+        "max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward",
+        "adaptive_avg_pool1d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d",
+        "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward",
+        "adaptive_max_pool2d", "adaptive_max_pool3d",
+        "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward",
+    ],
+    WINDOW,
+)
+_spatial_rules(
+    [
+        "reflection_pad1d", "reflection_pad2d", "reflection_pad3d",
+        "replication_pad1d", "replication_pad2d", "replication_pad3d",
+        "replication_pad1d_backward", "replication_pad2d_backward", "replication_pad3d_backward",
+        "im2col", "col2im", "pixel_shuffle", "pixel_unshuffle",
+    ],
+    MOVEMENT,
+)
+_spatial_rules(
+    sorted(
+        {op.__name__.split(".")[0] for op in LOWERINGS if "upsample" in op.__name__}
+        | {"grid_sampler_2d", "grid_sampler_2d_backward"}
+    ),
+    SIZE,
+)
 
 # XLA rejects convolutions over a dynamic spatial dim ("Dynamic Spatial Convolution is not
-# supported"); batch-dynamic convolutions are fine.
-for _op in (aten.convolution.default, aten.convolution_backward.default):
-    lowers_dynamic(_op)(
-        _reject_when(
-            lambda ctx, args, kwargs: any(
-                d >= 2 for d in _dynamic_dims(ctx, _position(ctx, "input"))
-            ),
-            "convolution along a dynamic spatial dimension",
-        )
-    )
+# supported") and a dynamic kernel feature dim ("Dynamic output feature dim on convolution
+# kernel is not supported"); batch-dynamic convolutions are fine.
+def _convolution_beyond_batch(ctx, args, kwargs) -> bool:
+    names = [a.name for a in ctx.node.target._schema.arguments]
+    for position, name in enumerate(names[: len(ctx.node.args)]):
+        if not isinstance(ctx.node.args[position], torch.fx.Node):
+            continue
+        first = 1 if name in ("input", "grad_output", "self") else 0
+        if any(d >= first for d in _dynamic_dims(ctx, position)):
+            return True
+    return False
+
+
+dynamic_rule(
+    aten.convolution.default,
+    aten._convolution.default,
+    aten._convolution.deprecated,
+    aten.convolution_backward.default,
+    padding=WINDOW,
+)(_reject_when(_convolution_beyond_batch, "convolution with a dynamic dimension other than the batch"))
+
+
+# -- index-carrying ops ---------------------------------------------------------------------------
+def _valid_positions(ctx: LoweringContext, position, shape) -> ir.Value | None:
+    """i1 mask of `shape` (the padded layout of argument `position`, or of an FX node):
+    True at logical positions, False in the padding of its dynamic dims; None when it
+    has none."""
+    from .helpers import compare
+
+    sym = ctx.importer.dynamic.symbolic_val(position) if isinstance(position, torch.fx.Node) else _sym(ctx, position)
+    valid = None
+    for d in ctx.importer.dynamic.dynamic_dims(sym):
+        position_d = stablehlo.IotaOp(tensor_type(list(shape), torch.int64), d).result
+        inside = compare(position_d, broadcast_to(_i64(_size(ctx, sym.shape[d])), list(shape)), "LT")
+        valid = inside if valid is None else stablehlo.AndOp(valid, inside).result
+    return valid
+
+
+def _arg_reduce_rule(largest: bool, with_values: bool):
+    """argmax/argmin/max.dim/min.dim over a dynamic dim: padded positions hold the value
+    that never wins (-inf/+inf or the dtype's extreme: on a tie the first logical position
+    wins, as it comes first in the padded layout too), and a flattened index is computed
+    from the logical strides, not the padded ones."""
+
+    def rule(ctx: LoweringContext, x, dim=None, keepdim=False):
+        from .helpers import full, max_value, min_value, select
+        from .reduction import arg_reduce
+
+        shape = shape_of(x)
+        rank = len(shape)
+        dims = list(range(rank)) if dim is None else normalize_dims(dim, max(rank, 1))
+        if rank == 0 or not set(dims) & set(_dynamic_dims(ctx, 0)):
+            return NotImplemented
+        dt = dtype(x)
+        valid = _valid_positions(ctx, 0, shape)
+        fill = full(min_value(dt) if largest else max_value(dt), dt, shape)
+        masked = static_layout(select(valid, x, fill))
+        if dim is not None:
+            values, indices = arg_reduce(masked, dims[0], largest)
+        else:
+            count = math.prod(shape)
+            values, flat = arg_reduce(reshape(masked, [count]), 0, largest)
+            sym = _sym(ctx, 0)
+            logical = [_size(ctx, s) for s in sym.shape]
+            indices = _i64(0)
+            for d in range(rank):
+                padded_stride = math.prod(shape[d + 1 :])
+                coord = stablehlo.DivOp(flat, _i64(padded_stride)).result
+                coord = stablehlo.RemOp(coord, _i64(shape[d])).result
+                term = stablehlo.MulOp(coord, _i64(_product(logical[d + 1 :]))).result
+                indices = stablehlo.AddOp(indices, term).result
+        if with_values:
+            return reshape(values, ctx.result_shape(0)), reshape(indices, ctx.result_shape(1))
+        return reshape(indices, ctx.result_shape())
+
+    rule.__doc__ = _arg_reduce_rule.__doc__
+    return rule
+
+
+dynamic_rule(aten.argmax.default, padding=INDEX)(_arg_reduce_rule(True, False))
+dynamic_rule(aten.argmin.default, padding=INDEX)(_arg_reduce_rule(False, False))
+dynamic_rule(aten.max.dim, padding=INDEX)(_arg_reduce_rule(True, True))
+dynamic_rule(aten.min.dim, padding=INDEX)(_arg_reduce_rule(False, True))
+
+# Order statistics along a dynamic dim would order the padding too.
+dynamic_rule(aten.median.default, aten.nanmedian.default, padding=MOVEMENT)(
+    _reject_along_dynamic(None, "median")
+)
+dynamic_rule(aten.median.dim, aten.nanmedian.dim, padding=MOVEMENT)(
+    _reject_along_dynamic(1, "median")
+)
+dynamic_rule(aten.kthvalue.default, padding=MOVEMENT)(_reject_along_dynamic(2, "kthvalue", default=-1))
+
+
+def _scatter_rule(ctx: LoweringContext, x, dim, index, src, *args, **kwargs):
+    """scatter/scatter_add/scatter_reduce with a dynamic operand: indices into a dynamic
+    dim are logical positions already (the padded layout keeps coordinates); what must
+    not happen is scattering the padded rows of `index`/`src`. Padded index entries are
+    set out of bounds (XLA's scatter drops those updates), and the ordinary rule runs on
+    static layouts (the importer re-marks the result)."""
+    from .helpers import full, select
+
+    rank = max(len(shape_of(x)), 1)
+    dim = dim % rank
+    index_shape = shape_of(index)
+    valid = _valid_positions(ctx, 2, index_shape) if index_shape else None
+    if valid is not None:
+        out_of_bounds = full(max(shape_of(x)[dim] if shape_of(x) else 1, 1), dtype(index), index_shape)
+        index = select(valid, index, out_of_bounds)
+    if isinstance(src, ir.Value):
+        src = static_layout(src)
+    lowering = LOWERINGS[ctx.node.target]
+    return lowering.fn(ctx, static_layout(x), dim, static_layout(index), src, *args, **kwargs)
+
+
+dynamic_rule(
+    aten.scatter.src,
+    aten.scatter.value,
+    aten.scatter.reduce,
+    aten.scatter.value_reduce,
+    aten.scatter_add.default,
+    aten.scatter_reduce.two,
+    padding=INDEX,
+)(_scatter_rule)
+
+
+@dynamic_rule(aten.index.Tensor, aten.index.Tensor_hacked_twin, aten._unsafe_index.Tensor, aten._unsafe_index.Tensor_hacked_twin, padding=INDEX)
+def _index_rule(ctx: LoweringContext, x, indices):
+    """Advanced indexing: a negative index counts from the run-time end of its dim (the
+    ordinary rule would count from the bound); a boolean mask index has a data-dependent
+    shape and is not supported over a dynamic dim."""
+    from .helpers import compare, select
+
+    sym = _sym(ctx, 0)
+    dyn = set(_dynamic_dims(ctx, 0))
+    wrapped = list(indices)
+    for d, idx in enumerate(indices):
+        if idx is None or d not in dyn:
+            continue
+        if dtype(idx) is torch.bool:
+            raise ctx.dynamic_limit("a boolean mask index over a dynamic (padded) dimension")
+        ishape = shape_of(idx)
+        idx64 = convert(idx, torch.int64)
+        size = broadcast_to(_i64(_size(ctx, sym.shape[d])), ishape)
+        negative = compare(idx64, broadcast_to(_i64(0), ishape), "LT")
+        wrapped[d] = select(negative, stablehlo.AddOp(idx64, size).result, idx64)
+    return LOWERINGS[ctx.node.target].fn(ctx, x, wrapped)
+
+
+def _reject_dynamic_argument(name: str, what: str):
+    """Rejects the op when tensor argument `name` has a dynamic dim (its padding would be
+    read as data: boundaries, test elements)."""
+
+    def rule(ctx: LoweringContext, *args, **kwargs):
+        position = _position(ctx, name)
+        if position < len(ctx.node.args) and isinstance(ctx.node.args[position], torch.fx.Node):
+            if _dynamic_dims(ctx, position):
+                raise ctx.dynamic_limit(what)
+        return NotImplemented
+
+    rule.__doc__ = f"{what[0].upper() + what[1:]}: runs in eager (the padding would be read as data); otherwise the ordinary rule."
+    return rule
+
+
+dynamic_rule(aten.bucketize.Tensor, aten.bucketize.Scalar, padding=INDEX)(
+    _reject_dynamic_argument("boundaries", "bucketize with dynamic (padded) boundaries")
+)
+dynamic_rule(aten.searchsorted.Tensor, aten.searchsorted.Scalar, padding=INDEX)(
+    _reject_dynamic_argument("sorted_sequence", "searchsorted with a dynamic (padded) sorted sequence")
+)
+dynamic_rule(aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor, padding=INDEX)(
+    _reject_dynamic_argument("test_elements", "isin with dynamic (padded) test elements")
+)
+# Reads positions or counts that padding would change: no rule yet, so they run in eager
+# with a dynamic operand.
+declare_padding(
+    INDEX,
+    aten._unsafe_masked_index,
+    aten._unsafe_masked_index_put_accumulate,
+    aten.take,
+    aten.put,
+    aten.masked_scatter,
+    aten.masked_scatter_backward,
+    aten.nonzero,
+    aten.nonzero_static,
+    aten.masked_select,
+    aten.bincount,
+    aten._local_scalar_dense,
+    aten.histc,
+    aten._embedding_bag,
+    aten._embedding_bag_forward_only,
+    aten._embedding_bag_backward,
+    aten._embedding_bag_dense_backward,
+    aten._embedding_bag_per_sample_weights_backward,
+)
+declare_padding(Padding.SAFE, aten.index_select, aten.gather, aten.masked_fill, aten.isin.Tensor_Scalar)
+
+
+def _logical_index(ctx: LoweringContext, index: ir.Value, index_node, size, bound: int) -> ir.Value:
+    """An index into a dim of run-time size `size` (int or i64 value) and padded extent
+    `bound`: negative entries count from the run-time end, and entries in the index's own
+    padding are set to `bound` — out of bounds, so a scatter drops their updates."""
+    from .helpers import compare, full, select
+
+    shape = shape_of(index)
+    idx = convert(index, torch.int64)
+    if isinstance(size, ir.Value):
+        negative = compare(idx, broadcast_to(_i64(0), shape), "LT")
+        idx = select(negative, stablehlo.AddOp(idx, broadcast_to(size, shape)).result, idx)
+    valid = _valid_positions(ctx, index_node, shape) if isinstance(index_node, torch.fx.Node) else None
+    if valid is not None:
+        idx = select(valid, idx, full(bound, torch.int64, shape))
+    return idx
+
+
+@dynamic_rule(
+    aten.index_put.default,
+    aten.index_put.hacked_twin,
+    aten._unsafe_index_put.default,
+    aten._unsafe_index_put.hacked_twin,
+    padding=INDEX,
+)
+def _index_put_rule(ctx: LoweringContext, x, indices, values, accumulate=False):
+    """Writes through logical indices: negative ones count from the run-time end of a
+    dynamic dim, and the index's padded entries are out of bounds (never written); the
+    ordinary rule runs on static layouts. A boolean mask index over padding is not
+    supported."""
+    sym = _sym(ctx, 0)
+    nodes = list(ctx.node.args[1])
+    logical = []
+    for d, (idx, node) in enumerate(zip(indices, nodes)):
+        if idx is None:
+            logical.append(None)
+            continue
+        if dtype(idx) is torch.bool:
+            raise ctx.dynamic_limit("index_put with a boolean mask and a dynamic (padded) operand")
+        logical.append(_logical_index(ctx, idx, node, _size(ctx, sym.shape[d]), shape_of(x)[d]))
+    values = static_layout(values) if isinstance(values, ir.Value) else values
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), logical, values, accumulate)
+
+
+def _index_dim_rule(ctx: LoweringContext, x, dim, index, *args, **kwargs):
+    """index_add/index_copy/index_reduce/index_fill along `dim`: the index is logical
+    (negative entries from the run-time end) and its padded entries are out of bounds, so
+    they neither write nor fill; the ordinary rule runs on static layouts."""
+    shape = shape_of(x)
+    rank = max(len(shape), 1)
+    d = dim % rank
+    sym = _sym(ctx, 0)
+    size = _size(ctx, sym.shape[d]) if len(shape) else 1
+    bound = shape[d] if len(shape) else 1
+    index = _logical_index(ctx, index, ctx.node.args[2], size, bound)
+    rest = [static_layout(a) if isinstance(a, ir.Value) else a for a in args]
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), dim, static_layout(index), *rest, **kwargs)
+
+
+dynamic_rule(
+    aten.index_add.default,
+    aten.index_copy.default,
+    aten.index_reduce.default,
+    aten.index_fill.int_Scalar,
+    aten.index_fill.int_Tensor,
+    padding=INDEX,
+)(_index_dim_rule)

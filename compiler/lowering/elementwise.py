@@ -24,7 +24,7 @@ from .helpers import (
     select,
     shape_of,
 )
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -399,3 +399,7 @@ def _gelu(ctx, x, *, approximate="none"):
 @lowers(aten.silu.default)
 def _silu(ctx, x):
     return stablehlo.MulOp(x, stablehlo.LogisticOp(x).result).result
+
+
+# Bounded dynamism: every op here reads only the same position of its operands.
+declare_padding(Padding.SAFE, family="elementwise")

@@ -29,7 +29,7 @@ from .helpers import (
     shape_of,
     transpose,
 )
-from .registry import LoweringContext, lowers
+from .registry import LOWERINGS, declare_padding, dynamic_rule, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -222,3 +222,24 @@ def _angle(ctx, self):
     shape = shape_of(x)
     result = select(compare(x, full(0, out, shape), "LT"), full(math.pi, out, shape), full(0, out, shape))
     return select(compare(x, x, "NE"), x, result)
+
+
+# Bounded dynamism: a transform along a dynamic dim would include the padding; along
+# static dims (and for the complex-part ops) positions are independent.
+def _fft_rule(ctx: LoweringContext, x, dim, *args, **kwargs):
+    """A transform along a dynamic dim runs in eager (it would include the padding);
+    along static dims the ordinary rule, on the static layout (XLA cannot propagate a
+    dynamic dim through an FFT)."""
+    from .dynamic_rules import _dynamic_dims
+    from .symsize import static_layout
+
+    dims = [d % len(ctx.arg_meta(0).shape) for d in dim]
+    if set(dims) & set(_dynamic_dims(ctx, 0)):
+        raise ctx.dynamic_limit("an FFT along a dynamic (padded) dimension")
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), dim, *args, **kwargs)
+
+
+dynamic_rule(aten._fft_c2c.default, aten._fft_r2c.default, aten._fft_c2r.default, padding=Padding.MOVEMENT)(
+    _fft_rule
+)
+declare_padding(Padding.SAFE, family="fft")

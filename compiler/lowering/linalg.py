@@ -63,7 +63,7 @@ from .helpers import (
     shape_of,
     transpose,
 )
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -1737,3 +1737,7 @@ def _linalg_ldl_solve(ctx, LD, pivots, B, *, hermitian=False):
     if _is_empty(shape_of(b)):
         return b
     return _sytrs(ld, piv, b)
+
+
+# Bounded dynamism: factorizations and solves over padded matrices are not masked.
+declare_padding(Padding.EAGER, family="linalg")

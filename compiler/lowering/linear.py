@@ -18,7 +18,7 @@ import torch
 from ..context import chlo, ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import broadcast_to, convert, dtype, full, reduce, reshape, shape_of
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -226,3 +226,9 @@ def _trilinear(ctx: LoweringContext, i1, i2, i3, expand1, expand2, expand3, sumd
     order = sorted(range(len(result.labels)), key=lambda i: result.labels[i])
     value = stablehlo.TransposeOp(result.value, order).result if order != list(range(len(order))) else result.value
     return reshape(value, ctx.result_shape())
+
+
+# Bounded dynamism: XLA's dynamic padder masks dot contractions over a dynamic dim; other
+# dims are per position. (_trilinear expands and sums in one rule: not trusted.)
+declare_padding(Padding.EAGER, aten._trilinear.default)
+declare_padding(Padding.MASKED, family="linear")

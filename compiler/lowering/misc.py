@@ -47,7 +47,7 @@ from .helpers import (
     select,
     shape_of,
 )
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, dynamic_rule, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -950,3 +950,61 @@ def _linalg_cross(ctx, self, other, *, dim=-1):
     c1 = _sub(_mul(a2, b0), _mul(a0, b2))
     c2 = _sub(_mul(a0, b1), _mul(a1, b0))
     return stablehlo.ConcatenateOp([c0, c1, c2], d).result
+
+
+# Bounded dynamism (registry.Padding). Row-pair distances are laid out by pair index;
+# nll_loss sums weights and values (masked) and divides by the weight sum, so its mean is
+# right (test_gpt_training_step_dynamic_batch); the mean losses have count rules
+# (dynamic_rules.py); glu splits its dim in halves (a rule there); every other op here is
+# elementwise.
+declare_padding(
+    Padding.EAGER,
+    aten._cdist_forward.default,
+    aten._cdist_backward.default,
+    aten._euclidean_dist.default,
+    aten._pdist_forward.default,
+    aten._pdist_backward.default,
+)
+declare_padding(
+    Padding.MASKED,
+    aten.nll_loss_forward.default,
+    aten.nll_loss_backward.default,
+    aten.nll_loss2d_forward.default,
+    aten.nll_loss2d_backward.default,
+)
+# Mean losses divide by a count (their rule is in dynamic_rules.py).
+declare_padding(
+    Padding.COUNT,
+    *(
+        getattr(aten, name).default
+        for name in (
+            "mse_loss", "mse_loss_backward", "binary_cross_entropy", "binary_cross_entropy_backward",
+            "binary_cross_entropy_with_logits", "smooth_l1_loss", "smooth_l1_loss_backward",
+            "huber_loss", "huber_loss_backward", "soft_margin_loss", "soft_margin_loss_backward",
+        )
+    ),
+)
+
+
+def _glu_rule(ctx: LoweringContext, x, dim=-1):
+    """glu halves its dim: along a dynamic one the halves are at run-time positions."""
+    from .dynamic_rules import _dynamic_dims
+
+    if dim % len(ctx.arg_meta(0).shape) in _dynamic_dims(ctx, 0):
+        raise ctx.dynamic_limit("glu along a dynamic (padded) dimension")
+    return NotImplemented
+
+
+def _glu_backward_rule(ctx: LoweringContext, grad, x, dim):
+    """glu's backward halves its dim: along a dynamic one it runs in eager."""
+    from .dynamic_rules import _dynamic_dims
+
+    if dim % len(ctx.arg_meta(1).shape) in _dynamic_dims(ctx, 1):
+        raise ctx.dynamic_limit("glu along a dynamic (padded) dimension")
+    return NotImplemented
+
+
+dynamic_rule(aten.glu.default, padding=Padding.MOVEMENT)(_glu_rule)
+dynamic_rule(aten.glu_backward.default, padding=Padding.MOVEMENT)(_glu_backward_rule)
+# Every other op of this family is elementwise.
+declare_padding(Padding.SAFE, family="misc")

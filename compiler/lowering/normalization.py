@@ -16,7 +16,7 @@ import torch
 from ..context import ir, stablehlo
 from .helpers import broadcast_to, convert, dtype, full, reshape, shape_of
 from .reduction import accumulation_dtype, reduce_sum, variance
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, dynamic_rule, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -473,3 +473,29 @@ def _fused_rms_norm_backward(
     if output_mask[1]:
         grad_weight = reduce_sum(_mul(g, x_hat), outer)
     return _out(ctx, 0, grad_input), _out(ctx, 1, grad_weight)
+
+
+# Bounded dynamism: inference batch norm is per channel (positions independent); the
+# RMS norms divide by the normalized element count (a rule rejects a dynamic normalized
+# dim). Training batch/group/layer norm rules are in dynamic_rules.py.
+declare_padding(
+    Padding.SAFE, aten._native_batch_norm_legit_no_training.default, aten._batch_norm_no_update.default
+)
+
+
+def _rms_rule(input_position: int):
+    def rule(ctx: LoweringContext, *args, **kwargs):
+        from .dynamic_rules import _dynamic_dims
+
+        rank = len(ctx.arg_meta(input_position).shape)
+        normalized = args[input_position + 1]
+        if any(d >= rank - len(normalized) for d in _dynamic_dims(ctx, input_position)):
+            raise ctx.dynamic_limit("RMS norm over a dynamic (padded) normalized dimension")
+        return NotImplemented
+
+    rule.__doc__ = "RMS norm over a dynamic normalized dim runs in eager (its mean divides by the count)."
+    return rule
+
+
+dynamic_rule(aten.rms_norm.default, aten._fused_rms_norm.default, padding=Padding.COUNT)(_rms_rule(0))
+dynamic_rule(aten._fused_rms_norm_backward.default, padding=Padding.COUNT)(_rms_rule(1))

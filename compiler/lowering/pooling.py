@@ -35,7 +35,7 @@ from .helpers import (
     shape_of,
     transpose,
 )
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -1338,3 +1338,10 @@ def _avg_pool1d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, coun
 @lowers(aten.adaptive_avg_pool1d.default)
 def _adaptive_avg_pool1d(ctx, x, output_size):
     return _adaptive_avg(ctx, 1, x, output_size)
+
+
+# Bounded dynamism: an embedding reads rows at given indices; its backward scatters rows,
+# which XLA's dynamic padder masks (test_gpt_training_step_dynamic_batch). Pooling and
+# resampling rules are in dynamic_rules.py.
+declare_padding(Padding.SAFE, aten.embedding.default)
+declare_padding(Padding.MASKED, aten.embedding_dense_backward.default)

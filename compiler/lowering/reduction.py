@@ -41,7 +41,7 @@ from .helpers import (
     shape_of,
 )
 from .helpers import full as _full
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -734,3 +734,35 @@ def _dist(ctx: LoweringContext, a, b, p=2):
     """‖a - b‖_p over all elements (broadcast, in the promoted dtype)."""
     lhs, rhs = promote(a, b, to=ctx.result_dtype())
     return _vector_norm(ctx, stablehlo.SubtractOp(lhs, rhs).result, ord=p)
+
+
+# Bounded dynamism (registry.Padding): XLA's dynamic padder pads a reduction's operand
+# with the reduction's init value, so these are right over a dynamic dim (checked by
+# test/python/frontend/test_bounded_dynamism_opinfo.py). mean/var/std have count rules,
+# scans prefix rules, sort/topk/median/kthvalue reject a dynamic dim they order along and
+# argmax/argmin/max.dim/min.dim mask padding (dynamic_rules.py).
+declare_padding(
+    Padding.MASKED,
+    aten.sum.dim_IntList,
+    aten.sum.default,
+    aten.nansum.default,
+    aten.prod.default,
+    aten.prod.dim_int,
+    aten.any,
+    aten.all,
+    aten.count_nonzero,
+    aten.amax.default,
+    aten.amin.default,
+    aten.aminmax.default,
+    aten.max.default,
+    aten.min.default,
+    aten.linalg_vector_norm.default,
+    aten.norm,
+    aten.logsumexp.default,
+    aten._softmax.default,
+    aten._log_softmax.default,
+    aten._safe_softmax.default,
+    aten._softmax_backward_data.default,
+    aten._log_softmax_backward_data.default,
+    aten.dist.default,
+)

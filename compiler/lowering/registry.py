@@ -11,13 +11,64 @@ location and the insertion point active, so helpers build ops without plumbing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
 import torch.fx
+import torch.utils._pytree
 
 from ..context import ir
+
+
+class Padding(enum.Enum):
+    """What a padded operand does to a lowering (bounded dynamism,
+    docs/explanation/bounded-dynamism.md). A graph with a dynamic dim is lowered at its
+    bound: tensors are padded buffers whose logical size travels as a
+    `set_dimension_size` mark. Every lowering declares its class; the importer lowers a
+    node that has a dynamic operand or result only through a lowering whose class says
+    that is right (`dynamic_lowering`). `meaning` says what each class is."""
+
+    SAFE = "safe"
+    MASKED = "masked"
+    COUNT = "count"
+    INDEX = "index"
+    SIZE = "size"
+    MOVEMENT = "movement"
+    WINDOW = "window"
+    PREFIX = "prefix"
+    EAGER = "eager"
+
+    @property
+    def meaning(self) -> str:
+        return _PADDING_MEANING[self]
+
+
+_PADDING_MEANING = {
+    Padding.SAFE: "Each logical output element reads only logical input elements, at positions that do "
+    "not depend on where a dynamic dim ends (elementwise ops, transposes, broadcasts, fills, "
+    "gathers at given indices): the ordinary rule is right and padding stays in the padding.",
+    Padding.MASKED: "Reads across a dynamic dim in a way XLA's dynamic padder masks (reductions, dot "
+    "contractions, concatenation): the ordinary rule is right. Checked against eager by "
+    "test/python/frontend/test_bounded_dynamism_opinfo.py.",
+    Padding.COUNT: "Divides by an element count (mean, variance, normalizations, mean losses): its rule "
+    "uses the run-time count, or falls back.",
+    Padding.INDEX: "Carries indices or positions (argmax, scatter, index_put, bucketize, embedding_bag): "
+    "indices must be logical and padded positions must never win or be written.",
+    Padding.SIZE: "Uses a size as a value (resampling scales, attention scale, linspace, arange with a "
+    "symbolic start).",
+    Padding.MOVEMENT: "Moves data across the padded boundary (reshape, slice, flip, split, pad, sort).",
+    Padding.WINDOW: "Sliding windows along a dim (pooling, convolution): right along static dims; along "
+    "a dynamic one the windows straddle the boundary.",
+    Padding.PREFIX: "A scan: valid outputs read only a valid prefix, so its rule runs on the padded "
+    "buffer as a static one.",
+    Padding.EAGER: "A documented limit: with a dynamic operand the op runs in PyTorch eager.",
+}
+
+
+# Classes whose ordinary rule is right on padded buffers as is.
+PADDING_SAFE_AS_IS = frozenset({Padding.SAFE, Padding.MASKED})
 
 
 @dataclass(frozen=True)
@@ -25,31 +76,130 @@ class Lowering:
     op: Any  # torch._ops.OpOverload or a Python callable (operator.getitem, ...)
     fn: Callable
     family: str
+    # What padding does to the op (None: undeclared, so a dynamic operand falls back).
+    padding: Padding | None = None
+    # The rule used when an operand or the result has a dynamic dim; returns
+    # NotImplemented where the ordinary rule is right (the dynamic dims are not the
+    # ones the op works along). Registered with `dynamic_rule`.
+    dynamic_rule: Callable | None = None
 
 
 LOWERINGS: dict[Any, Lowering] = {}
 
 
-def lowers(*ops: Any) -> Callable[[Callable], Callable]:
+def _overloads(op: Any) -> list:
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return [getattr(op, o) for o in op.overloads()]
+    return [op]
+
+
+def _lowered_overloads(op: Any) -> list:
+    """The lowered overloads of `op` (an OpOverloadPacket: those of its overloads that
+    have a lowering, at least one; an OpOverload: itself, which must have one)."""
+    targets = _overloads(op)
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        targets = [t for t in targets if t in LOWERINGS]
+    if not targets or any(t not in LOWERINGS for t in targets):
+        raise ValueError(f"padding declared for {op}, which has no lowering")
+    return targets
+
+
+def lowers(*ops: Any, dynamic: Padding | None = None) -> Callable[[Callable], Callable]:
     """Registers `fn` as the lowering of each of `ops` (OpOverloads; an OpOverloadPacket
-    registers all of its overloads)."""
+    registers all of its overloads), with its padding class `dynamic` (`Padding`)."""
 
     def register(fn: Callable) -> Callable:
         # functools.partial rules report the module of the function they specialise.
         family = getattr(fn, "func", fn).__module__.rsplit(".", 1)[-1]
         for op in ops:
-            targets = (
-                [getattr(op, o) for o in op.overloads()]
-                if isinstance(op, torch._ops.OpOverloadPacket)
-                else [op]
-            )
-            for target in targets:
+            for target in _overloads(op):
                 if target in LOWERINGS:
                     raise ValueError(f"{target} has two lowerings ({LOWERINGS[target].family}, {family})")
-                LOWERINGS[target] = Lowering(target, fn, family)
+                LOWERINGS[target] = Lowering(target, fn, family, dynamic)
         return fn
 
     return register
+
+
+def declare_padding(padding: Padding, *ops: Any, family: str | None = None) -> None:
+    """Declares the padding class of lowerings already registered: each of `ops`, or
+    (with `family`) every lowering of that family module still undeclared — for families
+    that are uniformly of one class (pure elementwise ones). An op without a lowering,
+    or declared twice with different classes, is an error (a dead or conflicting entry)."""
+    targets = [t for op in ops for t in _lowered_overloads(op)]
+    if family is not None:
+        targets += [op for op, low in LOWERINGS.items() if low.family == family and low.padding is None]
+    for target in targets:
+        low = LOWERINGS[target]
+        if low.padding is not None and low.padding is not padding:
+            raise ValueError(f"{target} declared {low.padding.name} and {padding.name}")
+        LOWERINGS[target] = replace(low, padding=padding)
+
+
+def dynamic_rule(*ops: Any, padding: Padding) -> Callable[[Callable], Callable]:
+    """Attaches `fn` as the dynamic rule of each of `ops` (an OpOverloadPacket: its
+    lowered overloads), which must already have an ordinary lowering and no rule, and
+    declares their class `padding`."""
+
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            for target in _lowered_overloads(op):
+                low = LOWERINGS[target]
+                if low.dynamic_rule is not None:
+                    raise ValueError(f"{target} has two dynamic rules")
+                if low.padding is not None and low.padding is not padding:
+                    raise ValueError(f"{target} declared {low.padding.name} and {padding.name}")
+                LOWERINGS[target] = replace(low, padding=padding, dynamic_rule=fn)
+        return fn
+
+    return register
+
+
+def require_padding_as_is(lowering: Lowering, ctx: "LoweringContext") -> None:
+    """For callers that run a lowering's ordinary rule on a node with a dynamic operand
+    outside `dynamic_lowering` (in-place forms, effectful wrappers): only a class whose
+    ordinary rule is right on padded buffers is allowed; anything else runs in eager."""
+    if lowering.padding not in PADDING_SAFE_AS_IS:
+        what = lowering.padding.value if lowering.padding is not None else "undeclared"
+        raise ctx.dynamic_limit(f"the in-place or wrapped form of a '{what}' op with a dynamic (padded) operand")
+
+
+class DynamicLimit(str):
+    """The reason of a fallback that is a documented limit of bounded dynamism (not a
+    missing lowering): the fallback log says so instead of asking for a report."""
+
+
+def dynamic_lowering(lowering: Lowering, ctx: "LoweringContext", *args, **kwargs):
+    """Lowers a node that has an operand or result with a dynamic (padded) dim: its
+    dynamic rule, else its ordinary rule where its class says that is right, else a
+    fallback to PyTorch eager (an undeclared lowering is never trusted with padding)."""
+    if lowering.dynamic_rule is not None:
+        result = lowering.dynamic_rule(ctx, *args, **kwargs)
+        if result is not NotImplemented:
+            return result
+        return lowering.fn(ctx, *args, **kwargs)
+    if lowering.padding is Padding.SAFE:
+        # Padding stays in the padding, so the rule runs on static layouts: XLA's dynamic
+        # padder has nothing to do (and cannot reject what it does not support, such as
+        # the while loops of igamma); the importer re-marks the result's sizes.
+        from .symsize import static_layout
+
+        args, kwargs = torch.utils._pytree.tree_map(
+            lambda a: static_layout(a) if isinstance(a, ir.Value) else a, (args, kwargs)
+        )
+        return lowering.fn(ctx, *args, **kwargs)
+    if lowering.padding is Padding.MASKED:
+        return lowering.fn(ctx, *args, **kwargs)
+    if lowering.padding is None:
+        raise LoweringError(
+            "its lowering declares no padding class (compiler/lowering/registry.py, Padding), "
+            "so it is not trusted with a dynamic (padded) dimension; it runs in PyTorch eager "
+            "(mark the dimension static to compile it)",
+            ctx.node,
+        )
+    raise ctx.dynamic_limit(
+        f"an op of padding class '{lowering.padding.value}' with a dynamic (padded) dimension"
+    )
 
 
 def lookup(target: Any) -> Lowering | None:
@@ -72,6 +222,14 @@ class LoweringError(Exception):
 
 class UnsupportedOpError(LoweringError):
     """No lowering is registered for the node's target."""
+
+
+class DynamicFallback(LoweringError):
+    """A documented limit of bounded dynamism: the node runs in PyTorch eager."""
+
+    def __init__(self, message: str, node: torch.fx.Node | None = None) -> None:
+        super().__init__(message, node)
+        self.reason = DynamicLimit(message)
 
 
 @dataclass
@@ -113,3 +271,12 @@ class LoweringContext:
 
     def fail(self, message: str) -> LoweringError:
         return LoweringError(message, self.node)
+
+    def dynamic_limit(self, what: str) -> "DynamicFallback":
+        """The error of a documented bounded-dynamism limit: `what` is not supported over
+        a dynamic dim, so the node runs in PyTorch eager."""
+        return DynamicFallback(
+            f"{what} is not supported with bounded dynamism; it runs in PyTorch eager "
+            "(or mark the dimension static)",
+            self.node,
+        )

@@ -47,7 +47,7 @@ from .helpers import (
     reduce,
     shape_of,
 )
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -1540,3 +1540,7 @@ def _igamma(ctx, self, other):
 def _igammac(ctx, self, other):
     a, x = _operands(ctx, self, other)
     return _finish(ctx, _incomplete_gamma(a, x, lower=False))
+
+
+# Bounded dynamism: every op here reads only the same position of its operands.
+declare_padding(Padding.SAFE, family="special")

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -54,3 +54,7 @@ def _sym_storage_offset(ctx, x):
 def _sym_is_contiguous(ctx, x, memory_format=torch.contiguous_format):
     meta = ctx.arg_meta(0)
     return bool(meta.is_contiguous(memory_format=memory_format))
+
+
+# Sizes and strides of symbolic tensors are SymSizes (importer/dynamic.py).
+declare_padding(Padding.SAFE, family="symbolic")

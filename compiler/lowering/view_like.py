@@ -38,7 +38,7 @@ from .helpers import (
     shape_of,
     transpose,
 )
-from .registry import LoweringContext, lowers
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -827,3 +827,58 @@ def _numel(shape) -> int:
     for s in shape:
         total *= s
     return total
+
+
+# Bounded dynamism (registry.Padding): views that keep every dim whole (each element
+# stays at its logical coordinates, padding stays padding), copies and triangular masks
+# (by position) are safe; concatenation along a dynamic dim is masked by XLA's dynamic
+# padder. Reshapes, slices, flips, splits and pads have rules in dynamic_rules.py; the
+# views below read positions that depend on where a dynamic dim ends.
+declare_padding(Padding.MASKED, aten.cat.default)
+declare_padding(
+    Padding.MOVEMENT,
+    aten.unfold,
+    aten.unfold_copy,
+    aten.rot90,
+    aten.diagonal,
+    aten.diagonal_copy,
+    aten.diagonal_scatter,
+    aten.diagonal_backward,
+    aten.diag_embed,
+    aten.as_strided,
+    aten.as_strided_copy,
+    aten.as_strided_scatter,
+    aten.view.dtype,
+    aten.view_copy.dtype,
+    aten.resize_,
+)
+declare_padding(
+    Padding.SAFE,
+    aten.squeeze,
+    aten.squeeze_copy,
+    aten.unsqueeze,
+    aten.unsqueeze_copy,
+    aten.alias,
+    aten.alias_copy,
+    aten.detach,
+    aten.detach_copy,
+    aten.clone,
+    aten.resolve_conj,
+    aten.resolve_neg,
+    aten.expand,
+    aten.expand_copy,
+    aten.permute,
+    aten.permute_copy,
+    aten.t,
+    aten.t_copy,
+    aten.transpose.int,
+    aten.transpose_copy.int,
+    aten.movedim,
+    aten.copy.default,
+    aten._to_copy.default,
+    aten.view_as_real,
+    aten.view_as_complex,
+    aten.tril,
+    aten.triu,
+    aten.stack,
+)

@@ -222,9 +222,11 @@ def _short_hash(fingerprint: FxGraphFingerprint) -> str:
 def _report_fallback(node: torch.fx.Node, reason: FallbackReason) -> None:
     name = op_name(node)
     if config.get_bool("TORCH_TPU_STRICT"):
+        documented = reason.kind == fallback_reasons.DYNAMIC_SHAPE
+        advice = "or mark the dimension static" if documented else "or report the op to torch_tpu"
         raise TorchTpuCompileError(
             f"torch_tpu: {describe_node(node)}: {reason} (TORCH_TPU_STRICT=1 forbids falling back "
-            "to PyTorch eager; unset it to run this op in eager)"
+            f"to PyTorch eager; unset it to run this op in eager, {advice})"
         )
     # Once per op and reason: the same op may fall back for another reason elsewhere.
     if (name, reason.kind) not in _reported_fallbacks:
@@ -324,8 +326,19 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
                 return compile_whole_graph(gm, name)
             return _compile_partitioned(gm, rejected, name)
         except LoweringError as err:
-            if err.node is None or err.node.name in rejected:
+            if err.node is None:
                 raise
+            if err.node.name in rejected:
+                # An eager node's result cannot enter a compiled part (a size of it has no
+                # finite bound, say): its consumers run in eager as well.
+                users = [u for u in err.node.users if u.op == "call_function" and u.name not in rejected]
+                if not users:
+                    raise
+                cause = fallback_reasons.from_error(err.node, err)
+                reason = FallbackReason(cause.kind, f"its input {err.node.name} cannot be compiled ({cause.detail})")
+                for user in users:
+                    rejected[user.name] = reason
+                continue
             rejected[err.node.name] = fallback_reasons.from_error(err.node, err)
         except (TorchTpuCompileError, CompileError) as err:
             # The pipeline or XLA rejected the module: the op its diagnostic names runs in

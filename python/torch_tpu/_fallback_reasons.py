@@ -20,8 +20,8 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from torch_tpu.compiler.importer.dynamic import DynamicShapeLimit
-from torch_tpu.compiler.lowering import LoweringError, UnsupportedOpError
+from torch_tpu.compiler.lowering import DynamicFallback, LoweringError, UnsupportedOpError
+from torch_tpu.compiler.lowering.registry import DynamicLimit
 
 NO_LOWERING = "no lowering"
 SYMBOLIC_SCALAR = "symbolic scalar argument"
@@ -71,8 +71,8 @@ def unsupported(node: torch.fx.Node) -> FallbackReason:
 
 def from_error(node: torch.fx.Node, err: LoweringError) -> FallbackReason:
     """The reason behind a lowering's failure on `node`."""
-    if isinstance(err, DynamicShapeLimit):
-        return FallbackReason(DYNAMIC_SHAPE, err.reason)
+    if isinstance(err, DynamicFallback) or isinstance(err.reason, DynamicLimit):
+        return FallbackReason(DYNAMIC_SHAPE, str(err.reason))
     if isinstance(err, UnsupportedOpError):
         return FallbackReason(NO_LOWERING, err.reason)
     scalars = symbolic_scalar_args(node)

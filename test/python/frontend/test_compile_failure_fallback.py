@@ -28,6 +28,7 @@ cleared around each test so no executable compiled under a patched table is reus
 Tolerances: float32, atol/rtol 1e-5 (XLA:CPU vs eager differ by reassociation).
 """
 
+import dataclasses
 import logging
 
 import pytest
@@ -37,8 +38,8 @@ import torch._dynamo.exc
 import torch_tpu
 from torch_tpu import _compile
 from torch_tpu.compiler.context import ir, stablehlo
-from torch_tpu.compiler.lowering import dynamic_rules
-from torch_tpu.compiler.lowering.registry import LOWERINGS, Lowering
+
+from torch_tpu.compiler.lowering.registry import LOWERINGS, Lowering, Padding
 from torch_tpu.runtime import get_client
 
 aten = torch.ops.aten
@@ -74,12 +75,16 @@ def _line_of(marker: str) -> int:
 # -- the patched lowerings ----------------------------------------------------------------
 
 def _without_dynamic_conv_rule(monkeypatch) -> None:
-    monkeypatch.delitem(dynamic_rules.DYNAMIC_LOWERINGS, aten.convolution.default)
-    monkeypatch.delitem(dynamic_rules.DYNAMIC_LOWERINGS, aten.convolution_backward.default)
+    # Declared "masked" with no rule: the ordinary lowering reaches XLA with a dynamic
+    # spatial dim, which XLA rejects.
+    for op in (aten.convolution.default, aten.convolution_backward.default):
+        entry = LOWERINGS[op]
+        monkeypatch.setitem(LOWERINGS, op, dataclasses.replace(entry, padding=Padding.MASKED, dynamic_rule=None))
 
 
 def _patch(monkeypatch, op, rule) -> None:
-    monkeypatch.setitem(LOWERINGS, op, Lowering(op, rule, "test"))
+    # The original's padding class: the patched rule is used with dynamic operands too.
+    monkeypatch.setitem(LOWERINGS, op, Lowering(op, rule, "test", padding=LOWERINGS[op].padding))
 
 
 def _sin_calls_missing_target(monkeypatch, only_above: int | None = None) -> None:

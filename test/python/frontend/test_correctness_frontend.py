@@ -4,6 +4,7 @@ compiler's code, `torch_tpu.mark_dynamic`, fallback reasons, lazy attributes, wa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import subprocess
@@ -414,7 +415,7 @@ def test_fallback_reason_symbolic_scalar(fallback_log, monkeypatch):
             raise TypeError(f"expected a Python number, got {type(other).__name__}")
         return original.fn(ctx, x, other, alpha=alpha)
 
-    monkeypatch.setitem(LOWERINGS, add, Lowering(add, needs_a_constant, original.family))
+    monkeypatch.setitem(LOWERINGS, add, dataclasses.replace(original, fn=needs_a_constant))
     f = torch.compile(lambda x, n: (x * 2) + n, backend="tpu", dynamic=True)
     x = torch.randn(3)
     for n in (2, 3):

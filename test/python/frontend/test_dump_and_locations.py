@@ -113,7 +113,7 @@ def test_a_graph_the_pipeline_rejects_is_dumped_with_the_error(tmp_path, monkeyp
     def rule(ctx, x):  # an op torchtpu-verify rejects: a located pipeline failure
         return ir.Operation.create("torchtpu.test_unknown", results=[x.type], operands=[x]).result
 
-    monkeypatch.setitem(LOWERINGS, torch.ops.aten.sin.default, Lowering(torch.ops.aten.sin.default, rule, "test"))
+    monkeypatch.setitem(LOWERINGS, torch.ops.aten.sin.default, Lowering(torch.ops.aten.sin.default, rule, "test", padding=LOWERINGS[torch.ops.aten.sin.default].padding))
     monkeypatch.setenv("TORCH_TPU_DUMP_DIR", str(tmp_path))
     torch._dynamo.reset()
     torch.compile(lambda t: torch.sin(t) + 1, backend="tpu")(torch.randn(4))  # runs (partitioned)
