@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .passes.base import Option, PassOptionError, split_options
+from .passes.base import Option, PassOptionError, parse_option_string
 
 _PRECISION = Option(
     "precision", str, "medium", "float32 matmul precision (torch.set_float32_matmul_precision)",
@@ -37,19 +37,8 @@ class NamedPipeline:
     steps: Callable[..., list[str]]
 
     def parse_options(self, text: str) -> dict[str, Any]:
-        declared = {o.name: o for o in self.options}
         values = {o.name: o.default for o in self.options}
-        for key, value in split_options(text):
-            option = declared.get(key)
-            if option is None:
-                raise PassOptionError(
-                    f"{self.argument}: unknown option '{key}'; available: {', '.join(declared) or 'none'}"
-                )
-            if value is None:
-                if option.type is not bool:
-                    raise PassOptionError(f"{self.argument}: option '{key}' needs a value ({option.describe()})")
-                value = "true"
-            values[key] = option.convert(self.argument, value)
+        values.update(parse_option_string(self.argument, self.options, text))
         return values
 
     def expand(self, option_text: str = "") -> list[str]:

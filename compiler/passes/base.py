@@ -92,21 +92,7 @@ class Pass:
     @classmethod
     def from_option_string(cls, text: str, engine: DiagnosticEngine | None = None) -> "Pass":
         """Builds the pass from MLIR's option syntax: `mode=highest other=1`."""
-        declared = {o.name: o for o in cls.options}
-        values: dict[str, Any] = {}
-        for key, value in split_options(text):
-            option = declared.get(key)
-            if option is None:
-                raise PassOptionError(
-                    f"{cls.argument}: unknown option '{key}'; available: "
-                    f"{', '.join(declared) or 'none'}"
-                )
-            if value is None:
-                if option.type is not bool:
-                    raise PassOptionError(f"{cls.argument}: option '{key}' needs a value ({option.describe()})")
-                value = "true"
-            values[key] = option.convert(cls.argument, value)
-        return cls(engine, **values)
+        return cls(engine, **parse_option_string(cls.argument, cls.options, text))
 
     def run(self, op: ir.Operation) -> None:
         """Transforms `op` in place. The pipeline calls it with `op`'s context and
@@ -151,6 +137,25 @@ def calls_to_defined_functions(module: ir.Operation) -> list[ir.Operation]:
         call for call in ops_named(module, "func.call")
         if ir.FlatSymbolRefAttr(call.attributes["callee"]).value in defined
     ]
+
+
+def parse_option_string(argument: str, options: tuple[Option, ...], text: str) -> dict[str, Any]:
+    """The options given in MLIR's syntax (`mode=highest flag`), converted and checked
+    against `options` (of the pass or pipeline `argument`)."""
+    declared = {o.name: o for o in options}
+    values: dict[str, Any] = {}
+    for key, value in split_options(text):
+        option = declared.get(key)
+        if option is None:
+            raise PassOptionError(
+                f"{argument}: unknown option '{key}'; available: {', '.join(declared) or 'none'}"
+            )
+        if value is None:
+            if option.type is not bool:
+                raise PassOptionError(f"{argument}: option '{key}' needs a value ({option.describe()})")
+            value = "true"
+        values[key] = option.convert(argument, value)
+    return values
 
 
 def _location(where):
