@@ -463,12 +463,14 @@ def format_xla_error(message: str, name: str) -> str:
     first = lines[0]
     missing = _MISSING_HANDLER.search(message)
     if missing:
-        return (
+        # XLA's own lines follow (the instruction, its op metadata and source location).
+        first = (
             f"{name}: error: the module calls the custom-call target '{missing.group(1)}', which has no "
             f"handler registered in this process for platform {missing.group(2)}; register it with "
             "jaxlib.xla_client.register_custom_call_target before compiling, or run the module on a "
             "platform that provides it (torch_tpu registers jaxlib's CPU LAPACK targets itself)"
         )
+        return "\n".join([first] + lines)
     if not first.startswith(name + ":"):
         first = f"{name}: error: XLA cannot compile the module: {first}"
     return "\n".join([first] + lines[1:])

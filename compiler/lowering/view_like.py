@@ -876,6 +876,7 @@ declare_padding(
     aten.movedim,
     aten.copy.default,
     aten._to_copy.default,
+    torch.ops.prims.convert_element_type.default,
     aten.view_as_real,
     aten.view_as_complex,
     aten.tril,

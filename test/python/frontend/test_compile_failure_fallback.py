@@ -220,7 +220,9 @@ def test_specialised_compile_fails_too_runs_eager(monkeypatch, caplog):
     assert _compiles() - before == 0
     at_bounds, either = _warnings(caplog)
     assert "cannot be compiled at its bounds" in at_bounds
-    assert "aten.sin.default (node sin)" in at_bounds and "torchtpu_test_missing_target" in at_bounds
+    # Safe ops run on static layouts (bounded dynamism), so XLA's error is the bare missing
+    # target with no op metadata: the warning names the target, not a node.
+    assert "torchtpu_test_missing_target" in at_bounds
     assert "cannot be compiled for its concrete sizes {'s" in either and "either" in either
     assert "the module calls the custom-call target 'torchtpu_test_missing_target'" in either
     assert "runs in PyTorch eager" in either
