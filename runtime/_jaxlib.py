@@ -101,7 +101,23 @@ def calls_host_custom_calls(module: Any) -> bool:
         return "@lapack_" in module or '"lapack_' in module
     if isinstance(module, (bytes, bytearray)):
         return b"lapack_" in module
-    return is_mlir_object(module) and "lapack_" in mlir_text(module)
+    if not is_mlir_object(module):
+        return False
+    from jaxlib.mlir import ir  # already loaded: `module` is one of its objects
+
+    # Walk the custom calls instead of printing the module (this runs on every compile).
+    op = module.operation if hasattr(module, "operation") else module
+    found = False
+
+    def visit(inner: Any) -> Any:
+        nonlocal found
+        inner = inner.operation
+        if inner.name == "stablehlo.custom_call" and "call_target_name" in inner.attributes:
+            found = str(inner.attributes["call_target_name"]).startswith('"lapack_')
+        return ir.WalkResult.INTERRUPT if found else ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found
 
 
 def register_host_custom_calls() -> None:
