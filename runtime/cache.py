@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from torch_tpu import config
+from torch_tpu.core import config
 
 from . import cache_entry
 from .cache_store import FsspecStore, LocalDirStore, open_store
@@ -47,21 +47,9 @@ def default_cache_dir() -> str:
 
 def _world_size() -> int:
     try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
-
-
-def _parse_switch(name: str) -> bool | None:
-    value = config.get_str(name)
-    if value is None or value.strip() == "":
-        return None
-    low = value.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise CacheError(f"{name}={value!r}: expected 1 or 0")
+        return config.get("WORLD_SIZE")
+    except config.EnvVarError:
+        return 1  # a launcher's variable we only peek at: a bad value is not ours to refuse
 
 
 @dataclass(frozen=True)
@@ -78,26 +66,19 @@ class CacheConfig:
 
     @classmethod
     def from_env(cls) -> CacheConfig:
-        l2 = _parse_switch("TORCH_TPU_CACHE_L2")
-        if l2 is None:
-            l2 = _world_size() > 1
-        l2_dir = (config.get_str("TORCH_TPU_CACHE_DIR") or default_cache_dir()) if l2 else None
-        l1 = config.get_int("TORCH_TPU_CACHE_L1_ENTRIES")
-        threads = config.get_int("TORCH_TPU_COMPILE_THREADS") or 0
         try:
-            timeout = float(config.get_str("TORCH_TPU_CACHE_LOCK_TIMEOUT") or 600)
-        except ValueError:
-            raise CacheError(
-                f"TORCH_TPU_CACHE_LOCK_TIMEOUT={config.get_str('TORCH_TPU_CACHE_LOCK_TIMEOUT')!r} "
-                "is not a number of seconds"
-            ) from None
-        return cls(
-            l1_entries=1024 if l1 is None else max(0, l1),
-            l2_dir=l2_dir,
-            l3_url=config.get_str("TORCH_TPU_CACHE_URL") or None,
-            lock_timeout=timeout,
-            compile_threads=max(0, threads),
-        )
+            l2 = config.get("TORCH_TPU_CACHE_L2")  # None: unset
+            if l2 is None:
+                l2 = _world_size() > 1
+            return cls(
+                l1_entries=max(0, config.get("TORCH_TPU_CACHE_L1_ENTRIES")),
+                l2_dir=(config.get("TORCH_TPU_CACHE_DIR") or default_cache_dir()) if l2 else None,
+                l3_url=config.get("TORCH_TPU_CACHE_URL"),
+                lock_timeout=config.get("TORCH_TPU_CACHE_LOCK_TIMEOUT"),
+                compile_threads=max(0, config.get("TORCH_TPU_COMPILE_THREADS")),
+            )
+        except config.EnvVarError as err:
+            raise CacheError(str(err)) from None
 
 
 @dataclass

@@ -22,7 +22,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from torch_tpu import config
+from torch_tpu.core import __version__ as _TORCH_TPU_VERSION
+from torch_tpu.core import config
 
 from . import _jaxlib
 from .buffer import DeviceBuffer, host_view
@@ -36,10 +37,6 @@ log = logging.getLogger("torch_tpu.runtime")
 PLATFORMS = ("cpu", "cuda", "tpu")
 _DEFAULT_SPEC = CompileSpec()
 _ALIASES = {"gpu": "cuda", "cpu": "cpu", "cuda": "cuda", "tpu": "tpu"}
-
-
-def _torch_tpu_version() -> str:
-    return getattr(sys.modules.get("torch_tpu"), "__version__", "unknown")
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,7 +59,7 @@ class Device:
 
 
 def _libtpu_path(forced: bool) -> str | None:
-    env = os.environ.get("TPU_LIBRARY_PATH")
+    env = config.get("TPU_LIBRARY_PATH")
     if env:
         if os.path.isfile(env):
             return env
@@ -81,7 +78,7 @@ def _libtpu_path(forced: bool) -> str | None:
 
 
 def _cuda_plugin_path() -> str | None:
-    env = config.get_str("TORCH_TPU_CUDA_PLUGIN_PATH")
+    env = config.get("TORCH_TPU_CUDA_PLUGIN_PATH")
     if env:
         if os.path.isfile(env):
             return env
@@ -104,7 +101,7 @@ def _cuda_plugin_path() -> str | None:
 
 def _make_raw_client(platform: str, forced: bool, num_cpu_devices: int | None) -> Any:
     if platform == "cpu":
-        n = num_cpu_devices if num_cpu_devices is not None else (config.get_int("TORCH_TPU_NUM_CPU_DEVICES") or 1)
+        n = num_cpu_devices if num_cpu_devices is not None else config.get("TORCH_TPU_NUM_CPU_DEVICES")
         if n < 1:
             raise PlatformError(f"TORCH_TPU_NUM_CPU_DEVICES={n}: need at least one CPU device")
         return _jaxlib.make_cpu_client(n)
@@ -192,7 +189,7 @@ class Client:
 
     def _versions(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
-            "torch_tpu": _torch_tpu_version(),
+            "torch_tpu": _TORCH_TPU_VERSION,
             "toolchain_source": toolchain_fingerprint(),
             "torch": torch_version(),
             "jaxlib": _jaxlib.JAXLIB_VERSION,
@@ -208,7 +205,7 @@ class Client:
 
                 fields["libtpu"] = version("libtpu")
             except Exception:  # noqa: BLE001 - libtpu from TPU_LIBRARY_PATH has no metadata
-                fields["libtpu"] = os.environ.get("TPU_LIBRARY_PATH", "")
+                fields["libtpu"] = config.get("TPU_LIBRARY_PATH") or ""
         return fields
 
     # -- cache --------------------------------------------------------------------------------
@@ -400,7 +397,7 @@ class Client:
             "platform": self.platform,
             "platform_version": self.platform_version,
             "jaxlib": _jaxlib.JAXLIB_VERSION,
-            "torch_tpu": _torch_tpu_version(),
+            "torch_tpu": _TORCH_TPU_VERSION,
             "name": name,
             "num_replicas": spec.num_replicas,
             "device_ids": [d.id for d in devices],
@@ -491,7 +488,7 @@ def get_client(platform: str | None = None, *, num_cpu_devices: int | None = Non
     with _clients_lock:
         if platform is None:
             if _default is None:
-                forced = config.get_str("TORCH_TPU_PLATFORM")
+                forced = config.get("TORCH_TPU_PLATFORM")
                 if forced:
                     name = normalize_platform(forced)
                     raw = _make_raw_client(name, True, num_cpu_devices)

@@ -48,17 +48,17 @@ def _arg_parser() -> argparse.ArgumentParser:
 
 
 def _tiers(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    from torch_tpu import config
+    from torch_tpu.core import config
     from torch_tpu.runtime.cache import default_cache_dir
     from torch_tpu.runtime.cache_store import LocalDirStore, open_store
     from torch_tpu.runtime.errors import CacheError
 
     tiers: list[tuple[str, Any]] = []
     if args.tier in ("l2", "all"):
-        path = args.dir or config.get_str("TORCH_TPU_CACHE_DIR") or default_cache_dir()
+        path = args.dir or config.get("TORCH_TPU_CACHE_DIR") or default_cache_dir()
         tiers.append(("L2", LocalDirStore(path, "compile cache directory")))
     if args.tier in ("l3", "all"):
-        url = args.url or config.get_str("TORCH_TPU_CACHE_URL")
+        url = args.url or config.get("TORCH_TPU_CACHE_URL")
         if url:
             try:
                 tiers.append(("L3", open_store(url)))
@@ -187,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as err:
-        from torch_tpu import config
+        from torch_tpu.core import config
 
-        if config.get_bool("TORCH_TPU_DEBUG"):
+        if config.get("TORCH_TPU_DEBUG"):
             raise
         sys.stderr.write(
             f"{PROG}: internal error: {type(err).__name__}: {err} (TORCH_TPU_DEBUG=1 shows a traceback)\n"

@@ -252,10 +252,10 @@ def dialect_markdown() -> str:
 # docs/reference/env.md
 # --------------------------------------------------------------------------------------
 def env_markdown() -> str:
-    from torch_tpu.config import ENV_VARS
+    from torch_tpu.core.config import ENV_VARS
 
     out = [
-        _header("Environment variables", "`ENV_VARS` in `python/torch_tpu/config.py`"),
+        _header("Environment variables", "`ENV_VARS` in `python/torch_tpu/core/config.py`"),
         (
             "Every environment variable torch_tpu reads, grouped by the layer that reads it. "
             "Unset means the default.\n"
@@ -267,11 +267,22 @@ def env_markdown() -> str:
     for layer in sorted(layers):
         out.append(f"## {layer}\n")
         rows = [
-            (f"`{v.name}`", "unset" if v.default is None else f"`{v.default}`", v.help)
+            (f"`{v.name}`", v.type.name, _env_default(v.default), v.help)
             for v in sorted(layers[layer], key=lambda v: v.name)
         ]
-        out.append(_table(("variable", "default", "meaning"), rows))
+        out.append(_table(("variable", "type", "default", "meaning"), rows))
     return "\n".join(out)
+
+
+def _env_default(default: object) -> str:
+    """A typed default as a user would write it in the environment."""
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return "`1`" if default else "`0`"
+    if isinstance(default, float) and default.is_integer():
+        return f"`{int(default)}`"
+    return f"`{default}`"
 
 
 # --------------------------------------------------------------------------------------

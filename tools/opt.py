@@ -348,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = 130
     except Exception as err:  # noqa: BLE001 - never a traceback for users
-        if os.environ.get("TORCH_TPU_DEBUG"):
+        from torch_tpu.core import config
+
+        if config.get("TORCH_TPU_DEBUG"):
             raise
         sys.stderr.write(
             f"torchtpu-opt: internal error: {type(err).__name__}: {err}\n"

@@ -222,9 +222,9 @@ def run(argv: list[str]) -> int:
     args = _arg_parser().parse_args(argv)
     if args.replicas < 1:
         raise UsageError(f"--replicas {args.replicas}: must be at least 1")
-    from torch_tpu._saved_export import is_saved_export
+    import torch_tpu
 
-    if is_saved_export(args.module):
+    if torch_tpu.is_saved_export(args.module):
         return _run_saved_export(args)
     try:
         with open(args.module, "rb") as f:
@@ -245,12 +245,12 @@ def run(argv: list[str]) -> int:
         raise UsageError(f"--donate '{args.donate}': expected comma-separated argument indices") from None
     inputs = _inputs(args.inputs)
 
-    from torch_tpu import config
+    from torch_tpu.core import config
     from torch_tpu.runtime import CompileSpec, TorchTPURuntimeError, get_client
     from torch_tpu.runtime.dtypes import type_string
 
     try:
-        need = max(args.replicas, config.get_int("TORCH_TPU_NUM_CPU_DEVICES") or 1)
+        need = max(args.replicas, config.get("TORCH_TPU_NUM_CPU_DEVICES"))
         client = get_client(args.platform, num_cpu_devices=need)
         start = time.perf_counter()
         exe = client.compile(source, options=CompileSpec(num_replicas=args.replicas, donate_argnums=donate), name=name)
@@ -326,7 +326,6 @@ def _run_saved_export(args) -> int:
     import torch.utils._pytree as pytree
 
     import torch_tpu
-    from torch_tpu._saved_export import SavedExportError
     from torch_tpu.runtime import TorchTPURuntimeError, dtypes
 
     if args.replicas != 1 or args.per_replica_inputs or args.donate:
@@ -335,7 +334,7 @@ def _run_saved_export(args) -> int:
         os.environ["TORCH_TPU_PLATFORM"] = args.platform
     try:
         ep = torch_tpu.load(args.module)
-    except SavedExportError as err:
+    except torch_tpu.SavedExportError as err:
         raise UsageError(str(err)) from None
     tensor_leaves = [(a, k, leaf) for a in ep.signature.args for k, leaf in enumerate(a.leaves) if leaf.kind == "tensor"]
     inputs = _inputs(args.inputs)
@@ -406,9 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as err:
-        from torch_tpu import config
+        from torch_tpu.core import config
 
-        if config.get_bool("TORCH_TPU_DEBUG"):
+        if config.get("TORCH_TPU_DEBUG"):
             raise
         sys.stderr.write(
             f"{PROG}: internal error: {type(err).__name__}: {err} "

@@ -12,13 +12,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from torch_tpu.core import __version__
 
 _LAZY = {
     "precision": ("torch_tpu._precision", "precision"),
     "export": ("torch_tpu._export", "export"),
     "ExportedProgram": ("torch_tpu._export", "ExportedProgram"),
     "load": ("torch_tpu._saved_export", "load"),
+    "is_saved_export": ("torch_tpu._saved_export", "is_saved_export"),
+    "SavedExportError": ("torch_tpu._saved_export", "SavedExportError"),
     "tpu_backend": ("torch_tpu.backend", "tpu_backend"),
     "TorchTpuCompileError": ("torch_tpu._errors", "TorchTpuCompileError"),
     "spmd_safe": ("torch_tpu.spmd", "spmd_safe"),
@@ -26,7 +28,7 @@ _LAZY = {
 }
 
 # Public submodules, imported on first attribute access (`torch_tpu.spmd.compile_spmd`).
-_SUBMODULES = ("spmd", "runtime", "compiler", "config", "tools", "examples")
+_SUBMODULES = ("spmd", "runtime", "compiler", "config", "core", "tools", "examples")
 
 __all__ = ["__version__", *_LAZY, *_SUBMODULES]
 

@@ -26,7 +26,8 @@ from torch_tpu.compiler.pipelines import named_pipeline
 from torch_tpu.runtime.errors import CompileError
 
 from . import _fallback_reasons as fallback_reasons
-from . import _recovery, _timing, config
+from . import _recovery, _timing
+from .core import config
 from ._dump import ARGUMENT_SOURCES, GraphDump
 from ._errors import TorchTpuCompileError
 from ._fallback_reasons import FallbackReason
@@ -199,12 +200,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
 def _report_slow_compile(name: str, node_count: int, total: float, timings: dict[str, float]) -> None:
     """A compile slower than TORCH_TPU_SLOW_COMPILE_S is a WARNING (users see it by default:
     it explains a pause); faster ones are logged at DEBUG."""
-    try:
-        slow = float(config.get_str("TORCH_TPU_SLOW_COMPILE_S") or 3.0)
-    except ValueError:
-        raise ValueError(
-            f"TORCH_TPU_SLOW_COMPILE_S={config.get_str('TORCH_TPU_SLOW_COMPILE_S')!r} is not a number of seconds"
-        ) from None
+    slow = config.get("TORCH_TPU_SLOW_COMPILE_S")
     level = logging.WARNING if total > slow else logging.DEBUG
     log.log(
         level, "torch_tpu: compiling %s (%d nodes) took %.1fs: %s", name, node_count, total,
@@ -221,7 +217,7 @@ def _short_hash(fingerprint: FxGraphFingerprint) -> str:
 
 def _report_fallback(node: torch.fx.Node, reason: FallbackReason) -> None:
     name = op_name(node)
-    if config.get_bool("TORCH_TPU_STRICT"):
+    if config.get("TORCH_TPU_STRICT"):
         documented = reason.kind == fallback_reasons.DYNAMIC_SHAPE
         advice = "or mark the dimension static" if documented else "or report the op to torch_tpu"
         raise TorchTpuCompileError(

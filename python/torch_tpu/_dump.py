@@ -26,7 +26,7 @@ from typing import Any
 
 from torch_tpu.compiler.pipeline import run_pipeline
 
-from . import config
+from .core import config
 
 log = logging.getLogger("torch_tpu")
 
@@ -54,7 +54,7 @@ class GraphDump:
     """Writes the stages of one graph's compilation under `<dir>/<name>/`."""
 
     def __init__(self, name: str) -> None:
-        root = config.get_str("TORCH_TPU_DUMP_DIR")
+        root = config.get("TORCH_TPU_DUMP_DIR")
         self.dir: Path | None = None
         if root:
             self.dir = Path(root) / name

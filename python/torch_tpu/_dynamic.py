@@ -20,7 +20,7 @@ import torch.utils._pytree as pytree
 
 from torch_tpu.compiler.importer.dynamic import symbol_bounds_from
 
-from . import config
+from .core import config
 from ._output_layout import apply_layout, output_layouts
 
 log = logging.getLogger("torch_tpu")
@@ -83,18 +83,10 @@ def next_pow2(n: int) -> int:
 
 def policy_bound(size: int) -> int:
     """TORCH_TPU_DYNAMIC_BOUND for a dimension of `size` whose maximum is unknown."""
-    raw = (config.get_str("TORCH_TPU_DYNAMIC_BOUND") or "pow2").strip().lower()
-    if raw == "pow2":
+    bound = config.get("TORCH_TPU_DYNAMIC_BOUND")  # "pow2" or a positive int
+    if bound == "pow2":
         return max(next_pow2(size), MIN_POW2_BOUND)
-    try:
-        fixed = int(raw)
-    except ValueError:
-        raise ValueError(
-            f"TORCH_TPU_DYNAMIC_BOUND={raw!r}: use 'pow2' or a positive integer"
-        ) from None
-    if fixed <= 0:
-        raise ValueError(f"TORCH_TPU_DYNAMIC_BOUND={raw!r}: use 'pow2' or a positive integer")
-    return max(fixed, next_pow2(size))
+    return max(bound, next_pow2(size))
 
 
 def initial_bounds(gm: torch.fx.GraphModule) -> dict[sympy.Symbol, int]:

@@ -163,14 +163,9 @@ def donate_written_inputs() -> bool:
     of the written tensor for PjRT's host copy of it (it cannot reuse a torch tensor's
     memory); bench/kv_cache.py measured no clear difference there. On devices it saves
     the copy."""
-    from . import config
+    from .core import config
 
-    value = (config.get_str("TORCH_TPU_DONATE_WRITTEN_INPUTS") or "1").strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"TORCH_TPU_DONATE_WRITTEN_INPUTS={value!r}: use 1 or 0")
+    return config.get("TORCH_TPU_DONATE_WRITTEN_INPUTS")
 
 
 def drop_aliasing(module) -> None:

@@ -31,7 +31,7 @@ from torch_tpu.compiler.importer.locations import describe_node, op_name, user_f
 from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.runtime.errors import CompileError
 
-from . import config
+from .core import config
 from ._errors import TorchTpuCompileError
 
 log = logging.getLogger("torch_tpu")
@@ -100,7 +100,7 @@ def recover(gm: torch.fx.GraphModule, name: str, err: BaseException) -> Callable
     """What runs `gm` after compiling it failed with `err` (one of COMPILE_FAILURES)."""
     failure = explain(err, gm)
     dynamic = has_symbolic_shapes(gm)
-    if config.get_bool("TORCH_TPU_STRICT"):
+    if config.get("TORCH_TPU_STRICT"):
         _raise_strict(name, err, failure, dynamic)
     if dynamic:
         log.warning(
@@ -186,7 +186,7 @@ class SpecializingGraph:
                 fn = _compile_graph(static, None, f"{self.name}-static{len(self.by_signature)}")
             except COMPILE_FAILURES as err:
                 failure = explain(err, static)
-                if config.get_bool("TORCH_TPU_STRICT"):
+                if config.get("TORCH_TPU_STRICT"):
                     _raise_strict(self.name, err, failure, dynamic=False)
                 reason = failure.describe()
             else:

@@ -42,6 +42,7 @@ class SavedExportError(ValueError):
 
 
 def is_saved_export(path: str) -> bool:
+    """True when `path` is a folder written by `ExportedProgram.save` (it holds the manifest)."""
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
 
 

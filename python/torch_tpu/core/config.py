@@ -1,0 +1,207 @@
+"""Every environment variable torch_tpu reads, with its type, default and meaning, in one
+table (`ENV_VARS`); `docs/reference/env.md` is generated from it.
+
+Code reads a variable with `get(name)`, which parses the raw text with the entry's type
+and returns the entry's default when the variable is unset or empty: defaults live in
+the table, never at call sites. A value the type cannot parse is an `EnvVarError`
+naming the variable, the value and what is expected.
+
+Standard library only, so every layer may import it (the public name for users is
+`torch_tpu.config`, which re-exports this module).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["ENV_VARS", "EnvVar", "EnvVarError", "EnvType", "declare", "get", "BOOL", "INT", "FLOAT", "STR", "PATH"]
+
+
+class EnvVarError(ValueError):
+    """An environment variable whose value its type cannot parse."""
+
+
+@dataclass(frozen=True)
+class EnvType:
+    """How the text of a variable becomes a value: `parse` returns the value or raises
+    ValueError; `expected` completes the error message ("NAME='x': <expected>")."""
+
+    name: str  # shown in the generated docs table
+    parse: Callable[[str], Any]
+    expected: str
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+def _parse_pow2_or_positive_int(text: str) -> str | int:
+    low = text.strip().lower()
+    if low == "pow2":
+        return low
+    value = int(low)
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
+BOOL = EnvType("bool", _parse_bool, "expected 1 or 0")
+INT = EnvType("int", lambda text: int(text.strip()), "expected an integer")
+FLOAT = EnvType("float", lambda text: float(text.strip()), "expected a number")
+SECONDS = EnvType("seconds", lambda text: float(text.strip()), "expected a number of seconds")
+STR = EnvType("str", lambda text: text, "expected a string")
+PATH = EnvType("path", lambda text: text, "expected a path")
+POW2_OR_INT = EnvType("`pow2` or int", _parse_pow2_or_positive_int, "use 'pow2' or a positive integer")
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    type: EnvType
+    default: Any  # a value of `type` (not text); None: unset
+    help: str
+    layer: str  # "runtime", "frontend", "compiler", "tools"
+
+    def raw(self) -> str | None:
+        """The variable's text, None when unset or empty."""
+        value = os.environ.get(self.name)
+        return None if value is None or value.strip() == "" else value
+
+    def value(self) -> Any:
+        raw = self.raw()
+        if raw is None:
+            return self.default
+        try:
+            return self.type.parse(raw)
+        except ValueError:
+            raise EnvVarError(f"{self.name}={raw!r}: {self.type.expected}") from None
+
+
+ENV_VARS: dict[str, EnvVar] = {}
+
+
+def declare(name: str, type: EnvType, default: Any, help: str, layer: str) -> EnvVar:
+    if name in ENV_VARS:
+        raise ValueError(f"environment variable {name} declared twice")
+    var = EnvVar(name, type, default, help, layer)
+    ENV_VARS[name] = var
+    return var
+
+
+def get(name: str) -> Any:
+    """The typed value of the declared variable `name` (its default when unset or empty)."""
+    return ENV_VARS[name].value()
+
+
+# -- the table ------------------------------------------------------------------------
+# Keep entries grouped by layer; code reads them with `get(name)`.
+declare("TORCH_TPU_DEBUG", BOOL, False, "Show Python tracebacks for internal errors in the command-line tools.", "tools")
+
+# runtime (torch_tpu.runtime: PjRT client, buffers, compile cache)
+declare(
+    "TORCH_TPU_PLATFORM", STR, None,
+    "Force the PjRT platform: `cpu`, `cuda` (alias `gpu`) or `tpu`. Unset: `tpu` when the libtpu "
+    "plugin is found (`TPU_LIBRARY_PATH` or the `libtpu` package) and initializes, else `cuda` "
+    "when the jax CUDA PjRT plugin is installed, else XLA:CPU. A forced platform that cannot "
+    "start is an error, never a silent fallback.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_NUM_CPU_DEVICES", INT, 1,
+    "Number of virtual XLA:CPU devices, so multi-device and replicated programs run on a "
+    "machine without accelerators. Read when the CPU client is created.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CUDA_PLUGIN_PATH", PATH, None,
+    "Path of the CUDA PjRT plugin library (`xla_cuda_plugin.so`). Unset: looked up in the "
+    "installed `jax_cuda13_plugin` / `jax_cuda12_plugin` package.",
+    "runtime",
+)
+declare(
+    "TPU_LIBRARY_PATH", PATH, None,
+    "Path of the libtpu PjRT plugin (`libtpu.so`). Unset: looked up in the installed `libtpu` "
+    "package. A path that does not exist is an error when `TORCH_TPU_PLATFORM=tpu`, else a "
+    "logged warning and the package is looked up instead.",
+    "runtime",
+)
+declare(
+    "WORLD_SIZE", INT, 1,
+    "Set by `torchrun` and other launchers, not by users: the number of processes of a job. "
+    "torch_tpu reads it only to turn the L2 compile cache on by default in multi-process jobs.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CACHE_L1_ENTRIES", INT, 1024,
+    "Capacity of the in-process (L1) compile cache, in executables; least recently used "
+    "ones are dropped first. `0` turns L1 off.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CACHE_L2", BOOL, None,
+    "Machine-local (L2) compile cache shared by the processes of one host: `1` on, `0` off. "
+    "Unset: on when `WORLD_SIZE` > 1 (a multi-process job), off otherwise.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CACHE_DIR", PATH, None,
+    "Directory of the L2 compile cache. Unset: `$XDG_CACHE_HOME/torch_tpu/executables` "
+    "(`~/.cache/torch_tpu/executables`). Created with mode 0700; a directory that another "
+    "user can write is refused.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CACHE_URL", STR, None,
+    "Persistent (L3) compile cache on any fsspec URL: a local path, `file://`, `gs://`, "
+    "`s3://`, ... Unset: L3 off. Credentials and endpoints come from the filesystem's own "
+    "configuration (for example `FSSPEC_S3_ENDPOINT_URL`, `AWS_*`, gcloud credentials).",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_COMPILE_THREADS", INT, 0,
+    "Threads that compile (and load cache entries) in the background. `0`: "
+    "min(4, number of CPUs).",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_CACHE_LOCK_TIMEOUT", SECONDS, 600.0,
+    "Seconds a process waits for another process on the same host that is compiling the "
+    "same key (through the L2 lock) before compiling it itself.",
+    "runtime",
+)
+declare(
+    "TORCH_TPU_STRICT", BOOL, False,
+    "1: an op the converter cannot lower, or a graph the pass pipeline or XLA rejects, is an "
+    "error naming the op and the user's source line, instead of a logged fallback (PyTorch "
+    "eager; for a graph with dynamic sizes, a compile per concrete size).",
+    "frontend",
+)
+declare("TORCH_TPU_DUMP_DIR", PATH, None, "Directory where every compiled graph writes a replayable record (one folder per graph and cache key): its FX graph, pipeline.txt (the exact pipeline), the module before the first pass and after each one, final.mlir, inputs.json (the module's arguments, parameter names) and README.txt with the torchtpu-opt and torchtpu-run commands; error.txt when it failed to import or in a pass.", "frontend")
+declare("TORCH_TPU_SLOW_COMPILE_S", SECONDS, 3.0, "A graph whose compile takes longer than this many seconds logs a WARNING with its size and phase timings (faster compiles log them at DEBUG).", "frontend")
+
+# bounded dynamism (docs/explanation/bounded-dynamism.md)
+declare(
+    "TORCH_TPU_DYNAMIC_BOUND", POW2_OR_INT, "pow2",
+    "Bound of a dynamic dimension whose maximum PyTorch does not know (`torch.compile(..., "
+    "dynamic=True)` or a dimension marked without `max=`): `pow2` (the next power of two at or "
+    "above the size seen at compile time, at least 16) or a fixed positive integer. A size above "
+    "the bound recompiles once with the next power of two at or above it (logged).",
+    "frontend",
+)
+# -- functionalize="torchtpu" (view passes) --------------------------------------------
+declare(
+    "TORCH_TPU_DONATE_WRITTEN_INPUTS", BOOL, True,
+    "functionalize='torchtpu': 1 donates the inputs a graph writes in place to the compiled "
+    "program (tf.aliasing_output: XLA updates their buffers in place instead of copying them); "
+    "0 returns their new values without donation. The caller's tensors are updated either way "
+    "(on XLA:CPU a donated torch tensor is copied into a private buffer first: PjRT cannot "
+    "reuse memory a torch tensor owns).",
+    "frontend",
+)
