@@ -4,35 +4,15 @@ from __future__ import annotations
 
 import torch
 
+from torch_tpu.core import dtypes as core_dtypes
+
 from .context import ir
 
-# torch dtype -> MLIR type string. Unsigned types are StableHLO's `ui*`; bool is i1.
+# torch dtype -> MLIR type string, from the core rows (unsigned types are StableHLO's
+# `ui*`; bool is i1). A type this torch build lacks is left out.
 _DTYPE_TO_MLIR: dict[torch.dtype, str] = {
-    torch.float32: "f32",
-    torch.float64: "f64",
-    torch.float16: "f16",
-    torch.bfloat16: "bf16",
-    torch.int8: "i8",
-    torch.int16: "i16",
-    torch.int32: "i32",
-    torch.int64: "i64",
-    torch.uint8: "ui8",
-    torch.bool: "i1",
-    torch.complex64: "complex<f32>",
-    torch.complex128: "complex<f64>",
+    getattr(torch, row.name): row.mlir for row in core_dtypes.ROWS if hasattr(torch, row.name)
 }
-for _name, _mlir in (
-    ("uint16", "ui16"),
-    ("uint32", "ui32"),
-    ("uint64", "ui64"),
-    ("float8_e4m3fn", "f8E4M3FN"),
-    ("float8_e5m2", "f8E5M2"),
-    ("float8_e4m3fnuz", "f8E4M3FNUZ"),
-    ("float8_e5m2fnuz", "f8E5M2FNUZ"),
-    ("float8_e8m0fnu", "f8E8M0FNU"),
-):
-    if hasattr(torch, _name):
-        _DTYPE_TO_MLIR[getattr(torch, _name)] = _mlir
 
 _MLIR_TO_DTYPE = {v: k for k, v in _DTYPE_TO_MLIR.items()}
 

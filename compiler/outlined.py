@@ -13,6 +13,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from torch_tpu.core import attributes
+
 from .context import ir
 
 _CHANNEL = re.compile(r"channel_handle<handle = \d+")
@@ -61,7 +63,7 @@ def _stage_module(callee: ir.Operation) -> str:
     try:
         clone.attributes["sym_name"] = ir.StringAttr.get("main", callee.context)
         del clone.attributes["sym_visibility"]
-        for key in ("torchtpu.outlined",):
+        for key in (attributes.OUTLINED,):
             if key in clone.attributes:
                 del clone.attributes[key]
         body = clone.get_asm(enable_debug_info=False)
@@ -98,7 +100,7 @@ def split_outlined(module: ir.Operation, entry: str = "main") -> OutlinedProgram
             )
         callee_name = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         callee = functions[callee_name]
-        kind = ir.StringAttr(callee.attributes["torchtpu.outlined"]).value if "torchtpu.outlined" in callee.attributes else "compute"
+        kind = ir.StringAttr(callee.attributes[attributes.OUTLINED]).value if attributes.OUTLINED in callee.attributes else "compute"
         args = tuple(where[v] for v in op.operands)
         for k, result in enumerate(op.results):
             where[result] = ValueRef(len(stages), k)
@@ -111,7 +113,7 @@ def _calls_outlined(block: ir.Block, functions: dict) -> bool:
         op = op.operation
         if op.name == "func.call":
             callee = functions.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-            if callee is not None and "torchtpu.outlined" in callee.attributes:
+            if callee is not None and attributes.OUTLINED in callee.attributes:
                 return True
     return False
 

@@ -42,6 +42,8 @@ import numpy as np
 from jaxlib import _jax, xla_client
 from jaxlib import version as _jaxlib_version
 
+from torch_tpu.core import attributes
+
 JAXLIB_VERSION: str = _jaxlib_version.__version__
 
 # Exceptions jaxlib raises for runtime/compile failures (a RuntimeError subclass).
@@ -357,20 +359,11 @@ def _mlir() -> tuple[Any, Any]:
     global _mlir_context
     with _mlir_lock:
         from jaxlib.mlir import ir
-        from jaxlib.mlir._mlir_libs import _jax_mlir_ext
-        from jaxlib.mlir.dialects import chlo, sdy, stablehlo
 
         if _mlir_context is None:
-            registry = ir.DialectRegistry()
-            _jax_mlir_ext.register_dialects(registry)
-            ctx = ir.Context()
-            ctx.append_dialect_registry(registry)
-            ctx.load_all_available_dialects()
-            sdy.register_dialect(ctx)
-            chlo.register_dialect(ctx)
-            stablehlo.register_dialect(ctx)
-            ctx.allow_unregistered_dialects = True
-            _mlir_context = ctx
+            from torch_tpu.core.mlir_context import make_context
+
+            _mlir_context = make_context()
         return ir, _mlir_context
 
 
@@ -410,8 +403,8 @@ def add_buffer_donors(module: str | bytes, arg_indices: Sequence[int], source_na
                 for j in range(len(current)):
                     named = current[j]
                     entries[named.name] = named.attr
-            if i in arg_indices and "tf.aliasing_output" not in entries:
-                entries["jax.buffer_donor"] = ir.BoolAttr.get(True)
+            if i in arg_indices and attributes.ALIASING_OUTPUT not in entries:
+                entries[attributes.BUFFER_DONOR] = ir.BoolAttr.get(True)
             dicts.append(ir.DictAttr.get(entries))
         bad = [i for i in arg_indices if not 0 <= i < n_args]
         if bad:

@@ -1,8 +1,8 @@
 """Element types the runtime moves between PyTorch, NumPy and XLA.
 
-One table row per type: the StableHLO element type spelling (as in `tensor<2x3xbf16>`),
-the NumPy dtype (ml_dtypes for bf16 and the f8 types) and the `torch` dtype attribute
-name. torch is imported only when a torch dtype is asked for, so tools that work on
+One row per type of `torch_tpu.core.dtypes`: the StableHLO element type spelling (as in
+`tensor<2x3xbf16>`), the NumPy dtype (ml_dtypes for bf16 and the f8 types) and the
+`torch` dtype attribute name. torch is imported only when a torch dtype is asked for, so tools that work on
 NumPy arrays start without it.
 """
 
@@ -14,6 +14,8 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+
+from torch_tpu.core import dtypes as core_dtypes
 
 from .errors import UnsupportedDtypeError
 
@@ -32,28 +34,12 @@ class ElementType:
         return self.numpy.itemsize
 
 
-_ROWS = [
-    ElementType("f32", np.dtype(np.float32), "float32"),
-    ElementType("f64", np.dtype(np.float64), "float64"),
-    ElementType("f16", np.dtype(np.float16), "float16"),
-    ElementType("bf16", np.dtype(ml_dtypes.bfloat16), "bfloat16", "int16"),
-    ElementType("f8E4M3FN", np.dtype(ml_dtypes.float8_e4m3fn), "float8_e4m3fn", "uint8"),
-    ElementType("f8E5M2", np.dtype(ml_dtypes.float8_e5m2), "float8_e5m2", "uint8"),
-    ElementType("f8E4M3FNUZ", np.dtype(ml_dtypes.float8_e4m3fnuz), "float8_e4m3fnuz", "uint8"),
-    ElementType("f8E5M2FNUZ", np.dtype(ml_dtypes.float8_e5m2fnuz), "float8_e5m2fnuz", "uint8"),
-    ElementType("f8E8M0FNU", np.dtype(ml_dtypes.float8_e8m0fnu), "float8_e8m0fnu", "uint8"),
-    ElementType("i1", np.dtype(np.bool_), "bool"),
-    ElementType("i8", np.dtype(np.int8), "int8"),
-    ElementType("i16", np.dtype(np.int16), "int16"),
-    ElementType("i32", np.dtype(np.int32), "int32"),
-    ElementType("i64", np.dtype(np.int64), "int64"),
-    ElementType("ui8", np.dtype(np.uint8), "uint8"),
-    ElementType("ui16", np.dtype(np.uint16), "uint16"),
-    ElementType("ui32", np.dtype(np.uint32), "uint32"),
-    ElementType("ui64", np.dtype(np.uint64), "uint64"),
-    ElementType("complex<f32>", np.dtype(np.complex64), "complex64"),
-    ElementType("complex<f64>", np.dtype(np.complex128), "complex128"),
-]
+def _numpy_dtype(name: str) -> np.dtype:
+    # bf16 and the f8 types are ml_dtypes' extension types; the rest are NumPy's own.
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
+
+
+_ROWS = [ElementType(row.mlir, _numpy_dtype(row.name), row.name, row.view_as) for row in core_dtypes.ROWS]
 
 BY_MLIR: dict[str, ElementType] = {row.mlir: row for row in _ROWS}
 BY_NUMPY: dict[np.dtype, ElementType] = {row.numpy: row for row in _ROWS}

@@ -185,6 +185,7 @@ def passes_markdown() -> str:
 def dialect_markdown() -> str:
     from torch_tpu.compiler.dialect import DIALECT, TORCHTPU
     from torch_tpu.compiler.dialect.spec import KNOWN_TYPES, TRAITS
+    from torch_tpu.core.attributes import ATTRIBUTES
 
     out = [
         _header(f"The `{DIALECT}` dialect", "the op table in `compiler/dialect/ops.py`"),
@@ -196,6 +197,16 @@ def dialect_markdown() -> str:
         ),
         "## Types\n",
         _table(("type", "meaning"), [(f"`!{DIALECT}.{name}`", text) for name, text in sorted(KNOWN_TYPES.items())]),
+        "## Discardable attributes\n",
+        (
+            "The attribute names torch_tpu sets or reads on ops, functions, arguments and "
+            "modules (declared once, in `python/torch_tpu/core/attributes.py`). The `tf.*`, "
+            "`jax.*` and `sdy.*` ones are the spellings XLA and Shardy read.\n"
+        ),
+        _table(("attribute", "on", "kind", "meaning"), [
+            (f"`{a.name}" + ("<name>`" if a.name.endswith(".") else "`"), a.on, f"`{a.kind}`", a.meaning)
+            for a in sorted(ATTRIBUTES.values(), key=lambda a: a.name)
+        ]),
         "## Ops\n",
         "| op | summary |\n|---|---|",
     ]

@@ -28,12 +28,14 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from torch_tpu.core import attributes
+
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from ..lowering import DynamicFallback
 from ..lowering.symsize import SymSize
 
-BOUNDS_ATTR = "torchtpu.bounds"
+BOUNDS_ATTR = attributes.BOUNDS
 _SYMBOLIC_VAL = "torchtpu_symbolic_val"
 
 

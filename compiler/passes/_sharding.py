@@ -18,6 +18,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from torch_tpu.core import attributes
+
 _MESH_AXES = re.compile(r'"([^"]+)"\s*=\s*(\d+)')
 _DEVICE_IDS = re.compile(r"device_ids\s*=\s*\[([^\]]*)\]")
 _SHARDING = re.compile(r"^#sdy\.sharding<\s*@([\w.$-]+)\s*,\s*\[(.*)\]\s*(.*)>$", re.DOTALL)
@@ -25,8 +27,8 @@ _DIM = re.compile(r"\{([^{}]*)\}")
 
 # Where `torchtpu-insert-collectives` leaves the meshes (module attribute
 # `torchtpu.mesh.<name>`) and the argument/result shardings, for `torch_tpu.spmd`.
-MESH_ATTR_PREFIX = "torchtpu.mesh."
-SHARDING_ATTR = "torchtpu.sharding"
+MESH_ATTR_PREFIX = attributes.MESH_PREFIX
+SHARDING_ATTR = attributes.SHARDING
 
 
 class ShardingError(ValueError):

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from torch_tpu.core import attributes
+
 from ..context import ir
 
-BOUNDS_ATTR = "torchtpu.bounds"  # argument attribute: bound per dim, -1 for static dims
+BOUNDS_ATTR = attributes.BOUNDS  # argument attribute: bound per dim, -1 for static dims
 SIZE_OF_ATTR = "torchtpu.size_of"  # a materialized size: [argument or result index, dim]
 DYNAMIC = ir.ShapedType.get_dynamic_size()
 

@@ -8,6 +8,8 @@ table in `_partition_rules.py`.
 
 from __future__ import annotations
 
+from torch_tpu.core import attributes
+
 from ..context import ir
 from . import _collective_builders as build
 from ._partition_rules import RULES
@@ -147,7 +149,7 @@ def _has_shardings(fn: ir.Operation) -> bool:
     for key in ("arg_attrs", "res_attrs"):
         if key in fn.attributes:
             for attr in ir.ArrayAttr(fn.attributes[key]):
-                if "sdy.sharding" in ir.DictAttr(attr):
+                if attributes.SDY_SHARDING in ir.DictAttr(attr):
                     return True
     return False
 
@@ -169,7 +171,7 @@ def _declared_layouts(declared: list[tuple[dict, list[int], str]],
     mesh: Mesh | None = None
     layouts = []
     for attrs, shape, what in declared:
-        sharding = attrs.get("sdy.sharding")
+        sharding = attrs.get(attributes.SDY_SHARDING)
         if sharding is None:
             layouts.append(Layout.replicated(len(shape)))
             continue
@@ -188,7 +190,7 @@ def _rewrite_attrs(fn: ir.Operation, dicts: list[dict], key: str, layouts: list[
         return
     new = []
     for d, layout in zip(dicts, layouts):
-        d = {k: v for k, v in d.items() if k != "sdy.sharding"}
+        d = {k: v for k, v in d.items() if k != attributes.SDY_SHARDING}
         if not layout.is_replicated:
             d[SHARDING_ATTR] = ir.StringAttr.get(layout.sdy_text(mesh.name))
         new.append(ir.DictAttr.get(d))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from torch_tpu.core import attributes
+
 from ..context import func, ir
 from ..dialect import ref_tensor_type
 from ..dialect.view_ops import VIEW_OPS
 from .base import Pass, ops_named, register_pass
 from .view_semantics import COMPLEX_VIEWS, ViewError, forward, inverse
 
-ALIASING_OUTPUT = "tf.aliasing_output"
+ALIASING_OUTPUT = attributes.ALIASING_OUTPUT
 
 
 @register_pass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from torch_tpu.core import attributes
+
 from ..context import func, ir
 from .base import Pass, ops_named, register_pass
 
@@ -17,9 +19,9 @@ COLLECTIVE_OPS = frozenset(
     }
 )
 # Marks a function whose collectives stay embedded (torch_tpu.spmd_safe).
-SPMD_SAFE = "torchtpu.spmd_safe"
+SPMD_SAFE = attributes.SPMD_SAFE
 # Marks an outlined function: "compute" or "collective".
-OUTLINED = "torchtpu.outlined"
+OUTLINED = attributes.OUTLINED
 
 
 def _contains_collective(op: ir.Operation) -> ir.Operation | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from torch_tpu.core import attributes
+
 from ..context import ir
 from .base import Option, Pass, register_pass
 
@@ -12,7 +14,7 @@ MATRIX_OPS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution")
 # A lowering whose algorithm needs its own precision (linear algebra is never computed
 # in reduced-precision passes) marks the op with this unit attribute; the pass keeps
 # that op's precision_config even with override=true, and removes the marker.
-FIXED_PRECISION = "torchtpu.fixed_precision"
+FIXED_PRECISION = attributes.FIXED_PRECISION
 
 
 def _has_explicit_precision(op: ir.Operation) -> bool:

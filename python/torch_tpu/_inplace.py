@@ -25,6 +25,7 @@ from torch_tpu.compiler.importer import import_graph
 from torch_tpu.compiler.lowering import LoweringError
 
 from . import _timing
+from .core import attributes
 from torch_tpu.compiler.pipelines import named_pipeline
 
 from ._compile import CompiledGraph, _shared_context
@@ -36,7 +37,7 @@ from ._precision import current_mode
 
 log = logging.getLogger("torch_tpu")
 
-ALIASING_OUTPUT = "tf.aliasing_output"
+ALIASING_OUTPUT = attributes.ALIASING_OUTPUT
 _logged: set[str] = set()
 
 

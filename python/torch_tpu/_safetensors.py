@@ -27,27 +27,15 @@ from collections.abc import Mapping
 
 import torch
 
+from .core import dtypes as core_dtypes
+
 # The format's dtype names (the Dtype enum of the reference implementation) for every
 # dtype a torch_tpu export can hold. torch.complex128 and the *fnuz float8 types have no
 # name in the format, so they cannot be saved (an error says so).
 DTYPE_NAMES: dict[torch.dtype, str] = {
-    torch.bool: "BOOL",
-    torch.uint8: "U8",
-    torch.int8: "I8",
-    torch.int16: "I16",
-    torch.uint16: "U16",
-    torch.int32: "I32",
-    torch.uint32: "U32",
-    torch.int64: "I64",
-    torch.uint64: "U64",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.float32: "F32",
-    torch.float64: "F64",
-    torch.complex64: "C64",
-    torch.float8_e4m3fn: "F8_E4M3",
-    torch.float8_e5m2: "F8_E5M2",
-    torch.float8_e8m0fnu: "F8_E8M0",
+    getattr(torch, row.name): row.safetensors
+    for row in core_dtypes.ROWS
+    if row.safetensors is not None and hasattr(torch, row.name)
 }
 DTYPES: dict[str, torch.dtype] = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 

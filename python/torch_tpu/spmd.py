@@ -22,6 +22,8 @@ from typing import Any
 
 from typing_extensions import Self
 
+from torch_tpu.core import attributes
+
 from torch_tpu.compiler.context import ir, make_context
 from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.lowering._process_groups import clear_declared_partitions, declare_partition  # noqa: F401
@@ -201,7 +203,7 @@ def annotate_shardings(module: Any, mesh: Sequence[tuple[str, int]], args: Seque
                 entries = {d[k].name: d[k].attr for k in range(len(d))}
                 dims = shardings[i] if i < len(shardings) else None
                 if dims is not None:
-                    entries["sdy.sharding"] = ir.Attribute.parse(sdy_sharding_text(mesh_name, dims))
+                    entries[attributes.SDY_SHARDING] = ir.Attribute.parse(sdy_sharding_text(mesh_name, dims))
                 out.append(ir.DictAttr.get(entries))
             return ir.ArrayAttr.get(out)
 
