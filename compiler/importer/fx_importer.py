@@ -18,6 +18,7 @@ from ..lowering.helpers import array_constant
 from ..lowering.registry import require_padding_as_is
 from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
+from ..process_groups import ProcessGroups
 from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
 from .locations import node_location
 from .storage_views import rebase_storage_views
@@ -110,9 +111,12 @@ class FxImporter:
         func_name: str = "main",
         symbol_bounds=None,
         functional: bool = True,
+        process_groups: ProcessGroups | None = None,
     ):
         self.gm = gm
         self.functional = functional
+        # What the frontend found out about the process groups the collectives name.
+        self.process_groups = process_groups or ProcessGroups()
         self.mutation = None  # MutationImporter in non-functional mode (importer/mutation.py)
         # Bounded dynamism: symbolic sizes lower at their bounds (importer/dynamic.py).
         self.dynamic: DynamicShapes | None = None
@@ -484,6 +488,7 @@ def import_graph(
     func_name: str = "main",
     symbol_bounds=None,
     functional: bool = True,
+    process_groups: ProcessGroups | None = None,
 ) -> ImportedGraph:
     """Imports an ATen-level FX graph whose nodes carry `meta['val']`. Raises
     `LoweringError` (naming the op and the user's source line) when a node cannot be
@@ -491,6 +496,8 @@ def import_graph(
     it is lowered at its bounds (importer/dynamic.py). `functional=False` accepts views and
     in-place / out= ops (written storage becomes `!torchtpu.ref` references; see
     compiler/importer/mutation.py). Storage-addressing ops (`as_strided`) are first pointed
-    at their input's storage root (importer/storage_views.py)."""
+    at their input's storage root (importer/storage_views.py). Collectives are lowered
+    with `process_groups`, the facts of the groups they name (the frontend builds them:
+    `torch_tpu.spmd.process_groups_of(gm)`)."""
     rebase_storage_views(gm)
-    return FxImporter(gm, context, func_name, symbol_bounds, functional).run()
+    return FxImporter(gm, context, func_name, symbol_bounds, functional, process_groups).run()

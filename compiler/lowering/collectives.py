@@ -2,8 +2,9 @@
 torch.compile) -> `torchtpu.collective`.
 
 The rules keep what PyTorch knew -- the group's ranks, the reduce op -- and resolve the
-group's name to the complete partition of the world (`_process_groups.py`) while
-torch.distributed is still there to ask, so the IR alone is enough to lower the op later
+group's name to the complete partition of the world (the `ProcessGroups` facts the
+frontend gave `import_graph`, `compiler/process_groups.py`), so the IR alone is enough
+to lower the op later
 (`torchtpu-lower-collectives`). `wait_tensor` is the identity: XLA orders collectives
 by data flow, so there is nothing to wait for.
 """
@@ -17,7 +18,7 @@ import torch
 
 from ..context import ir
 from ..dialect.collective_ops import REDUCE_OPS
-from ._process_groups import GroupResolutionError, padded_groups, resolve_group
+from ..process_groups import GroupResolutionError, ProcessGroups, padded_groups
 from .helpers import shape_of
 from .registry import declare_padding, LoweringContext, lowers, Padding
 
@@ -59,8 +60,9 @@ def collective_op(
 
 
 def _group(ctx: LoweringContext, name, size: int | None = None):
+    facts = getattr(ctx.importer, "process_groups", None) or ProcessGroups()
     try:
-        info = resolve_group(str(name))
+        info = facts.lookup(str(name))
     except GroupResolutionError as err:
         raise ctx.fail(str(err)) from None
     if size is not None and size != len(info.ranks):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from ..context import ir, stablehlo
 from . import _collective_builders as build
 from ._resharding import Partitioner, Unsupported, shape_of
-from ._sharding import Layout, Shard
+from .sharding import Layout, Shard
 
 Rule = Callable[[Partitioner, ir.Operation], None]
 RULES: dict[str, Rule] = {}

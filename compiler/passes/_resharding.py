@@ -17,7 +17,7 @@ import numpy as np
 
 from ..context import ir, stablehlo
 from . import _collective_builders as build
-from ._sharding import Layout, Mesh, Shard
+from .sharding import Layout, Mesh, Shard
 
 
 class Unsupported(Exception):

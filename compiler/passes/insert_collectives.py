@@ -14,7 +14,7 @@ from ..context import ir
 from . import _collective_builders as build
 from ._partition_rules import RULES
 from ._resharding import Partitioner, Unsupported, shape_of, with_shape
-from ._sharding import (
+from .sharding import (
     MESH_ATTR_PREFIX,
     SHARDING_ATTR,
     Layout,

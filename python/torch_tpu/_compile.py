@@ -34,6 +34,7 @@ from ._fallback_reasons import FallbackReason
 from ._fingerprint import FxGraphFingerprint
 from ._output_layout import apply_layout, output_layouts
 from ._precision import current_mode, warn_cost
+from ._process_groups import process_groups_of
 
 log = logging.getLogger("torch_tpu")
 
@@ -168,7 +169,9 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         dump.write("fx_graph.py", gm.print_readable(print_output=False))
     with _timing.phase("convert", timings):
         try:
-            imported = import_graph(gm, context=_shared_context(), symbol_bounds=symbol_bounds)
+            imported = import_graph(
+                gm, context=_shared_context(), symbol_bounds=symbol_bounds, process_groups=process_groups_of(gm)
+            )
         except LoweringError as err:
             dump.write_error("importing the graph", str(err))
             raise

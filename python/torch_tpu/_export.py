@@ -21,6 +21,7 @@ from torch_tpu.compiler.pipelines import named_pipeline
 from ._errors import TorchTpuCompileError
 from ._export_signature import ArgSpec, ExportSignature, argument_names, leaf_spec
 from ._precision import current_mode
+from ._process_groups import process_groups_of
 
 # How an exported module takes dynamic dims: padded static buffers plus one i32 size per
 # dynamic dim (`torchtpu-materialize-bounds`), what every runtime needs today
@@ -170,7 +171,7 @@ def export(
         state.append(value.detach())
         names.append(spec.target)
     bounds = _dynamic.initial_bounds(gm) if _has_symbols(gm) else None
-    imported = import_graph(gm, symbol_bounds=bounds)
+    imported = import_graph(gm, symbol_bounds=bounds, process_groups=process_groups_of(gm))
     engine = DiagnosticEngine()
     pipeline = pipeline_for(current_mode(), EXPORT_BOUNDS_MODE if bounds else "none")
     if not run_pipeline(imported.module.operation, pipeline, engine):

@@ -34,6 +34,7 @@ from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
 from ._output_alias import OutputAliasPlan, plan_output_aliases
 from ._precision import current_mode
+from ._process_groups import process_groups_of
 
 log = logging.getLogger("torch_tpu")
 
@@ -132,7 +133,9 @@ def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPl
         dump.write("fx_graph.py", gm.print_readable(print_output=False))
     with _timing.phase("convert", timings):
         try:
-            imported = import_graph(gm, context=_shared_context(), functional=False)
+            imported = import_graph(
+                gm, context=_shared_context(), functional=False, process_groups=process_groups_of(gm)
+            )
         except LoweringError as err:
             dump.write_error("importing the graph", str(err))
             raise

@@ -26,10 +26,13 @@ from torch_tpu.core import attributes
 
 from torch_tpu.compiler.context import ir, make_context
 from torch_tpu.compiler.diagnostics import DiagnosticEngine
-from torch_tpu.compiler.lowering._process_groups import clear_declared_partitions, declare_partition  # noqa: F401
 from torch_tpu.compiler.outlined import OutlinedProgram, Stage, ValueRef, split_outlined
 from torch_tpu.compiler.pipeline import run_pipeline
 from torch_tpu.compiler.pipelines import named_pipeline
+
+# Public: a partition for groups PyTorch does not record, and the process-group facts of a
+# graph that `import_graph(..., process_groups=...)` lowers its collectives with.
+from ._process_groups import clear_declared_partitions, declare_partition, process_groups_of  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +183,7 @@ def annotate_shardings(module: Any, mesh: Sequence[tuple[str, int]], args: Seque
     """Adds an `sdy.mesh` and `sdy.sharding` argument/result attributes to a
     single-device module (text or ir.Module): `args[i]` names the mesh axis of each
     dimension of argument i (None: unsharded; a None entry: replicated)."""
-    from torch_tpu.compiler.passes._sharding import sdy_sharding_text
+    from torch_tpu.compiler.passes.sharding import sdy_sharding_text
 
     if isinstance(module, str):
         with make_context():
@@ -214,7 +217,7 @@ def annotate_shardings(module: Any, mesh: Sequence[tuple[str, int]], args: Seque
 
 
 def _read_layouts(module: ir.Module, entry: str = "main"):
-    from torch_tpu.compiler.passes._sharding import (
+    from torch_tpu.compiler.passes.sharding import (
         MESH_ATTR_PREFIX,
         SHARDING_ATTR,
         Layout,

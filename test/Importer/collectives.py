@@ -9,6 +9,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch_tpu.compiler.importer import import_graph
+from torch_tpu.spmd import process_groups_of
 
 c10d = torch.ops._c10d_functional
 dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
@@ -19,7 +20,8 @@ DP = mesh.get_group("dp").group_name
 
 def run(name, fn, *args):
     print(name)
-    print(import_graph(make_fx(fn)(*args)).text())
+    gm = make_fx(fn)(*args)
+    print(import_graph(gm, process_groups=process_groups_of(gm)).text())
 
 
 X = torch.randn(8, 3)

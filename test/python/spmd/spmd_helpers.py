@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch_tpu.compiler.importer.fx_importer import import_graph
+from torch_tpu.spmd import process_groups_of
 
 
 @contextlib.contextmanager
@@ -28,4 +29,4 @@ def fake_world(world_size: int):
 def trace(fn, *examples):
     """The StableHLO + torchtpu module of `fn` traced at rank 0 (make_fx)."""
     gm = make_fx(fn)(*examples)
-    return import_graph(gm).module
+    return import_graph(gm, process_groups=process_groups_of(gm)).module

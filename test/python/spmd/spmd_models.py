@@ -7,7 +7,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn import functional as F
 from torch_tpu.compiler.importer.fx_importer import import_graph
-from torch_tpu.spmd import annotate_shardings
+from torch_tpu.spmd import annotate_shardings, process_groups_of
 
 
 def mlp_step(x, y, w1, b1, w2, b2):
@@ -75,7 +75,8 @@ def sharded_module(step, args, arg_shardings, result_shardings, devices: int, fo
     if forward_only:
         fn = lambda *a: step(*a)[0]
         result_shardings = result_shardings[:1]
-    module = import_graph(make_fx(fn)(*args)).module
+    gm = make_fx(fn)(*args)
+    module = import_graph(gm, process_groups=process_groups_of(gm)).module
     return annotate_shardings(module, [("x", devices)], arg_shardings, result_shardings)
 
 

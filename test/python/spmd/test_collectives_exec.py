@@ -18,6 +18,7 @@ from torch_tpu.spmd import (
     clear_declared_partitions,
     compile_spmd,
     declare_partition,
+    process_groups_of,
 )
 
 c10d = torch.ops._c10d_functional
@@ -277,7 +278,8 @@ def test_dtensor_under_torch_compile(cpu8):
 
         g = torch.Generator().manual_seed(0)
         xs = [torch.randn(2, 3, generator=g) for _ in range(4)]
-        program = compile_spmd(import_graph(_aot_forward_graph(gather, xs[0])).module, 4, client=cpu8)
+        gm = _aot_forward_graph(gather, xs[0])
+        program = compile_spmd(import_graph(gm, process_groups=process_groups_of(gm)).module, 4, client=cpu8)
         for out in program([[x] for x in xs]):
             torch.testing.assert_close(out[0], torch.cat(xs) * 2 + 1)
 
@@ -289,7 +291,7 @@ def test_dtensor_under_torch_compile(cpu8):
 
         gm = _aot_forward_graph(replicated, x, w1s[0].contiguous(), w2s[0].contiguous())
         assert any("all_reduce" in str(n.target) for n in gm.graph.nodes)
-        program = compile_spmd(import_graph(gm).module, 4, client=cpu8)
+        program = compile_spmd(import_graph(gm, process_groups=process_groups_of(gm)).module, 4, client=cpu8)
         outs = program([[x, w1s[r].contiguous(), w2s[r].contiguous()] for r in range(4)])
         for out in outs:
             torch.testing.assert_close(out[0], torch.relu(x @ w1) @ w2, rtol=1e-5, atol=1e-5)

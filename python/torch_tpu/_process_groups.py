@@ -1,4 +1,6 @@
-"""From a PyTorch process-group name to the complete replica-group partition.
+"""From a PyTorch process-group name to the complete replica-group partition: the
+process-group facts the frontend hands to the compiler (`process_groups_of`, data of
+`torch_tpu.compiler.process_groups`).
 
 A collective in an FX graph names one group (the one this rank is in). StableHLO needs
 every subgroup that runs the same collective, so the partition is derived, in order:
@@ -24,19 +26,10 @@ ranks of the groups it creates, so mesh rows are sorted when the group's own ord
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
 
+import torch
 
-class GroupResolutionError(ValueError):
-    """The group does not exist or its partition cannot be derived; the message says why."""
-
-
-@dataclass(frozen=True)
-class GroupInfo:
-    name: str
-    ranks: tuple[int, ...]  # global ranks in group order
-    partition: tuple[tuple[int, ...], ...]  # every subgroup, each in group order
-    world_size: int
+from torch_tpu.compiler.process_groups import GroupInfo, GroupResolutionError, ProcessGroups
 
 
 def _dist():
@@ -146,8 +139,33 @@ def resolve_group(name: str) -> GroupInfo:
     return GroupInfo(name, ranks, partition, world)
 
 
-def padded_groups(partition: tuple[tuple[int, ...], ...]) -> list[list[int]]:
-    """The partition as StableHLO's rectangular replica_groups (-1 pads uneven groups)."""
-    width = max(len(g) for g in partition)
-    return [list(g) + [-1] * (width - len(g)) for g in partition]
+def _group_names(gm: torch.fx.GraphModule) -> list[str]:
+    """The process groups named by the graph's functional collectives (the argument its
+    schema calls `group_name`), in first-use order."""
+    names: dict[str, None] = {}
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or getattr(target, "namespace", None) != "_c10d_functional":
+            continue
+        for index, argument in enumerate(target._schema.arguments):
+            if argument.name != "group_name":
+                continue
+            value = node.args[index] if index < len(node.args) else node.kwargs.get("group_name")
+            if value is not None:
+                names[str(value)] = None
+    return list(names)
 
+
+def process_groups_of(gm: torch.fx.GraphModule) -> ProcessGroups:
+    """The process-group facts of the groups `gm`'s collectives name, resolved now, while
+    torch.distributed can be asked: the data `import_graph(..., process_groups=...)`
+    lowers collectives with. A group that cannot be resolved is recorded with the reason,
+    which the collective that names it reports."""
+    groups: dict[str, GroupInfo] = {}
+    unresolved: dict[str, str] = {}
+    for name in _group_names(gm):
+        try:
+            groups[name] = resolve_group(name)
+        except GroupResolutionError as err:
+            unresolved[name] = str(err)
+    return ProcessGroups(groups, unresolved)
