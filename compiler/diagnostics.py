@@ -16,7 +16,7 @@ from .context import ir
 
 _FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
 # A name location around a child (`"aten.addmm.default"("model.py":12:1)`): the importer
-# names each op's location after its ATen op (importer/locations.py).
+# names each op's location after its ATen op (fx_locations.py).
 _NAMED_LOC = re.compile(r'"((?:[^"\\]|\\.)*)"\(')
 
 SEVERITIES = ("error", "warning", "note", "remark")

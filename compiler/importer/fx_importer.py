@@ -20,7 +20,7 @@ from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
 from ..process_groups import ProcessGroups
 from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
-from .locations import node_location
+from ..fx_locations import node_location
 from .storage_views import rebase_storage_views
 from ..lowering.row_layout import _VIEWS as _VIEW_TARGETS, RowLayout, result_keeps_layout, row_wise_operands
 

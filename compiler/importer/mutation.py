@@ -27,7 +27,7 @@ from ..dtypes import tensor_type
 from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
 from ..lowering.helpers import broadcast_to, convert, shape_of
 from ..lowering.registry import require_padding_as_is
-from .locations import node_location
+from ..fx_locations import node_location
 
 aten = torch.ops.aten
 operator_getitem = operator.getitem

@@ -214,7 +214,7 @@ class LoweringError(Exception):
         self.node = node
         self.reason = message
         if node is not None:
-            from ..importer.locations import describe_node
+            from ..fx_locations import describe_node
 
             message = f"{describe_node(node)}: {message}"
         super().__init__(message)

@@ -16,7 +16,7 @@ from torch_tpu.compiler.context import make_context
 from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.importer import import_graph, is_supported
 from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
-from torch_tpu.compiler.importer.locations import describe_node, op_name
+from torch_tpu.compiler.fx_locations import describe_node, op_name
 from torch_tpu.compiler.importer.storage_views import rebase_storage_views
 from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.compiler.lowering.collectives import is_collective_node

@@ -27,7 +27,7 @@ import torch
 import torch.fx
 
 from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
-from torch_tpu.compiler.importer.locations import describe_node, op_name, user_frame
+from torch_tpu.compiler.fx_locations import describe_node, op_name, user_frame
 from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.runtime.errors import CompileError
 

@@ -1,5 +1,8 @@
 """MLIR locations for FX nodes: the ATen op name around the user's source line, so a
-diagnostic or a profile points at the model code (`loc("aten.addmm"("model.py":12:1))`)."""
+diagnostic or a profile points at the model code (`loc("aten.addmm"("model.py":12:1))`).
+
+Below both the importer and the lowering registry (whose errors name the node), so
+neither imports the other for it."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import re
 import torch
 import torch.fx
 
-from ..context import ir
+from .context import ir
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 # Frames from these files are torch/torch_tpu machinery, not the user's model.
