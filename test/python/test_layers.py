@@ -1,0 +1,190 @@
+"""The layer contracts of docs/explanation/architecture.md, enforced with import-linter.
+
+The contracts live in pyproject.toml (`[tool.importlinter]`). import-linter finds modules
+by walking the package's folder, but the source tree maps one distribution onto several
+top-level folders (`[tool.setuptools] package-dir`), so each check runs `lint-imports` on
+a copy laid out as installed. A negative test per contract proves a violation is caught.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = ROOT / "pyproject.toml"
+SOURCE_FOLDERS = ("python", "compiler", "runtime", "tools")
+
+
+def _config() -> dict:
+    return tomllib.loads(PYPROJECT.read_text())
+
+
+def _contract(contract_id: str) -> dict:
+    for contract in _config()["tool"]["importlinter"]["contracts"]:
+        if contract["id"] == contract_id:
+            return contract
+    raise KeyError(contract_id)
+
+
+def _installed_layout(dest: Path) -> Path:
+    """A copy of the sources with each package at its import path (`package-dir`)."""
+    package_dir: dict[str, str] = _config()["tool"]["setuptools"]["package-dir"]
+    # Parents first, so a subpackage's folder lands inside its parent's copy.
+    for package, folder in sorted(package_dir.items(), key=lambda kv: kv[0].count(".")):
+        shutil.copytree(
+            ROOT / folder, dest / package.replace(".", "/"),
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True,
+        )
+    return dest
+
+
+def _lint(layout: Path) -> subprocess.CompletedProcess:
+    try:
+        import importlinter  # noqa: F401
+    except ImportError:
+        pytest.fail("import-linter is missing: install the test extra (pip install -e '.[test]')")
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run(
+        [sys.executable, "-c", code, str(PYPROJECT), "--no-cache"],
+        cwd=layout, env={"PYTHONPATH": str(layout), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory) -> Path:
+    return _installed_layout(tmp_path_factory.mktemp("installed"))
+
+
+def test_layer_contracts_hold(layout: Path) -> None:
+    result = _lint(layout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"Contracts: \d+ kept, 0 broken", result.stdout), result.stdout
+
+
+# One violation per contract: (file in the installed layout, line added, contract name).
+VIOLATIONS = {
+    "runtime imports the frontend": (
+        "torch_tpu/runtime/cache.py", "from torch_tpu import config", "Layers: tools -> frontend"),
+    "compiler imports the runtime": (
+        "torch_tpu/compiler/pipeline.py", "import torch_tpu.runtime", "Layers: tools -> frontend"),
+    "lowering imports the importer": (
+        "torch_tpu/compiler/lowering/registry.py", "from ..importer import fx_importer",
+        "Compiler: importer | passes -> lowering -> dialect"),
+    "core imports torch": ("torch_tpu/core/dtypes.py", "import torch", "The core imports only the standard library"),
+    "frontend imports a private compiler module": (
+        "torch_tpu/spmd.py", "from torch_tpu.compiler.passes import _partition_rules",
+        "A private module (_name) of the compiler"),
+    "tools import a private frontend module": (
+        "torch_tpu/tools/run.py", "from torch_tpu import _saved_export", "Tools use the frontend's public API"),
+}
+
+
+@pytest.mark.parametrize("violation", sorted(VIOLATIONS))
+def test_a_violation_breaks_its_contract(violation: str, tmp_path: Path) -> None:
+    path, line, contract = VIOLATIONS[violation]
+    layout = _installed_layout(tmp_path)
+    target = layout / path
+    target.write_text(target.read_text() + f"\n{line}  # injected by test_layers\n")
+    result = _lint(layout)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = " ".join(result.stdout.split())  # the report wraps long contract names
+    assert re.search(r"Contracts: \d+ kept, 1 broken", report), result.stdout
+    assert contract in report.split("Broken contracts", 1)[1], result.stdout
+
+
+def _frontend_modules() -> dict[str, bool]:
+    """`torch_tpu.<name>` -> private, for every module and subpackage of the frontend."""
+    lower = {package.split(".")[1] for package in _config()["tool"]["setuptools"]["package-dir"] if "." in package}
+    lower.add("core")
+    found = {}
+    for entry in (ROOT / "python/torch_tpu").iterdir():
+        name = entry.stem if entry.suffix == ".py" else entry.name
+        if entry.suffix == ".py" and name != "__init__" or entry.is_dir() and (entry / "__init__.py").exists():
+            if name not in lower:
+                found[f"torch_tpu.{name}"] = name.startswith("_")
+    return found
+
+
+def test_every_frontend_module_is_in_the_contracts() -> None:
+    frontend = {m.strip() for m in _contract("layers")["layers"][1].split(":")}
+    tools_may_not_import = set(_contract("tools-public-api")["forbidden_modules"])
+    for module, private in _frontend_modules().items():
+        assert module in frontend, f"{module}: add it to the frontend layer of the 'layers' contract in pyproject.toml"
+        if private:
+            assert module in tools_may_not_import, (
+                f"{module}: add it to forbidden_modules of the 'tools-public-api' contract in pyproject.toml"
+            )
+
+
+# -- configuration: every torch_tpu variable is read through the typed table ----------------
+
+_SOURCES = [p for folder in SOURCE_FOLDERS for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]
+_ENV_READ = re.compile(
+    r"""(?:os\.environ\.get|os\.getenv)\(\s*["']((?:TORCH_TPU|TPU)_\w+)["']"""
+    r"""|os\.environ\[\s*["']((?:TORCH_TPU|TPU)_\w+)["']\s*\](?!\s*=[^=])"""  # a read, not a write
+)
+_CONFIG_GET = re.compile(r"""config\.get\(\s*["'](\w+)["']""")
+
+
+def test_environment_is_read_only_through_the_config_table() -> None:
+    core_config = ROOT / "python/torch_tpu/core/config.py"
+    direct = []
+    for path in _SOURCES:
+        if path == core_config:
+            continue
+        for match in _ENV_READ.finditer(path.read_text()):
+            direct.append(f"{path.relative_to(ROOT)}: {match.group(1) or match.group(2)}")
+    assert not direct, "read these with torch_tpu.core.config.get (declare them in its table): " + ", ".join(direct)
+
+
+def test_every_variable_read_is_declared() -> None:
+    from torch_tpu.core.config import ENV_VARS
+
+    read = {name for path in _SOURCES for name in _CONFIG_GET.findall(path.read_text())}
+    assert read, "no config.get call found: the pattern is stale"
+    assert read - set(ENV_VARS) == set()
+
+
+def test_a_bad_value_names_the_variable_and_what_is_expected(monkeypatch) -> None:
+    from torch_tpu.core import config
+
+    monkeypatch.setenv("TORCH_TPU_NUM_CPU_DEVICES", "two")
+    with pytest.raises(config.EnvVarError, match=r"TORCH_TPU_NUM_CPU_DEVICES='two': expected an integer"):
+        config.get("TORCH_TPU_NUM_CPU_DEVICES")
+    monkeypatch.setenv("TORCH_TPU_NUM_CPU_DEVICES", "")
+    assert config.get("TORCH_TPU_NUM_CPU_DEVICES") == 1  # empty is unset: the table's default
+    monkeypatch.setenv("TORCH_TPU_STRICT", "on")
+    assert config.get("TORCH_TPU_STRICT") is True
+
+
+MODULE = """
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) -> tensor<2x4xf32> {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
+}
+"""
+
+
+def test_torchtpu_opt_and_the_core_run_without_torch(tmp_path: Path) -> None:
+    """torchtpu-opt on a .mlir file, and every core module, import no torch (nor jax);
+    bench/tool_startup.py measures the start-up time this keeps."""
+    source = tmp_path / "m.mlir"
+    source.write_text(MODULE)
+    code = (
+        "import sys\n"
+        "import torch_tpu.core.config, torch_tpu.core.dtypes, torch_tpu.core.attributes, torch_tpu.core.mlir_context\n"
+        "from torch_tpu.tools.opt import main\n"
+        f"rc = main([{str(source)!r}, '--torchtpu-compile-pipeline=precision=high'])\n"
+        "print(rc, sorted(m for m in ('torch', 'jax') if m in sys.modules), file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stderr.strip().splitlines()[-1] == "0 []", out.stderr
+    assert "stablehlo.dot_general" in out.stdout
