@@ -36,7 +36,7 @@ from .helpers import (
     shape_of,
 )
 from .symsize import SymSize
-from .registry import declare_padding, dynamic_rule, LoweringContext, lowers, Padding
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -160,12 +160,19 @@ def _arange_default(ctx: LoweringContext, end, **kwargs):
     return _arange(ctx, 0, end, 1)
 
 
-@lowers(aten.arange.start)
+def _reject_symbolic_start_or_step(ctx: LoweringContext, start, end, step=1, **kwargs):
+    """The iota is right at the bound; a symbolic start or step would be read as its bound."""
+    if isinstance(start, SymSize) or isinstance(step, SymSize):
+        raise ctx.dynamic_limit("arange with a symbolic start or step")
+    return NotImplemented
+
+
+@lowers(aten.arange.start, dynamic=Padding.SIZE, dynamic_rule=_reject_symbolic_start_or_step)
 def _arange_start(ctx: LoweringContext, start, end, **kwargs):
     return _arange(ctx, start, end, 1)
 
 
-@lowers(aten.arange.start_step)
+@lowers(aten.arange.start_step, dynamic=Padding.SIZE, dynamic_rule=_reject_symbolic_start_or_step)
 def _arange_start_step(ctx: LoweringContext, start, end, step=1, **kwargs):
     return _arange(ctx, start, end, step)
 
@@ -493,14 +500,6 @@ declare_padding(
     aten.triu_indices.default,
     aten.randperm,
 )
-
-
-@dynamic_rule(aten.arange.start, aten.arange.start_step, padding=Padding.SIZE)
-def _arange_dynamic(ctx: LoweringContext, start, end, step=1, **kwargs):
-    """The iota is right at the bound; a symbolic start or step would be read as its bound."""
-    if isinstance(start, SymSize) or isinstance(step, SymSize):
-        raise ctx.dynamic_limit("arange with a symbolic start or step")
-    return NotImplemented
 
 
 declare_padding(Padding.SAFE, family="creation")

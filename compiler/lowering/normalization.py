@@ -16,7 +16,17 @@ import torch
 from ..context import ir, stablehlo
 from .helpers import broadcast_to, convert, dtype, full, reshape, shape_of
 from .reduction import accumulation_dtype, reduce_sum, variance
-from .registry import declare_padding, dynamic_rule, LoweringContext, lowers, Padding
+from .padded import (
+    dynamic_beyond,
+    dynamic_dims,
+    i64,
+    product,
+    reject_when,
+    run_time_size,
+    schema_arg,
+    symbolic_arg,
+)
+from .registry import LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -80,7 +90,39 @@ def _empty(ctx: LoweringContext, index: int) -> ir.Value:
 
 
 # -- layer norm ---------------------------------------------------------------------------------
-@lowers(aten.native_layer_norm.default)
+def _layer_norm_padded(ctx: LoweringContext, x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """layer_norm whose normalized dims include a dynamic one: mean and variance divide by
+    the run-time element count (the sums are masked by the dynamic padder)."""
+    rank = len(shape_of(x))
+    dims = list(range(rank - len(normalized_shape), rank))
+    if not any(d in dynamic_dims(ctx, 0) for d in dims):
+        return NotImplemented
+    sym = symbolic_arg(ctx, 0)
+    acc = torch.float64 if dtype(x) is torch.float64 else torch.float32
+    xf = convert(x, acc)
+    count = convert(i64(product([run_time_size(ctx, sym.shape[d]) for d in dims])), acc)
+    kept = [1 if d in dims else s for d, s in enumerate(shape_of(xf))]
+    mean = stablehlo.DivOp(
+        reduce_sum(xf, dims),
+        broadcast_to(count, [s for d, s in enumerate(shape_of(xf)) if d not in dims]),
+    ).result
+    centered = stablehlo.SubtractOp(xf, broadcast_to(reshape(mean, kept), shape_of(xf))).result
+    squares = reduce_sum(stablehlo.MulOp(centered, centered).result, dims)
+    var = stablehlo.DivOp(squares, broadcast_to(count, shape_of(squares))).result
+    rstd = stablehlo.RsqrtOp(stablehlo.AddOp(var, broadcast_to(full(eps, acc, []), shape_of(var))).result).result
+    out = stablehlo.MulOp(centered, broadcast_to(reshape(rstd, kept), shape_of(xf))).result
+    if weight is not None:
+        out = stablehlo.MulOp(out, broadcast_to(convert(weight, acc), shape_of(out))).result
+    if bias is not None:
+        out = stablehlo.AddOp(out, broadcast_to(convert(bias, acc), shape_of(out))).result
+    return (
+        convert(out, ctx.result_dtype(0)),
+        reshape(convert(mean, ctx.result_dtype(1)), ctx.result_shape(1)),
+        reshape(convert(rstd, ctx.result_dtype(2)), ctx.result_shape(2)),
+    )
+
+
+@lowers(aten.native_layer_norm.default, dynamic=Padding.COUNT, dynamic_rule=_layer_norm_padded)
 def _native_layer_norm(ctx: LoweringContext, x, normalized_shape, weight, bias, eps):
     shape = shape_of(x)
     axis = len(shape) - len(normalized_shape)
@@ -96,7 +138,16 @@ def _native_layer_norm(ctx: LoweringContext, x, normalized_shape, weight, bias, 
     return _out(ctx, 0, out), _out(ctx, 1, mean), _out(ctx, 2, rstd)
 
 
-@lowers(aten.native_layer_norm_backward.default)
+def _normalized_dim_dynamic(ctx: LoweringContext, args, kwargs) -> bool:
+    """Whether layer_norm_backward's input (argument 1) has a dynamic normalized dim."""
+    return any(d >= len(symbolic_arg(ctx, 1).shape) - len(args[2]) for d in dynamic_dims(ctx, 1))
+
+
+@lowers(
+    aten.native_layer_norm_backward.default,
+    dynamic=Padding.COUNT,
+    dynamic_rule=reject_when(_normalized_dim_dynamic, "layer norm backward over a dynamic normalized dimension"),
+)
 def _native_layer_norm_backward(
     ctx: LoweringContext, grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask
 ):
@@ -182,7 +233,23 @@ def _mutation_unsupported(ctx: LoweringContext, op: str):
     )
 
 
-@lowers(aten._native_batch_norm_legit.default)
+def _training_over_dynamic(ctx: LoweringContext, args, kwargs) -> bool:
+    """Whether a training batch norm (or its backward) computes statistics over a dynamic
+    dim other than the channel dim."""
+    names = [a.name for a in ctx.node.target._schema.arguments]
+    flag = "training" if "training" in names else "train" if "train" in names else None
+    training = schema_arg(ctx, args, kwargs, flag) if flag else True
+    return bool(training) and any(d != 1 for d in dynamic_dims(ctx, 1 if names[0] == "grad_out" else 0))
+
+
+# Every batch norm that can train shares this rule (statistics divide by the count).
+_BATCH_NORM = {
+    "dynamic": Padding.COUNT,
+    "dynamic_rule": reject_when(_training_over_dynamic, "batch norm statistics over a dynamic dimension"),
+}
+
+
+@lowers(aten._native_batch_norm_legit.default, **_BATCH_NORM)
 def _native_batch_norm_legit(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, training, momentum, eps
 ):
@@ -192,7 +259,7 @@ def _native_batch_norm_legit(
     return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2)
 
 
-@lowers(aten._native_batch_norm_legit.no_stats)
+@lowers(aten._native_batch_norm_legit.no_stats, **_BATCH_NORM)
 def _native_batch_norm_legit_no_stats(
     ctx: LoweringContext, x, weight, bias, training, momentum, eps
 ):
@@ -205,7 +272,7 @@ def _native_batch_norm_legit_no_stats(
     return _out(ctx, 0, out), _out(ctx, 1, mean), _out(ctx, 2, invstd)
 
 
-@lowers(aten._native_batch_norm_legit_no_training.default)
+@lowers(aten._native_batch_norm_legit_no_training.default, dynamic=Padding.SAFE)
 def _native_batch_norm_legit_no_training(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, momentum, eps
 ):
@@ -213,7 +280,7 @@ def _native_batch_norm_legit_no_training(
     return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2)
 
 
-@lowers(aten._native_batch_norm_legit_functional.default)
+@lowers(aten._native_batch_norm_legit_functional.default, **_BATCH_NORM)
 def _native_batch_norm_legit_functional(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, training, momentum, eps
 ):
@@ -241,7 +308,7 @@ def _native_batch_norm_legit_functional(
     )
 
 
-@lowers(aten.native_batch_norm.default)
+@lowers(aten.native_batch_norm.default, **_BATCH_NORM)
 def _native_batch_norm(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, training, momentum, eps
 ):
@@ -256,12 +323,12 @@ def _native_batch_norm(
     return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2)
 
 
-@lowers(aten._batch_norm_with_update.default)
+@lowers(aten._batch_norm_with_update.default, **_BATCH_NORM)
 def _batch_norm_with_update(ctx: LoweringContext, *args):
     raise _mutation_unsupported(ctx, "_batch_norm_with_update")
 
 
-@lowers(aten._batch_norm_with_update_functional.default)
+@lowers(aten._batch_norm_with_update_functional.default, **_BATCH_NORM)
 def _batch_norm_with_update_functional(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, momentum, eps
 ):
@@ -281,7 +348,7 @@ def _batch_norm_with_update_functional(
     )
 
 
-@lowers(aten._batch_norm_no_update.default)
+@lowers(aten._batch_norm_no_update.default, dynamic=Padding.SAFE)
 def _batch_norm_no_update(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, momentum, eps
 ):
@@ -291,7 +358,7 @@ def _batch_norm_no_update(
     return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2), _empty(ctx, 3)
 
 
-@lowers(aten.batch_norm_backward.default)
+@lowers(aten.batch_norm_backward.default, **_BATCH_NORM)
 def _batch_norm_backward(
     ctx: LoweringContext,
     grad_out,
@@ -323,7 +390,7 @@ def _batch_norm_backward(
     )
 
 
-@lowers(aten.native_batch_norm_backward.default)
+@lowers(aten.native_batch_norm_backward.default, **_BATCH_NORM)
 def _native_batch_norm_backward(
     ctx: LoweringContext,
     grad_out,
@@ -376,7 +443,11 @@ def _native_batch_norm_backward(
 
 
 # -- group norm ---------------------------------------------------------------------------------
-@lowers(aten.native_group_norm.default)
+@lowers(
+    aten.native_group_norm.default,
+    dynamic=Padding.COUNT,
+    dynamic_rule=reject_when(dynamic_beyond(1), "group norm over a dynamic dimension"),
+)
 def _native_group_norm(ctx: LoweringContext, x, weight, bias, N, C, HxW, group, eps):
     shape = shape_of(x)
     rank = len(shape)
@@ -392,7 +463,11 @@ def _native_group_norm(ctx: LoweringContext, x, weight, bias, N, C, HxW, group, 
     return _out(ctx, 0, out), _out(ctx, 1, mean), _out(ctx, 2, rstd)
 
 
-@lowers(aten.native_group_norm_backward.default)
+@lowers(
+    aten.native_group_norm_backward.default,
+    dynamic=Padding.COUNT,
+    dynamic_rule=reject_when(dynamic_beyond(1, "input"), "group norm over a dynamic dimension"),
+)
 def _native_group_norm_backward(
     ctx: LoweringContext, grad_out, x, mean, rstd, weight, N, C, HxW, group, output_mask
 ):
@@ -437,7 +512,23 @@ def _rms(x: ir.Value, normalized_shape, eps) -> tuple[ir.Value, ir.Value, list[i
     return _mul(xf, rstd), rstd, dims
 
 
-@lowers(aten.rms_norm.default)
+def _reject_rms_over_dynamic(input_position: int):
+    """The rule of an RMS norm whose input is argument `input_position`: over a dynamic
+    normalized dim it runs in eager (its mean divides by the count)."""
+
+    def rule(ctx: LoweringContext, *args, **kwargs):
+        rank = len(ctx.arg_meta(input_position).shape)
+        normalized = args[input_position + 1]
+        if any(d >= rank - len(normalized) for d in dynamic_dims(ctx, input_position)):
+            raise ctx.dynamic_limit("RMS norm over a dynamic (padded) normalized dimension")
+        return NotImplemented
+
+    rule.__doc__ = "RMS norm over a dynamic normalized dim runs in eager (its mean divides by the count)."
+    rule.__name__ = rule.__qualname__ = "reject_rms_over_dynamic"
+    return rule
+
+
+@lowers(aten.rms_norm.default, dynamic=Padding.COUNT, dynamic_rule=_reject_rms_over_dynamic(0))
 def _rms_norm(ctx: LoweringContext, x, normalized_shape, weight=None, eps=None):
     out, _, _ = _rms(x, normalized_shape, eps)
     if weight is not None:
@@ -445,7 +536,7 @@ def _rms_norm(ctx: LoweringContext, x, normalized_shape, weight=None, eps=None):
     return _out(ctx, None, out)
 
 
-@lowers(aten._fused_rms_norm.default)
+@lowers(aten._fused_rms_norm.default, dynamic=Padding.COUNT, dynamic_rule=_reject_rms_over_dynamic(0))
 def _fused_rms_norm(ctx: LoweringContext, x, normalized_shape, weight, eps):
     out, rstd, _ = _rms(x, normalized_shape, eps)
     if weight is not None:
@@ -453,7 +544,7 @@ def _fused_rms_norm(ctx: LoweringContext, x, normalized_shape, weight, eps):
     return _out(ctx, 0, out), _out(ctx, 1, rstd)
 
 
-@lowers(aten._fused_rms_norm_backward.default)
+@lowers(aten._fused_rms_norm_backward.default, dynamic=Padding.COUNT, dynamic_rule=_reject_rms_over_dynamic(1))
 def _fused_rms_norm_backward(
     ctx: LoweringContext, grad_out, x, normalized_shape, rstd, weight, output_mask
 ):
@@ -473,29 +564,3 @@ def _fused_rms_norm_backward(
     if output_mask[1]:
         grad_weight = reduce_sum(_mul(g, x_hat), outer)
     return _out(ctx, 0, grad_input), _out(ctx, 1, grad_weight)
-
-
-# Bounded dynamism: inference batch norm is per channel (positions independent); the
-# RMS norms divide by the normalized element count (a rule rejects a dynamic normalized
-# dim). Training batch/group/layer norm rules are in dynamic_rules.py.
-declare_padding(
-    Padding.SAFE, aten._native_batch_norm_legit_no_training.default, aten._batch_norm_no_update.default
-)
-
-
-def _rms_rule(input_position: int):
-    def rule(ctx: LoweringContext, *args, **kwargs):
-        from .dynamic_rules import _dynamic_dims
-
-        rank = len(ctx.arg_meta(input_position).shape)
-        normalized = args[input_position + 1]
-        if any(d >= rank - len(normalized) for d in _dynamic_dims(ctx, input_position)):
-            raise ctx.dynamic_limit("RMS norm over a dynamic (padded) normalized dimension")
-        return NotImplemented
-
-    rule.__doc__ = "RMS norm over a dynamic normalized dim runs in eager (its mean divides by the count)."
-    return rule
-
-
-dynamic_rule(aten.rms_norm.default, aten._fused_rms_norm.default, padding=Padding.COUNT)(_rms_rule(0))
-dynamic_rule(aten._fused_rms_norm_backward.default, padding=Padding.COUNT)(_rms_rule(1))

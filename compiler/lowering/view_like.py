@@ -16,9 +16,11 @@ elements, never re-derive PyTorch's shape logic.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
+import sympy
 import torch
 
 from ..context import ir, stablehlo
@@ -38,7 +40,19 @@ from .helpers import (
     shape_of,
     transpose,
 )
+from .padded import (
+    dynamic_dims,
+    i64,
+    is_dynamic_size,
+    product,
+    reject_along_dynamic,
+    reject_spatial_dynamic,
+    run_time_size,
+    symbolic_arg,
+)
 from .registry import declare_padding, LoweringContext, lowers, Padding
+from .row_layout import flatten_layout, unflatten_matches
+from .symsize import SymSize, static_layout
 
 aten = torch.ops.aten
 
@@ -132,12 +146,143 @@ def _to_result_shape(ctx: LoweringContext, x, *args, **kwargs):
     return reshape(x, ctx.result_shape())
 
 
+def _layout_preserving(in_shape, out_shape) -> bool:
+    """Whether reshaping the padded buffer keeps every element where the logical reshape
+    puts it: one dynamic dim on each side, the same size, with equal static products
+    before and after it (padding then stays in one contiguous block per outer index)."""
+
+    def split(shape):
+        dyn = [d for d, s in enumerate(shape) if is_dynamic_size(s)]
+        if len(dyn) != 1:
+            return None
+        d = dyn[0]
+        return (
+            math.prod(int(s) for s in shape[:d]),
+            shape[d].node.expr,
+            math.prod(int(s) for s in shape[d + 1 :]),
+        )
+
+    a, b = split(in_shape), split(out_shape)
+    return a is not None and b is not None and a[0] == b[0] and a[2] == b[2] and a[1] == b[1]
+
+
+def _size_key(s):
+    return str(s.node.expr) if isinstance(s, torch.SymInt) else int(s)
+
+
+def _reshape_padded(ctx: LoweringContext, x, *args, **kwargs):
+    """A reshape that keeps the padding in place is a plain reshape; a flattening one is
+    kept row-interleaved for row-wise consumers (row_layout.py); any other moves elements
+    with a gather at logical positions."""
+    in_sym = symbolic_arg(ctx, 0)
+    out_sym = ctx.importer.dynamic.symbolic_val(ctx.node)
+    in_dyn = ctx.importer.dynamic.dynamic_dims(in_sym)
+    out_dyn = ctx.importer.dynamic.dynamic_dims(out_sym)
+    if not in_dyn and not out_dyn:
+        return NotImplemented
+    importer = ctx.importer
+    source = ctx.node.args[0]
+    layout = importer.interleaved.get(source)
+    if layout is not None:
+        if unflatten_matches(layout, out_sym.shape):
+            return reshape(x, ctx.result_shape())  # the padded buffer is already in place
+        x = importer.compacted(source)
+    elif (
+        flat := flatten_layout(in_sym.shape, out_sym.shape, shape_of(x)[in_dyn[0]] if in_dyn else 0)
+    ) is not None:
+        importer.interleaved[ctx.node] = flat
+        return reshape(x, ctx.result_shape())
+    if [_size_key(s) for s in in_sym.shape] == [_size_key(s) for s in out_sym.shape] or _layout_preserving(
+        in_sym.shape, out_sym.shape
+    ):
+        return reshape(x, ctx.result_shape())
+    return gather_reshape(ctx, x, in_sym.shape, out_sym.shape, ctx.result_shape())
+
+
+def gather_reshape(ctx: LoweringContext, x: ir.Value, in_sizes, out_sizes, out_pad) -> ir.Value:
+    """A reshape that moves padding: each output element's logical linear index is mapped
+    to its input element, read with one gather of rows (the longest common static suffix
+    is kept whole)."""
+    in_pad = shape_of(x)
+    # Common static trailing block moved as a unit.
+    i, o = len(in_pad), len(out_pad)
+    while i > 0 and o > 0:
+        si, so = in_sizes[i - 1], out_sizes[o - 1]
+        if (
+            is_dynamic_size(si)
+            or is_dynamic_size(so)
+            or isinstance(si, sympy.Expr)
+            and not isinstance(si, sympy.Integer)
+            or int(si) != int(so)
+        ):
+            break
+        i -= 1
+        o -= 1
+    in_lead, out_lead = in_pad[:i], out_pad[:o]
+    in_log = [run_time_size(ctx, s) for s in in_sizes[:i]]
+    out_log = [run_time_size(ctx, s) for s in out_sizes[:o]]
+    i64_type = torch.int64
+    lead_shape = list(out_lead) or [1]
+    # Logical linear index of each output row.
+    linear = None
+    for d in range(len(out_lead)):
+        idx = stablehlo.IotaOp(tensor_type(lead_shape, i64_type), d).result
+        stride = product(out_log[d + 1 :])
+        term = stablehlo.MulOp(idx, broadcast_to(i64(stride), lead_shape)).result
+        linear = term if linear is None else stablehlo.AddOp(linear, term).result
+    if linear is None:
+        linear = broadcast_to(i64(0), lead_shape)
+    # The input coordinates of that logical index; the gather reads the padded input
+    # directly (reshaping it first would let XLA's dynamic padder move the padding).
+    count = math.prod(lead_shape)
+    flat = reshape(linear, [count])
+    coords = []
+    for d in range(len(in_lead)):
+        logical_stride = product(in_log[d + 1 :])
+        coord = stablehlo.DivOp(flat, broadcast_to(i64(logical_stride), [count])).result
+        coord = stablehlo.RemOp(coord, broadcast_to(i64(in_log[d]), [count])).result
+        coords.append(reshape(coord, [count, 1]))
+    if not coords:
+        return reshape(x, out_pad)
+    indices = coords[0] if len(coords) == 1 else stablehlo.ConcatenateOp(coords, 1).result
+    from .indexing import _gather
+
+    trailing = in_pad[len(in_lead) :]
+    taken = _gather(
+        x,
+        indices,
+        offset_dims=list(range(1, 1 + len(trailing))),
+        collapsed_slice_dims=list(range(len(in_lead))),
+        start_index_map=list(range(len(in_lead))),
+        index_vector_dim=1,
+        slice_sizes=[1] * len(in_lead) + list(trailing),
+    )
+    return reshape(taken, out_pad)
+
+
+def compact_rows(ctx: LoweringContext, raw: ir.Value, layout, symbolic) -> ir.Value:
+    """The compact `[lead*s, rest...]` value of an interleaved one (row_layout.py):
+    its padded `[lead..., bound, rest...]` buffer, sized, read with one gather."""
+    rest = [int(v) for v in symbolic.shape[1:]]
+    blocked = reshape(raw, list(layout.lead) + [layout.bound] + rest)
+    size = ctx.importer.dynamic.size_i32(layout.symbol, ctx.node)
+    blocked = stablehlo.SetDimensionSizeOp(
+        blocked, size, len(layout.lead), results=[blocked.type]
+    ).result
+    in_sizes = list(layout.lead) + [layout.symbol] + rest
+    return gather_reshape(ctx, blocked, in_sizes, list(symbolic.shape), shape_of(raw))
+
+
 lowers(
     aten.view.default,
     aten.view_copy.default,
     aten._unsafe_view.default,
     aten.reshape.default,
     aten._reshape_alias.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=_reshape_padded,
+)(_to_result_shape)
+lowers(
     aten.squeeze.default,
     aten.squeeze.dim,
     aten.squeeze.dims,
@@ -146,6 +291,7 @@ lowers(
     aten.squeeze_copy.dims,
     aten.unsqueeze.default,
     aten.unsqueeze_copy.default,
+    dynamic=Padding.SAFE,
 )(_to_result_shape)
 
 
@@ -213,14 +359,91 @@ def _movedim(ctx: LoweringContext, x, source, destination):
 
 
 # -- slicing -----------------------------------------------------------------------------------
-@lowers(aten.slice.Tensor, aten.slice_copy.Tensor)
+# Along a dynamic dim, where a slice starts depends on the logical size when the start is
+# negative (counted from the end) or symbolic. The padded buffer is extended by the
+# slice's bound first, so the dynamic_slice never clamps its start.
+def _runtime_start(ctx: LoweringContext, start, dim: int) -> ir.Value | int:
+    """`start` normalized against operand 0's run-time size along `dim`."""
+    return _runtime_index(ctx, start, run_time_size(ctx, symbolic_arg(ctx, 0).shape[dim]))
+
+
+def _runtime_index(ctx: LoweringContext, index, size) -> ir.Value | int:
+    """PyTorch's start normalization (negative counts from the end; clamped to [0, size])
+    with the run-time size."""
+    if index is None:
+        return 0
+    if isinstance(index, SymSize):
+        value = index.value
+    elif int(index) >= 0 and not isinstance(size, ir.Value):
+        return min(int(index), size)
+    elif int(index) >= 0:
+        value = i64(int(index))
+    else:
+        value = stablehlo.AddOp(i64(size), i64(int(index))).result
+    value = stablehlo.MaxOp(value, i64(0)).result
+    return stablehlo.MinOp(value, i64(size)).result
+
+
+def _pad_dim(x: ir.Value, dim: int, extra: int) -> ir.Value:
+    """`x` extended by `extra` zeros at the end of `dim`."""
+    if extra <= 0:
+        return x
+    shape = shape_of(x)
+    shape[dim] = extra
+    return stablehlo.ConcatenateOp([x, full(0, dtype(x), shape)], dim).result
+
+
+def _dynamic_slice(x: ir.Value, dim: int, start: ir.Value | int, length: int, step: int = 1) -> ir.Value:
+    """x[..., start : start + length*step : step, ...] for a run-time start."""
+    if not isinstance(start, ir.Value) and start + (length - 1) * step + 1 <= shape_of(x)[dim]:
+        starts, limits, strides = [0] * len(shape_of(x)), list(shape_of(x)), [1] * len(shape_of(x))
+        starts[dim], limits[dim], strides[dim] = start, start + (length - 1) * step + 1, step
+        return stablehlo.SliceOp(x, starts, limits, strides).result
+    span = (length - 1) * step + 1 if length > 0 else 0
+    # Static layout: XLA rejects a dynamic_slice that selects part of a dynamic dim.
+    x = _pad_dim(static_layout(x), dim, span)
+    shape = shape_of(x)
+    sizes = list(shape)
+    sizes[dim] = span
+    starts = [i64(start) if d == dim else i64(0) for d in range(len(shape))]
+    window = stablehlo.DynamicSliceOp(x, starts, sizes).result
+    if step == 1:
+        return window
+    limits = list(sizes)
+    strides = [1] * len(sizes)
+    strides[dim] = step
+    return stablehlo.SliceOp(window, [0] * len(sizes), limits, strides).result
+
+
+def _slice_padded(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
+    """Slices a dynamic dim from its run-time start (negative starts count from the run-time end)."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    if int(step) < 1:
+        raise ctx.fail("slice step must be positive")
+    begin = _runtime_start(ctx, start, dim)
+    length = ctx.result_shape()[dim]
+    return reshape(_dynamic_slice(x, dim, begin, length, int(step)), ctx.result_shape())
+
+
+@lowers(aten.slice.Tensor, aten.slice_copy.Tensor, dynamic=Padding.MOVEMENT, dynamic_rule=_slice_padded)
 def _slice_tensor(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, rank_of(x))
     start, end = _slice_bounds(shape_of(x)[dim], start, end)
     return reshape(_slice(x, dim, start, end, int(step)), ctx.result_shape())
 
 
-@lowers(aten.narrow.default, aten.narrow_copy.default)
+def _narrow_padded(ctx: LoweringContext, x, dim, start, length):
+    """Narrows a dynamic dim from its run-time start."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    begin = _runtime_start(ctx, start, dim)
+    return reshape(_dynamic_slice(x, dim, begin, ctx.result_shape()[dim]), ctx.result_shape())
+
+
+@lowers(aten.narrow.default, aten.narrow_copy.default, dynamic=Padding.MOVEMENT, dynamic_rule=_narrow_padded)
 def _narrow(ctx: LoweringContext, x, dim, start, length):
     dim = normalize_dim(dim, rank_of(x))
     if start < 0:
@@ -228,7 +451,16 @@ def _narrow(ctx: LoweringContext, x, dim, start, length):
     return _slice(x, dim, int(start), int(start + length))
 
 
-@lowers(aten.select.int, aten.select_copy.int)
+def _select_padded(ctx: LoweringContext, x, dim, index):
+    """Selects along a dynamic dim at a run-time position (negative indices count from the run-time end)."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    begin = _runtime_start(ctx, index, dim)
+    return reshape(_dynamic_slice(x, dim, begin, 1), ctx.result_shape())
+
+
+@lowers(aten.select.int, aten.select_copy.int, dynamic=Padding.MOVEMENT, dynamic_rule=_select_padded)
 def _select(ctx: LoweringContext, x, dim, index):
     dim = normalize_dim(dim, rank_of(x))
     size = shape_of(x)[dim]
@@ -247,7 +479,22 @@ def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
     return tuple(pieces)
 
 
-@lowers(aten.split.Tensor, aten.unsafe_split.Tensor, aten.split_copy.Tensor)
+def _reject_split_along_dynamic(ctx: LoweringContext, x, split, dim=0, *args, **kwargs):
+    """Splitting along a dynamic dim runs in eager (the pieces' sizes depend on where it
+    ends); along static dims the ordinary rule."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    raise ctx.dynamic_limit("splitting along a dynamic (padded) dimension")
+
+
+@lowers(
+    aten.split.Tensor,
+    aten.unsafe_split.Tensor,
+    aten.split_copy.Tensor,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=_reject_split_along_dynamic,
+)
 def _split(ctx: LoweringContext, x, split_size, dim=0):
     return _split_by_sizes(ctx, x, dim)
 
@@ -258,12 +505,19 @@ def _split(ctx: LoweringContext, x, split_size, dim=0):
     aten.unsafe_split_with_sizes.default,
     aten.split.sizes,
     aten.split.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=_reject_split_along_dynamic,
 )
 def _split_with_sizes(ctx: LoweringContext, x, split_sizes, dim=0):
     return _split_by_sizes(ctx, x, dim)
 
 
-@lowers(aten.unbind.int, aten.unbind_copy.int)
+@lowers(
+    aten.unbind.int,
+    aten.unbind_copy.int,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_along_dynamic("unbind", dim_position=1, default=0),
+)
 def _unbind(ctx: LoweringContext, x, dim=0):
     dim = normalize_dim(dim, rank_of(x))
     shape = shape_of(x)
@@ -312,7 +566,11 @@ def _stack(ctx: LoweringContext, tensors, dim=0):
 
 
 # -- reordering ----------------------------------------------------------------------------------
-@lowers(aten.flip.default)
+@lowers(
+    aten.flip.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_along_dynamic("flip", dim_position=1, keyword="dims"),
+)
 def _flip(ctx: LoweringContext, x, dims):
     rank = rank_of(x)
     if rank == 0:
@@ -320,7 +578,11 @@ def _flip(ctx: LoweringContext, x, dims):
     return _reverse(x, [normalize_dim(d, rank) for d in dims])
 
 
-@lowers(aten.roll.default)
+@lowers(
+    aten.roll.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_along_dynamic("roll", dim_position=2, keyword="dims"),
+)
 def _roll(ctx: LoweringContext, x, shifts, dims=()):
     shifts = [shifts] if isinstance(shifts, int) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims)
@@ -357,7 +619,16 @@ def _rot90(ctx: LoweringContext, x, k=1, dims=(0, 1)):
     return x
 
 
-@lowers(aten.repeat.default)
+def _reject_repeat_along_dynamic(ctx: LoweringContext, x, repeats):
+    """Repeating a dynamic dim interleaves copies with padding; repeating others is fine."""
+    rank = len(shape_of(x))
+    offset = len(repeats) - rank
+    if all(int(repeats[offset + d]) == 1 for d in dynamic_dims(ctx, 0)):
+        return NotImplemented
+    raise ctx.dynamic_limit("repeat along a dynamic (padded) dimension")
+
+
+@lowers(aten.repeat.default, dynamic=Padding.MOVEMENT, dynamic_rule=_reject_repeat_along_dynamic)
 def _repeat(ctx: LoweringContext, x, repeats):
     """Tiling: broadcast to interleaved [r0, s0, r1, s1, ...] and merge pairs."""
     repeats = [int(r) for r in repeats]
@@ -369,7 +640,11 @@ def _repeat(ctx: LoweringContext, x, repeats):
     return reshape(tiled, ctx.result_shape())
 
 
-@lowers(aten.pixel_shuffle.default)
+@lowers(
+    aten.pixel_shuffle.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_spatial_dynamic(aten.pixel_shuffle.default),
+)
 def _pixel_shuffle(ctx: LoweringContext, x, upscale_factor):
     r = int(upscale_factor)
     *batch, c, h, w = shape_of(x)
@@ -379,7 +654,11 @@ def _pixel_shuffle(ctx: LoweringContext, x, upscale_factor):
     return reshape(x, ctx.result_shape())
 
 
-@lowers(aten.pixel_unshuffle.default)
+@lowers(
+    aten.pixel_unshuffle.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_spatial_dynamic(aten.pixel_unshuffle.default),
+)
 def _pixel_unshuffle(ctx: LoweringContext, x, downscale_factor):
     r = int(downscale_factor)
     *batch, c, h, w = shape_of(x)
@@ -396,7 +675,16 @@ def _pad_pairs(rank: int, pad: Sequence[int]) -> list[tuple[int, int, int]]:
     return [(rank - 1 - i, pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]
 
 
-@lowers(aten.constant_pad_nd.default)
+def _reject_padding_a_dynamic_dim(ctx: LoweringContext, x, pad, value=0):
+    """Padding after a dynamic dim's end would land after the buffer's padding."""
+    rank = len(shape_of(x))
+    touched = {rank - 1 - i // 2 for i, p in enumerate(pad) if int(p) != 0}
+    if not touched & set(dynamic_dims(ctx, 0)):
+        return NotImplemented
+    raise ctx.dynamic_limit("constant padding of a dynamic (padded) dimension")
+
+
+@lowers(aten.constant_pad_nd.default, dynamic=Padding.MOVEMENT, dynamic_rule=_reject_padding_a_dynamic_dim)
 def _constant_pad_nd(ctx: LoweringContext, x, pad, value=0):
     rank = rank_of(x)
     low, high = [0] * rank, [0] * rank
@@ -434,10 +722,15 @@ def _repeat_edge(x: ir.Value, dim: int, index: int, count: int) -> ir.Value:
     return broadcast_to(edge, shape)
 
 
+# Padding modes read where a dynamic spatial dim ends (reject_spatial_dynamic).
 for _op in (aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default):
-    lowers(_op)(lambda ctx, x, padding: _edge_pad("reflect", ctx, x, padding))
+    lowers(_op, dynamic=Padding.MOVEMENT, dynamic_rule=reject_spatial_dynamic(_op))(
+        lambda ctx, x, padding: _edge_pad("reflect", ctx, x, padding)
+    )
 for _op in (aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default):
-    lowers(_op)(lambda ctx, x, padding: _edge_pad("replicate", ctx, x, padding))
+    lowers(_op, dynamic=Padding.MOVEMENT, dynamic_rule=reject_spatial_dynamic(_op))(
+        lambda ctx, x, padding: _edge_pad("replicate", ctx, x, padding)
+    )
 
 
 def _replication_pad_backward(ctx: LoweringContext, grad, x, padding):
@@ -473,11 +766,12 @@ def _sum_keepdim(x: ir.Value, dim: int) -> ir.Value:
     return reshape(total, shape[:dim] + [1] + shape[dim + 1 :])
 
 
-lowers(
+for _op in (
     aten.replication_pad1d_backward.default,
     aten.replication_pad2d_backward.default,
     aten.replication_pad3d_backward.default,
-)(_replication_pad_backward)
+):
+    lowers(_op, dynamic=Padding.MOVEMENT, dynamic_rule=reject_spatial_dynamic(_op))(_replication_pad_backward)
 
 
 # -- triangles and diagonals ----------------------------------------------------------------------
@@ -582,7 +876,40 @@ def _diag_embed(ctx: LoweringContext, x, offset=0, dim1=-2, dim2=-1):
 
 
 # -- scatters into slices -------------------------------------------------------------------------
-@lowers(aten.slice_scatter.default)
+def _scatter_into(
+    ctx: LoweringContext, base: ir.Value, src: ir.Value, dim: int, begin, length, step: int
+) -> ir.Value:
+    """base with src written at [begin : begin + length*step : step] along dim, where
+    `length` is src's run-time extent: positions outside it keep base (src's padding is
+    never written)."""
+    src = convert(src, dtype(base))
+    shape = shape_of(base)
+    extent = shape_of(src)[dim]
+    if step != 1:
+        raise ctx.dynamic_limit("a strided slice_scatter along a dynamic dimension")
+    padded = _pad_dim(static_layout(base), dim, extent)
+    starts = [i64(begin) if d == dim else i64(0) for d in range(len(shape))]
+    placed = stablehlo.DynamicUpdateSliceOp(padded, static_layout(src), starts).result
+    limits = list(shape)
+    placed = stablehlo.SliceOp(placed, [0] * len(shape), limits, [1] * len(shape)).result
+    position = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
+    lo = broadcast_to(i64(begin), shape)
+    hi = broadcast_to(stablehlo.AddOp(i64(begin), i64(length)).result, shape)
+    inside = stablehlo.AndOp(compare(position, lo, "GE"), compare(position, hi, "LT")).result
+    return select(inside, placed, base)
+
+
+def _slice_scatter_padded(ctx: LoweringContext, x, src, dim=0, start=None, end=None, step=1):
+    """Writes src at its run-time position along a dynamic dim; src's padding is never written."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0) and dim not in dynamic_dims(ctx, 1):
+        return NotImplemented
+    begin = _runtime_start(ctx, start, dim)
+    length = run_time_size(ctx, symbolic_arg(ctx, 1).shape[dim])
+    return _scatter_into(ctx, x, src, dim, begin, length, int(step))
+
+
+@lowers(aten.slice_scatter.default, dynamic=Padding.MOVEMENT, dynamic_rule=_slice_scatter_padded)
 def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, step=1):
     shape = shape_of(x)
     dim = normalize_dim(dim, len(shape))
@@ -604,7 +931,18 @@ def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, st
     return select(mask, placed, x)
 
 
-@lowers(aten.select_scatter.default)
+def _select_scatter_padded(ctx: LoweringContext, x, src, dim, index):
+    """Writes src at its run-time position along a dynamic dim."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    begin = _runtime_start(ctx, index, dim)
+    shape = shape_of(x)
+    src = reshape(src, shape[:dim] + [1] + shape[dim + 1 :])
+    return _scatter_into(ctx, x, src, dim, begin, 1, 1)
+
+
+@lowers(aten.select_scatter.default, dynamic=Padding.MOVEMENT, dynamic_rule=_select_scatter_padded)
 def _select_scatter(ctx: LoweringContext, x, src, dim, index):
     shape = shape_of(x)
     dim = normalize_dim(dim, len(shape))
@@ -613,13 +951,38 @@ def _select_scatter(ctx: LoweringContext, x, src, dim, index):
     return _slice_scatter(ctx, x, src, dim, index, index + 1, 1)
 
 
-@lowers(aten.slice_backward.default)
+def _slice_backward_padded(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
+    """The gradient placed at the slice's run-time position; its padding is never written."""
+    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    dim = normalize_dim(dim, len(input_sizes))
+    if dim not in ctx.importer.dynamic.dynamic_dims(out) and dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    base = full(0, dtype(grad), [int(s) for s in input_sizes])
+    begin = _runtime_index(ctx, start, run_time_size(ctx, out.shape[dim]))
+    length = run_time_size(ctx, symbolic_arg(ctx, 0).shape[dim])
+    return _scatter_into(ctx, base, grad, dim, begin, length, int(step))
+
+
+@lowers(aten.slice_backward.default, dynamic=Padding.MOVEMENT, dynamic_rule=_slice_backward_padded)
 def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
     zeros = full(0, dtype(grad), [int(s) for s in input_sizes])
     return _slice_scatter(ctx, zeros, grad, dim, start, end, step)
 
 
-@lowers(aten.select_backward.default)
+def _select_backward_padded(ctx: LoweringContext, grad, input_sizes, dim, index):
+    """The gradient placed at the selected run-time position."""
+    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    dim = normalize_dim(dim, len(input_sizes))
+    if dim not in ctx.importer.dynamic.dynamic_dims(out):
+        return NotImplemented
+    base = full(0, dtype(grad), [int(s) for s in input_sizes])
+    begin = _runtime_index(ctx, index, run_time_size(ctx, out.shape[dim]))
+    shape = shape_of(base)
+    grad = reshape(grad, shape[:dim] + [1] + shape[dim + 1 :])
+    return _scatter_into(ctx, base, grad, dim, begin, 1, 1)
+
+
+@lowers(aten.select_backward.default, dynamic=Padding.MOVEMENT, dynamic_rule=_select_backward_padded)
 def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
     zeros = full(0, dtype(grad), [int(s) for s in input_sizes])
     return _select_scatter(ctx, zeros, grad, dim, index)
@@ -832,7 +1195,7 @@ def _numel(shape) -> int:
 # Bounded dynamism (registry.Padding): views that keep every dim whole (each element
 # stays at its logical coordinates, padding stays padding), copies and triangular masks
 # (by position) are safe; concatenation along a dynamic dim is masked by XLA's dynamic
-# padder. Reshapes, slices, flips, splits and pads have rules in dynamic_rules.py; the
+# padder. Reshapes, slices, flips, splits and pads declare rules at their registrations; the
 # views below read positions that depend on where a dynamic dim ends.
 declare_padding(Padding.MASKED, aten.cat.default)
 declare_padding(
@@ -854,10 +1217,6 @@ declare_padding(
 )
 declare_padding(
     Padding.SAFE,
-    aten.squeeze,
-    aten.squeeze_copy,
-    aten.unsqueeze,
-    aten.unsqueeze_copy,
     aten.alias,
     aten.alias_copy,
     aten.detach,
