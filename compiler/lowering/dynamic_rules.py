@@ -11,7 +11,6 @@ import torch
 from .helpers import broadcast_to, convert, dtype, shape_of
 from .padded import (
     arg_position,
-    dynamic_dims,
     product,
     reject_spatial_dynamic,
     run_time_size,
