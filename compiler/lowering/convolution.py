@@ -28,7 +28,7 @@ from ..dtypes import tensor_type
 from .helpers import convert, dtype, full, reduce, reshape, shape_of, transpose
 from .helpers import rank_of as rank
 from .padded import dynamic_dims, reject_when
-from .registry import declare_padding, LoweringContext, lowers, Padding
+from .registry import LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -235,13 +235,11 @@ def _convolution_backward(ctx: LoweringContext, grad_output, x, weight, bias_siz
 
 
 
-@lowers(aten.conv_tbc.default)
+# conv_tbc (time-major) has no rule for a dynamic time dim: it runs in eager.
+@lowers(aten.conv_tbc.default, dynamic=Padding.WINDOW)
 def _conv_tbc(ctx: LoweringContext, x, weight, bias, pad=0):
     """Time-batch-channel 1-d convolution: x (T, B, Cin), weight (K, Cin, Cout)."""
     y = conv_general(x, weight, ("0bf", "0io", "0bf"), strides=[1], padding=[(pad, pad)])
     b = stablehlo.BroadcastInDimOp(tensor_type(shape_of(y), dtype(y)), convert(bias, dtype(y)), [2]).result
     return stablehlo.AddOp(y, b).result
 
-
-# Bounded dynamism: conv_tbc (time-major) has no rule for a dynamic time dim.
-declare_padding(Padding.WINDOW, aten.conv_tbc.default)

@@ -196,7 +196,7 @@ def _linear_steps(out: torch.dtype, start, end, steps: int) -> ir.Value:
     return select(first_half, head, tail)
 
 
-@lowers(aten.linspace.default)
+@lowers(aten.linspace.default, dynamic=Padding.SIZE)
 def _linspace(ctx: LoweringContext, start, end, steps, **kwargs):
     out = ctx.result_dtype()
     if out.is_complex:
@@ -204,7 +204,7 @@ def _linspace(ctx: LoweringContext, start, end, steps, **kwargs):
     return convert(_linear_steps(out, start, end, int(steps)), out)
 
 
-@lowers(aten.logspace.default)
+@lowers(aten.logspace.default, dynamic=Padding.SIZE)
 def _logspace(ctx: LoweringContext, start, end, steps, base=10.0, **kwargs):
     out = ctx.result_dtype()
     if out.is_complex:
@@ -232,8 +232,12 @@ def _triangle_indices(fn, ctx: LoweringContext, row, col, offset=0, **kwargs):
     return array_constant(indices, ctx.result_dtype())
 
 
-lowers(aten.tril_indices.default)(lambda ctx, *a, **k: _triangle_indices(torch.tril_indices, ctx, *a, **k))
-lowers(aten.triu_indices.default)(lambda ctx, *a, **k: _triangle_indices(torch.triu_indices, ctx, *a, **k))
+lowers(aten.tril_indices.default, dynamic=Padding.SIZE)(
+    lambda ctx, *a, **k: _triangle_indices(torch.tril_indices, ctx, *a, **k)
+)
+lowers(aten.triu_indices.default, dynamic=Padding.SIZE)(
+    lambda ctx, *a, **k: _triangle_indices(torch.triu_indices, ctx, *a, **k)
+)
 
 
 # -- random numbers ----------------------------------------------------------------------------------
@@ -401,7 +405,7 @@ def _native_dropout(ctx: LoweringContext, x, p, train):
     return _mul(kept, scale), mask
 
 
-@lowers(aten.randperm.default, aten.randperm.generator)
+@lowers(aten.randperm.default, aten.randperm.generator, dynamic=Padding.SIZE)
 def _randperm(ctx: LoweringContext, n, *, generator=None, **kwargs):
     """Sorts iota by 64-bit random keys (a uniform permutation up to key collisions,
     probability ~n^2/2^65)."""
@@ -491,15 +495,5 @@ def _log_normal(ctx: LoweringContext, x, mean=1.0, std=2.0, *, generator=None):
 # Bounded dynamism (registry.Padding): fills, random values and iota-based ranges are the
 # same at every logical position of the padded buffer. arange with a symbolic start or
 # step, linspace/logspace (their step divides by the size) and the index/permutation
-# creators use sizes as values.
-declare_padding(
-    Padding.SIZE,
-    aten.linspace.default,
-    aten.logspace.default,
-    aten.tril_indices.default,
-    aten.triu_indices.default,
-    aten.randperm,
-)
-
-
+# creators use sizes as values (class `size`, declared at their registrations).
 declare_padding(Padding.SAFE, family="creation")

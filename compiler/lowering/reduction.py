@@ -50,10 +50,18 @@ from .padded import (
     symbolic_arg,
     valid_positions,
 )
-from .registry import LOWERINGS, declare_padding, LoweringContext, lowers, Padding
+from .registry import LOWERINGS, LoweringContext, lowers, Padding
 from .symsize import static_layout
 
 aten = torch.ops.aten
+
+
+# Bounded dynamism (registry.Padding, declared at each registration): XLA's dynamic padder
+# pads a reduction's operand with the reduction's init value, so the plain reductions and
+# softmaxes are `masked`: right over a dynamic dim (checked by
+# test/python/frontend/test_bounded_dynamism_opinfo.py). mean/var/std have count rules,
+# scans prefix rules, sort/topk/median/kthvalue reject a dynamic dim they order along and
+# argmax/argmin/max.dim/min.dim mask padding.
 
 
 # -- shared pieces ------------------------------------------------------------------------------
@@ -129,7 +137,7 @@ def _is_float(dt: torch.dtype) -> bool:
 
 
 # -- sum, mean, prod, nansum ------------------------------------------------------------------
-@lowers(aten.sum.dim_IntList, aten.sum.default)
+@lowers(aten.sum.dim_IntList, aten.sum.default, dynamic=Padding.MASKED)
 def _sum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()  # `dtype`, else int64 for integers/bool, else x's dtype
     x = convert(convert(x, out), accumulation_dtype(out))
@@ -137,7 +145,7 @@ def _sum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     return _finish(ctx, reduce_sum(x, dims))
 
 
-@lowers(aten.nansum.default)
+@lowers(aten.nansum.default, dynamic=Padding.MASKED)
 def _nansum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
     x = convert(convert(x, out), accumulation_dtype(out))
@@ -171,7 +179,7 @@ def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     return _finish(ctx, stablehlo.DivOp(total, count).result)
 
 
-@lowers(aten.prod.default, aten.prod.dim_int)
+@lowers(aten.prod.default, aten.prod.dim_int, dynamic=Padding.MASKED)
 def _prod(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
     x = convert(convert(x, out), accumulation_dtype(out))
@@ -188,12 +196,12 @@ def _any_all(op_class, init: bool, ctx: LoweringContext, x, dim=None, keepdim=Fa
 
 
 for _op in (aten.any.default, aten.any.dim, aten.any.dims):
-    lowers(_op)(partial(_any_all, stablehlo.OrOp, False))
+    lowers(_op, dynamic=Padding.MASKED)(partial(_any_all, stablehlo.OrOp, False))
 for _op in (aten.all.default, aten.all.dim, aten.all.dims):
-    lowers(_op)(partial(_any_all, stablehlo.AndOp, True))
+    lowers(_op, dynamic=Padding.MASKED)(partial(_any_all, stablehlo.AndOp, True))
 
 
-@lowers(aten.count_nonzero.default, aten.count_nonzero.dim_IntList)
+@lowers(aten.count_nonzero.default, aten.count_nonzero.dim_IntList, dynamic=Padding.MASKED)
 def _count_nonzero(ctx: LoweringContext, x, dim=None):
     nonzero = convert(convert(x, torch.bool), torch.int64)
     return _finish(ctx, reduce_sum(nonzero, reduction_dims(dim, len(shape_of(x)))))
@@ -213,13 +221,13 @@ def _amax_amin(largest: bool, ctx: LoweringContext, x, dim=(), keepdim=False):
     return _finish(ctx, _extreme(x, dims, largest))
 
 
-lowers(aten.amax.default)(partial(_amax_amin, True))
-lowers(aten.amin.default)(partial(_amax_amin, False))
-lowers(aten.max.default)(partial(_amax_amin, True))
-lowers(aten.min.default)(partial(_amax_amin, False))
+lowers(aten.amax.default, dynamic=Padding.MASKED)(partial(_amax_amin, True))
+lowers(aten.amin.default, dynamic=Padding.MASKED)(partial(_amax_amin, False))
+lowers(aten.max.default, dynamic=Padding.MASKED)(partial(_amax_amin, True))
+lowers(aten.min.default, dynamic=Padding.MASKED)(partial(_amax_amin, False))
 
 
-@lowers(aten.aminmax.default)
+@lowers(aten.aminmax.default, dynamic=Padding.MASKED)
 def _aminmax(ctx: LoweringContext, x, *, dim=None, keepdim=False):
     dims = reduction_dims(dim, len(shape_of(x)))
     return _finish(ctx, _extreme(x, dims, False), 0), _finish(ctx, _extreme(x, dims, True), 1)
@@ -475,7 +483,7 @@ def _vector_norm(ctx: LoweringContext, x, ord=2, dim=None, keepdim=False, *, dty
     return _finish(ctx, result)
 
 
-lowers(aten.linalg_vector_norm.default)(_vector_norm)
+lowers(aten.linalg_vector_norm.default, dynamic=Padding.MASKED)(_vector_norm)
 
 
 @lowers(
@@ -483,12 +491,13 @@ lowers(aten.linalg_vector_norm.default)(_vector_norm)
     aten.norm.ScalarOpt_dim,
     aten.norm.ScalarOpt_dim_dtype,
     aten.norm.ScalarOpt_dtype,
+    dynamic=Padding.MASKED,
 )
 def _norm(ctx: LoweringContext, x, p=2, dim=None, keepdim=False, *, dtype=None):
     return _vector_norm(ctx, x, 2 if p is None else p, dim, keepdim, dtype=dtype)
 
 
-@lowers(aten.logsumexp.default)
+@lowers(aten.logsumexp.default, dynamic=Padding.MASKED)
 def _logsumexp(ctx: LoweringContext, x, dim, keepdim=False):
     out = ctx.result_dtype()
     if out.is_complex:
@@ -521,13 +530,13 @@ def _softmax_of(x: ir.Value, dim: int) -> ir.Value:
     return stablehlo.DivOp(exp, broadcast_to(total, shape_of(x))).result
 
 
-@lowers(aten._softmax.default)
+@lowers(aten._softmax.default, dynamic=Padding.MASKED)
 def _softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     out = ctx.result_dtype()
     return convert(_softmax_of(convert(x, accumulation_dtype(out)), dim), out)
 
 
-@lowers(aten._log_softmax.default)
+@lowers(aten._log_softmax.default, dynamic=Padding.MASKED)
 def _log_softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     out = ctx.result_dtype()
     shifted, _, total = _softmax_parts(convert(x, accumulation_dtype(out)), dim)
@@ -535,7 +544,7 @@ def _log_softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     return convert(stablehlo.SubtractOp(shifted, log_total).result, out)
 
 
-@lowers(aten._safe_softmax.default)
+@lowers(aten._safe_softmax.default, dynamic=Padding.MASKED)
 def _safe_softmax(ctx: LoweringContext, x, dim, dtype=None):
     """softmax, but 0 (not NaN) along slices that are entirely -inf (masked rows)."""
     out = ctx.result_dtype()
@@ -551,7 +560,7 @@ def _safe_softmax(ctx: LoweringContext, x, dim, dtype=None):
     return convert(result, out)
 
 
-@lowers(aten._softmax_backward_data.default)
+@lowers(aten._softmax_backward_data.default, dynamic=Padding.MASKED)
 def _softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
     out = ctx.result_dtype()
     acc = accumulation_dtype(out)
@@ -563,7 +572,7 @@ def _softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
     return convert(stablehlo.MulOp(output, stablehlo.SubtractOp(grad, dot).result).result, out)
 
 
-@lowers(aten._log_softmax_backward_data.default)
+@lowers(aten._log_softmax_backward_data.default, dynamic=Padding.MASKED)
 def _log_softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
     out = ctx.result_dtype()
     acc = accumulation_dtype(out)
@@ -874,40 +883,8 @@ def _kthvalue(ctx: LoweringContext, x, k, dim=-1, keepdim=False):
     return _finish(ctx, value, 0), _finish(ctx, index, 1)
 
 
-@lowers(aten.dist.default)
+@lowers(aten.dist.default, dynamic=Padding.MASKED)
 def _dist(ctx: LoweringContext, a, b, p=2):
     """‖a - b‖_p over all elements (broadcast, in the promoted dtype)."""
     lhs, rhs = promote(a, b, to=ctx.result_dtype())
     return _vector_norm(ctx, stablehlo.SubtractOp(lhs, rhs).result, ord=p)
-
-
-# Bounded dynamism (registry.Padding): XLA's dynamic padder pads a reduction's operand
-# with the reduction's init value, so these are right over a dynamic dim (checked by
-# test/python/frontend/test_bounded_dynamism_opinfo.py). mean/var/std have count rules,
-# scans prefix rules, sort/topk/median/kthvalue reject a dynamic dim they order along and
-# argmax/argmin/max.dim/min.dim mask padding (rules at their registrations).
-declare_padding(
-    Padding.MASKED,
-    aten.sum.dim_IntList,
-    aten.sum.default,
-    aten.nansum.default,
-    aten.prod.default,
-    aten.prod.dim_int,
-    aten.any,
-    aten.all,
-    aten.count_nonzero,
-    aten.amax.default,
-    aten.amin.default,
-    aten.aminmax.default,
-    aten.max.default,
-    aten.min.default,
-    aten.linalg_vector_norm.default,
-    aten.norm,
-    aten.logsumexp.default,
-    aten._softmax.default,
-    aten._log_softmax.default,
-    aten._safe_softmax.default,
-    aten._softmax_backward_data.default,
-    aten._log_softmax_backward_data.default,
-    aten.dist.default,
-)

@@ -12,6 +12,13 @@ other permutation of a dense layout — and fail loudly otherwise (see `_storage
 Result shapes are taken from `node.meta['val']` wherever PyTorch already computed them
 (view sizes with -1, split chunk sizes, squeeze), so the rules only decide *how* to move
 elements, never re-derive PyTorch's shape logic.
+
+Bounded dynamism (registry.Padding, declared at each registration): views that keep
+every dim whole (each element stays at its logical coordinates, padding stays padding),
+copies and triangular masks (by position) are `safe`; concatenation along a dynamic dim
+is `masked` by XLA's dynamic padder. Reshapes, slices, flips, splits and pads have
+dynamic rules; diagonals, unfold, rot90, `as_strided` and dtype views read positions that
+depend on where a dynamic dim ends (`movement`, no rule: they run in eager).
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from .padded import (
     run_time_size,
     symbolic_arg,
 )
-from .registry import declare_padding, LoweringContext, lowers, Padding
+from .registry import LoweringContext, lowers, Padding
 from .row_layout import flatten_layout, unflatten_matches
 from .symsize import SymSize, static_layout
 
@@ -311,26 +318,27 @@ lowers(
     # materialized, so resolving them is the identity.
     aten.resolve_conj.default,
     aten.resolve_neg.default,
+    dynamic=Padding.SAFE,
 )(_identity)
 
 
-@lowers(aten.expand.default, aten.expand_copy.default)
+@lowers(aten.expand.default, aten.expand_copy.default, dynamic=Padding.SAFE)
 def _expand(ctx: LoweringContext, x, size, *, implicit=False):
     return broadcast_to(x, ctx.result_shape())
 
 
-@lowers(aten.permute.default, aten.permute_copy.default)
+@lowers(aten.permute.default, aten.permute_copy.default, dynamic=Padding.SAFE)
 def _permute(ctx: LoweringContext, x, dims):
     rank = rank_of(x)
     return transpose(x, [normalize_dim(d, rank) for d in dims])
 
 
-@lowers(aten.t.default, aten.t_copy.default)
+@lowers(aten.t.default, aten.t_copy.default, dynamic=Padding.SAFE)
 def _t(ctx: LoweringContext, x):
     return x if rank_of(x) < 2 else transpose(x, [1, 0])
 
 
-@lowers(aten.transpose.int, aten.transpose_copy.int)
+@lowers(aten.transpose.int, aten.transpose_copy.int, dynamic=Padding.SAFE)
 def _transpose(ctx: LoweringContext, x, dim0, dim1):
     rank = rank_of(x)
     if rank == 0:
@@ -341,7 +349,7 @@ def _transpose(ctx: LoweringContext, x, dim0, dim1):
     return transpose(x, perm)
 
 
-@lowers(aten.movedim.int, aten.movedim.intlist)
+@lowers(aten.movedim.int, aten.movedim.intlist, dynamic=Padding.SAFE)
 def _movedim(ctx: LoweringContext, x, source, destination):
     rank = rank_of(x)
     source = [source] if isinstance(source, int) else list(source)
@@ -525,7 +533,7 @@ def _unbind(ctx: LoweringContext, x, dim=0):
     return tuple(reshape(_slice(x, dim, i, i + 1), rest) for i in range(shape[dim]))
 
 
-@lowers(aten.unfold.default, aten.unfold_copy.default)
+@lowers(aten.unfold.default, aten.unfold_copy.default, dynamic=Padding.MOVEMENT)
 def _unfold(ctx: LoweringContext, x, dimension, size, step):
     """Sliding windows along `dimension` (placed there), window elements as a new last
     dim: a gather with static indices `w * step + k`."""
@@ -543,7 +551,7 @@ def _unfold(ctx: LoweringContext, x, dimension, size, step):
 
 
 # -- concatenation -------------------------------------------------------------------------------
-@lowers(aten.cat.default)
+@lowers(aten.cat.default, dynamic=Padding.MASKED)
 def _cat(ctx: LoweringContext, tensors, dim=0):
     """Concatenation in the promoted dtype. Like PyTorch, 1-D empty tensors (shape [0])
     are skipped whatever the other inputs' rank (legacy behaviour)."""
@@ -556,7 +564,7 @@ def _cat(ctx: LoweringContext, tensors, dim=0):
     return _concat(kept, dim)
 
 
-@lowers(aten.stack.default)
+@lowers(aten.stack.default, dynamic=Padding.SAFE)
 def _stack(ctx: LoweringContext, tensors, dim=0):
     out_dtype = ctx.result_dtype()
     shape = shape_of(tensors[0])
@@ -603,7 +611,7 @@ def _roll(ctx: LoweringContext, x, shifts, dims=()):
     return x
 
 
-@lowers(aten.rot90.default)
+@lowers(aten.rot90.default, dynamic=Padding.MOVEMENT)
 def _rot90(ctx: LoweringContext, x, k=1, dims=(0, 1)):
     rank = rank_of(x)
     d0, d1 = normalize_dim(dims[0], rank), normalize_dim(dims[1], rank)
@@ -785,8 +793,8 @@ def _triangle(lower: bool, ctx: LoweringContext, x, diagonal=0):
     return select(keep, x, full(0, dtype(x), shape))
 
 
-lowers(aten.tril.default)(lambda ctx, x, diagonal=0: _triangle(True, ctx, x, diagonal))
-lowers(aten.triu.default)(lambda ctx, x, diagonal=0: _triangle(False, ctx, x, diagonal))
+lowers(aten.tril.default, dynamic=Padding.SAFE)(lambda ctx, x, diagonal=0: _triangle(True, ctx, x, diagonal))
+lowers(aten.triu.default, dynamic=Padding.SAFE)(lambda ctx, x, diagonal=0: _triangle(False, ctx, x, diagonal))
 
 
 def _diagonal_layout(shape: Sequence[int], offset: int, dim1: int, dim2: int):
@@ -805,7 +813,7 @@ def _diagonal_layout(shape: Sequence[int], offset: int, dim1: int, dim2: int):
     return perm, r0, c0, length
 
 
-@lowers(aten.diagonal.default, aten.diagonal_copy.default)
+@lowers(aten.diagonal.default, aten.diagonal_copy.default, dynamic=Padding.MOVEMENT)
 def _diagonal(ctx: LoweringContext, x, offset=0, dim1=0, dim2=1):
     """The square [L, L] block holding the diagonal, flattened, sliced with stride L+1."""
     perm, r0, c0, length = _diagonal_layout(shape_of(x), int(offset), dim1, dim2)
@@ -835,7 +843,7 @@ def _place_on_diagonal(base: ir.Value, src: ir.Value, r0: int, offset: int) -> i
     return select(on_diagonal, placed, base)
 
 
-@lowers(aten.diagonal_scatter.default)
+@lowers(aten.diagonal_scatter.default, dynamic=Padding.MOVEMENT)
 def _diagonal_scatter(ctx: LoweringContext, x, src, offset=0, dim1=0, dim2=1):
     perm, r0, _, length = _diagonal_layout(shape_of(x), int(offset), dim1, dim2)
     if length == 0:
@@ -844,13 +852,13 @@ def _diagonal_scatter(ctx: LoweringContext, x, src, offset=0, dim1=0, dim2=1):
     return transpose(out, _inverse_permutation(perm))
 
 
-@lowers(aten.diagonal_backward.default)
+@lowers(aten.diagonal_backward.default, dynamic=Padding.MOVEMENT)
 def _diagonal_backward(ctx: LoweringContext, grad, input_sizes, offset, dim1, dim2):
     zeros = full(0, dtype(grad), [int(s) for s in input_sizes])
     return _diagonal_scatter(ctx, zeros, grad, offset, dim1, dim2)
 
 
-@lowers(aten.diag_embed.default)
+@lowers(aten.diag_embed.default, dynamic=Padding.MOVEMENT)
 def _diag_embed(ctx: LoweringContext, x, offset=0, dim1=-2, dim2=-1):
     """Builds [..., n, n] (batch = x.shape[:-1]) with x on the offset-diagonal, then moves
     the two new dims to dim1/dim2 of the result."""
@@ -1033,7 +1041,7 @@ def _storage_of(ctx: LoweringContext, x: ir.Value, meta, what: str) -> ir.Value:
     return reshape(x, [numel])
 
 
-@lowers(aten.as_strided.default, aten.as_strided_copy.default)
+@lowers(aten.as_strided.default, aten.as_strided_copy.default, dynamic=Padding.MOVEMENT)
 def _as_strided(ctx: LoweringContext, x, size, stride, storage_offset=None):
     """A gather of the input's storage. Exact when the input is non-overlapping and dense
     (PyTorch's functional graphs apply as_strided to a base, which is contiguous); other
@@ -1053,7 +1061,7 @@ def _as_strided(ctx: LoweringContext, x, size, stride, storage_offset=None):
     return reshape(_take(storage, 0, positions.reshape(-1)), ctx.result_shape())
 
 
-@lowers(aten.as_strided_scatter.default)
+@lowers(aten.as_strided_scatter.default, dynamic=Padding.MOVEMENT)
 def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offset=None):
     """`out = x.clone(); out.as_strided(size, stride, offset).copy_(src)`. The clone is a
     fresh storage (offset 0) in x's dense layout; positions written twice take the last
@@ -1083,34 +1091,34 @@ def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offs
 
 
 # -- values: copies, dtype conversion, dtype views ------------------------------------------------------
-@lowers(aten.copy.default)
+@lowers(aten.copy.default, dynamic=Padding.SAFE)
 def _copy(ctx: LoweringContext, x, src, non_blocking=False):
     """The value of `x.copy_(src)`: src converted to x's dtype and broadcast to x's shape."""
     return broadcast_to(convert(src, dtype(x)), shape_of(x))
 
 
-@lowers(aten._to_copy.default)
+@lowers(aten._to_copy.default, dynamic=Padding.SAFE)
 def _to_copy(ctx: LoweringContext, x, **kwargs):
     """dtype conversion (complex -> real keeps the real part, as PyTorch does). Device,
     layout, memory_format, pin_memory and non_blocking do not change values."""
     return convert(x, ctx.result_dtype())
 
 
-@lowers(torch.ops.prims.convert_element_type.default)
+@lowers(torch.ops.prims.convert_element_type.default, dynamic=Padding.SAFE)
 def _convert_element_type(ctx: LoweringContext, x, dtype_):
     """prims' dtype conversion, as `_to_copy`. aot_autograd emits it for a Python float
     traced as a graph input (a float argument that changes between calls)."""
     return convert(x, ctx.result_dtype())
 
 
-@lowers(aten.view_as_real.default)
+@lowers(aten.view_as_real.default, dynamic=Padding.SAFE)
 def _view_as_real(ctx: LoweringContext, x):
     shape = shape_of(x) + [1]
     parts = [reshape(op(x).result, shape) for op in (stablehlo.RealOp, stablehlo.ImagOp)]
     return _concat(parts, len(shape) - 1)
 
 
-@lowers(aten.view_as_complex.default)
+@lowers(aten.view_as_complex.default, dynamic=Padding.SAFE)
 def _view_as_complex(ctx: LoweringContext, x):
     rank = rank_of(x)
     out_shape = shape_of(x)[:-1]
@@ -1119,7 +1127,7 @@ def _view_as_complex(ctx: LoweringContext, x):
     return stablehlo.ComplexOp(real, imag).result
 
 
-@lowers(aten.view.dtype, aten.view_copy.dtype)
+@lowers(aten.view.dtype, aten.view_copy.dtype, dynamic=Padding.MOVEMENT)
 def _view_dtype(ctx: LoweringContext, x, dtype_):
     """Reinterprets the bytes (little-endian, like PyTorch on CPU/TPU hosts): a different
     element size changes the last dim. Complex types go through their (real, imag) pairs;
@@ -1166,7 +1174,7 @@ def _bitcast(x: ir.Value, to: torch.dtype) -> ir.Value:
     return stablehlo.BitcastConvertOp(tensor_type(shape[:-1] + [shape[-1] // ratio], to), grouped).result
 
 
-@lowers(aten.resize_.default)
+@lowers(aten.resize_.default, dynamic=Padding.MOVEMENT)
 def _resize(ctx: LoweringContext, x, size, *, memory_format=None):
     """The value after `resize_`: the first numel(size) elements of the flattened input,
     in the new shape. Elements past the old end are uninitialized in PyTorch; we use
@@ -1190,55 +1198,3 @@ def _numel(shape) -> int:
     for s in shape:
         total *= s
     return total
-
-
-# Bounded dynamism (registry.Padding): views that keep every dim whole (each element
-# stays at its logical coordinates, padding stays padding), copies and triangular masks
-# (by position) are safe; concatenation along a dynamic dim is masked by XLA's dynamic
-# padder. Reshapes, slices, flips, splits and pads declare rules at their registrations; the
-# views below read positions that depend on where a dynamic dim ends.
-declare_padding(Padding.MASKED, aten.cat.default)
-declare_padding(
-    Padding.MOVEMENT,
-    aten.unfold,
-    aten.unfold_copy,
-    aten.rot90,
-    aten.diagonal,
-    aten.diagonal_copy,
-    aten.diagonal_scatter,
-    aten.diagonal_backward,
-    aten.diag_embed,
-    aten.as_strided,
-    aten.as_strided_copy,
-    aten.as_strided_scatter,
-    aten.view.dtype,
-    aten.view_copy.dtype,
-    aten.resize_,
-)
-declare_padding(
-    Padding.SAFE,
-    aten.alias,
-    aten.alias_copy,
-    aten.detach,
-    aten.detach_copy,
-    aten.clone,
-    aten.resolve_conj,
-    aten.resolve_neg,
-    aten.expand,
-    aten.expand_copy,
-    aten.permute,
-    aten.permute_copy,
-    aten.t,
-    aten.t_copy,
-    aten.transpose.int,
-    aten.transpose_copy.int,
-    aten.movedim,
-    aten.copy.default,
-    aten._to_copy.default,
-    torch.ops.prims.convert_element_type.default,
-    aten.view_as_real,
-    aten.view_as_complex,
-    aten.tril,
-    aten.triu,
-    aten.stack,
-)
