@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 
@@ -68,10 +69,16 @@ def ops_markdown() -> str:
     for family in sorted(by_family):
         lines.append(f"| {family} | {len(by_family[family])} |")
     for family in sorted(by_family):
-        lines += ["", f"## {family}", "", f"`compiler/lowering/{family}.py`", ""]
+        lines += ["", f"## {family}", "", f"`compiler/lowering/{_family_source(family)}`", ""]
         names = sorted(str(op) for op in by_family[family])
         lines.append(", ".join(f"`{n}`" + (" (core)" if _is_core(n, core) else "") for n in names))
     return "\n".join(lines) + "\n"
+
+
+def _family_source(family: str) -> str:
+    """Where a family's rules live: its module, or its package (a family split by algorithm)."""
+    package = Path(__file__).parent / family
+    return f"{family}/" if package.is_dir() else f"{family}.py"
 
 
 def _is_core(name: str, core: set) -> bool:

@@ -1,6 +1,6 @@
 """Matrix products: mm, bmm, addmm (and `_addmm_activation`), baddbmm, addbmm, mv, addmv,
 dot, vdot, _int_mm, and `_trilinear` (F.bilinear). (The pairwise distances `_cdist_forward` / `_pdist_forward` live in
-the misc family.)
+the distances family.)
 
 Every product is one `stablehlo.dot_general` with explicit batch and contracting
 dimensions (`dot_general` below, shared with the attention family). Integer products
