@@ -10,7 +10,7 @@ import torch
 
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
-from .helpers import array_constant, compare, dtype, full, scalar_region, shape_of
+from .helpers import add, array_constant, compare, dtype, full, scalar_region, shape_of
 
 
 _REDUCED = (torch.float16, torch.bfloat16)
@@ -22,23 +22,11 @@ def _acc_dtype(dt: torch.dtype) -> torch.dtype:
 
 
 # -- generic builders ---------------------------------------------------------------------------
-def _add(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.AddOp(a, b).result
-
-
-def _mul(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.MulOp(a, b).result
-
-
 def _mask_constant(mask: np.ndarray) -> ir.Value:
     """A bool constant, built as int8 != 0 (helpers.array_constant's packbits path
     mis-encodes i1 arrays on this jaxlib)."""
     values = array_constant(np.asarray(mask, dtype=np.int8), torch.int8)
     return compare(values, full(0, torch.int8, list(np.shape(mask))), "NE")
-
-
-def _iota(shape: Sequence[int], dim: int, dt: torch.dtype = torch.int64) -> ir.Value:
-    return stablehlo.IotaOp(tensor_type(shape, dt), dim).result
 
 
 def _take(x: ir.Value, axis: int, indices: Sequence[int]) -> ir.Value:
@@ -76,5 +64,5 @@ def _put_add(values: ir.Value, axis: int, indices: Sequence[int], size: int) -> 
     )
     dt = dtype(values)
     op = stablehlo.ScatterOp([tensor_type(out, dt)], [full(0, dt, out)], idx, [values], attr)
-    scalar_region(op.update_computation, [dt, dt], lambda a: [_add(a[0], a[1])])
+    scalar_region(op.update_computation, [dt, dt], lambda a: [add(a[0], a[1])])
     return op.results[0]

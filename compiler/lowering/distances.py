@@ -26,6 +26,7 @@ from .helpers import (
     select,
     shape_of,
 )
+from ..ir import dot_general
 from .registry import declare_padding, lowers, Padding
 from ._opmath import (
     _abs,
@@ -94,13 +95,9 @@ def _euclidean_mm(x1: ir.Value, x2: ir.Value, out_shape: Sequence[int]) -> ir.Va
     n1 = _sum_dim(_mul(x1, x1), len(batch) + 1)
     n2 = _sum_dim(_mul(x2, x2), len(batch) + 1)
     nb = len(batch)
-    dims = ",".join(str(i) for i in range(nb))
-    attr = ir.Attribute.parse(
-        f"#stablehlo.dot<lhs_batching_dimensions = [{dims}], rhs_batching_dimensions = [{dims}], "
-        f"lhs_contracting_dimensions = [{nb + 1}], rhs_contracting_dimensions = [{nb + 1}]>"
-    )
     del m
-    dot = stablehlo.DotGeneralOp(tensor_type(out_shape, dtype(x1)), x1, x2, attr).result
+    batch_dims = list(range(nb))
+    dot = dot_general(x1, x2, batch=(batch_dims, batch_dims), contract=([nb + 1], [nb + 1]))
     rows = broadcast_to(reshape(n1, shape_of(n1) + [1]), out_shape)
     cols = stablehlo.BroadcastInDimOp(tensor_type(out_shape, dtype(n2)), n2, list(range(nb)) + [nb + 1]).result
     squared = _add(_add(_mul(_c(-2, dot), dot), rows), cols)

@@ -10,6 +10,7 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
+    add,
     compare,
     convert,
     dtype,
@@ -21,7 +22,7 @@ from .helpers import (
     shape_of,
 )
 from .registry import declare_padding, lowers, Padding
-from ._static_gather import _acc_dtype, _add
+from ._static_gather import _acc_dtype
 
 aten = torch.ops.aten
 
@@ -38,7 +39,7 @@ def _gather_rows(weight: ir.Value, indices: ir.Value) -> ir.Value:
     return stablehlo.GatherOp(weight, idx, attr, [1, d], results=[tensor_type([m, d], dtype(weight))]).result
 
 
-def _scatter_rows(rows: ir.Value, indices: ir.Value, num: int, combine=_add, init=0) -> ir.Value:
+def _scatter_rows(rows: ir.Value, indices: ir.Value, num: int, combine=add, init=0) -> ir.Value:
     """A (num, *rest) tensor where each rows[i] is combined into row indices[i]."""
     rs = shape_of(rows)
     m = rs[0]

@@ -16,11 +16,13 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
+    add,
     array_constant,
     compare,
     convert,
     dtype,
     full,
+    iota,
     min_value,
     reduce,
     reshape,
@@ -29,7 +31,7 @@ from .helpers import (
     shape_of,
 )
 from .registry import LoweringContext, lowers
-from ._static_gather import _acc_dtype, _add, _iota, _mask_constant, _put_add, _take
+from ._static_gather import _acc_dtype, _mask_constant, _put_add, _take
 
 aten = torch.ops.aten
 
@@ -49,7 +51,7 @@ def _plane_indices(shape: Sequence[int], nd: int) -> ir.Value:
     """int64 tensor of `shape` holding each element's flat index within its last `nd`
     dims (PyTorch's pooling indices)."""
     plane = list(shape[len(shape) - nd:])
-    flat = _iota([math.prod(plane)], 0)
+    flat = iota([math.prod(plane)], 0, torch.int64)
     flat = reshape(flat, plane)
     return stablehlo.BroadcastInDimOp(
         tensor_type(shape, torch.int64), flat, list(range(len(shape) - nd, len(shape)))
@@ -84,7 +86,7 @@ def _reduce_window(
 
 
 def _sum_body(args):
-    return [_add(args[0], args[1])]
+    return [add(args[0], args[1])]
 
 
 def _argmax_body(args):
@@ -119,14 +121,14 @@ def _scatter_add_plane(grad: ir.Value, indices: ir.Value, in_shape: Sequence[int
     acc = _acc_dtype(dt)
     g = reshape(convert(grad, acc), [batch, n_out])
     idx = reshape(indices, [batch, n_out, 1])
-    rows = _iota([batch, n_out, 1], 0)
+    rows = iota([batch, n_out, 1], 0, torch.int64)
     scatter_idx = stablehlo.ConcatenateOp([rows, idx], 2).result
     attr = ir.Attribute.parse(
         "#stablehlo.scatter<inserted_window_dims = [0, 1], scatter_dims_to_operand_dims = [0, 1], "
         "index_vector_dim = 2>"
     )
     op = stablehlo.ScatterOp([tensor_type([batch, n_in], acc)], [full(0, acc, [batch, n_in])], scatter_idx, [g], attr)
-    scalar_region(op.update_computation, [acc, acc], lambda a: [_add(a[0], a[1])])
+    scalar_region(op.update_computation, [acc, acc], lambda a: [add(a[0], a[1])])
     return convert(reshape(op.results[0], in_shape), dt)
 
 
@@ -324,7 +326,7 @@ def _adaptive_avg(ctx, nd, x, output_size):
             mask = _mask_constant(valid)
             mask = stablehlo.BroadcastInDimOp(tensor_type(shape_of(y), torch.bool), mask, [axis, axis + 1]).result
             y = select(mask, y, full(0, acc, shape_of(y)))
-        (y,) = reduce([y], [full(0, acc, [])], [axis + 1], lambda a, b: [_add(a[0], b[0])])
+        (y,) = reduce([y], [full(0, acc, [])], [axis + 1], lambda a, b: [add(a[0], b[0])])
     out = shape_of(y)
     divisor = stablehlo.BroadcastInDimOp(
         tensor_type(out, acc), array_constant(count, acc), list(range(lead, len(out)))
@@ -486,7 +488,7 @@ def _col2im(ctx, cols, output_size, kernel_size, dilation, padding, stride):
             lo = [0, 0, i * d[0], j * d[1]]
             hi = [0, 0, hp - (i * d[0] + _dilated(oh, s[0])), wp - (j * d[1] + _dilated(ow, s[1]))]
             placed = stablehlo.PadOp(patch, full(0, acc, []), lo, hi, [0, 0, s[0] - 1, s[1] - 1]).result
-            total = _add(total, placed)
+            total = add(total, placed)
     out = stablehlo.SliceOp(total, [0, 0, p[0], p[1]], [n, c, p[0] + out_hw[0], p[1] + out_hw[1]], [1] * 4).result
     out = convert(out, dt)
     return out if batched else reshape(out, shape_of(out)[1:])

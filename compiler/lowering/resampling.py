@@ -17,20 +17,24 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
+    add,
     array_constant,
     compare,
     convert,
     dtype,
     full,
+    iota,
+    mul,
     reduce,
     reshape,
     scalar_region,
     select,
     shape_of,
+    sub,
     transpose,
 )
 from .registry import lowers
-from ._static_gather import _acc_dtype, _add, _iota, _mask_constant, _mul, _put_add, _take
+from ._static_gather import _acc_dtype, _mask_constant, _put_add, _take
 
 aten = torch.ops.aten
 
@@ -204,18 +208,18 @@ def _apply_taps(x: ir.Value, axis: int, taps: Taps) -> ir.Value:
     for idx, w, valid in taps:
         term = _take(x, axis, idx)
         if w is not None:
-            term = _mul(term, _weight(w, shape_of(term), axis, dtype(term)))
+            term = mul(term, _weight(w, shape_of(term), axis, dtype(term)))
         term = _masked(term, axis, valid)
-        out = term if out is None else _add(out, term)
+        out = term if out is None else add(out, term)
     return out
 
 
 def _apply_taps_transposed(g: ir.Value, axis: int, taps: Taps, size: int) -> ir.Value:
     out = None
     for idx, w, valid in taps:
-        term = g if w is None else _mul(g, _weight(w, shape_of(g), axis, dtype(g)))
+        term = g if w is None else mul(g, _weight(w, shape_of(g), axis, dtype(g)))
         term = _put_add(_masked(term, axis, valid), axis, idx, size)
-        out = term if out is None else _add(out, term)
+        out = term if out is None else add(out, term)
     return out
 
 
@@ -258,10 +262,10 @@ def _fixed_point_pass(y: ir.Value, axis: int, rows, in_size: int) -> ir.Value:
     for idx, w, valid in _rows_to_taps(quantized, in_size, np.int32):
         term = _take(y, axis, idx)
         w = np.where(valid, w, 0).astype(np.int32) if valid is not None else w.astype(np.int32)
-        term = _mul(term, _weight(w, shape_of(term), axis, torch.int32))
-        acc = term if acc is None else _add(acc, term)
+        term = mul(term, _weight(w, shape_of(term), axis, torch.int32))
+        acc = term if acc is None else add(acc, term)
     shape = shape_of(acc)
-    acc = _add(acc, full(1 << (precision - 1), torch.int32, shape))
+    acc = add(acc, full(1 << (precision - 1), torch.int32, shape))
     acc = stablehlo.ShiftRightArithmeticOp(acc, full(precision, torch.int32, shape)).result
     return stablehlo.ClampOp(full(0, torch.int32, []), acc, full(255, torch.int32, [])).result
 
@@ -380,16 +384,12 @@ def _f(value, like: ir.Value) -> ir.Value:
     return full(value, dtype(like), shape_of(like))
 
 
-def _sub(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.SubtractOp(a, b).result
-
-
 def _unnormalize(coord: ir.Value, size: int, align_corners: bool) -> ir.Value:
     np_t = _np_type(dtype(coord))
     if align_corners:  # (coord + 1) * ((size - 1) / 2)
-        return _mul(_add(coord, _f(1, coord)), _f(np_t(size - 1) / np_t(2), coord))
+        return mul(add(coord, _f(1, coord)), _f(np_t(size - 1) / np_t(2), coord))
     # (coord + 1) * (size / 2) - 0.5
-    return _sub(_mul(_add(coord, _f(1, coord)), _f(np_t(size) / np_t(2), coord)), _f(0.5, coord))
+    return sub(mul(add(coord, _f(1, coord)), _f(np_t(size) / np_t(2), coord)), _f(0.5, coord))
 
 
 def _clip(coord: ir.Value, size: int) -> ir.Value:
@@ -406,11 +406,11 @@ def _reflect(coord: ir.Value, size: int, align_corners: bool) -> ir.Value:
         low, twice_span = 0.0, 2.0 * (size - 1)
     else:
         low, twice_span = -0.5, 2.0 * size
-    c = stablehlo.AbsOp(_sub(coord, _f(low, coord))).result
+    c = stablehlo.AbsOp(sub(coord, _f(low, coord))).result
     flips = _trunc(stablehlo.DivOp(c, _f(twice_span, coord)).result)
-    extra = _sub(c, _mul(flips, _f(twice_span, coord)))
-    out = stablehlo.MinOp(extra, _sub(_f(twice_span, coord), extra)).result
-    return _add(out, _f(low, coord)) if low else out
+    extra = sub(c, mul(flips, _f(twice_span, coord)))
+    out = stablehlo.MinOp(extra, sub(_f(twice_span, coord), extra)).result
+    return add(out, _f(low, coord)) if low else out
 
 
 def _apply_padding(coord: ir.Value, size: int, padding_mode: int, align_corners: bool) -> ir.Value:
@@ -436,8 +436,8 @@ def _flat_pixel_indices(ix: ir.Value, iy: ir.Value, h: int, w: int) -> ir.Value:
     n, p = shape_of(ix)
     xi = convert(_clip(ix, w), torch.int64)
     yi = convert(_clip(iy, h), torch.int64)
-    flat = _add(_mul(yi, full(w, torch.int64, [n, p])), xi)
-    return stablehlo.ConcatenateOp([_iota([n, p, 1], 0), reshape(flat, [n, p, 1])], 2).result
+    flat = add(mul(yi, full(w, torch.int64, [n, p])), xi)
+    return stablehlo.ConcatenateOp([iota([n, p, 1], 0, torch.int64), reshape(flat, [n, p, 1])], 2).result
 
 
 def _concat_taps(taps) -> tuple[ir.Value, ir.Value]:
@@ -481,20 +481,20 @@ class _Sampler:
 def _times(vals: ir.Value, weight: ir.Value) -> ir.Value:
     """(N, P, C) values times (N, P) weights."""
     w = stablehlo.BroadcastInDimOp(tensor_type(shape_of(vals), dtype(vals)), weight, [0, 1]).result
-    return _mul(vals, w)
+    return mul(vals, w)
 
 
 def _cubic_weights(t: ir.Value) -> list[ir.Value]:
     a = -0.75
 
     def conv1(x):  # ((A + 2) * x - (A + 3)) * x * x + 1
-        return _add(_mul(_mul(_sub(_mul(_f(a + 2, x), x), _f(a + 3, x)), x), x), _f(1, x))
+        return add(mul(mul(sub(mul(_f(a + 2, x), x), _f(a + 3, x)), x), x), _f(1, x))
 
     def conv2(x):  # ((A * x - 5A) * x + 8A) * x - 4A
-        return _sub(_mul(_add(_mul(_sub(_mul(_f(a, x), x), _f(5 * a, x)), x), _f(8 * a, x)), x), _f(4 * a, x))
+        return sub(mul(add(mul(sub(mul(_f(a, x), x), _f(5 * a, x)), x), _f(8 * a, x)), x), _f(4 * a, x))
 
     one = _f(1, t)
-    return [conv2(_add(t, one)), conv1(t), conv1(_sub(one, t)), conv2(_add(_sub(one, t), one))]
+    return [conv2(add(t, one)), conv1(t), conv1(sub(one, t)), conv2(add(sub(one, t), one))]
 
 
 @lowers(aten.grid_sampler_2d.default)
@@ -516,19 +516,19 @@ def _grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corne
         x0 = stablehlo.FloorOp(ix).result
         y0 = stablehlo.FloorOp(iy).result
         one = _f(1, ix)
-        x1, y1 = _add(x0, one), _add(y0, one)
-        we = _sub(ix, x0)  # distance to the west column
-        ea = _sub(one, we)
-        no = _sub(iy, y0)  # distance to the north row
-        so = _sub(one, no)
+        x1, y1 = add(x0, one), add(y0, one)
+        we = sub(ix, x0)  # distance to the west column
+        ea = sub(one, we)
+        no = sub(iy, y0)  # distance to the north row
+        so = sub(one, no)
         mw, me, mn, ms = _in_range(x0, w), _in_range(x1, w), _in_range(y0, h), _in_range(y1, h)
         nw_v, ne_v, sw_v, se_v = sample.many(
             [(x0, y0, both(mw, mn)), (x1, y0, both(me, mn)), (x0, y1, both(mw, ms)), (x1, y1, both(me, ms))]
         )
-        out = _times(nw_v, _mul(so, ea))
-        out = _add(out, _times(ne_v, _mul(so, we)))
-        out = _add(out, _times(sw_v, _mul(no, ea)))
-        out = _add(out, _times(se_v, _mul(no, we)))
+        out = _times(nw_v, mul(so, ea))
+        out = add(out, _times(ne_v, mul(so, we)))
+        out = add(out, _times(sw_v, mul(no, ea)))
+        out = add(out, _times(se_v, mul(no, we)))
     elif interpolation_mode == _NEAREST:
         ix = stablehlo.RoundNearestEvenOp(_apply_padding(ix, w, padding_mode, align_corners)).result
         iy = stablehlo.RoundNearestEvenOp(_apply_padding(iy, h, padding_mode, align_corners)).result
@@ -536,24 +536,24 @@ def _grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corne
     elif interpolation_mode == _BICUBIC:
         x0 = stablehlo.FloorOp(ix).result
         y0 = stablehlo.FloorOp(iy).result
-        wx = _cubic_weights(_sub(ix, x0))
-        wy = _cubic_weights(_sub(iy, y0))
+        wx = _cubic_weights(sub(ix, x0))
+        wy = _cubic_weights(sub(iy, y0))
 
         def bounded(cx, cy):
             cx = _trunc(_apply_padding(cx, w, padding_mode, align_corners))
             cy = _trunc(_apply_padding(cy, h, padding_mode, align_corners))
             return cx, cy, both(_in_range(cx, w), _in_range(cy, h))
 
-        taps = [bounded(_add(x0, _f(j - 1, x0)), _add(y0, _f(i - 1, y0))) for i in range(4) for j in range(4)]
+        taps = [bounded(add(x0, _f(j - 1, x0)), add(y0, _f(i - 1, y0))) for i in range(4) for j in range(4)]
         vals = sample.many(taps)
         out = None
         for i in range(4):
             row = None
             for j in range(4):
                 term = _times(vals[4 * i + j], wx[j])
-                row = term if row is None else _add(row, term)
+                row = term if row is None else add(row, term)
             term = _times(row, wy[i])
-            out = term if out is None else _add(out, term)
+            out = term if out is None else add(out, term)
     else:
         raise ctx.fail(f"unknown grid_sampler interpolation mode {interpolation_mode}")
     out = transpose(reshape(out, [n, ho, wo, c]), [0, 3, 1, 2])
@@ -577,14 +577,14 @@ def _reflect_with_grad(coord: ir.Value, size: int, align_corners: bool) -> tuple
         low, twice_span = 0.0, 2.0 * (size - 1)
     else:
         low, twice_span = -0.5, 2.0 * size
-    shifted = _sub(coord, _f(low, coord))
+    shifted = sub(coord, _f(low, coord))
     negative = compare(shifted, _f(0, coord), "LT")
     c = stablehlo.AbsOp(shifted).result
     flips = _trunc(stablehlo.DivOp(c, _f(twice_span, coord)).result)
-    extra = _sub(c, _mul(flips, _f(twice_span, coord)))
-    reflected = _sub(_f(twice_span, coord), extra)
+    extra = sub(c, mul(flips, _f(twice_span, coord)))
+    reflected = sub(_f(twice_span, coord), extra)
     one_more = compare(extra, reflected, "GT")
-    out = _add(select(one_more, reflected, extra), _f(low, coord))
+    out = add(select(one_more, reflected, extra), _f(low, coord))
     flip = stablehlo.XorOp(one_more, negative).result
     return out, select(flip, _f(-1, coord), _f(1, coord))
 
@@ -597,12 +597,12 @@ def _coords_with_grad(grid_coord, size, padding_mode, align_corners):
     mult = _f(scale, coord)
     if padding_mode == _BORDER:
         coord, g = _clip_with_grad(coord, size)
-        mult = _mul(mult, g)
+        mult = mul(mult, g)
     elif padding_mode == _REFLECTION:
         coord, g = _reflect_with_grad(coord, size, align_corners)
-        mult = _mul(mult, g)
+        mult = mul(mult, g)
         coord, g = _clip_with_grad(coord, size)
-        mult = _mul(mult, g)
+        mult = mul(mult, g)
     return coord, mult
 
 
@@ -633,28 +633,28 @@ class _Scatterer:
         )
         op = stablehlo.ScatterOp([tensor_type([n, h * w, c], dt)], [full(0, dt, [n, h * w, c])],
                                  _flat_pixel_indices(ix, iy, h, w), [values], attr)
-        scalar_region(op.update_computation, [dt, dt], lambda a: [_add(a[0], a[1])])
+        scalar_region(op.update_computation, [dt, dt], lambda a: [add(a[0], a[1])])
         return reshape(transpose(op.results[0], [0, 2, 1]), [n, c, h, w])
 
 
 def _channel_sum(x: ir.Value) -> ir.Value:
     """(N, P, C) -> (N, P)."""
-    (out,) = reduce([x], [full(0, dtype(x), [])], [2], lambda a, b: [_add(a[0], b[0])])
+    (out,) = reduce([x], [full(0, dtype(x), [])], [2], lambda a, b: [add(a[0], b[0])])
     return out
 
 
 def _cubic_weight_grads(t: ir.Value) -> list[ir.Value]:
     a = -0.75
     f = lambda v: _f(v, t)
-    x0 = _sub(f(-1), t)
-    x1 = _sub(f(0), t)
-    x2 = _sub(f(1), t)
-    x3 = _sub(f(2), t)
+    x0 = sub(f(-1), t)
+    x1 = sub(f(0), t)
+    x2 = sub(f(1), t)
+    x3 = sub(f(2), t)
     return [
-        _sub(_mul(_sub(_mul(f(-3 * a), x0), f(10 * a)), x0), f(8 * a)),
-        _mul(_sub(_mul(f(-3 * (a + 2)), x1), f(2 * (a + 3))), x1),
-        _mul(_sub(_mul(f(3 * (a + 2)), x2), f(2 * (a + 3))), x2),
-        _add(_mul(_sub(_mul(f(3 * a), x3), f(10 * a)), x3), f(8 * a)),
+        sub(mul(sub(mul(f(-3 * a), x0), f(10 * a)), x0), f(8 * a)),
+        mul(sub(mul(f(-3 * (a + 2)), x1), f(2 * (a + 3))), x1),
+        mul(sub(mul(f(3 * (a + 2)), x2), f(2 * (a + 3))), x2),
+        add(mul(sub(mul(f(3 * a), x3), f(10 * a)), x3), f(8 * a)),
     ]
 
 
@@ -681,22 +681,22 @@ def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, pad
         x0 = stablehlo.FloorOp(ix).result
         y0 = stablehlo.FloorOp(iy).result
         one = _f(1, ix)
-        x1, y1 = _add(x0, one), _add(y0, one)
-        we = _sub(ix, x0)
-        ea = _sub(one, we)
-        no = _sub(iy, y0)
-        so = _sub(one, no)
+        x1, y1 = add(x0, one), add(y0, one)
+        we = sub(ix, x0)
+        ea = sub(one, we)
+        no = sub(iy, y0)
+        so = sub(one, no)
         mw, me, mn, ms = _in_range(x0, w), _in_range(x1, w), _in_range(y0, h), _in_range(y1, h)
-        corners = [(x0, y0, both(mw, mn), _mul(so, ea)), (x1, y0, both(me, mn), _mul(so, we)),
-                   (x0, y1, both(mw, ms), _mul(no, ea)), (x1, y1, both(me, ms), _mul(no, we))]
+        corners = [(x0, y0, both(mw, mn), mul(so, ea)), (x1, y0, both(me, mn), mul(so, we)),
+                   (x0, y1, both(mw, ms), mul(no, ea)), (x1, y1, both(me, ms), mul(no, we))]
         for cx, cy, mask, weight in corners:
             if scatter is not None:
-                scatter.add(cx, cy, mask, _mul(go, bc(weight)))
+                scatter.add(cx, cy, mask, mul(go, bc(weight)))
         nw, ne, sw, se = sample.many([corner[:3] for corner in corners])
-        dx = _add(_mul(_sub(ne, nw), bc(so)), _mul(_sub(se, sw), bc(no)))
-        dy = _add(_mul(_sub(sw, nw), bc(ea)), _mul(_sub(se, ne), bc(we)))
-        grad_x = _mul(_channel_sum(_mul(dx, go)), mx)
-        grad_y = _mul(_channel_sum(_mul(dy, go)), my)
+        dx = add(mul(sub(ne, nw), bc(so)), mul(sub(se, sw), bc(no)))
+        dy = add(mul(sub(sw, nw), bc(ea)), mul(sub(se, ne), bc(we)))
+        grad_x = mul(_channel_sum(mul(dx, go)), mx)
+        grad_y = mul(_channel_sum(mul(dy, go)), my)
     elif interpolation_mode == _NEAREST:
         ix = stablehlo.RoundNearestEvenOp(_apply_padding(_unnormalize(gx, w, align_corners), w, padding_mode, align_corners)).result
         iy = stablehlo.RoundNearestEvenOp(_apply_padding(_unnormalize(gy, h, align_corners), h, padding_mode, align_corners)).result
@@ -711,14 +711,14 @@ def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, pad
         iy = _unnormalize(gy, h, align_corners)
         x0 = stablehlo.FloorOp(ix).result
         y0 = stablehlo.FloorOp(iy).result
-        tx, ty = _sub(ix, x0), _sub(iy, y0)
+        tx, ty = sub(ix, x0), sub(iy, y0)
         cx, cy = _cubic_weights(tx), _cubic_weights(ty)
         dcx, dcy = _cubic_weight_grads(tx), _cubic_weight_grads(ty)
         taps = []
         for i in range(4):
             for j in range(4):
-                xx = _trunc(_apply_padding(_add(x0, _f(i - 1, x0)), w, padding_mode, align_corners))
-                yy = _trunc(_apply_padding(_add(y0, _f(j - 1, y0)), h, padding_mode, align_corners))
+                xx = _trunc(_apply_padding(add(x0, _f(i - 1, x0)), w, padding_mode, align_corners))
+                yy = _trunc(_apply_padding(add(y0, _f(j - 1, y0)), h, padding_mode, align_corners))
                 taps.append((xx, yy, both(_in_range(xx, w), _in_range(yy, h))))
         vals = sample.many(taps)
         acc_x = acc_y = None
@@ -726,14 +726,14 @@ def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, pad
             for j in range(4):
                 xx, yy, mask = taps[4 * i + j]
                 if scatter is not None:
-                    scatter.add(xx, yy, mask, _mul(go, bc(_mul(cx[i], cy[j]))))
-                vg = _mul(vals[4 * i + j], go)
-                tx_term = _mul(vg, bc(_mul(dcx[i], cy[j])))
-                ty_term = _mul(vg, bc(_mul(dcy[j], cx[i])))
-                acc_x = tx_term if acc_x is None else _add(acc_x, tx_term)
-                acc_y = ty_term if acc_y is None else _add(acc_y, ty_term)
-        grad_x = _mul(stablehlo.NegOp(_channel_sum(acc_x)).result, mx)
-        grad_y = _mul(stablehlo.NegOp(_channel_sum(acc_y)).result, my)
+                    scatter.add(xx, yy, mask, mul(go, bc(mul(cx[i], cy[j]))))
+                vg = mul(vals[4 * i + j], go)
+                tx_term = mul(vg, bc(mul(dcx[i], cy[j])))
+                ty_term = mul(vg, bc(mul(dcy[j], cx[i])))
+                acc_x = tx_term if acc_x is None else add(acc_x, tx_term)
+                acc_y = ty_term if acc_y is None else add(acc_y, ty_term)
+        grad_x = mul(stablehlo.NegOp(_channel_sum(acc_x)).result, mx)
+        grad_y = mul(stablehlo.NegOp(_channel_sum(acc_y)).result, my)
     else:
         raise ctx.fail(f"unknown grid_sampler interpolation mode {interpolation_mode}")
     grad_grid = None

@@ -14,6 +14,7 @@ from ..helpers import (
     compare,
     dtype,
     full,
+    iota,
     reduce,
     reshape,
     select,
@@ -21,6 +22,21 @@ from ..helpers import (
     transpose,
 )
 from ..registry import LoweringContext
+from ...ir import (
+    absolute,
+    add,
+    concatenate,
+    div,
+    dot_general,
+    logical_and,
+    logical_not,
+    logical_or,
+    mul,
+    neg,
+    slice_in_dim,
+    sqrt,
+    sub,
+)
 
 
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
@@ -49,44 +65,10 @@ def _like(value, x: ir.Value) -> ir.Value:
     return _c(value, dtype(x), shape_of(x))
 
 
-def _add(a, b):
-    return stablehlo.AddOp(a, b).result
-
-
-def _sub(a, b):
-    return stablehlo.SubtractOp(a, b).result
-
-
-def _mul(a, b):
-    return stablehlo.MulOp(a, b).result
-
-
-def _div(a, b):
-    return stablehlo.DivOp(a, b).result
-
-
-def _neg(a):
-    return stablehlo.NegOp(a).result
-
-
-def _abs(a):
-    return stablehlo.AbsOp(a).result
-
-
-def _sqrt(a):
-    return stablehlo.SqrtOp(a).result
-
-
-def _and(a, b):
-    return stablehlo.AndOp(a, b).result
-
-
-def _or(a, b):
-    return stablehlo.OrOp(a, b).result
-
-
-def _not(a):
-    return stablehlo.NotOp(a).result
+# Formula shorthands: compiler.ir's builders (operands already share type and shape).
+_add, _sub, _mul, _div = add, sub, mul, div
+_neg, _abs, _sqrt = neg, absolute, sqrt
+_and, _or, _not = logical_and, logical_or, logical_not
 
 
 def _real(x: ir.Value) -> ir.Value:
@@ -112,10 +94,6 @@ def _to_complex(x: ir.Value, like: torch.dtype) -> ir.Value:
     if not like.is_complex or dtype(x).is_complex:
         return x
     return _complex(x, full(0, dtype(x), shape_of(x)))
-
-
-def _iota(shape: Sequence[int], dim: int, dt: torch.dtype = torch.int32) -> ir.Value:
-    return stablehlo.IotaOp(tensor_type(list(shape), dt), dim).result
 
 
 def _scalar_i32(value: int) -> ir.Value:
@@ -172,17 +150,7 @@ def _mH(x: ir.Value) -> ir.Value:
     return _conj(_mT(x))
 
 
-def _slice(x: ir.Value, dim: int, start: int, limit: int, stride: int = 1) -> ir.Value:
-    shape = shape_of(x)
-    starts = [0] * len(shape)
-    limits = list(shape)
-    strides = [1] * len(shape)
-    starts[dim], limits[dim], strides[dim] = start, limit, stride
-    return stablehlo.SliceOp(x, starts, limits, strides).result
-
-
-def _concat(values: Sequence[ir.Value], dim: int) -> ir.Value:
-    return stablehlo.ConcatenateOp(list(values), dim).result
+_slice, _concat = slice_in_dim, concatenate
 
 
 def _dynamic_slice_last(x: ir.Value, index: ir.Value, size: int = 1) -> ir.Value:
@@ -197,7 +165,7 @@ def _dynamic_slice_last(x: ir.Value, index: ir.Value, size: int = 1) -> ir.Value
 def _matrix_masks(shape: Sequence[int]) -> tuple[ir.Value, ir.Value]:
     """(row index, column index) int32 iotas of `shape` (a batch of matrices)."""
     rank = len(shape)
-    return _iota(shape, rank - 2), _iota(shape, rank - 1)
+    return iota(shape, rank - 2, torch.int32), iota(shape, rank - 1, torch.int32)
 
 
 def _tri_mask(shape: Sequence[int], lower: bool, k: int = 0) -> ir.Value:
@@ -246,32 +214,17 @@ def _diag_embed(v: ir.Value, m: int, n: int) -> ir.Value:
     return select(compare(rows, colsi, "EQ"), cols, _c(0, dtype(v), out))
 
 
-def _dot_attr(lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> ir.Attribute:
-    def dims(d):
-        return "[" + ", ".join(str(int(i)) for i in d) + "]"
-
-    text = "#stablehlo.dot<"
-    if lhs_batch:
-        text += f"lhs_batching_dimensions = {dims(lhs_batch)}, rhs_batching_dimensions = {dims(rhs_batch)}, "
-    text += f"lhs_contracting_dimensions = {dims(lhs_contract)}, rhs_contracting_dimensions = {dims(rhs_contract)}>"
-    return ir.Attribute.parse(text)
-
-
 def _matmul(a: ir.Value, b: ir.Value) -> ir.Value:
     """Batched a @ b (equal batch dims) at full precision: linear algebra never runs in
     a reduced-precision pass, whatever `torch.get_float32_matmul_precision()` says."""
     sa, sb = shape_of(a), shape_of(b)
     nb = len(sa) - 2
     batch = list(range(nb))
-    out = sa[:-2] + [sa[-2], sb[-1]]
-    precision = ir.Attribute.parse("#stablehlo<precision HIGHEST>")
-    op = stablehlo.DotGeneralOp(
-        tensor_type(out, dtype(a)), a, b, _dot_attr(batch, batch, [nb + 1], [nb]),
-        precision_config=ir.ArrayAttr.get([precision, precision]),
-    )
+    del sb
+    product = dot_general(a, b, batch=(batch, batch), contract=([nb + 1], [nb]), precision="HIGHEST")
     # Keep HIGHEST through torchtpu-set-precision (passes/set_precision.py).
-    op.operation.attributes["torchtpu.fixed_precision"] = ir.UnitAttr.get()
-    return op.result
+    product.owner.attributes["torchtpu.fixed_precision"] = ir.UnitAttr.get()
+    return product
 
 
 def _batch_broadcast(x: ir.Value, batch: Sequence[int]) -> ir.Value:

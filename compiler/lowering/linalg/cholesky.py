@@ -13,6 +13,7 @@ from ..helpers import (
     convert,
     dtype,
     full,
+    iota,
     reshape,
     select,
     shape_of,
@@ -31,7 +32,6 @@ from ._builders import (
     _expand_last,
     _eye,
     _fori,
-    _iota,
     _is_empty,
     _like,
     _mH,
@@ -147,7 +147,7 @@ def _cholesky_info(a: ir.Value) -> ir.Value:
         bad = _not(compare(d, full(0, real, batch), "GT"))
         kk = broadcast_to(k, batch)
         info = select(_and(bad, compare(info, full(0, torch.int32, batch), "EQ")), _add(kk, full(1, torch.int32, batch)), info)
-        below = compare(_iota(batch + [n], len(batch)), broadcast_to(k, batch + [n]), "GT")
+        below = compare(iota(batch + [n], len(batch), torch.int32), broadcast_to(k, batch + [n]), "GT")
         l = select(below, _div(col, _to_complex(broadcast_to(reshape(_sqrt(d), batch + [1]), batch + [n]), dtype(a))), _like(0, col))
         outer = _mul(_expand_last(l, n, -1), _conj(_expand_last(l, n, -2)))
         x = _sub(x, outer)

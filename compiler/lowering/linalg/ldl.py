@@ -10,7 +10,7 @@ import torch
 
 from ...context import ir, stablehlo
 from ...dtypes import tensor_type
-from ..helpers import compare, dtype, full, select, shape_of
+from ..helpers import compare, dtype, full, iota, select, shape_of
 from ..registry import lowers
 from ._builders import (
     _add,
@@ -20,7 +20,6 @@ from ._builders import (
     _div,
     _expand_last,
     _fori,
-    _iota,
     _is_empty,
     _like,
     _mT,
@@ -99,7 +98,7 @@ def _sytf2(a: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     i32 = torch.int32
     vshape = batch + [n]
     rows, cols = _matrix_masks(shape)
-    vrows = _iota(vshape, nb)
+    vrows = iota(vshape, nb, torch.int32)
     w0 = _lower_mirrored(_tril(a))
     ld0 = _c(0, dt, shape)
 
@@ -200,7 +199,7 @@ def _linalg_ldl_factor_ex(ctx, self, *, hermitian=False, check_errors=False):
 def _swap_rows(b: ir.Value, i: ir.Value, j: ir.Value, when: ir.Value) -> ir.Value:
     """Swaps rows i and j (batch-shaped) of each matrix where `when` holds."""
     shape = shape_of(b)
-    rows = _iota(shape, len(shape) - 2)
+    rows = iota(shape, len(shape) - 2, torch.int32)
     row_i, row_j = _expand_last(_pick_row(b, i), shape[-2], -2), _expand_last(_pick_row(b, j), shape[-2], -2)
     swapped = select(compare(rows, _per_batch(i, shape), "EQ"), row_j,
                      select(compare(rows, _per_batch(j, shape), "EQ"), row_i, b))
@@ -216,8 +215,8 @@ def _sytrs(ld: ir.Value, piv: ir.Value, b: ir.Value) -> ir.Value:
     dt = dtype(b)
     i32 = torch.int32
     vshape = batch + [n]
-    vrows = _iota(vshape, nb)
-    rows = _iota(shape, nb)
+    vrows = iota(vshape, nb, torch.int32)
+    rows = iota(shape, nb, torch.int32)
 
     def ib(value):
         return full(value, i32, batch)

@@ -16,6 +16,7 @@ from ..helpers import (
     convert,
     dtype,
     full,
+    iota,
     reshape,
     select,
     shape_of,
@@ -35,7 +36,6 @@ from ._builders import (
     _eye,
     _fori,
     _imag,
-    _iota,
     _is_empty,
     _like,
     _mH,
@@ -75,7 +75,7 @@ def _pick(x: ir.Value, index: ir.Value, dim: int) -> ir.Value:
     idx = broadcast_to(index, shape[:dim]) if shape_of(index) != shape[:dim] else index
     dims = list(range(len(shape[:dim])))
     idx = stablehlo.BroadcastInDimOp(tensor_type(shape, torch.int32), idx, dims).result
-    hit = compare(_iota(shape, dim), idx, "EQ")
+    hit = compare(iota(shape, dim, torch.int32), idx, "EQ")
     return _sum(select(hit, x, _like(0, x)), [dim])
 
 
@@ -92,7 +92,7 @@ def _lu_factor(a: ir.Value, pivot: bool = True) -> tuple[ir.Value, ir.Value, ir.
     if _is_empty(batch):
         return a, full(0, i32, batch + [k]), full(0, i32, batch + [m]), full(0, i32, batch)
     rows, cols = _matrix_masks(shape)
-    vrows = _iota(batch + [m], nb)
+    vrows = iota(batch + [m], nb, torch.int32)
 
     def body(j, vals):
         x, perm, piv = vals
@@ -116,7 +116,7 @@ def _lu_factor(a: ir.Value, pivot: bool = True) -> tuple[ir.Value, ir.Value, ir.
         vj = compare(vrows, broadcast_to(j, batch + [m]), "EQ")
         vp = compare(vrows, _expand_last(p, m, -1), "EQ")
         perm = select(vj, _expand_last(perm_p, m, -1), select(vp, _expand_last(perm_j, m, -1), perm))
-        piv = select(compare(_iota(batch + [k], nb), broadcast_to(j, batch + [k]), "EQ"),
+        piv = select(compare(iota(batch + [k], nb, torch.int32), broadcast_to(j, batch + [k]), "EQ"),
                      _expand_last(_add(p, full(1, i32, batch)), k, -1), piv)
         # Eliminate below the pivot (a zero pivot leaves the column, all zeros, as is).
         pv = reshape(_dynamic_slice_last(row_p, j), batch)
@@ -145,7 +145,7 @@ def _first_zero_pivot(lu: ir.Value) -> ir.Value:
     batch, k = shape[:-1], shape[-1]
     if k == 0:
         return full(0, torch.int32, batch)
-    positions = _iota(shape, len(batch))
+    positions = iota(shape, len(batch), torch.int32)
     zero = compare(diag, _like(0, diag), "EQ")
     first = _min(select(zero, positions, full(k, torch.int32, shape)), [len(batch)])
     return select(compare(first, full(k, torch.int32, batch), "EQ"), full(0, torch.int32, batch),
@@ -159,7 +159,7 @@ def _perm_from_pivots(piv: ir.Value, m: int) -> ir.Value:
     batch, k = shape[:-1], shape[-1]
     nb = len(batch)
     piv = convert(piv, torch.int32)
-    vrows = _iota(batch + [m], nb)
+    vrows = iota(batch + [m], nb, torch.int32)
 
     def body(j, vals):
         (perm,) = vals
@@ -181,8 +181,8 @@ def _inverse_perm(perm: ir.Value) -> ir.Value:
     nb = len(batch)
     square = batch + [m, m]
     # hit[r, i] = perm[i] == r ; inv[r] = sum_i hit * i
-    hit = compare(_expand_last(perm, m, -2), _iota(square, nb), "EQ")
-    return _sum(select(hit, _iota(square, nb + 1), full(0, torch.int32, square)), [nb + 1])
+    hit = compare(_expand_last(perm, m, -2), iota(square, nb, torch.int32), "EQ")
+    return _sum(select(hit, iota(square, nb + 1, torch.int32), full(0, torch.int32, square)), [nb + 1])
 
 
 def _take_rows(x: ir.Value, idx: ir.Value) -> ir.Value:
@@ -209,7 +209,7 @@ def _perm_matrix(perm: ir.Value, dt: torch.dtype) -> ir.Value:
     shape = shape_of(perm)
     batch, m = shape[:-1], shape[-1]
     square = batch + [m, m]
-    hit = compare(_iota(square, len(batch)), _expand_last(perm, m, -2), "EQ")
+    hit = compare(iota(square, len(batch), torch.int32), _expand_last(perm, m, -2), "EQ")
     return select(hit, _c(1, dt, square), _c(0, dt, square))
 
 
@@ -251,7 +251,7 @@ def _linalg_lu_factor_ex(ctx, A, *, pivot=True, check_errors=False):
     if not pivot:
         # Without pivoting PyTorch (CUDA only) reports the identity interchanges 1..k.
         shape = shape_of(piv)
-        piv = _add(_iota(shape, len(shape) - 1), full(1, torch.int32, shape))
+        piv = _add(iota(shape, len(shape) - 1, torch.int32), full(1, torch.int32, shape))
     return lu, piv, info
 
 
@@ -316,7 +316,7 @@ def _lu_det_sign(piv: ir.Value) -> ir.Value:
     """+1 / -1 (int32, batch-shaped): the parity of the row interchanges."""
     shape = shape_of(piv)
     nb = len(shape) - 1
-    natural = _add(_iota(shape, nb), full(1, torch.int32, shape))
+    natural = _add(iota(shape, nb, torch.int32), full(1, torch.int32, shape))
     swaps = _sum(select(compare(piv, natural, "NE"), full(1, torch.int32, shape), full(0, torch.int32, shape)), [nb])
     odd = compare(stablehlo.AndOp(swaps, full(1, torch.int32, shape[:-1])).result, full(1, torch.int32, shape[:-1]), "EQ")
     return select(odd, full(-1, torch.int32, shape[:-1]), full(1, torch.int32, shape[:-1]))

@@ -14,6 +14,7 @@ from ..helpers import (
     convert,
     dtype,
     full,
+    iota,
     reshape,
     select,
     shape_of,
@@ -35,7 +36,6 @@ from ._builders import (
     _eye,
     _fori,
     _imag,
-    _iota,
     _is_empty,
     _like,
     _matrix_masks,
@@ -90,7 +90,7 @@ def _householder_vector(col: ir.Value, j: ir.Value) -> tuple[ir.Value, ir.Value,
     nb = len(batch)
     dt = dtype(col)
     rdt = _real_dtype(dt)
-    rows = _iota(shape, nb)
+    rows = iota(shape, nb, torch.int32)
     jm = broadcast_to(j, shape)
     below = compare(rows, jm, "GT")
     x = select(below, col, _like(0, col))
@@ -161,10 +161,10 @@ def _geqrf(a: ir.Value) -> tuple[ir.Value, ir.Value]:
         # H^H applied to the trailing columns (geqr2 applies conj(tau)).
         updated = _reflect_left(x, v, _conj(tau))
         x = select(compare(cols, jj, "GT"), updated, x)
-        vrows = _iota(batch + [m], nb)
+        vrows = iota(batch + [m], nb, torch.int32)
         vcol = select(compare(vrows, broadcast_to(j, batch + [m]), "EQ"), _expand_last(_to_complex(beta, dt), m, -1), v)
         x = select(_and(compare(cols, jj, "EQ"), compare(rows, jj, "GE")), _expand_last(vcol, n, -1), x)
-        taus = select(compare(_iota(batch + [k], nb), broadcast_to(j, batch + [k]), "EQ"), _expand_last(tau, k, -1), taus)
+        taus = select(compare(iota(batch + [k], nb, torch.int32), broadcast_to(j, batch + [k]), "EQ"), _expand_last(tau, k, -1), taus)
         return [x, taus]
 
     x, taus = _fori(0, k, [a, _c(0, dt, batch + [k])], body)
@@ -175,7 +175,7 @@ def _reflector(vs: ir.Value, j: ir.Value) -> ir.Value:
     """Reflector j of a packed matrix: column j with zeros above j and 1 at j."""
     col = _column(vs, j)
     shape = shape_of(col)
-    rows = _iota(shape, len(shape) - 1)
+    rows = iota(shape, len(shape) - 1, torch.int32)
     jm = broadcast_to(j, shape)
     v = select(compare(rows, jm, "GT"), col, _like(0, col))
     return select(compare(rows, jm, "EQ"), _like(1, col), v)

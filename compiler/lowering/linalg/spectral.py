@@ -11,7 +11,7 @@ import torch
 
 from ...context import ir, stablehlo
 from ...dtypes import tensor_type
-from ..helpers import array_constant, compare, dtype, full, reshape, select, shape_of
+from ..helpers import array_constant, compare, dtype, full, iota, reshape, select, shape_of
 from ..registry import lowers
 from ._builders import (
     _abs,
@@ -28,7 +28,6 @@ from ._builders import (
     _expand_last,
     _eye,
     _fori,
-    _iota,
     _is_empty,
     _like,
     _mH,
@@ -169,7 +168,7 @@ def _pad_even(x: ir.Value, dims: Sequence[int]) -> ir.Value:
 def _sort_with(keys: ir.Value, descending: bool) -> tuple[ir.Value, ir.Value]:
     """Sorts the last dim of real `keys`: (sorted keys, int32 source positions)."""
     shape = shape_of(keys)
-    idx = _iota(shape, len(shape) - 1)
+    idx = iota(shape, len(shape) - 1, torch.int32)
     op = stablehlo.SortOp([keys.type, idx.type], [keys, idx], dimension=len(shape) - 1, is_stable=True)
     block = op.comparator.blocks.append(*[tensor_type([], dtype(keys))] * 2 + [tensor_type([], torch.int32)] * 2)
     with ir.InsertionPoint(block):

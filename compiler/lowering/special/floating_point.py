@@ -6,8 +6,7 @@ from __future__ import annotations
 import torch
 
 from ...context import chlo, stablehlo
-from ...dtypes import tensor_type
-from ..helpers import broadcast_to, convert, dtype, full, is_value, shape_of
+from ..helpers import bitcast, broadcast_to, convert, dtype, full, is_value, shape_of
 from ..registry import LoweringContext, lowers
 from ._values import _T, _chain, _where
 
@@ -48,8 +47,8 @@ _FLOAT_BITS = {
 }
 
 
-def _bitcast(x: _T, to: torch.dtype) -> _T:
-    return _T(stablehlo.BitcastConvertOp(tensor_type(x.shape, to), x.v).result)
+def _bitcast_t(x: _T, to: torch.dtype) -> _T:
+    return _T(bitcast(x.v, to))
 
 
 def _shift_right(x: _T, n) -> _T:
@@ -71,7 +70,7 @@ def _frexp(ctx, self):
     x = _T(convert(self, out))
     int_dt, mb, emask, bias = _FLOAT_BITS[out]
     width = torch.iinfo(int_dt).bits
-    bits = _bitcast(x, int_dt)
+    bits = _bitcast_t(x, int_dt)
     field = _shift_right(bits, mb) & emask
     mantissa = bits & ((1 << mb) - 1)
     subnormal = field.eq(0) & mantissa.ne(0)
@@ -81,7 +80,7 @@ def _frexp(ctx, self):
     normalised = _shift_left(mantissa, _where(subnormal, mb - h, 0)) & ((1 << mb) - 1)
     exponent = _where(subnormal, h + (1 - bias - mb), field - bias)
     sign = bits & -(1 << (width - 1))
-    mant = _bitcast(sign | (bias << mb) | normalised, out)
+    mant = _bitcast_t(sign | (bias << mb) | normalised, out)
     mant = _where(special, x, mant)
     exponent = _where(special, 0, exponent)
     return mant.v, convert(exponent.v, ctx.result_dtype(1))
@@ -109,7 +108,7 @@ def _signbit(ctx, self):
         return full(False, torch.bool, x.shape)
     if not dt.is_floating_point:
         return (x < 0).v
-    return (_bitcast(x, _FLOAT_BITS[dt][0]) < 0).v
+    return (_bitcast_t(x, _FLOAT_BITS[dt][0]) < 0).v
 
 
 @lowers(aten.nextafter.default)

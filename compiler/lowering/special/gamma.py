@@ -12,7 +12,7 @@ from ...context import ir, stablehlo
 from ...dtypes import tensor_type
 from ..helpers import array_constant, full
 from ..registry import lowers
-from .floating_point import _FLOAT_BITS, _bitcast
+from .floating_point import _FLOAT_BITS, _bitcast_t
 from . import _tables as tables
 from ._values import (
     _NP,
@@ -127,7 +127,7 @@ def _digamma(x: _T) -> _T:
 
 
 def _signbit_t(x: _T) -> _T:
-    return _bitcast(x, _FLOAT_BITS[x.dtype][0]) < 0
+    return _bitcast_t(x, _FLOAT_BITS[x.dtype][0]) < 0
 
 
 def _trigamma(x: _T) -> _T:
