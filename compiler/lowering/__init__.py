@@ -1,6 +1,8 @@
-"""ATen -> StableHLO lowering rules, one module per op family. Importing this package
-fills `LOWERINGS` by importing every family module in this folder, then attaches the
-bounded-dynamism rules (`dynamic_rules`, which need the ordinary lowerings registered)."""
+"""ATen -> StableHLO lowering rules, one module per op family, or one package for a family
+large enough to be split by algorithm (`linalg/`, `special/`: a family's name is its module's
+or package's, `registry.family_of`). Importing this package fills `LOWERINGS` by importing
+every family module and package in this folder, then attaches the bounded-dynamism rules
+(`dynamic_rules`, which need the ordinary lowerings registered)."""
 
 import importlib
 import pkgutil

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 
@@ -74,7 +75,7 @@ def ops_markdown() -> str:
         "[dynamic-padding.md](dynamic-padding.md)).",
     ]
     for family in sorted(by_family):
-        lines += ["", f"## {family}", "", f"`compiler/lowering/{family}.py`", ""]
+        lines += ["", f"## {family}", "", f"`compiler/lowering/{_family_source(family)}`", ""]
         lines += ["| overload | dynamic |", "|---|---|"]
         for op in sorted(by_family[family], key=str):
             name = str(op)
@@ -88,6 +89,12 @@ def _dynamic_cell(lowering) -> str:
     if lowering.padding is None:
         return "undeclared"
     return f"`{lowering.padding.value}`" + (" + rule" if lowering.dynamic_rule is not None else "")
+
+
+def _family_source(family: str) -> str:
+    """Where a family's rules live: its module, or its package (a family split by algorithm)."""
+    package = Path(__file__).parent / family
+    return f"{family}/" if package.is_dir() else f"{family}.py"
 
 
 def _is_core(name: str, core: set) -> bool:

@@ -22,9 +22,11 @@ from .helpers import (
     broadcast_shapes,
     broadcast_to,
     compare,
+    concatenate,
     convert,
     dtype,
     full,
+    iota,
     max_value,
     min_value,
     rank_of,
@@ -49,12 +51,6 @@ def _index_dtype(size: int) -> torch.dtype:
     return torch.int32 if size < 2**31 else torch.int64
 
 
-def _iota(shape: Sequence[int], dim: int, dt: torch.dtype) -> ir.Value:
-    from ..dtypes import tensor_type
-
-    return stablehlo.IotaOp(tensor_type(shape, dt), dim).result
-
-
 def _add_scalar(x: ir.Value, value) -> ir.Value:
     return stablehlo.AddOp(x, full(value, dtype(x), shape_of(x))).result
 
@@ -73,10 +69,6 @@ def _as_index(index: ir.Value, size: int, *, wrap: bool, dt: torch.dtype | None 
 def _clamp_index(index: ir.Value, lo: int, hi: int) -> ir.Value:
     dt = dtype(index)
     return stablehlo.ClampOp(full(lo, dt, []), index, full(hi, dt, [])).result
-
-
-def _concat(values: Sequence[ir.Value], dim: int) -> ir.Value:
-    return values[0] if len(values) == 1 else stablehlo.ConcatenateOp(list(values), dim).result
 
 
 def _dims_attr(kind: str, **fields) -> ir.Attribute:
@@ -254,7 +246,7 @@ def _advanced_index(ctx: LoweringContext, self: ir.Value, indices, *, wrap: bool
         if wrap:
             t = _as_index(t, shape[d], wrap=True, dt=idt)
         columns.append(reshape(broadcast_to(t, batch), batch + [1]))
-    stacked = _concat(columns, len(batch))
+    stacked = concatenate(columns, len(batch))
     remaining = [d for d in range(rank) if d not in dims]
     if dims == list(range(dims[0], dims[-1] + 1)):
         # Adjacent advanced indices: the broadcast index dims replace them in place.
@@ -512,9 +504,9 @@ def _scatter_dim_spec(self: ir.Value, dim: int, index: ir.Value) -> _Scatter:
         return _Scatter(index, (), (dim,), (dim,), rank, tuple(others), tuple(others))
     # The index covers a smaller box: spell out every coordinate.
     columns = [
-        reshape(index if d == dim else _iota(ishape, d, dtype(index)), ishape + [1]) for d in range(rank)
+        reshape(index if d == dim else iota(ishape, d, dtype(index)), ishape + [1]) for d in range(rank)
     ]
-    return _Scatter(_concat(columns, rank), (), tuple(range(rank)), tuple(range(rank)), rank)
+    return _Scatter(concatenate(columns, rank), (), tuple(range(rank)), tuple(range(rank)), rank)
 
 
 def _prepare_dim_scatter(self, dim, index, src):
@@ -777,7 +769,7 @@ def _nonzero_static(ctx, self, *, size, fill_value=-1):
     if rank == 0:
         coords = full(0, torch.int64, [n, 0])
         return result if out_shape[1] == 0 else coords
-    coords = _concat([reshape(_iota(shape, d, torch.int64), [n, 1]) for d in range(rank)], 1)
+    coords = concatenate([reshape(iota(shape, d, torch.int64), [n, 1]) for d in range(rank)], 1)
     return _Scatter(reshape(target, [n, 1]), (1,), (0,), (0,), 1).apply(result, coords, "replace")
 
 
@@ -1018,7 +1010,7 @@ def _embedding_bag(
             index_vector_dim=1, slice_sizes=[1, feat],
         )
         hit = stablehlo.AndOp(valid_rows, compare(rows, bag_best, "EQ")).result
-        position = broadcast_to(reshape(_iota([n], 0, idt), [n, 1]), [n, feat])
+        position = broadcast_to(reshape(iota([n], 0, idt), [n, 1]), [n, feat])
         first = by_bag.apply(full(n, idt, [num_bags, feat]), select(hit, position, full(n, idt, [n, feat])), "min")
         empty = compare(first, full(n, idt, [num_bags, feat]), "EQ")
         which = _take_1d(ids, stablehlo.MinOp(first, full(n - 1, idt, [num_bags, feat])).result)

@@ -32,15 +32,15 @@ aten = torch.ops.aten
 
 
 # -- small arithmetic on same-shaped (or broadcastable) values -------------------------------
-def _mul(a: ir.Value, b: ir.Value) -> ir.Value:
+def _mul_bcast(a: ir.Value, b: ir.Value) -> ir.Value:
     return stablehlo.MulOp(*_same(a, b)).result
 
 
-def _add(a: ir.Value, b: ir.Value) -> ir.Value:
+def _add_bcast(a: ir.Value, b: ir.Value) -> ir.Value:
     return stablehlo.AddOp(*_same(a, b)).result
 
 
-def _sub(a: ir.Value, b: ir.Value) -> ir.Value:
+def _sub_bcast(a: ir.Value, b: ir.Value) -> ir.Value:
     return stablehlo.SubtractOp(*_same(a, b)).result
 
 
@@ -61,11 +61,11 @@ def _scalar(value: float, like: ir.Value) -> ir.Value:
 
 
 def _scale(x: ir.Value, value: float) -> ir.Value:
-    return _mul(x, _scalar(value, x))
+    return _mul_bcast(x, _scalar(value, x))
 
 
 def _rsqrt_plus(var: ir.Value, eps: float) -> ir.Value:
-    return stablehlo.RsqrtOp(_add(var, _scalar(eps, var))).result
+    return stablehlo.RsqrtOp(_add_bcast(var, _scalar(eps, var))).result
 
 
 def _channel(value: ir.Value, rank: int, acc: torch.dtype) -> ir.Value:
@@ -130,11 +130,11 @@ def _native_layer_norm(ctx: LoweringContext, x, normalized_shape, weight, bias, 
     xf = convert(x, accumulation_dtype(dtype(x)))
     var, mean = variance(xf, dims, 0)
     rstd = _rsqrt_plus(var, eps)
-    out = _mul(_sub(xf, mean), rstd)
+    out = _mul_bcast(_sub_bcast(xf, mean), rstd)
     if weight is not None:
-        out = _mul(out, convert(weight, dtype(out)))
+        out = _mul_bcast(out, convert(weight, dtype(out)))
     if bias is not None:
-        out = _add(out, convert(bias, dtype(out)))
+        out = _add_bcast(out, convert(bias, dtype(out)))
     return _out(ctx, 0, out), _out(ctx, 1, mean), _out(ctx, 2, rstd)
 
 
@@ -159,18 +159,18 @@ def _native_layer_norm_backward(
     acc = accumulation_dtype(dtype(x))
     g, xf = convert(grad_out, acc), convert(x, acc)
     mean, rstd = convert(mean, acc), convert(rstd, acc)
-    x_hat = _mul(_sub(xf, mean), rstd)
+    x_hat = _mul_bcast(_sub_bcast(xf, mean), rstd)
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
-        g_hat = _mul(g, convert(weight, acc)) if weight is not None else g
+        g_hat = _mul_bcast(g, convert(weight, acc)) if weight is not None else g
         # rstd / N * (N g_hat - sum(g_hat) - x_hat sum(g_hat x_hat))
-        terms = _sub(
-            _sub(_scale(g_hat, n), reduce_sum(g_hat, inner, keepdim=True)),
-            _mul(x_hat, reduce_sum(_mul(g_hat, x_hat), inner, keepdim=True)),
+        terms = _sub_bcast(
+            _sub_bcast(_scale(g_hat, n), reduce_sum(g_hat, inner, keepdim=True)),
+            _mul_bcast(x_hat, reduce_sum(_mul_bcast(g_hat, x_hat), inner, keepdim=True)),
         )
-        grad_input = _mul(_scale(rstd, 1.0 / n) if n else rstd, terms)
+        grad_input = _mul_bcast(_scale(rstd, 1.0 / n) if n else rstd, terms)
     if output_mask[1]:
-        grad_weight = reduce_sum(_mul(g, x_hat), outer)
+        grad_weight = reduce_sum(_mul_bcast(g, x_hat), outer)
     if output_mask[2]:
         grad_bias = reduce_sum(g, outer)
     return _out(ctx, 0, grad_input), _out(ctx, 1, grad_weight), _out(ctx, 2, grad_bias)
@@ -188,11 +188,11 @@ def _batch_stats(xf: ir.Value) -> tuple[ir.Value, ir.Value, int]:
 
 def _normalize(xf, mean, invstd, weight, bias) -> ir.Value:
     rank, acc = len(shape_of(xf)), dtype(xf)
-    out = _mul(_sub(xf, mean), invstd)
+    out = _mul_bcast(_sub_bcast(xf, mean), invstd)
     if weight is not None:
-        out = _mul(out, _channel(weight, rank, acc))
+        out = _mul_bcast(out, _channel(weight, rank, acc))
     if bias is not None:
-        out = _add(out, _channel(bias, rank, acc))
+        out = _add_bcast(out, _channel(bias, rank, acc))
     return out
 
 
@@ -219,7 +219,7 @@ def _updated_running_stats(running_mean, running_var, mean, var, count, momentum
 
     def blend(running, batch):
         running = convert(running, acc)
-        return _add(_scale(running, 1.0 - momentum), _scale(batch, momentum))
+        return _add_bcast(_scale(running, 1.0 - momentum), _scale(batch, momentum))
 
     unbiased = _scale(var, count / (count - 1)) if count > 1 else _scale(var, math.nan)
     return blend(running_mean, mean), blend(running_var, unbiased)
@@ -421,22 +421,22 @@ def _native_batch_norm_backward(
             )
         mean = _channel(running_mean, rank, acc)
         invstd = _rsqrt_plus(_channel(running_var, rank, acc), eps)
-    centered = _sub(xf, mean)
+    centered = _sub_bcast(xf, mean)
     grad_sum = reduce_sum(g, dims, keepdim=True)  # [1, C, 1, ...]
-    dot = reduce_sum(_mul(g, centered), dims, keepdim=True)
+    dot = reduce_sum(_mul_bcast(g, centered), dims, keepdim=True)
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
-        grad_scale = _mul(invstd, _channel(weight, rank, acc)) if weight is not None else invstd
+        grad_scale = _mul_bcast(invstd, _channel(weight, rank, acc)) if weight is not None else invstd
         if train:
             # (g - centered * invstd^2 * dot / N - grad_sum / N) * invstd * weight
-            proj_scale = _scale(_mul(_mul(invstd, invstd), dot), 1.0 / count)
-            inner = _sub(_sub(g, _mul(centered, proj_scale)), _scale(grad_sum, 1.0 / count))
-            grad_input = _mul(inner, grad_scale)
+            proj_scale = _scale(_mul_bcast(_mul_bcast(invstd, invstd), dot), 1.0 / count)
+            inner = _sub_bcast(_sub_bcast(g, _mul_bcast(centered, proj_scale)), _scale(grad_sum, 1.0 / count))
+            grad_input = _mul_bcast(inner, grad_scale)
         else:
-            grad_input = _mul(g, grad_scale)
+            grad_input = _mul_bcast(g, grad_scale)
     c = shape[1]
     if output_mask[1]:
-        grad_weight = reshape(_mul(dot, invstd), [c])
+        grad_weight = reshape(_mul_bcast(dot, invstd), [c])
     if output_mask[2]:
         grad_bias = reshape(grad_sum, [c])
     return _out(ctx, 0, grad_input), _out(ctx, 1, grad_weight), _out(ctx, 2, grad_bias)
@@ -455,11 +455,11 @@ def _native_group_norm(ctx: LoweringContext, x, weight, bias, N, C, HxW, group, 
     grouped = reshape(convert(x, acc), [N, group, (C // group) * HxW])
     var, mean = variance(grouped, [2], 0)  # [N, group, 1]
     rstd = _rsqrt_plus(var, eps)
-    out = reshape(_mul(_sub(grouped, mean), rstd), shape)
+    out = reshape(_mul_bcast(_sub_bcast(grouped, mean), rstd), shape)
     if weight is not None:
-        out = _mul(out, _channel(weight, rank, acc))
+        out = _mul_bcast(out, _channel(weight, rank, acc))
     if bias is not None:
-        out = _add(out, _channel(bias, rank, acc))
+        out = _add_bcast(out, _channel(bias, rank, acc))
     return _out(ctx, 0, out), _out(ctx, 1, mean), _out(ctx, 2, rstd)
 
 
@@ -478,21 +478,21 @@ def _native_group_norm_backward(
     xf = reshape(convert(x, acc), shape4)
     mean = reshape(convert(mean, acc), [N, group, 1, 1])
     rstd = reshape(convert(rstd, acc), [N, group, 1, 1])
-    x_hat = _mul(_sub(xf, mean), rstd)
+    x_hat = _mul_bcast(_sub_bcast(xf, mean), rstd)
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
         g_hat = (
-            _mul(g, reshape(convert(weight, acc), [1, group, cpg, 1])) if weight is not None else g
+            _mul_bcast(g, reshape(convert(weight, acc), [1, group, cpg, 1])) if weight is not None else g
         )
         n = cpg * HxW
         # rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) over each group
         inv_n = 1.0 / n if n else 0.0
         mean_g = _scale(reduce_sum(g_hat, [2, 3], keepdim=True), inv_n)
-        mean_gx = _scale(reduce_sum(_mul(g_hat, x_hat), [2, 3], keepdim=True), inv_n)
-        grad_input = _mul(rstd, _sub(_sub(g_hat, mean_g), _mul(x_hat, mean_gx)))
+        mean_gx = _scale(reduce_sum(_mul_bcast(g_hat, x_hat), [2, 3], keepdim=True), inv_n)
+        grad_input = _mul_bcast(rstd, _sub_bcast(_sub_bcast(g_hat, mean_g), _mul_bcast(x_hat, mean_gx)))
         grad_input = reshape(grad_input, shape_of(x))
     if output_mask[1]:
-        grad_weight = reshape(reduce_sum(_mul(g, x_hat), [0, 3]), [C])
+        grad_weight = reshape(reduce_sum(_mul_bcast(g, x_hat), [0, 3]), [C])
     if output_mask[2]:
         grad_bias = reshape(reduce_sum(g, [0, 3]), [C])
     return _out(ctx, 0, grad_input), _out(ctx, 1, grad_weight), _out(ctx, 2, grad_bias)
@@ -507,9 +507,9 @@ def _rms(x: ir.Value, normalized_shape, eps) -> tuple[ir.Value, ir.Value, list[i
     if eps is None:  # PyTorch's default: the epsilon of the accumulation ("opmath") type
         eps = torch.finfo(dtype(xf)).eps
     n = math.prod(shape[d] for d in dims)
-    mean_sq = _scale(reduce_sum(_mul(xf, xf), dims, keepdim=True), 1.0 / n if n else math.nan)
+    mean_sq = _scale(reduce_sum(_mul_bcast(xf, xf), dims, keepdim=True), 1.0 / n if n else math.nan)
     rstd = _rsqrt_plus(mean_sq, eps)
-    return _mul(xf, rstd), rstd, dims
+    return _mul_bcast(xf, rstd), rstd, dims
 
 
 def _reject_rms_over_dynamic(input_position: int):
@@ -532,7 +532,7 @@ def _reject_rms_over_dynamic(input_position: int):
 def _rms_norm(ctx: LoweringContext, x, normalized_shape, weight=None, eps=None):
     out, _, _ = _rms(x, normalized_shape, eps)
     if weight is not None:
-        out = _mul(out, convert(weight, dtype(out)))
+        out = _mul_bcast(out, convert(weight, dtype(out)))
     return _out(ctx, None, out)
 
 
@@ -540,7 +540,7 @@ def _rms_norm(ctx: LoweringContext, x, normalized_shape, weight=None, eps=None):
 def _fused_rms_norm(ctx: LoweringContext, x, normalized_shape, weight, eps):
     out, rstd, _ = _rms(x, normalized_shape, eps)
     if weight is not None:
-        out = _mul(out, convert(weight, dtype(out)))
+        out = _mul_bcast(out, convert(weight, dtype(out)))
     return _out(ctx, 0, out), _out(ctx, 1, rstd)
 
 
@@ -554,13 +554,13 @@ def _fused_rms_norm_backward(
     n = math.prod(shape[d] for d in dims)
     acc = accumulation_dtype(dtype(x))
     g, xf, rstd = convert(grad_out, acc), convert(x, acc), convert(rstd, acc)
-    x_hat = _mul(xf, rstd)
+    x_hat = _mul_bcast(xf, rstd)
     grad_input = grad_weight = None
     if output_mask[0]:
-        g_hat = _mul(g, convert(weight, acc)) if weight is not None else g
+        g_hat = _mul_bcast(g, convert(weight, acc)) if weight is not None else g
         # rstd * (g_hat - x_hat * mean(g_hat * x_hat))
-        mean_gx = _scale(reduce_sum(_mul(g_hat, x_hat), dims, keepdim=True), 1.0 / n if n else 0.0)
-        grad_input = _mul(rstd, _sub(g_hat, _mul(x_hat, mean_gx)))
+        mean_gx = _scale(reduce_sum(_mul_bcast(g_hat, x_hat), dims, keepdim=True), 1.0 / n if n else 0.0)
+        grad_input = _mul_bcast(rstd, _sub_bcast(g_hat, _mul_bcast(x_hat, mean_gx)))
     if output_mask[1]:
-        grad_weight = reduce_sum(_mul(g, x_hat), outer)
+        grad_weight = reduce_sum(_mul_bcast(g, x_hat), outer)
     return _out(ctx, 0, grad_input), _out(ctx, 1, grad_weight)

@@ -104,6 +104,17 @@ def _lowered_overloads(op: Any) -> list:
     return targets
 
 
+_LOWERING_PACKAGE = __name__.rpartition(".")[0]
+
+
+def family_of(module: str) -> str:
+    """The family of the lowerings defined in `module`: the module or package right under
+    this package (`lowering/linalg/qr.py` and `lowering/linalg/lu.py` are both `linalg`,
+    `lowering/losses.py` is `losses`); a module elsewhere (a test's rule) is its own name."""
+    inside = module.removeprefix(_LOWERING_PACKAGE + ".")
+    return inside.split(".")[0] if inside != module else module.rsplit(".", 1)[-1]
+
+
 def lowers(
     *ops: Any, dynamic: Padding | None = None, dynamic_rule: Callable | None = None
 ) -> Callable[[Callable], Callable]:
@@ -119,7 +130,7 @@ def lowers(
 
     def register(fn: Callable) -> Callable:
         # functools.partial rules report the module of the function they specialise.
-        family = getattr(fn, "func", fn).__module__.rsplit(".", 1)[-1]
+        family = family_of(getattr(fn, "func", fn).__module__)
         for op in ops:
             for target in _overloads(op):
                 if target in LOWERINGS:

@@ -33,18 +33,22 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
+    bitcast,
     broadcast_to,
     compare,
+    concatenate,
     constant,
     convert,
     dtype,
     full,
+    iota,
     normalize_dim,
     rank_of,
     reduce,
     reshape,
     select,
     shape_of,
+    slice_in_dim,
     transpose,
 )
 from .padded import (
@@ -65,34 +69,11 @@ aten = torch.ops.aten
 
 
 # -- family-private builders -------------------------------------------------------------------
-def _slice(x: ir.Value, dim: int, start: int, limit: int, step: int = 1) -> ir.Value:
-    """x[..., start:limit:step, ...] along `dim` (indices already normalized)."""
-    shape = shape_of(x)
-    if start == 0 and limit == shape[dim] and step == 1:
-        return x
-    starts = [0] * len(shape)
-    limits = list(shape)
-    strides = [1] * len(shape)
-    starts[dim], limits[dim], strides[dim] = start, limit, step
-    return stablehlo.SliceOp(x, starts, limits, strides).result
-
-
-def _concat(values: Sequence[ir.Value], dim: int) -> ir.Value:
-    values = list(values)
-    if len(values) == 1:
-        return values[0]
-    return stablehlo.ConcatenateOp(values, dim).result
-
-
 def _reverse(x: ir.Value, dims: Sequence[int]) -> ir.Value:
     dims = sorted({int(d) for d in dims})
     if not dims:
         return x
     return stablehlo.ReverseOp(x, dims).result
-
-
-def _iota(shape: Sequence[int], dim: int, dtype_: torch.dtype = torch.int64) -> ir.Value:
-    return stablehlo.IotaOp(tensor_type(shape, dtype_), dim).result
 
 
 def _pad(x: ir.Value, value: ir.Value, low: Sequence[int], high: Sequence[int], interior: Sequence[int] | None = None) -> ir.Value:
@@ -439,7 +420,7 @@ def _slice_padded(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
 def _slice_tensor(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, rank_of(x))
     start, end = _slice_bounds(shape_of(x)[dim], start, end)
-    return reshape(_slice(x, dim, start, end, int(step)), ctx.result_shape())
+    return reshape(slice_in_dim(x, dim, start, end, int(step)), ctx.result_shape())
 
 
 def _narrow_padded(ctx: LoweringContext, x, dim, start, length):
@@ -456,7 +437,7 @@ def _narrow(ctx: LoweringContext, x, dim, start, length):
     dim = normalize_dim(dim, rank_of(x))
     if start < 0:
         start += shape_of(x)[dim]
-    return _slice(x, dim, int(start), int(start + length))
+    return slice_in_dim(x, dim, int(start), int(start + length))
 
 
 def _select_padded(ctx: LoweringContext, x, dim, index):
@@ -473,7 +454,7 @@ def _select(ctx: LoweringContext, x, dim, index):
     dim = normalize_dim(dim, rank_of(x))
     size = shape_of(x)[dim]
     index = int(index) + size if index < 0 else int(index)
-    return reshape(_slice(x, dim, index, index + 1), ctx.result_shape())
+    return reshape(slice_in_dim(x, dim, index, index + 1), ctx.result_shape())
 
 
 def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
@@ -482,7 +463,7 @@ def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
     pieces, offset = [], 0
     for piece in ctx.meta():
         size = int(piece.shape[dim])
-        pieces.append(_slice(x, dim, offset, offset + size))
+        pieces.append(slice_in_dim(x, dim, offset, offset + size))
         offset += size
     return tuple(pieces)
 
@@ -530,7 +511,7 @@ def _unbind(ctx: LoweringContext, x, dim=0):
     dim = normalize_dim(dim, rank_of(x))
     shape = shape_of(x)
     rest = shape[:dim] + shape[dim + 1 :]
-    return tuple(reshape(_slice(x, dim, i, i + 1), rest) for i in range(shape[dim]))
+    return tuple(reshape(slice_in_dim(x, dim, i, i + 1), rest) for i in range(shape[dim]))
 
 
 @lowers(aten.unfold.default, aten.unfold_copy.default, dynamic=Padding.MOVEMENT)
@@ -561,7 +542,7 @@ def _cat(ctx: LoweringContext, tensors, dim=0):
         return full(0, out_dtype, ctx.result_shape())
     dim = normalize_dim(dim, rank_of(kept[0]))
     kept = [convert(t, out_dtype) for t in kept]
-    return _concat(kept, dim)
+    return concatenate(kept, dim)
 
 
 @lowers(aten.stack.default, dynamic=Padding.SAFE)
@@ -570,7 +551,7 @@ def _stack(ctx: LoweringContext, tensors, dim=0):
     shape = shape_of(tensors[0])
     dim = normalize_dim(dim, len(shape) + 1)
     expanded = shape[:dim] + [1] + shape[dim:]
-    return _concat([reshape(convert(t, out_dtype), expanded) for t in tensors], dim)
+    return concatenate([reshape(convert(t, out_dtype), expanded) for t in tensors], dim)
 
 
 # -- reordering ----------------------------------------------------------------------------------
@@ -607,7 +588,7 @@ def _roll(ctx: LoweringContext, x, shifts, dims=()):
             continue
         s = int(shift) % n
         if s:
-            x = _concat([_slice(x, d, n - s, n), _slice(x, d, 0, n - s)], d)
+            x = concatenate([slice_in_dim(x, d, n - s, n), slice_in_dim(x, d, 0, n - s)], d)
     return x
 
 
@@ -710,21 +691,21 @@ def _edge_pad(mode: str, ctx: LoweringContext, x, padding):
         parts = []
         if lo > 0:
             if mode == "reflect":
-                parts.append(_reverse(_slice(x, d, 1, lo + 1), [d]))
+                parts.append(_reverse(slice_in_dim(x, d, 1, lo + 1), [d]))
             else:
                 parts.append(_repeat_edge(x, d, 0, lo))
-        parts.append(_slice(x, d, max(-lo, 0), n - max(-hi, 0)))
+        parts.append(slice_in_dim(x, d, max(-lo, 0), n - max(-hi, 0)))
         if hi > 0:
             if mode == "reflect":
-                parts.append(_reverse(_slice(x, d, n - 1 - hi, n - 1), [d]))
+                parts.append(_reverse(slice_in_dim(x, d, n - 1 - hi, n - 1), [d]))
             else:
                 parts.append(_repeat_edge(x, d, n - 1, hi))
-        x = _concat(parts, d)
+        x = concatenate(parts, d)
     return x
 
 
 def _repeat_edge(x: ir.Value, dim: int, index: int, count: int) -> ir.Value:
-    edge = _slice(x, dim, index, index + 1)
+    edge = slice_in_dim(x, dim, index, index + 1)
     shape = shape_of(edge)
     shape[dim] = count
     return broadcast_to(edge, shape)
@@ -753,14 +734,14 @@ def _replication_pad_backward(ctx: LoweringContext, grad, x, padding):
         length = shape_of(grad)[d]
         crop_lo, crop_hi = max(-lo, 0), max(-hi, 0)
         begin = max(lo, 0)
-        centre = _slice(grad, d, begin, begin + n - crop_lo - crop_hi)
+        centre = slice_in_dim(grad, d, begin, begin + n - crop_lo - crop_hi)
         low, high = [0] * rank, [0] * rank
         low[d], high[d] = crop_lo, crop_hi
         result = _pad(centre, zero, low, high)
         for start, stop, at in ((0, lo, 0), (length - hi, length, n - 1)):
             if stop - start <= 0:
                 continue
-            edge = _sum_keepdim(_slice(grad, d, start, stop), d)
+            edge = _sum_keepdim(slice_in_dim(grad, d, start, stop), d)
             low, high = [0] * rank, [0] * rank
             low[d], high[d] = at, n - 1 - at
             result = stablehlo.AddOp(result, _pad(edge, zero, low, high)).result
@@ -787,7 +768,7 @@ def _triangle(lower: bool, ctx: LoweringContext, x, diagonal=0):
     """tril/triu: keep elements with col - row <= k (tril) or >= k (triu)."""
     shape = shape_of(x)
     rank = len(shape)
-    rows, cols = _iota(shape, rank - 2), _iota(shape, rank - 1)
+    rows, cols = iota(shape, rank - 2, torch.int64), iota(shape, rank - 1, torch.int64)
     offset = stablehlo.SubtractOp(cols, rows).result
     keep = compare(offset, full(int(diagonal), torch.int64, shape), "LE" if lower else "GE")
     return select(keep, x, full(0, dtype(x), shape))
@@ -821,10 +802,10 @@ def _diagonal(ctx: LoweringContext, x, offset=0, dim1=0, dim2=1):
         return full(0, dtype(x), ctx.result_shape())
     xt = transpose(x, perm)
     rank = len(perm)
-    block = _slice(_slice(xt, rank - 2, r0, r0 + length), rank - 1, c0, c0 + length)
+    block = slice_in_dim(slice_in_dim(xt, rank - 2, r0, r0 + length), rank - 1, c0, c0 + length)
     batch = shape_of(block)[:-2]
     flat = reshape(block, batch + [length * length])
-    return _slice(flat, rank - 2, 0, length * length, length + 1)
+    return slice_in_dim(flat, rank - 2, 0, length * length, length + 1)
 
 
 def _place_on_diagonal(base: ir.Value, src: ir.Value, r0: int, offset: int) -> ir.Value:
@@ -838,7 +819,7 @@ def _place_on_diagonal(base: ir.Value, src: ir.Value, r0: int, offset: int) -> i
     low[-1], high[-1] = r0, n - r0 - length
     rows = _pad(src, full(0, dtype(base), []), low, high)  # [..., n]: row i holds src[i - r0]
     placed = stablehlo.BroadcastInDimOp(tensor_type(shape, dtype(base)), rows, list(range(rank - 1))).result
-    diff = stablehlo.SubtractOp(_iota(shape, rank - 1), _iota(shape, rank - 2)).result
+    diff = stablehlo.SubtractOp(iota(shape, rank - 1, torch.int64), iota(shape, rank - 2, torch.int64)).result
     on_diagonal = compare(diff, full(offset, torch.int64, shape), "EQ")
     return select(on_diagonal, placed, base)
 
@@ -1081,7 +1062,7 @@ def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offs
     # source[p] = index into [src..., x...] of the value storage position p ends up with.
     source = np.arange(positions.size, positions.size + numel, dtype=np.int64)
     source[positions] = np.arange(positions.size, dtype=np.int64)  # last write wins
-    combined = _concat([reshape(convert(src, dtype(x)), [positions.size]), storage], 0)
+    combined = concatenate([reshape(convert(src, dtype(x)), [positions.size]), storage], 0)
     new_storage = _take(combined, 0, source)
     # Back from storage order to the logical layout.
     order = _dense_order(meta)
@@ -1115,15 +1096,15 @@ def _convert_element_type(ctx: LoweringContext, x, dtype_):
 def _view_as_real(ctx: LoweringContext, x):
     shape = shape_of(x) + [1]
     parts = [reshape(op(x).result, shape) for op in (stablehlo.RealOp, stablehlo.ImagOp)]
-    return _concat(parts, len(shape) - 1)
+    return concatenate(parts, len(shape) - 1)
 
 
 @lowers(aten.view_as_complex.default, dynamic=Padding.SAFE)
 def _view_as_complex(ctx: LoweringContext, x):
     rank = rank_of(x)
     out_shape = shape_of(x)[:-1]
-    real = reshape(_slice(x, rank - 1, 0, 1), out_shape)
-    imag = reshape(_slice(x, rank - 1, 1, 2), out_shape)
+    real = reshape(slice_in_dim(x, rank - 1, 0, 1), out_shape)
+    imag = reshape(slice_in_dim(x, rank - 1, 1, 2), out_shape)
     return stablehlo.ComplexOp(real, imag).result
 
 
@@ -1164,14 +1145,14 @@ def _bitcast(x: ir.Value, to: torch.dtype) -> ir.Value:
     src_bytes, dst_bytes = src.itemsize, to.itemsize
     shape = shape_of(x)
     if src_bytes == dst_bytes:
-        return stablehlo.BitcastConvertOp(tensor_type(shape, to), x).result
+        return bitcast(x, to)
     if src_bytes > dst_bytes:
         ratio = src_bytes // dst_bytes
-        pieces = stablehlo.BitcastConvertOp(tensor_type(shape + [ratio], to), x).result
+        pieces = bitcast(x, to, shape + [ratio])
         return reshape(pieces, (shape[:-1] + [shape[-1] * ratio]) if shape else [ratio])
     ratio = dst_bytes // src_bytes
     grouped = reshape(x, shape[:-1] + [shape[-1] // ratio, ratio])
-    return stablehlo.BitcastConvertOp(tensor_type(shape[:-1] + [shape[-1] // ratio], to), grouped).result
+    return bitcast(grouped, to, shape[:-1] + [shape[-1] // ratio])
 
 
 @lowers(aten.resize_.default, dynamic=Padding.MOVEMENT)
@@ -1186,7 +1167,7 @@ def _resize(ctx: LoweringContext, x, size, *, memory_format=None):
     flat = reshape(x, [_numel(shape_of(x))])
     have = shape_of(flat)[0]
     if count <= have:
-        flat = _slice(flat, 0, 0, count)
+        flat = slice_in_dim(flat, 0, 0, count)
     else:
         padding = full(0, dtype(x), [count - have])
         flat = stablehlo.ConcatenateOp([flat, padding], 0).result
