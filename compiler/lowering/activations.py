@@ -26,7 +26,8 @@ from .helpers import (
     select,
     shape_of,
 )
-from .registry import declare_padding, dynamic_rule, LoweringContext, lowers, Padding
+from .padded import dynamic_dims
+from .registry import declare_padding, LoweringContext, lowers, Padding
 from ._opmath import (
     _abs,
     _add,
@@ -119,7 +120,15 @@ def _halves(x: ir.Value, dim: int) -> tuple[ir.Value, ir.Value]:
     return first, second
 
 
-@lowers(aten.glu.default)
+# glu splits its dim in halves: along a dynamic dim the halves are at run-time positions.
+def _reject_glu_along_dynamic(ctx: LoweringContext, x, dim=-1):
+    """glu halves its dim: along a dynamic one the halves are at run-time positions."""
+    if dim % len(ctx.arg_meta(0).shape) in dynamic_dims(ctx, 0):
+        raise ctx.dynamic_limit("glu along a dynamic (padded) dimension")
+    return NotImplemented
+
+
+@lowers(aten.glu.default, dynamic=Padding.MOVEMENT, dynamic_rule=_reject_glu_along_dynamic)
 def _glu(ctx, self, dim=-1):
     out = ctx.result_dtype()
     x = convert(self, _opmath(out))
@@ -127,7 +136,14 @@ def _glu(ctx, self, dim=-1):
     return convert(_mul(a, stablehlo.LogisticOp(b).result), out)
 
 
-@lowers(aten.glu_backward.default)
+def _reject_glu_backward_along_dynamic(ctx: LoweringContext, grad, x, dim):
+    """glu's backward halves its dim: along a dynamic one it runs in eager."""
+    if dim % len(ctx.arg_meta(1).shape) in dynamic_dims(ctx, 1):
+        raise ctx.dynamic_limit("glu along a dynamic (padded) dimension")
+    return NotImplemented
+
+
+@lowers(aten.glu_backward.default, dynamic=Padding.MOVEMENT, dynamic_rule=_reject_glu_backward_along_dynamic)
 def _glu_backward(ctx, grad_output, self, dim):
     out = ctx.result_dtype()
     cdt = _opmath(out)
@@ -338,26 +354,5 @@ def _log_sigmoid_backward(ctx, grad_output, self, buffer):
     return convert(_mul(g, _sub(max_deriv, _mul(sign, _div(z, _add(_c(1, z), z))))), out)
 
 
-# Bounded dynamism (registry.Padding): glu splits its dim in halves (a rule here); every
-# other activation is elementwise.
-def _glu_rule(ctx: LoweringContext, x, dim=-1):
-    """glu halves its dim: along a dynamic one the halves are at run-time positions."""
-    from .dynamic_rules import _dynamic_dims
-
-    if dim % len(ctx.arg_meta(0).shape) in _dynamic_dims(ctx, 0):
-        raise ctx.dynamic_limit("glu along a dynamic (padded) dimension")
-    return NotImplemented
-
-
-def _glu_backward_rule(ctx: LoweringContext, grad, x, dim):
-    """glu's backward halves its dim: along a dynamic one it runs in eager."""
-    from .dynamic_rules import _dynamic_dims
-
-    if dim % len(ctx.arg_meta(1).shape) in _dynamic_dims(ctx, 1):
-        raise ctx.dynamic_limit("glu along a dynamic (padded) dimension")
-    return NotImplemented
-
-
-dynamic_rule(aten.glu.default, padding=Padding.MOVEMENT)(_glu_rule)
-dynamic_rule(aten.glu_backward.default, padding=Padding.MOVEMENT)(_glu_backward_rule)
+# Bounded dynamism (registry.Padding): every activation but glu is elementwise.
 declare_padding(Padding.SAFE, family="activations")

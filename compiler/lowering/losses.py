@@ -26,7 +26,8 @@ from .helpers import (
     select,
     shape_of,
 )
-from .registry import declare_padding, lowers, Padding
+from .padded import arg_position, product, run_time_size, schema_arg, symbolic_arg, with_schema_arg
+from .registry import LOWERINGS, LoweringContext, declare_padding, lowers, Padding
 from ._opmath import (
     _abs,
     _add,
@@ -86,21 +87,43 @@ def _norm(reduction: int, like: ir.Value) -> float:
     return 1.0 / math.prod(shape_of(like)) if reduction == _REDUCTION_MEAN else 1.0
 
 
-@lowers(aten.mse_loss.default)
+# Bounded dynamism: reduction='mean' divides by an element count, so the mean losses
+# share a rule that divides by the run-time count.
+_REDUCTION_MEAN, _REDUCTION_SUM = 1, 2
+
+
+def _mean_loss_padded(ctx: LoweringContext, *args, **kwargs):
+    """reduction='mean' of a loss (or its backward) over a dynamic input divides by the
+    run-time element count: the rule runs with reduction='sum', then divides."""
+    if schema_arg(ctx, args, kwargs, "reduction") != _REDUCTION_MEAN:
+        return NotImplemented
+    sym = symbolic_arg(ctx, arg_position(ctx, "self"))
+    if not ctx.importer.dynamic.dynamic_dims(sym):
+        return NotImplemented
+    args, kwargs = with_schema_arg(ctx, args, kwargs, "reduction", _REDUCTION_SUM)
+    total = LOWERINGS[ctx.node.target].fn(ctx, *args, **kwargs)
+    count = product([run_time_size(ctx, s) for s in sym.shape])
+    return stablehlo.DivOp(total, broadcast_to(convert(count, dtype(total)), shape_of(total))).result
+
+
+_MEAN_LOSS = {"dynamic": Padding.COUNT, "dynamic_rule": _mean_loss_padded}
+
+
+@lowers(aten.mse_loss.default, **_MEAN_LOSS)
 def _mse_loss(ctx, self, target, reduction=_REDUCTION_MEAN):
     (x, t), out = _loss_inputs(ctx, self, target)
     d = _sub(x, t)
     return convert(_reduce_loss(_mul(d, d), reduction), out)
 
 
-@lowers(aten.mse_loss_backward.default)
+@lowers(aten.mse_loss_backward.default, **_MEAN_LOSS)
 def _mse_loss_backward(ctx, grad_output, self, target, reduction):
     (g, x, t), out = _inputs(ctx, grad_output, self, target)
     norm = 2.0 / math.prod(shape_of(x)) if reduction == _REDUCTION_MEAN else 2.0
     return convert(_mul(_mul(_c(norm, x), _sub(x, t)), g), out)
 
 
-@lowers(aten.binary_cross_entropy.default)
+@lowers(aten.binary_cross_entropy.default, **_MEAN_LOSS)
 def _binary_cross_entropy(ctx, self, target, weight=None, reduction=_REDUCTION_MEAN):
     (x, t), out = _loss_inputs(ctx, self, target)
     floor = _c(-100, x)
@@ -113,7 +136,7 @@ def _binary_cross_entropy(ctx, self, target, weight=None, reduction=_REDUCTION_M
     return convert(_reduce_loss(loss, reduction), out)
 
 
-@lowers(aten.binary_cross_entropy_backward.default)
+@lowers(aten.binary_cross_entropy_backward.default, **_MEAN_LOSS)
 def _binary_cross_entropy_backward(ctx, grad_output, self, target, weight=None, reduction=_REDUCTION_MEAN):
     (g, x, t), out = _inputs(ctx, grad_output, self, target)
     denominator = _max(_mul(_sub(_c(1, x), x), x), _c(1e-12, x))
@@ -125,7 +148,7 @@ def _binary_cross_entropy_backward(ctx, grad_output, self, target, weight=None, 
     return convert(result, out)
 
 
-@lowers(aten.binary_cross_entropy_with_logits.default)
+@lowers(aten.binary_cross_entropy_with_logits.default, **_MEAN_LOSS)
 def _binary_cross_entropy_with_logits(ctx, self, target, weight=None, pos_weight=None, reduction=_REDUCTION_MEAN):
     (x, t), out = _loss_inputs(ctx, self, target)
     log_sig, _ = _log_sigmoid(x)
@@ -138,7 +161,7 @@ def _binary_cross_entropy_with_logits(ctx, self, target, weight=None, pos_weight
     return convert(_reduce_loss(loss, reduction), out)
 
 
-@lowers(aten.smooth_l1_loss.default)
+@lowers(aten.smooth_l1_loss.default, **_MEAN_LOSS)
 def _smooth_l1_loss(ctx, self, target, reduction=_REDUCTION_MEAN, beta=1.0):
     (x, t), out = _loss_inputs(ctx, self, target)
     z = _abs(_sub(x, t))
@@ -150,7 +173,7 @@ def _smooth_l1_loss(ctx, self, target, reduction=_REDUCTION_MEAN, beta=1.0):
     return convert(_reduce_loss(loss, reduction), out)
 
 
-@lowers(aten.smooth_l1_loss_backward.default)
+@lowers(aten.smooth_l1_loss_backward.default, **_MEAN_LOSS)
 def _smooth_l1_loss_backward(ctx, grad_output, self, target, reduction, beta):
     (g, x, t), out = _inputs(ctx, grad_output, self, target)
     norm = _c(_norm(reduction, x), x)
@@ -163,7 +186,7 @@ def _smooth_l1_loss_backward(ctx, grad_output, self, target, reduction, beta):
     return convert(result, out)
 
 
-@lowers(aten.huber_loss.default)
+@lowers(aten.huber_loss.default, **_MEAN_LOSS)
 def _huber_loss(ctx, self, target, reduction=_REDUCTION_MEAN, delta=1.0):
     (x, t), out = _loss_inputs(ctx, self, target)
     z = _abs(_sub(x, t))
@@ -173,7 +196,7 @@ def _huber_loss(ctx, self, target, reduction=_REDUCTION_MEAN, delta=1.0):
     return convert(_reduce_loss(loss, reduction), out)
 
 
-@lowers(aten.huber_loss_backward.default)
+@lowers(aten.huber_loss_backward.default, **_MEAN_LOSS)
 def _huber_loss_backward(ctx, grad_output, self, target, reduction, delta):
     (g, x, t), out = _inputs(ctx, grad_output, self, target)
     norm = _c(_norm(reduction, x), x)
@@ -185,14 +208,14 @@ def _huber_loss_backward(ctx, grad_output, self, target, reduction, delta):
     return convert(result, out)
 
 
-@lowers(aten.soft_margin_loss.default)
+@lowers(aten.soft_margin_loss.default, **_MEAN_LOSS)
 def _soft_margin_loss(ctx, self, target, reduction=_REDUCTION_MEAN):
     (x, t), out = _loss_inputs(ctx, self, target)
     loss = _log1p(_exp(_mul(_neg(x), t)))
     return convert(_reduce_loss(loss, reduction), out)
 
 
-@lowers(aten.soft_margin_loss_backward.default)
+@lowers(aten.soft_margin_loss_backward.default, **_MEAN_LOSS)
 def _soft_margin_loss_backward(ctx, grad_output, self, target, reduction=_REDUCTION_MEAN):
     (g, x, t), out = _inputs(ctx, grad_output, self, target)
     result = _mul(_mul(t, g), _sub(stablehlo.LogisticOp(_mul(t, x)).result, _c(1, x)))
@@ -290,16 +313,4 @@ declare_padding(
     aten.nll_loss_backward.default,
     aten.nll_loss2d_forward.default,
     aten.nll_loss2d_backward.default,
-)
-# Mean losses divide by a count (their rule is in dynamic_rules.py).
-declare_padding(
-    Padding.COUNT,
-    *(
-        getattr(aten, name).default
-        for name in (
-            "mse_loss", "mse_loss_backward", "binary_cross_entropy", "binary_cross_entropy_backward",
-            "binary_cross_entropy_with_logits", "smooth_l1_loss", "smooth_l1_loss_backward",
-            "huber_loss", "huber_loss_backward", "soft_margin_loss", "soft_margin_loss_backward",
-        )
-    ),
 )

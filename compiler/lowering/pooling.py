@@ -3,7 +3,11 @@
 
 Static index arithmetic (bin bounds, window divisors) is done here in NumPy with the
 types PyTorch's CPU kernels use, so indices and divisors match eager bit for bit; the
-graph only gathers, weights and reduces."""
+graph only gathers, weights and reduces.
+
+Bounded dynamism: windows and pools along a dynamic spatial dim depend on where it ends,
+so they run in eager; along the batch dim they are per sample (each registration's
+`padded.reject_spatial_dynamic` rule)."""
 
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ from .helpers import (
     select,
     shape_of,
 )
-from .registry import LoweringContext, lowers
+from .padded import reject_spatial_dynamic
+from .registry import LoweringContext, lowers, Padding
 from ._static_gather import _acc_dtype, _mask_constant, _put_add, _take
 
 aten = torch.ops.aten
@@ -161,22 +166,38 @@ def _max_pool(ctx: LoweringContext, nd: int, x, kernel_size, stride=(), padding=
     return values, indices
 
 
-@lowers(aten.max_pool2d_with_indices.default)
+@lowers(
+    aten.max_pool2d_with_indices.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.max_pool2d_with_indices.default),
+)
 def _max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return _max_pool(ctx, 2, x, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-@lowers(aten.max_pool3d_with_indices.default)
+@lowers(
+    aten.max_pool3d_with_indices.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.max_pool3d_with_indices.default),
+)
 def _max_pool3d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return _max_pool(ctx, 3, x, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-@lowers(aten.max_pool2d_with_indices_backward.default)
+@lowers(
+    aten.max_pool2d_with_indices_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.max_pool2d_with_indices_backward.default),
+)
 def _max_pool2d_backward(ctx, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     return _scatter_add_plane(grad_output, indices, shape_of(x), 2)
 
 
-@lowers(aten.max_pool3d_with_indices_backward.default)
+@lowers(
+    aten.max_pool3d_with_indices_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.max_pool3d_with_indices_backward.default),
+)
 def _max_pool3d_backward(ctx, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     return _scatter_add_plane(grad_output, indices, shape_of(x), 3)
 
@@ -251,26 +272,42 @@ def _avg_pool_backward(ctx, nd, grad_output, x, kernel_size, stride, padding, ce
     return convert(summed, dt)
 
 
-@lowers(aten.avg_pool2d.default)
+@lowers(
+    aten.avg_pool2d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.avg_pool2d.default),
+)
 def _avg_pool2d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
     return _avg_pool(ctx, 2, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-@lowers(aten.avg_pool3d.default)
+@lowers(
+    aten.avg_pool3d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.avg_pool3d.default),
+)
 def _avg_pool3d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
     return _avg_pool(ctx, 3, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-@lowers(aten.avg_pool2d_backward.default)
+@lowers(
+    aten.avg_pool2d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.avg_pool2d_backward.default),
+)
 def _avg_pool2d_backward(ctx, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override):
     return _avg_pool_backward(ctx, 2, grad_output, x, kernel_size, stride, padding, ceil_mode,
                               count_include_pad, divisor_override)
 
 
-@lowers(aten.avg_pool3d_backward.default)
+@lowers(
+    aten.avg_pool3d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.avg_pool3d_backward.default),
+)
 def _avg_pool3d_backward(ctx, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override):
     return _avg_pool_backward(ctx, 3, grad_output, x, kernel_size, stride, padding, ceil_mode,
@@ -369,22 +406,38 @@ def _adaptive_avg_backward(ctx, nd, grad_output, x):
     return convert(g, dt)
 
 
-@lowers(aten._adaptive_avg_pool2d.default)
+@lowers(
+    aten._adaptive_avg_pool2d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten._adaptive_avg_pool2d.default),
+)
 def _adaptive_avg_pool2d(ctx, x, output_size):
     return _adaptive_avg(ctx, 2, x, output_size)
 
 
-@lowers(aten._adaptive_avg_pool3d.default)
+@lowers(
+    aten._adaptive_avg_pool3d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten._adaptive_avg_pool3d.default),
+)
 def _adaptive_avg_pool3d(ctx, x, output_size):
     return _adaptive_avg(ctx, 3, x, output_size)
 
 
-@lowers(aten._adaptive_avg_pool2d_backward.default)
+@lowers(
+    aten._adaptive_avg_pool2d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten._adaptive_avg_pool2d_backward.default),
+)
 def _adaptive_avg_pool2d_backward(ctx, grad_output, x):
     return _adaptive_avg_backward(ctx, 2, grad_output, x)
 
 
-@lowers(aten._adaptive_avg_pool3d_backward.default)
+@lowers(
+    aten._adaptive_avg_pool3d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten._adaptive_avg_pool3d_backward.default),
+)
 def _adaptive_avg_pool3d_backward(ctx, grad_output, x):
     return _adaptive_avg_backward(ctx, 3, grad_output, x)
 
@@ -412,22 +465,38 @@ def _adaptive_max(ctx, nd, x, output_size):
     return values, indices
 
 
-@lowers(aten.adaptive_max_pool2d.default)
+@lowers(
+    aten.adaptive_max_pool2d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.adaptive_max_pool2d.default),
+)
 def _adaptive_max_pool2d(ctx, x, output_size):
     return _adaptive_max(ctx, 2, x, output_size)
 
 
-@lowers(aten.adaptive_max_pool3d.default)
+@lowers(
+    aten.adaptive_max_pool3d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.adaptive_max_pool3d.default),
+)
 def _adaptive_max_pool3d(ctx, x, output_size):
     return _adaptive_max(ctx, 3, x, output_size)
 
 
-@lowers(aten.adaptive_max_pool2d_backward.default)
+@lowers(
+    aten.adaptive_max_pool2d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.adaptive_max_pool2d_backward.default),
+)
 def _adaptive_max_pool2d_backward(ctx, grad_output, x, indices):
     return _scatter_add_plane(grad_output, indices, shape_of(x), 2)
 
 
-@lowers(aten.adaptive_max_pool3d_backward.default)
+@lowers(
+    aten.adaptive_max_pool3d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.adaptive_max_pool3d_backward.default),
+)
 def _adaptive_max_pool3d_backward(ctx, grad_output, x, indices):
     return _scatter_add_plane(grad_output, indices, shape_of(x), 3)
 
@@ -439,7 +508,11 @@ def _patch_geometry(spatial, kernel, dilation, padding, stride):
     ]
 
 
-@lowers(aten.im2col.default)
+@lowers(
+    aten.im2col.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_spatial_dynamic(aten.im2col.default),
+)
 def _im2col(ctx, x, kernel_size, dilation, padding, stride):
     k, d, p, s = (_expand(v, 2) for v in (kernel_size, dilation, padding, stride))
     xs = shape_of(x)
@@ -465,7 +538,11 @@ def _im2col(ctx, x, kernel_size, dilation, padding, stride):
     return out if batched else reshape(out, shape_of(out)[1:])
 
 
-@lowers(aten.col2im.default)
+@lowers(
+    aten.col2im.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_spatial_dynamic(aten.col2im.default),
+)
 def _col2im(ctx, cols, output_size, kernel_size, dilation, padding, stride):
     k, d, p, s = (_expand(v, 2) for v in (kernel_size, dilation, padding, stride))
     out_hw = _expand(output_size, 2)
@@ -494,11 +571,19 @@ def _col2im(ctx, cols, output_size, kernel_size, dilation, padding, stride):
     return out if batched else reshape(out, shape_of(out)[1:])
 
 
-@lowers(aten.avg_pool1d.default)
+@lowers(
+    aten.avg_pool1d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.avg_pool1d.default),
+)
 def _avg_pool1d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True):
     return _avg_pool(ctx, 1, x, kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
-@lowers(aten.adaptive_avg_pool1d.default)
+@lowers(
+    aten.adaptive_avg_pool1d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.adaptive_avg_pool1d.default),
+)
 def _adaptive_avg_pool1d(ctx, x, output_size):
     return _adaptive_avg(ctx, 1, x, output_size)

@@ -157,33 +157,6 @@ def declare_padding(padding: Padding, *ops: Any, family: str | None = None) -> N
         LOWERINGS[target] = replace(low, padding=padding)
 
 
-def attach_dynamic_rule(op: Any, padding: Padding, rule: Callable) -> None:
-    """Attaches `rule` as the dynamic rule of `op` (an OpOverloadPacket: its lowered
-    overloads) and declares their class `padding`, for a lowering registered without
-    one. A dead key (no ordinary lowering), a second rule or a conflicting class is an
-    error. Prefer `lowers(..., dynamic=, dynamic_rule=)` at the registration."""
-    if padding in PADDING_SAFE_AS_IS:
-        raise ValueError(f"a dynamic rule for {op} with {padding.value} padding class")
-    for target in _lowered_overloads(op):
-        low = LOWERINGS[target]
-        if low.dynamic_rule is not None:
-            raise ValueError(f"{target} has two dynamic rules")
-        if low.padding is not None and low.padding is not padding:
-            raise ValueError(f"{target} declared {low.padding.name} and {padding.name}")
-        LOWERINGS[target] = replace(low, padding=padding, dynamic_rule=rule)
-
-
-def dynamic_rule(*ops: Any, padding: Padding) -> Callable[[Callable], Callable]:
-    """`attach_dynamic_rule` as a decorator, for each of `ops`."""
-
-    def register(fn: Callable) -> Callable:
-        for op in ops:
-            attach_dynamic_rule(op, padding, fn)
-        return fn
-
-    return register
-
-
 def require_padding_as_is(lowering: Lowering, ctx: "LoweringContext") -> None:
     """For callers that run a lowering's ordinary rule on a node with a dynamic operand
     outside `dynamic_lowering` (in-place forms, effectful wrappers): only a class whose

@@ -33,7 +33,8 @@ from .helpers import (
     sub,
     transpose,
 )
-from .registry import lowers
+from .padded import reject_spatial_dynamic
+from .registry import lowers, Padding
 from ._static_gather import _acc_dtype, _mask_constant, _put_add, _take
 
 aten = torch.ops.aten
@@ -346,10 +347,11 @@ def _register_upsample(mode: str, nd: int, default_op, vec_op, backward_op, has_
             return _upsample_backward(ctx, mode, nd, grad_output, output_size, input_size, None,
                                       _scale_list(scales, named, nd))
 
-    lowers(default_op)(rule)
-    lowers(vec_op)(vec_rule)
-    if backward_op is not None:
-        lowers(backward_op)(backward_rule)
+    # Bounded dynamism: the scales use sizes as values, so a dynamic spatial dim runs in
+    # eager; a dynamic batch dim is per sample.
+    for op, lowering in ((default_op, rule), (vec_op, vec_rule), (backward_op, backward_rule)):
+        if op is not None:
+            lowers(op, dynamic=Padding.SIZE, dynamic_rule=reject_spatial_dynamic(op))(lowering)
 
 
 for _mode, _nd, _name, _align in [
@@ -497,7 +499,11 @@ def _cubic_weights(t: ir.Value) -> list[ir.Value]:
     return [conv2(add(t, one)), conv1(t), conv1(sub(one, t)), conv2(add(sub(one, t), one))]
 
 
-@lowers(aten.grid_sampler_2d.default)
+@lowers(
+    aten.grid_sampler_2d.default,
+    dynamic=Padding.SIZE,
+    dynamic_rule=reject_spatial_dynamic(aten.grid_sampler_2d.default),
+)
 def _grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
     n, c, h, w = shape_of(x)
     _, ho, wo, _ = shape_of(grid)
@@ -658,7 +664,11 @@ def _cubic_weight_grads(t: ir.Value) -> list[ir.Value]:
     ]
 
 
-@lowers(aten.grid_sampler_2d_backward.default)
+@lowers(
+    aten.grid_sampler_2d_backward.default,
+    dynamic=Padding.SIZE,
+    dynamic_rule=reject_spatial_dynamic(aten.grid_sampler_2d_backward.default),
+)
 def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, padding_mode, align_corners,
                               output_mask):
     n, c, h, w = shape_of(x)

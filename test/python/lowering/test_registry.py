@@ -1,5 +1,5 @@
 """The lowering table's registration rules (compiler/lowering/registry.py): one lowering per
-overload, a dynamic rule only beside an ordinary lowering and with the class it handles,
+overload, a dynamic rule only at its lowering's registration and with the class it handles,
 and the bounded-dynamism declarations as they stood when the rules moved beside their
 lowerings (issue #18 item 2: the move must not change any class or rule)."""
 
@@ -51,20 +51,6 @@ def test_a_rule_needs_a_class_whose_ordinary_rule_is_not_trusted(scratch, paddin
     assert scratch == {}
 
 
-def test_a_rule_apart_from_its_lowering_needs_one(scratch):
-    """attach_dynamic_rule (for families not yet declaring rules at the registration):
-    a dead key, a second rule and a conflicting class are errors."""
-    with pytest.raises(ValueError, match="padding declared for aten.glu.default, which has no lowering"):
-        registry.attach_dynamic_rule(aten.glu.default, Padding.MOVEMENT, _rule)
-    registry.lowers(aten.glu.default)(_lowering)
-    registry.attach_dynamic_rule(aten.glu.default, Padding.MOVEMENT, _rule)
-    with pytest.raises(ValueError, match="aten.glu.default has two dynamic rules"):
-        registry.attach_dynamic_rule(aten.glu.default, Padding.MOVEMENT, _rule)
-    registry.lowers(aten.flip.default, dynamic=Padding.SAFE)(_lowering)
-    with pytest.raises(ValueError, match="aten.flip.default declared SAFE and MOVEMENT"):
-        registry.attach_dynamic_rule(aten.flip.default, Padding.MOVEMENT, _rule)
-
-
 def test_a_class_declared_apart_needs_a_lowering(scratch):
     with pytest.raises(ValueError, match="padding declared for aten.chunk.default, which has no lowering"):
         registry.declare_padding(Padding.SAFE, aten.chunk.default)
@@ -74,8 +60,8 @@ def test_a_class_declared_apart_needs_a_lowering(scratch):
 
 
 # -- the real table ----------------------------------------------------------------------------------
-# Recorded before the rules moved from compiler/lowering/dynamic_rules.py to the family
-# modules. A new lowering or rule changes these on purpose: update them with it.
+# Recorded before the rules moved from compiler/lowering/dynamic_rules.py (deleted) to
+# their registrations in the family modules. A new lowering or rule changes these on purpose: update them with it.
 CLASS_COUNTS = {'count': 40, 'eager': 39, 'index': 46, 'masked': 51, 'movement': 69, 'prefix': 5, 'safe': 329, 'size': 49, 'window': 23}
 OPS_WITH_A_RULE = {
     "count": """
