@@ -209,12 +209,11 @@ def gather_reshape(ctx: LoweringContext, x: ir.Value, in_sizes, out_sizes, out_p
     in_lead, out_lead = in_pad[:i], out_pad[:o]
     in_log = [run_time_size(ctx, s) for s in in_sizes[:i]]
     out_log = [run_time_size(ctx, s) for s in out_sizes[:o]]
-    i64_type = torch.int64
     lead_shape = list(out_lead) or [1]
     # Logical linear index of each output row.
     linear = None
     for d in range(len(out_lead)):
-        idx = stablehlo.IotaOp(tensor_type(lead_shape, i64_type), d).result
+        idx = stablehlo.IotaOp(tensor_type(lead_shape, torch.int64), d).result
         stride = product(out_log[d + 1 :])
         term = stablehlo.MulOp(idx, broadcast_to(i64(stride), lead_shape)).result
         linear = term if linear is None else stablehlo.AddOp(linear, term).result
