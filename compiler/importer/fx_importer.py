@@ -356,7 +356,7 @@ class FxImporter:
         """The compact value of an interleaved node (built once, where first needed)."""
         value = self._compacted.get(node)
         if value is None:
-            from ..lowering.dynamic_rules import compact_rows
+            from ..lowering.view_like import compact_rows
 
             symbolic = self.dynamic.symbolic_val(node)
             loc = node_location(node)

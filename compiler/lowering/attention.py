@@ -25,7 +25,8 @@ from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import compare, convert, dtype, full, reduce, reshape, select, shape_of
 from .linear import dot_general
-from .registry import LoweringContext, lowers
+from .padded import arg_position, dynamic_dims, reject_when, schema_arg, symbolic_arg
+from .registry import LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -125,7 +126,25 @@ def _forward(ctx, q, k, v, attn_mask, is_causal, scale):
     return convert(heads.flat(o), dt), reshape(lse, [heads.b, heads.hq, heads.l])
 
 
-@lowers(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _head_dim_dynamic_without_scale(ctx: LoweringContext, args, kwargs) -> bool:
+    """Whether the query's head dim is dynamic and no `scale` is given: the default scale
+    is 1/sqrt(head dim), a size used as a value."""
+    position = arg_position(ctx, "query")
+    sym = symbolic_arg(ctx, position)
+    return schema_arg(ctx, args, kwargs, "scale") is None and (sym.dim() - 1) in dynamic_dims(ctx, position)
+
+
+# Bounded dynamism: every attention lowering shares one rule (its default scale uses the
+# head dim's size as a value).
+_ATTENTION = {
+    "dynamic": Padding.SIZE,
+    "dynamic_rule": reject_when(
+        _head_dim_dynamic_without_scale, "attention with a dynamic head dimension (its default scale)"
+    ),
+}
+
+
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu.default, **_ATTENTION)
 def _flash_attention_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     if dropout_p:
         raise ctx.fail("attention dropout is not supported (the CPU flash kernel rejects dropout_p > 0 too)")
@@ -133,7 +152,7 @@ def _flash_attention_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False,
     return out, convert(lse, ctx.result_dtype(1))
 
 
-@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, **_ATTENTION)
 def _flash_attention_cpu_backward(ctx, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *,
                                   attn_mask=None, scale=None):
     if dropout_p:
@@ -161,7 +180,7 @@ def _flash_attention_cpu_backward(ctx, grad_out, query, key, value, out, logsume
     return convert(heads.flat(grad_q), dt), convert(grad_k, dt), convert(grad_v, dtype(value))
 
 
-@lowers(aten._scaled_dot_product_efficient_attention.default)
+@lowers(aten._scaled_dot_product_efficient_attention.default, **_ATTENTION)
 def _efficient_attention(ctx, query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *,
                          scale=None):
     if dropout_p:

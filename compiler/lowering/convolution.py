@@ -27,7 +27,8 @@ from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import convert, dtype, full, reduce, reshape, shape_of, transpose
 from .helpers import rank_of as rank
-from .registry import declare_padding, LoweringContext, lowers, Padding
+from .padded import dynamic_dims, reject_when
+from .registry import LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -149,7 +150,31 @@ def _add_bias(y, bias):
     return stablehlo.AddOp(y, b).result
 
 
-@lowers(aten.convolution.default)
+# XLA rejects convolutions over a dynamic spatial dim ("Dynamic Spatial Convolution is not
+# supported") and a dynamic kernel feature dim ("Dynamic output feature dim on convolution
+# kernel is not supported"); batch-dynamic convolutions are fine.
+def _dynamic_beyond_batch(ctx: LoweringContext, args, kwargs) -> bool:
+    """Whether a tensor argument has a dynamic dim other than the batch dim of the
+    input/grad_output (every dim of the weight counts)."""
+    names = [a.name for a in ctx.node.target._schema.arguments]
+    for position, name in enumerate(names[: len(ctx.node.args)]):
+        if not isinstance(ctx.node.args[position], torch.fx.Node):
+            continue
+        first = 1 if name in ("input", "grad_output", "self") else 0
+        if any(d >= first for d in dynamic_dims(ctx, position)):
+            return True
+    return False
+
+
+_CONVOLUTION = {
+    "dynamic": Padding.WINDOW,
+    "dynamic_rule": reject_when(
+        _dynamic_beyond_batch, "convolution with a dynamic dimension other than the batch"
+    ),
+}
+
+
+@lowers(aten.convolution.default, **_CONVOLUTION)
 def _convolution(ctx: LoweringContext, x, weight, bias, stride, padding, dilation, transposed,
                  output_padding, groups):
     if rank(x) < 3:
@@ -164,19 +189,19 @@ def _convolution(ctx: LoweringContext, x, weight, bias, stride, padding, dilatio
     return y
 
 
-@lowers(aten._convolution.default)
+@lowers(aten._convolution.default, **_CONVOLUTION)
 def _convolution_full(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
                       benchmark=False, deterministic=False, cudnn_enabled=True, allow_tf32=True):
     return _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
 
 
-@lowers(aten._convolution.deprecated)
+@lowers(aten._convolution.deprecated, **_CONVOLUTION)
 def _convolution_deprecated(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding,
                             groups, benchmark=False, deterministic=False, cudnn_enabled=True):
     return _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
 
 
-@lowers(aten.convolution_backward.default)
+@lowers(aten.convolution_backward.default, **_CONVOLUTION)
 def _convolution_backward(ctx: LoweringContext, grad_output, x, weight, bias_sizes, stride, padding,
                           dilation, transposed, output_padding, groups, output_mask):
     stride, padding, dilation, output_padding = _params(x, stride, padding, dilation, output_padding)
@@ -210,13 +235,11 @@ def _convolution_backward(ctx: LoweringContext, grad_output, x, weight, bias_siz
 
 
 
-@lowers(aten.conv_tbc.default)
+# conv_tbc (time-major) has no rule for a dynamic time dim: it runs in eager.
+@lowers(aten.conv_tbc.default, dynamic=Padding.WINDOW)
 def _conv_tbc(ctx: LoweringContext, x, weight, bias, pad=0):
     """Time-batch-channel 1-d convolution: x (T, B, Cin), weight (K, Cin, Cout)."""
     y = conv_general(x, weight, ("0bf", "0io", "0bf"), strides=[1], padding=[(pad, pad)])
     b = stablehlo.BroadcastInDimOp(tensor_type(shape_of(y), dtype(y)), convert(bias, dtype(y)), [2]).result
     return stablehlo.AddOp(y, b).result
 
-
-# Bounded dynamism: conv_tbc (time-major) has no rule for a dynamic time dim.
-declare_padding(Padding.WINDOW, aten.conv_tbc.default)

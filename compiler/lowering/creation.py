@@ -23,7 +23,6 @@ from collections.abc import Sequence
 import torch
 
 from ..context import ir, stablehlo
-from ..dtypes import tensor_type
 from .helpers import (
     array_constant,
     broadcast_to,
@@ -31,12 +30,13 @@ from .helpers import (
     convert,
     dtype,
     full,
+    iota,
     scalar_region,
     select,
     shape_of,
 )
 from .symsize import SymSize
-from .registry import declare_padding, dynamic_rule, LoweringContext, lowers, Padding
+from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
@@ -50,10 +50,6 @@ def _component_dtype(dt: torch.dtype) -> torch.dtype:
     return {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dt, dt)
 
 
-def _iota(shape: Sequence[int], dim: int, dtype_: torch.dtype) -> ir.Value:
-    return stablehlo.IotaOp(tensor_type(shape, dtype_), dim).result
-
-
 def _binary(op, a: ir.Value, b) -> ir.Value:
     """`op(a, b)` with a Python scalar `b` splatted to a's shape and dtype."""
     if not isinstance(b, ir.Value):
@@ -61,11 +57,11 @@ def _binary(op, a: ir.Value, b) -> ir.Value:
     return op(a, b).result
 
 
-def _add(a, b):
+def _add_splat(a, b):
     return _binary(stablehlo.AddOp, a, b)
 
 
-def _mul(a, b):
+def _mul_splat(a, b):
     return _binary(stablehlo.MulOp, a, b)
 
 
@@ -147,11 +143,11 @@ def _arange(ctx: LoweringContext, start, end, step):
         compute, start, step = _compute_dtype(out), float(start), float(step)
     else:
         compute, start, step = torch.int64, int(start), int(step)
-    values = _iota(shape, 0, compute)
+    values = iota(shape, 0, compute)
     if step != 1:
-        values = _mul(values, step)
+        values = _mul_splat(values, step)
     if start != 0:
-        values = _add(values, start)
+        values = _add_splat(values, start)
     return convert(values, out)
 
 
@@ -160,12 +156,19 @@ def _arange_default(ctx: LoweringContext, end, **kwargs):
     return _arange(ctx, 0, end, 1)
 
 
-@lowers(aten.arange.start)
+def _reject_symbolic_start_or_step(ctx: LoweringContext, start, end, step=1, **kwargs):
+    """The iota is right at the bound; a symbolic start or step would be read as its bound."""
+    if isinstance(start, SymSize) or isinstance(step, SymSize):
+        raise ctx.dynamic_limit("arange with a symbolic start or step")
+    return NotImplemented
+
+
+@lowers(aten.arange.start, dynamic=Padding.SIZE, dynamic_rule=_reject_symbolic_start_or_step)
 def _arange_start(ctx: LoweringContext, start, end, **kwargs):
     return _arange(ctx, start, end, 1)
 
 
-@lowers(aten.arange.start_step)
+@lowers(aten.arange.start_step, dynamic=Padding.SIZE, dynamic_rule=_reject_symbolic_start_or_step)
 def _arange_start_step(ctx: LoweringContext, start, end, step=1, **kwargs):
     return _arange(ctx, start, end, step)
 
@@ -181,15 +184,15 @@ def _linear_steps(out: torch.dtype, start, end, steps: int) -> ir.Value:
     if steps == 1:
         return full(start, compute, [1])
     step = (end - start) / (steps - 1)
-    i = _iota([steps], 0, compute)
-    head = _add(_mul(i, step), start)
-    remaining = _add(_mul(i, -1.0), float(steps - 1))
-    tail = _add(_mul(remaining, -step), end)
+    i = iota([steps], 0, compute)
+    head = _add_splat(_mul_splat(i, step), start)
+    remaining = _add_splat(_mul_splat(i, -1.0), float(steps - 1))
+    tail = _add_splat(_mul_splat(remaining, -step), end)
     first_half = compare(i, full(steps // 2, compute, [steps]), "LT")
     return select(first_half, head, tail)
 
 
-@lowers(aten.linspace.default)
+@lowers(aten.linspace.default, dynamic=Padding.SIZE)
 def _linspace(ctx: LoweringContext, start, end, steps, **kwargs):
     out = ctx.result_dtype()
     if out.is_complex:
@@ -197,7 +200,7 @@ def _linspace(ctx: LoweringContext, start, end, steps, **kwargs):
     return convert(_linear_steps(out, start, end, int(steps)), out)
 
 
-@lowers(aten.logspace.default)
+@lowers(aten.logspace.default, dynamic=Padding.SIZE)
 def _logspace(ctx: LoweringContext, start, end, steps, base=10.0, **kwargs):
     out = ctx.result_dtype()
     if out.is_complex:
@@ -215,7 +218,7 @@ def _eye(ctx: LoweringContext, n, **kwargs):
 @lowers(aten.eye.m)
 def _eye_m(ctx: LoweringContext, n, m, **kwargs):
     shape = ctx.result_shape()
-    on_diagonal = compare(_iota(shape, 0, torch.int64), _iota(shape, 1, torch.int64), "EQ")
+    on_diagonal = compare(iota(shape, 0, torch.int64), iota(shape, 1, torch.int64), "EQ")
     return convert(on_diagonal, ctx.result_dtype())
 
 
@@ -225,8 +228,12 @@ def _triangle_indices(fn, ctx: LoweringContext, row, col, offset=0, **kwargs):
     return array_constant(indices, ctx.result_dtype())
 
 
-lowers(aten.tril_indices.default)(lambda ctx, *a, **k: _triangle_indices(torch.tril_indices, ctx, *a, **k))
-lowers(aten.triu_indices.default)(lambda ctx, *a, **k: _triangle_indices(torch.triu_indices, ctx, *a, **k))
+lowers(aten.tril_indices.default, dynamic=Padding.SIZE)(
+    lambda ctx, *a, **k: _triangle_indices(torch.tril_indices, ctx, *a, **k)
+)
+lowers(aten.triu_indices.default, dynamic=Padding.SIZE)(
+    lambda ctx, *a, **k: _triangle_indices(torch.triu_indices, ctx, *a, **k)
+)
 
 
 # -- random numbers ----------------------------------------------------------------------------------
@@ -253,7 +260,7 @@ def _uniform01(ctx: LoweringContext, shape: Sequence[int], dt: torch.dtype) -> i
     bits = ctx.random_bits(list(shape), width)
     top = stablehlo.ShiftRightLogicalOp(bits, full(width - digits, unsigned, shape)).result
     compute = _compute_dtype(dt)
-    return convert(_mul(convert(top, compute), 2.0**-digits), dt)
+    return convert(_mul_splat(convert(top, compute), 2.0**-digits), dt)
 
 
 def _standard_normal(ctx: LoweringContext, shape: Sequence[int], dt: torch.dtype) -> ir.Value:
@@ -262,8 +269,8 @@ def _standard_normal(ctx: LoweringContext, shape: Sequence[int], dt: torch.dtype
     u1 = _uniform01(ctx, shape, compute)
     u2 = _uniform01(ctx, shape, compute)
     one_minus = stablehlo.SubtractOp(full(1.0, compute, shape), u1).result  # (0, 1]
-    radius = stablehlo.SqrtOp(_mul(stablehlo.LogOp(one_minus).result, -2.0)).result
-    angle = stablehlo.CosineOp(_mul(u2, 2.0 * math.pi)).result
+    radius = stablehlo.SqrtOp(_mul_splat(stablehlo.LogOp(one_minus).result, -2.0)).result
+    angle = stablehlo.CosineOp(_mul_splat(u2, 2.0 * math.pi)).result
     return convert(stablehlo.MulOp(radius, angle).result, dt)
 
 
@@ -275,7 +282,7 @@ def _real_or_complex(sample, ctx: LoweringContext, shape, dt: torch.dtype, compl
     part = _component_dtype(dt)
     real, imag = sample(ctx, shape, part), sample(ctx, shape, part)
     if complex_scale != 1.0:
-        real, imag = _mul(real, complex_scale), _mul(imag, complex_scale)
+        real, imag = _mul_splat(real, complex_scale), _mul_splat(imag, complex_scale)
     return stablehlo.ComplexOp(real, imag).result
 
 
@@ -307,7 +314,7 @@ def _integers(ctx: LoweringContext, low, high, generator=None) -> ir.Value:
             raise ctx.fail(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
         span = full(int(high) - int(low), torch.uint64, shape)
     offset = convert(stablehlo.RemOp(bits, span).result, torch.int64)
-    return convert(_add(offset, int(low)), out)
+    return convert(_add_splat(offset, int(low)), out)
 
 
 @lowers(aten.randint.default, aten.randint.generator)
@@ -356,7 +363,7 @@ def _uniform(ctx: LoweringContext, x, low=0.0, high=1.0, *, generator=None):
     dt = dtype(x)
     compute = _compute_dtype(dt)
     u = _uniform01(ctx, shape_of(x), compute)
-    return convert(_add(_mul(u, float(high) - float(low)), float(low)), dt)
+    return convert(_add_splat(_mul_splat(u, float(high) - float(low)), float(low)), dt)
 
 
 def _bernoulli_mask(ctx: LoweringContext, p, shape, dt: torch.dtype) -> ir.Value:
@@ -391,17 +398,17 @@ def _native_dropout(ctx: LoweringContext, x, p, train):
     scale = 0.0 if keep_probability == 0 else 1.0 / keep_probability
     # Multiply (not select) like ATen, so dropped NaN/inf elements still give NaN.
     kept = stablehlo.MulOp(x, convert(mask, dt)).result
-    return _mul(kept, scale), mask
+    return _mul_splat(kept, scale), mask
 
 
-@lowers(aten.randperm.default, aten.randperm.generator)
+@lowers(aten.randperm.default, aten.randperm.generator, dynamic=Padding.SIZE)
 def _randperm(ctx: LoweringContext, n, *, generator=None, **kwargs):
     """Sorts iota by 64-bit random keys (a uniform permutation up to key collisions,
     probability ~n^2/2^65)."""
     _no_generator(ctx, generator)
     n = int(n)
     keys = ctx.random_bits([n], 64)
-    ids = _iota([n], 0, torch.int64)
+    ids = iota([n], 0, torch.int64)
     sort = stablehlo.SortOp([keys.type, ids.type], [keys, ids], dimension=0, is_stable=True)
     scalar_region(sort.comparator, [torch.uint64, torch.uint64, torch.int64, torch.int64], lambda a: [compare(a[0], a[1], "LT")])
     return convert(sort.results[1], ctx.result_dtype())
@@ -424,7 +431,7 @@ def _sample_like(ctx: LoweringContext, x, generator, transform) -> ir.Value:
 def _exponential(ctx: LoweringContext, x, lambd=1.0, *, generator=None):
     # -log(1 - u) / lambda, u in [0, 1) keeps the log finite.
     def transform(u, compute):
-        return _mul(stablehlo.Log1pOp(_mul(u, -1.0)).result, -1.0 / float(lambd))
+        return _mul_splat(stablehlo.Log1pOp(_mul_splat(u, -1.0)).result, -1.0 / float(lambd))
 
     return _sample_like(ctx, x, generator, transform)
 
@@ -433,8 +440,8 @@ def _exponential(ctx: LoweringContext, x, lambd=1.0, *, generator=None):
 def _geometric(ctx: LoweringContext, x, p, *, generator=None):
     # ceil(log(1 - u) / log(1 - p)), at least 1 (support {1, 2, ...}).
     def transform(u, compute):
-        log_u = stablehlo.Log1pOp(_mul(u, -1.0)).result
-        trials = stablehlo.CeilOp(_mul(log_u, 1.0 / math.log1p(-float(p)))).result
+        log_u = stablehlo.Log1pOp(_mul_splat(u, -1.0)).result
+        trials = stablehlo.CeilOp(_mul_splat(log_u, 1.0 / math.log1p(-float(p)))).result
         return stablehlo.MaxOp(trials, full(1.0, compute, shape_of(u))).result
 
     return _sample_like(ctx, x, generator, transform)
@@ -443,8 +450,8 @@ def _geometric(ctx: LoweringContext, x, p, *, generator=None):
 @lowers(aten.cauchy.default)
 def _cauchy(ctx: LoweringContext, x, median=0.0, sigma=1.0, *, generator=None):
     def transform(u, compute):
-        angle = _mul(_add(u, -0.5), math.pi)
-        return _add(_mul(stablehlo.TanOp(angle).result, float(sigma)), float(median))
+        angle = _mul_splat(_add_splat(u, -0.5), math.pi)
+        return _add_splat(_mul_splat(stablehlo.TanOp(angle).result, float(sigma)), float(median))
 
     return _sample_like(ctx, x, generator, transform)
 
@@ -478,29 +485,11 @@ def _log_normal(ctx: LoweringContext, x, mean=1.0, std=2.0, *, generator=None):
     dt = dtype(x)
     compute = _compute_dtype(dt)
     z = _standard_normal(ctx, shape_of(x), compute)
-    return convert(stablehlo.ExpOp(_add(_mul(z, float(std)), float(mean))).result, dt)
+    return convert(stablehlo.ExpOp(_add_splat(_mul_splat(z, float(std)), float(mean))).result, dt)
 
 
 # Bounded dynamism (registry.Padding): fills, random values and iota-based ranges are the
 # same at every logical position of the padded buffer. arange with a symbolic start or
 # step, linspace/logspace (their step divides by the size) and the index/permutation
-# creators use sizes as values.
-declare_padding(
-    Padding.SIZE,
-    aten.linspace.default,
-    aten.logspace.default,
-    aten.tril_indices.default,
-    aten.triu_indices.default,
-    aten.randperm,
-)
-
-
-@dynamic_rule(aten.arange.start, aten.arange.start_step, padding=Padding.SIZE)
-def _arange_dynamic(ctx: LoweringContext, start, end, step=1, **kwargs):
-    """The iota is right at the bound; a symbolic start or step would be read as its bound."""
-    if isinstance(start, SymSize) or isinstance(step, SymSize):
-        raise ctx.dynamic_limit("arange with a symbolic start or step")
-    return NotImplemented
-
-
+# creators use sizes as values (class `size`, declared at their registrations).
 declare_padding(Padding.SAFE, family="creation")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 
@@ -67,11 +68,33 @@ def ops_markdown() -> str:
     lines += ["| family | overloads |", "|---|---|"]
     for family in sorted(by_family):
         lines.append(f"| {family} | {len(by_family[family])} |")
+    lines += [
+        "",
+        "Column *dynamic*: the lowering's padding class under bounded dynamism, and `+ rule` "
+        "where it has a dynamic rule (classes and rules: "
+        "[dynamic-padding.md](dynamic-padding.md)).",
+    ]
     for family in sorted(by_family):
-        lines += ["", f"## {family}", "", f"`compiler/lowering/{family}.py`", ""]
-        names = sorted(str(op) for op in by_family[family])
-        lines.append(", ".join(f"`{n}`" + (" (core)" if _is_core(n, core) else "") for n in names))
+        lines += ["", f"## {family}", "", f"`compiler/lowering/{_family_source(family)}`", ""]
+        lines += ["| overload | dynamic |", "|---|---|"]
+        for op in sorted(by_family[family], key=str):
+            name = str(op)
+            core_mark = " (core)" if _is_core(name, core) else ""
+            lines.append(f"| `{name}`{core_mark} | {_dynamic_cell(LOWERINGS[op])} |")
     return "\n".join(lines) + "\n"
+
+
+def _dynamic_cell(lowering) -> str:
+    """A lowering's padding class, and whether it has a dynamic rule."""
+    if lowering.padding is None:
+        return "undeclared"
+    return f"`{lowering.padding.value}`" + (" + rule" if lowering.dynamic_rule is not None else "")
+
+
+def _family_source(family: str) -> str:
+    """Where a family's rules live: its module, or its package (a family split by algorithm)."""
+    package = Path(__file__).parent / family
+    return f"{family}/" if package.is_dir() else f"{family}.py"
 
 
 def _is_core(name: str, core: set) -> bool:

@@ -29,7 +29,9 @@ from .helpers import (
     shape_of,
     transpose,
 )
-from .registry import LOWERINGS, declare_padding, dynamic_rule, LoweringContext, lowers, Padding
+from .padded import dynamic_dims
+from .registry import LOWERINGS, declare_padding, LoweringContext, lowers, Padding
+from .symsize import static_layout
 
 aten = torch.ops.aten
 
@@ -111,7 +113,22 @@ def _fit_last(x: ir.Value, dim: int, size: int) -> ir.Value:
     return stablehlo.PadOp(x, _splat(0, dtype(x), []), [0] * rank, high, [0] * rank).result
 
 
-@lowers(aten._fft_c2c.default)
+# Bounded dynamism: a transform along a dynamic dim would include the padding; along
+# static dims (and for the complex-part ops) positions are independent.
+def _fft_padded(ctx: LoweringContext, x, dim, *args, **kwargs):
+    """A transform along a dynamic dim runs in eager (it would include the padding);
+    along static dims the ordinary rule, on the static layout (XLA cannot propagate a
+    dynamic dim through an FFT)."""
+    dims = [d % len(ctx.arg_meta(0).shape) for d in dim]
+    if set(dims) & set(dynamic_dims(ctx, 0)):
+        raise ctx.dynamic_limit("an FFT along a dynamic (padded) dimension")
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), dim, *args, **kwargs)
+
+
+_FFT = {"dynamic": Padding.MOVEMENT, "dynamic_rule": _fft_padded}
+
+
+@lowers(aten._fft_c2c.default, **_FFT)
 def _fft_c2c(ctx, self, dim, normalization, forward):
     dims = _dims(ctx, self, dim)
     out_dtype = ctx.result_dtype()
@@ -126,7 +143,7 @@ def _fft_c2c(ctx, self, dim, normalization, forward):
     return _scale(out, factor)
 
 
-@lowers(aten._fft_r2c.default)
+@lowers(aten._fft_r2c.default, **_FFT)
 def _fft_r2c(ctx, self, dim, normalization, onesided):
     dims = _dims(ctx, self, dim)
     out_dtype = ctx.result_dtype()
@@ -146,7 +163,7 @@ def _fft_r2c(ctx, self, dim, normalization, onesided):
     return _scale(out, _norm_factor(normalization, n))
 
 
-@lowers(aten._fft_c2r.default)
+@lowers(aten._fft_c2r.default, **_FFT)
 def _fft_c2r(ctx, self, dim, normalization, last_dim_size):
     dims = _dims(ctx, self, dim)
     out_dtype = ctx.result_dtype()
@@ -224,22 +241,4 @@ def _angle(ctx, self):
     return select(compare(x, x, "NE"), x, result)
 
 
-# Bounded dynamism: a transform along a dynamic dim would include the padding; along
-# static dims (and for the complex-part ops) positions are independent.
-def _fft_rule(ctx: LoweringContext, x, dim, *args, **kwargs):
-    """A transform along a dynamic dim runs in eager (it would include the padding);
-    along static dims the ordinary rule, on the static layout (XLA cannot propagate a
-    dynamic dim through an FFT)."""
-    from .dynamic_rules import _dynamic_dims
-    from .symsize import static_layout
-
-    dims = [d % len(ctx.arg_meta(0).shape) for d in dim]
-    if set(dims) & set(_dynamic_dims(ctx, 0)):
-        raise ctx.dynamic_limit("an FFT along a dynamic (padded) dimension")
-    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), dim, *args, **kwargs)
-
-
-dynamic_rule(aten._fft_c2c.default, aten._fft_r2c.default, aten._fft_c2r.default, padding=Padding.MOVEMENT)(
-    _fft_rule
-)
 declare_padding(Padding.SAFE, family="fft")

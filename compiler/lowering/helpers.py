@@ -15,6 +15,26 @@ import torch
 
 from ..context import ir, stablehlo
 from ..dtypes import dtype_of, element_type, is_unsigned, tensor_type
+from ..ir import (  # noqa: F401  (re-exported: the formula shorthands of the lowerings)
+    absolute,
+    add,
+    concatenate,
+    div,
+    exp,
+    log,
+    log1p,
+    logical_and,
+    logical_or,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    sign,
+    slice_in_dim,
+    sqrt,
+    sub,
+)
+from .. import ir as ir_builders
 from .symsize import SymSize, static_layout
 
 Scalar = Union[bool, int, float, complex]
@@ -200,18 +220,18 @@ def promote(*args: ValueOrScalar, to: torch.dtype | None = None) -> list[ir.Valu
 
 # -- small op builders ------------------------------------------------------------------------
 def compare(lhs: ir.Value, rhs: ir.Value, direction: str) -> ir.Value:
-    """stablehlo.compare with the compare type PyTorch's dtype implies."""
-    dt = dtype(lhs)
-    if dt.is_floating_point or dt.is_complex:
-        kind = "FLOAT"
-    elif dt is torch.bool or is_unsigned(dt):
-        kind = "UNSIGNED"
-    else:
-        kind = "SIGNED"
-    direction_attr = ir.Attribute.parse(f"#stablehlo<comparison_direction {direction}>")
-    type_attr = ir.Attribute.parse(f"#stablehlo<comparison_type {kind}>")
-    result = tensor_type(shape_of(lhs), torch.bool)
-    return stablehlo.CompareOp(lhs, rhs, direction_attr, compare_type=type_attr, results=[result]).result
+    """stablehlo.compare with the compare type PyTorch's dtype implies (compiler.ir)."""
+    return ir_builders.compare(lhs, rhs, direction)
+
+
+def iota(shape: Sequence[int], dim: int, dtype_: torch.dtype) -> ir.Value:
+    """Each element's index along `dim`, as `dtype_`."""
+    return ir_builders.iota(shape, dim, element_type(dtype_))
+
+
+def bitcast(value: ir.Value, to: torch.dtype, shape: Sequence[int] | None = None) -> ir.Value:
+    """The same bits read as `to` (`shape` defaults to the operand's: equal widths)."""
+    return ir_builders.bitcast(value, element_type(to), shape)
 
 
 def reshape(value: ir.Value, shape: Sequence[int]) -> ir.Value:
@@ -220,14 +240,11 @@ def reshape(value: ir.Value, shape: Sequence[int]) -> ir.Value:
         return value
     if [d for d in shape_of(value) if d != 1] != [d for d in shape if d != 1]:
         value = static_layout(value)  # bounded dynamism: reshape the padded buffer as is
-    return stablehlo.ReshapeOp(tensor_type(shape, dtype(value)), value).result
+    return ir_builders.reshape(value, shape)
 
 
 def transpose(value: ir.Value, permutation: Sequence[int]) -> ir.Value:
-    permutation = [int(p) for p in permutation]
-    if permutation == list(range(len(permutation))):
-        return value
-    return stablehlo.TransposeOp(value, permutation).result
+    return ir_builders.transpose(value, permutation)
 
 
 def select(pred: ir.Value, on_true: ir.Value, on_false: ir.Value) -> ir.Value:
@@ -302,67 +319,8 @@ def max_value(dtype_: torch.dtype):
 
 # -- one-line arithmetic on values ------------------------------------------------------------
 # Shorthands for rules that write formulas (special functions, losses, linear algebra):
-# operands must already share dtype and shape.
+# operands must already share dtype and shape. `add`, `mul`, ... are compiler.ir's
+# (imported above).
 def like(value: Scalar, x: ir.Value) -> ir.Value:
     """A splat constant with the dtype and shape of `x`."""
     return full(value, dtype(x), shape_of(x))
-
-
-def add(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.AddOp(a, b).result
-
-
-def sub(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.SubtractOp(a, b).result
-
-
-def mul(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.MulOp(a, b).result
-
-
-def div(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.DivOp(a, b).result
-
-
-def maximum(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.MaxOp(a, b).result
-
-
-def minimum(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.MinOp(a, b).result
-
-
-def logical_and(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.AndOp(a, b).result
-
-
-def logical_or(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.OrOp(a, b).result
-
-
-def neg(x: ir.Value) -> ir.Value:
-    return stablehlo.NegOp(x).result
-
-
-def absolute(x: ir.Value) -> ir.Value:
-    return stablehlo.AbsOp(x).result
-
-
-def sqrt(x: ir.Value) -> ir.Value:
-    return stablehlo.SqrtOp(x).result
-
-
-def exp(x: ir.Value) -> ir.Value:
-    return stablehlo.ExpOp(x).result
-
-
-def log(x: ir.Value) -> ir.Value:
-    return stablehlo.LogOp(x).result
-
-
-def log1p(x: ir.Value) -> ir.Value:
-    return stablehlo.Log1pOp(x).result
-
-
-def sign(x: ir.Value) -> ir.Value:
-    return stablehlo.SignOp(x).result

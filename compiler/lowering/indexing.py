@@ -22,9 +22,11 @@ from .helpers import (
     broadcast_shapes,
     broadcast_to,
     compare,
+    concatenate,
     convert,
     dtype,
     full,
+    iota,
     max_value,
     min_value,
     rank_of,
@@ -34,7 +36,9 @@ from .helpers import (
     select,
     shape_of,
 )
-from .registry import LoweringContext, lowers
+from .padded import dynamic_dims, i64, reject_dynamic_argument, run_time_size, symbolic_arg, valid_positions
+from .registry import LOWERINGS, LoweringContext, lowers, Padding
+from .symsize import static_layout
 
 aten = torch.ops.aten
 
@@ -45,12 +49,6 @@ _MASK_DTYPES = (torch.bool, torch.uint8)
 def _index_dtype(size: int) -> torch.dtype:
     """i32 indices where they can address `size` elements (TPUs gather with i32)."""
     return torch.int32 if size < 2**31 else torch.int64
-
-
-def _iota(shape: Sequence[int], dim: int, dt: torch.dtype) -> ir.Value:
-    from ..dtypes import tensor_type
-
-    return stablehlo.IotaOp(tensor_type(shape, dt), dim).result
 
 
 def _add_scalar(x: ir.Value, value) -> ir.Value:
@@ -71,10 +69,6 @@ def _as_index(index: ir.Value, size: int, *, wrap: bool, dt: torch.dtype | None 
 def _clamp_index(index: ir.Value, lo: int, hi: int) -> ir.Value:
     dt = dtype(index)
     return stablehlo.ClampOp(full(lo, dt, []), index, full(hi, dt, [])).result
-
-
-def _concat(values: Sequence[ir.Value], dim: int) -> ir.Value:
-    return values[0] if len(values) == 1 else stablehlo.ConcatenateOp(list(values), dim).result
 
 
 def _dims_attr(kind: str, **fields) -> ir.Attribute:
@@ -252,7 +246,7 @@ def _advanced_index(ctx: LoweringContext, self: ir.Value, indices, *, wrap: bool
         if wrap:
             t = _as_index(t, shape[d], wrap=True, dt=idt)
         columns.append(reshape(broadcast_to(t, batch), batch + [1]))
-    stacked = _concat(columns, len(batch))
+    stacked = concatenate(columns, len(batch))
     remaining = [d for d in range(rank) if d not in dims]
     if dims == list(range(dims[0], dims[-1] + 1)):
         # Adjacent advanced indices: the broadcast index dims replace them in place.
@@ -288,7 +282,34 @@ def _scatter_advanced(self: ir.Value, plan: _AdvancedIndex, values: ir.Value, ki
     return spec.apply(self, updates, kind)
 
 
-@lowers(aten.index.Tensor, aten.index.Tensor_hacked_twin, aten._unsafe_index.Tensor, aten._unsafe_index.Tensor_hacked_twin)
+def _index_padded(ctx: LoweringContext, x, indices):
+    """Advanced indexing: a negative index counts from the run-time end of its dim (the
+    ordinary rule would count from the bound); a boolean mask index has a data-dependent
+    shape and is not supported over a dynamic dim."""
+    sym = symbolic_arg(ctx, 0)
+    dyn = set(dynamic_dims(ctx, 0))
+    wrapped = list(indices)
+    for d, idx in enumerate(indices):
+        if idx is None or d not in dyn:
+            continue
+        if dtype(idx) is torch.bool:
+            raise ctx.dynamic_limit("a boolean mask index over a dynamic (padded) dimension")
+        ishape = shape_of(idx)
+        idx64 = convert(idx, torch.int64)
+        size = broadcast_to(i64(run_time_size(ctx, sym.shape[d])), ishape)
+        negative = compare(idx64, broadcast_to(i64(0), ishape), "LT")
+        wrapped[d] = select(negative, stablehlo.AddOp(idx64, size).result, idx64)
+    return LOWERINGS[ctx.node.target].fn(ctx, x, wrapped)
+
+
+@lowers(
+    aten.index.Tensor,
+    aten.index.Tensor_hacked_twin,
+    aten._unsafe_index.Tensor,
+    aten._unsafe_index.Tensor_hacked_twin,
+    dynamic=Padding.INDEX,
+    dynamic_rule=_index_padded,
+)
 def _index(ctx, self, indices):
     plan = _advanced_index(ctx, self, indices)
     return self if plan is None else _gather_advanced(self, plan)
@@ -331,7 +352,48 @@ def _index_put_mask(ctx, self, indices, values, accumulate):
     return select(mask_b, vals, self)
 
 
-@lowers(aten.index_put.default, aten.index_put.hacked_twin, aten._unsafe_index_put.default, aten._unsafe_index_put.hacked_twin)
+def _logical_index(ctx: LoweringContext, index: ir.Value, index_node, size, bound: int) -> ir.Value:
+    """An index into a dim of run-time size `size` (int or i64 value) and padded extent
+    `bound`: negative entries count from the run-time end, and entries in the index's own
+    padding are set to `bound` — out of bounds, so a scatter drops their updates."""
+    shape = shape_of(index)
+    idx = convert(index, torch.int64)
+    if isinstance(size, ir.Value):
+        negative = compare(idx, broadcast_to(i64(0), shape), "LT")
+        idx = select(negative, stablehlo.AddOp(idx, broadcast_to(size, shape)).result, idx)
+    valid = valid_positions(ctx, index_node, shape) if isinstance(index_node, torch.fx.Node) else None
+    if valid is not None:
+        idx = select(valid, idx, full(bound, torch.int64, shape))
+    return idx
+
+
+def _index_put_padded(ctx: LoweringContext, x, indices, values, accumulate=False):
+    """Writes through logical indices: negative ones count from the run-time end of a
+    dynamic dim, and the index's padded entries are out of bounds (never written); the
+    ordinary rule runs on static layouts. A boolean mask index over padding is not
+    supported."""
+    sym = symbolic_arg(ctx, 0)
+    nodes = list(ctx.node.args[1])
+    logical = []
+    for d, (idx, node) in enumerate(zip(indices, nodes)):
+        if idx is None:
+            logical.append(None)
+            continue
+        if dtype(idx) is torch.bool:
+            raise ctx.dynamic_limit("index_put with a boolean mask and a dynamic (padded) operand")
+        logical.append(_logical_index(ctx, idx, node, run_time_size(ctx, sym.shape[d]), shape_of(x)[d]))
+    values = static_layout(values) if isinstance(values, ir.Value) else values
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), logical, values, accumulate)
+
+
+@lowers(
+    aten.index_put.default,
+    aten.index_put.hacked_twin,
+    aten._unsafe_index_put.default,
+    aten._unsafe_index_put.hacked_twin,
+    dynamic=Padding.INDEX,
+    dynamic_rule=_index_put_padded,
+)
 def _index_put(ctx, self, indices, values, accumulate=False):
     if any(_is_mask(t) for t in indices):
         return _index_put_mask(ctx, self, indices, values, accumulate)
@@ -343,7 +405,7 @@ def _index_put(ctx, self, indices, values, accumulate=False):
     return _scatter_advanced(self, plan, values, "add" if accumulate else "replace")
 
 
-@lowers(aten._unsafe_masked_index.default)
+@lowers(aten._unsafe_masked_index.default, dynamic=Padding.INDEX)
 def _unsafe_masked_index(ctx, self, mask, indices, fill):
     # torch._decomp: indices clamped to [0, size - 1] (a gather clamps the same way),
     # then masked_fill(~mask, fill).
@@ -355,7 +417,7 @@ def _unsafe_masked_index(ctx, self, mask, indices, fill):
     return select(convert(mask, torch.bool), gathered, full(fill, out_dtype, out_shape))
 
 
-@lowers(aten._unsafe_masked_index_put_accumulate.default)
+@lowers(aten._unsafe_masked_index_put_accumulate.default, dynamic=Padding.INDEX)
 def _unsafe_masked_index_put_accumulate(ctx, self, mask, indices, values):
     if 0 in shape_of(self):
         return self
@@ -367,7 +429,7 @@ def _unsafe_masked_index_put_accumulate(ctx, self, mask, indices, values):
 
 
 # -- index_select / gather / take ------------------------------------------------------------------
-@lowers(aten.index_select.default)
+@lowers(aten.index_select.default, dynamic=Padding.SAFE)
 def _index_select(ctx, self, dim, index):
     out_shape = ctx.result_shape()
     if rank_of(self) == 0:
@@ -378,7 +440,7 @@ def _index_select(ctx, self, dim, index):
     return reshape(_gather_advanced(self, plan), out_shape)
 
 
-@lowers(aten.gather.default)
+@lowers(aten.gather.default, dynamic=Padding.SAFE)
 def _gather_dim(ctx, self, dim, index, *, sparse_grad=False):
     out_shape = ctx.result_shape()
     if 0 in out_shape:
@@ -405,7 +467,7 @@ def _gather_dim(ctx, self, dim, index, *, sparse_grad=False):
     return reshape(result, out_shape)
 
 
-@lowers(aten.take.default)
+@lowers(aten.take.default, dynamic=Padding.INDEX)
 def _take(ctx, self, index):
     out_shape = ctx.result_shape()
     n = math.prod(shape_of(self))
@@ -415,7 +477,7 @@ def _take(ctx, self, index):
     return reshape(_take_1d(flat, _as_index(index, n, wrap=True)), out_shape)
 
 
-@lowers(aten.put.default)
+@lowers(aten.put.default, dynamic=Padding.INDEX)
 def _put(ctx, self, index, source, accumulate=False):
     shape = shape_of(self)
     n = math.prod(shape)
@@ -442,9 +504,9 @@ def _scatter_dim_spec(self: ir.Value, dim: int, index: ir.Value) -> _Scatter:
         return _Scatter(index, (), (dim,), (dim,), rank, tuple(others), tuple(others))
     # The index covers a smaller box: spell out every coordinate.
     columns = [
-        reshape(index if d == dim else _iota(ishape, d, dtype(index)), ishape + [1]) for d in range(rank)
+        reshape(index if d == dim else iota(ishape, d, dtype(index)), ishape + [1]) for d in range(rank)
     ]
-    return _Scatter(_concat(columns, rank), (), tuple(range(rank)), tuple(range(rank)), rank)
+    return _Scatter(concatenate(columns, rank), (), tuple(range(rank)), tuple(range(rank)), rank)
 
 
 def _prepare_dim_scatter(self, dim, index, src):
@@ -513,24 +575,46 @@ def _scatter_common(ctx, self, dim, index, src, reduce: str, include_self: bool 
     return reshape(out, shape)
 
 
-@lowers(aten.scatter.src, aten.scatter.value)
+def _scatter_padded(ctx: LoweringContext, x, dim, index, src, *args, **kwargs):
+    """scatter/scatter_add/scatter_reduce with a dynamic operand: indices into a dynamic
+    dim are logical positions already (the padded layout keeps coordinates); what must
+    not happen is scattering the padded rows of `index`/`src`. Padded index entries are
+    set out of bounds (XLA's scatter drops those updates), and the ordinary rule runs on
+    static layouts (the importer re-marks the result)."""
+    rank = max(len(shape_of(x)), 1)
+    dim = dim % rank
+    index_shape = shape_of(index)
+    valid = valid_positions(ctx, 2, index_shape) if index_shape else None
+    if valid is not None:
+        out_of_bounds = full(max(shape_of(x)[dim] if shape_of(x) else 1, 1), dtype(index), index_shape)
+        index = select(valid, index, out_of_bounds)
+    if isinstance(src, ir.Value):
+        src = static_layout(src)
+    lowering = LOWERINGS[ctx.node.target]
+    return lowering.fn(ctx, static_layout(x), dim, static_layout(index), src, *args, **kwargs)
+
+
+_SCATTER = {"dynamic": Padding.INDEX, "dynamic_rule": _scatter_padded}
+
+
+@lowers(aten.scatter.src, aten.scatter.value, **_SCATTER)
 def _scatter(ctx, self, dim, index, src):
     return _scatter_common(ctx, self, dim, index, src, "replace")
 
 
-@lowers(aten.scatter.reduce, aten.scatter.value_reduce)
+@lowers(aten.scatter.reduce, aten.scatter.value_reduce, **_SCATTER)
 def _scatter_reduce_legacy(ctx, self, dim, index, src, *, reduce):
     if reduce not in ("add", "multiply"):
         raise ctx.fail(f"scatter reduce={reduce!r} is not one of 'add', 'multiply'")
     return _scatter_common(ctx, self, dim, index, src, reduce)
 
 
-@lowers(aten.scatter_add.default)
+@lowers(aten.scatter_add.default, **_SCATTER)
 def _scatter_add(ctx, self, dim, index, src):
     return _scatter_common(ctx, self, dim, index, src, "add")
 
 
-@lowers(aten.scatter_reduce.two)
+@lowers(aten.scatter_reduce.two, **_SCATTER)
 def _scatter_reduce_two(ctx, self, dim, index, src, reduce, *, include_self=True):
     return _scatter_common(ctx, self, dim, index, src, reduce, include_self)
 
@@ -557,7 +641,25 @@ def _index_source(self, dim, index, source):
     return self, dim, source, shape
 
 
-@lowers(aten.index_add.default)
+def _index_dim_padded(ctx: LoweringContext, x, dim, index, *args, **kwargs):
+    """index_add/index_copy/index_reduce/index_fill along `dim`: the index is logical
+    (negative entries from the run-time end) and its padded entries are out of bounds, so
+    they neither write nor fill; the ordinary rule runs on static layouts."""
+    shape = shape_of(x)
+    rank = max(len(shape), 1)
+    d = dim % rank
+    sym = symbolic_arg(ctx, 0)
+    size = run_time_size(ctx, sym.shape[d]) if len(shape) else 1
+    bound = shape[d] if len(shape) else 1
+    index = _logical_index(ctx, index, ctx.node.args[2], size, bound)
+    rest = [static_layout(a) if isinstance(a, ir.Value) else a for a in args]
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), dim, static_layout(index), *rest, **kwargs)
+
+
+_INDEX_DIM = {"dynamic": Padding.INDEX, "dynamic_rule": _index_dim_padded}
+
+
+@lowers(aten.index_add.default, **_INDEX_DIM)
 def _index_add(ctx, self, dim, index, source, *, alpha=1):
     self_, dim, source, shape = _index_source(self, dim, index, source)
     if 0 in shape_of(source) or 0 in shape_of(self_):
@@ -567,7 +669,7 @@ def _index_add(ctx, self, dim, index, source, *, alpha=1):
     return reshape(_index_dim_spec(self_, dim, index, wrap=False).apply(self_, source, "add"), shape)
 
 
-@lowers(aten.index_copy.default)
+@lowers(aten.index_copy.default, **_INDEX_DIM)
 def _index_copy(ctx, self, dim, index, source):
     self_, dim, source, shape = _index_source(self, dim, index, source)
     if 0 in shape_of(source) or 0 in shape_of(self_):
@@ -575,7 +677,7 @@ def _index_copy(ctx, self, dim, index, source):
     return reshape(_index_dim_spec(self_, dim, index, wrap=False).apply(self_, source, "replace"), shape)
 
 
-@lowers(aten.index_reduce.default)
+@lowers(aten.index_reduce.default, **_INDEX_DIM)
 def _index_reduce(ctx, self, dim, index, source, reduce, *, include_self=True):
     self_, dim, source, shape = _index_source(self, dim, index, source)
     if 0 in shape_of(source) or 0 in shape_of(self_):
@@ -584,7 +686,7 @@ def _index_reduce(ctx, self, dim, index, source, reduce, *, include_self=True):
     return reshape(_scatter_reduce(ctx, spec, self_, source, reduce, include_self), shape)
 
 
-@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, **_INDEX_DIM)
 def _index_fill(ctx, self, dim, index, value):
     shape = shape_of(self)
     rank = len(shape)
@@ -607,7 +709,7 @@ def _index_fill(ctx, self, dim, index, value):
 
 
 # -- masked ops -------------------------------------------------------------------------------------
-@lowers(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+@lowers(aten.masked_fill.Scalar, aten.masked_fill.Tensor, dynamic=Padding.SAFE)
 def _masked_fill(ctx, self, mask, value):
     shape, dt = ctx.result_shape(), ctx.result_dtype()
     fill = convert(value, dt) if isinstance(value, ir.Value) else full(value, dt, [])
@@ -624,7 +726,7 @@ def _mask_positions(mask: ir.Value) -> tuple[ir.Value, ir.Value]:
     return flat, positions
 
 
-@lowers(aten.masked_scatter.default)
+@lowers(aten.masked_scatter.default, dynamic=Padding.INDEX)
 def _masked_scatter(ctx, self, mask, source):
     shape = ctx.result_shape()
     self = broadcast_to(self, shape)
@@ -637,7 +739,7 @@ def _masked_scatter(ctx, self, mask, source):
     return reshape(select(flat_mask, picked, reshape(self, [n])), shape)
 
 
-@lowers(aten.masked_scatter_backward.default)
+@lowers(aten.masked_scatter_backward.default, dynamic=Padding.INDEX)
 def _masked_scatter_backward(ctx, grad_output, mask, sizes):
     out_shape, dt = ctx.result_shape(), ctx.result_dtype()
     m = math.prod(out_shape)
@@ -653,7 +755,7 @@ def _masked_scatter_backward(ctx, grad_output, mask, sizes):
     return reshape(out, out_shape)
 
 
-@lowers(aten.nonzero_static.default)
+@lowers(aten.nonzero_static.default, dynamic=Padding.INDEX)
 def _nonzero_static(ctx, self, *, size, fill_value=-1):
     shape = shape_of(self)
     rank = len(shape)
@@ -667,27 +769,27 @@ def _nonzero_static(ctx, self, *, size, fill_value=-1):
     if rank == 0:
         coords = full(0, torch.int64, [n, 0])
         return result if out_shape[1] == 0 else coords
-    coords = _concat([reshape(_iota(shape, d, torch.int64), [n, 1]) for d in range(rank)], 1)
+    coords = concatenate([reshape(iota(shape, d, torch.int64), [n, 1]) for d in range(rank)], 1)
     return _Scatter(reshape(target, [n, 1]), (1,), (0,), (0,), 1).apply(result, coords, "replace")
 
 
 # -- data-dependent ops: fail clearly -----------------------------------------------------------------
-@lowers(aten.nonzero.default)
+@lowers(aten.nonzero.default, dynamic=Padding.INDEX)
 def _nonzero(ctx, self):
     raise ctx.fail("nonzero is not supported: " + _DATA_DEPENDENT + " (torch.nonzero_static(x, size=...) is)")
 
 
-@lowers(aten.masked_select.default)
+@lowers(aten.masked_select.default, dynamic=Padding.INDEX)
 def _masked_select(ctx, self, mask):
     raise ctx.fail("masked_select is not supported: " + _DATA_DEPENDENT + " (use torch.where(mask, x, 0) instead)")
 
 
-@lowers(aten.bincount.default)
+@lowers(aten.bincount.default, dynamic=Padding.INDEX)
 def _bincount(ctx, self, weights=None, minlength=0):
     raise ctx.fail("bincount is not supported: its output size is max(input) + 1, " + _DATA_DEPENDENT)
 
 
-@lowers(aten._local_scalar_dense.default)
+@lowers(aten._local_scalar_dense.default, dynamic=Padding.INDEX)
 def _local_scalar_dense(ctx, self):
     raise ctx.fail(
         "data-dependent .item() cannot be compiled; Dynamo normally graph-breaks here "
@@ -744,7 +846,12 @@ def _searchsorted(ctx, sorted_sequence, values, *, out_int32: bool, right: bool,
     return reshape(convert(lo, out_dtype), out_shape)
 
 
-@lowers(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+@lowers(
+    aten.searchsorted.Tensor,
+    aten.searchsorted.Scalar,
+    dynamic=Padding.INDEX,
+    dynamic_rule=reject_dynamic_argument("sorted_sequence", "searchsorted with a dynamic (padded) sorted sequence"),
+)
 def _searchsorted_rule(ctx, sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
     if side is not None:
         right = side == "right"
@@ -753,7 +860,12 @@ def _searchsorted_rule(ctx, sorted_sequence, self, *, out_int32=False, right=Fal
     return _searchsorted(ctx, sorted_sequence, self, out_int32=out_int32, right=right, sorter=sorter)
 
 
-@lowers(aten.bucketize.Tensor, aten.bucketize.Scalar)
+@lowers(
+    aten.bucketize.Tensor,
+    aten.bucketize.Scalar,
+    dynamic=Padding.INDEX,
+    dynamic_rule=reject_dynamic_argument("boundaries", "bucketize with dynamic (padded) boundaries"),
+)
 def _bucketize(ctx, self, boundaries, *, out_int32=False, right=False):
     if not isinstance(self, ir.Value):
         self = full(self, dtype(boundaries), [])
@@ -761,7 +873,13 @@ def _bucketize(ctx, self, boundaries, *, out_int32=False, right=False):
 
 
 # -- isin / histc ------------------------------------------------------------------------------------------------
-@lowers(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
+@lowers(
+    aten.isin.Tensor_Tensor,
+    aten.isin.Scalar_Tensor,
+    dynamic=Padding.INDEX,
+    dynamic_rule=reject_dynamic_argument("test_elements", "isin with dynamic (padded) test elements"),
+)
+@lowers(aten.isin.Tensor_Scalar, dynamic=Padding.SAFE)
 def _isin(ctx, elements, test_elements, *, assume_unique=False, invert=False):
     """Every element against every test element (an [E, T] compare and an any-reduce)."""
     from .helpers import promote_dtypes
@@ -786,7 +904,7 @@ def _isin(ctx, elements, test_elements, *, assume_unique=False, invert=False):
     return reshape(found, out_shape)
 
 
-@lowers(aten.histc.default)
+@lowers(aten.histc.default, dynamic=Padding.INDEX)
 def _histc(ctx, self, bins=100, min=0, max=0):
     """ATen's histc: bin = (x - lo) * bins / (hi - lo) truncated, x == hi in the last bin,
     values outside [lo, hi] (and NaN) not counted; min == max takes the data's range
@@ -843,7 +961,7 @@ def _not_padding(ids: ir.Value, padding_idx: int) -> ir.Value:
     return compare(ids, full(padding_idx, dtype(ids), shape), "NE")
 
 
-@lowers(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
+@lowers(aten._embedding_bag.default, aten._embedding_bag_forward_only.default, dynamic=Padding.INDEX)
 def _embedding_bag(
     ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
     per_sample_weights=None, include_last_offset=False, padding_idx=-1,
@@ -892,7 +1010,7 @@ def _embedding_bag(
             index_vector_dim=1, slice_sizes=[1, feat],
         )
         hit = stablehlo.AndOp(valid_rows, compare(rows, bag_best, "EQ")).result
-        position = broadcast_to(reshape(_iota([n], 0, idt), [n, 1]), [n, feat])
+        position = broadcast_to(reshape(iota([n], 0, idt), [n, 1]), [n, feat])
         first = by_bag.apply(full(n, idt, [num_bags, feat]), select(hit, position, full(n, idt, [n, feat])), "min")
         empty = compare(first, full(n, idt, [num_bags, feat]), "EQ")
         which = _take_1d(ids, stablehlo.MinOp(first, full(n - 1, idt, [num_bags, feat])).result)
@@ -972,7 +1090,7 @@ def _embedding_bag_grad_weight(
     return _Scatter(reshape(ids, [n, 1]), (1,), (0,), (0,), 1).apply(out, rows, "add")
 
 
-@lowers(aten._embedding_bag_backward.default)
+@lowers(aten._embedding_bag_backward.default, dynamic=Padding.INDEX)
 def _embedding_bag_backward(
     ctx, grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
     scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1,
@@ -985,7 +1103,7 @@ def _embedding_bag_backward(
     )
 
 
-@lowers(aten._embedding_bag_dense_backward.default)
+@lowers(aten._embedding_bag_dense_backward.default, dynamic=Padding.INDEX)
 def _embedding_bag_dense_backward(
     ctx, grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
     scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1,
@@ -998,7 +1116,7 @@ def _embedding_bag_dense_backward(
     )
 
 
-@lowers(aten._embedding_bag_per_sample_weights_backward.default)
+@lowers(aten._embedding_bag_per_sample_weights_backward.default, dynamic=Padding.INDEX)
 def _embedding_bag_per_sample_weights_backward(ctx, grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
     """d output / d per_sample_weights[i] = <grad[bag(i)], weight[indices[i]]> (0 for
     padding); only mode='sum' has per-sample weights."""

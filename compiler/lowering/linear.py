@@ -1,6 +1,6 @@
 """Matrix products: mm, bmm, addmm (and `_addmm_activation`), baddbmm, addbmm, mv, addmv,
 dot, vdot, _int_mm, and `_trilinear` (F.bilinear). (The pairwise distances `_cdist_forward` / `_pdist_forward` live in
-the misc family.)
+the distances family.)
 
 Every product is one `stablehlo.dot_general` with explicit batch and contracting
 dimensions (`dot_general` below, shared with the attention family). Integer products
@@ -16,7 +16,8 @@ from collections.abc import Sequence
 import torch
 
 from ..context import chlo, ir, stablehlo
-from ..dtypes import tensor_type
+from .. import ir as ir_builders
+from ..dtypes import element_type
 from .helpers import broadcast_to, convert, dtype, full, reduce, reshape, shape_of
 from .registry import declare_padding, LoweringContext, lowers, Padding
 
@@ -24,10 +25,6 @@ aten = torch.ops.aten
 
 
 # -- shared builder (attention uses it too) -------------------------------------------------------
-def _dims(dims: Sequence[int]) -> str:
-    return "[" + ", ".join(str(int(d)) for d in dims) + "]"
-
-
 def dot_general(
     lhs: ir.Value,
     rhs: ir.Value,
@@ -35,20 +32,11 @@ def dot_general(
     batch: tuple[Sequence[int], Sequence[int]] = ((), ()),
     out_dtype: torch.dtype | None = None,
 ) -> ir.Value:
-    """`stablehlo.dot_general`: result dims are the batch dims, then lhs's free dims,
-    then rhs's free dims (each in operand order). Both operands must share a dtype."""
-    (lc, rc), (lb, rb) = contract, batch
-    ls, rs = shape_of(lhs), shape_of(rhs)
-    lfree = [s for i, s in enumerate(ls) if i not in lc and i not in lb]
-    rfree = [s for i, s in enumerate(rs) if i not in rc and i not in rb]
-    shape = [ls[i] for i in lb] + lfree + rfree
-    out_dtype = out_dtype or dtype(lhs)
-    attr = ir.Attribute.parse(
-        "#stablehlo.dot<"
-        + (f"lhs_batching_dimensions = {_dims(lb)}, rhs_batching_dimensions = {_dims(rb)}, " if lb else "")
-        + f"lhs_contracting_dimensions = {_dims(lc)}, rhs_contracting_dimensions = {_dims(rc)}>"
-    )
-    return stablehlo.DotGeneralOp(tensor_type(shape, out_dtype), lhs, rhs, attr).result
+    """compiler.ir's `dot_general` with the result dtype spelled as a torch dtype: result
+    dims are the batch dims, then lhs's free dims, then rhs's free dims. Both operands
+    must share a dtype."""
+    element = element_type(out_dtype) if out_dtype is not None else None
+    return ir_builders.dot_general(lhs, rhs, contract=contract, batch=batch, element=element)
 
 
 def _scale(value: ir.Value, factor) -> ir.Value:

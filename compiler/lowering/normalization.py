@@ -16,21 +16,31 @@ import torch
 from ..context import ir, stablehlo
 from .helpers import broadcast_to, convert, dtype, full, reshape, shape_of
 from .reduction import accumulation_dtype, reduce_sum, variance
-from .registry import declare_padding, dynamic_rule, LoweringContext, lowers, Padding
+from .padded import (
+    dynamic_beyond,
+    dynamic_dims,
+    i64,
+    product,
+    reject_when,
+    run_time_size,
+    schema_arg,
+    symbolic_arg,
+)
+from .registry import LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
 
 
 # -- small arithmetic on same-shaped (or broadcastable) values -------------------------------
-def _mul(a: ir.Value, b: ir.Value) -> ir.Value:
+def _mul_bcast(a: ir.Value, b: ir.Value) -> ir.Value:
     return stablehlo.MulOp(*_same(a, b)).result
 
 
-def _add(a: ir.Value, b: ir.Value) -> ir.Value:
+def _add_bcast(a: ir.Value, b: ir.Value) -> ir.Value:
     return stablehlo.AddOp(*_same(a, b)).result
 
 
-def _sub(a: ir.Value, b: ir.Value) -> ir.Value:
+def _sub_bcast(a: ir.Value, b: ir.Value) -> ir.Value:
     return stablehlo.SubtractOp(*_same(a, b)).result
 
 
@@ -51,11 +61,11 @@ def _scalar(value: float, like: ir.Value) -> ir.Value:
 
 
 def _scale(x: ir.Value, value: float) -> ir.Value:
-    return _mul(x, _scalar(value, x))
+    return _mul_bcast(x, _scalar(value, x))
 
 
 def _rsqrt_plus(var: ir.Value, eps: float) -> ir.Value:
-    return stablehlo.RsqrtOp(_add(var, _scalar(eps, var))).result
+    return stablehlo.RsqrtOp(_add_bcast(var, _scalar(eps, var))).result
 
 
 def _channel(value: ir.Value, rank: int, acc: torch.dtype) -> ir.Value:
@@ -80,7 +90,39 @@ def _empty(ctx: LoweringContext, index: int) -> ir.Value:
 
 
 # -- layer norm ---------------------------------------------------------------------------------
-@lowers(aten.native_layer_norm.default)
+def _layer_norm_padded(ctx: LoweringContext, x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """layer_norm whose normalized dims include a dynamic one: mean and variance divide by
+    the run-time element count (the sums are masked by the dynamic padder)."""
+    rank = len(shape_of(x))
+    dims = list(range(rank - len(normalized_shape), rank))
+    if not any(d in dynamic_dims(ctx, 0) for d in dims):
+        return NotImplemented
+    sym = symbolic_arg(ctx, 0)
+    acc = torch.float64 if dtype(x) is torch.float64 else torch.float32
+    xf = convert(x, acc)
+    count = convert(i64(product([run_time_size(ctx, sym.shape[d]) for d in dims])), acc)
+    kept = [1 if d in dims else s for d, s in enumerate(shape_of(xf))]
+    mean = stablehlo.DivOp(
+        reduce_sum(xf, dims),
+        broadcast_to(count, [s for d, s in enumerate(shape_of(xf)) if d not in dims]),
+    ).result
+    centered = stablehlo.SubtractOp(xf, broadcast_to(reshape(mean, kept), shape_of(xf))).result
+    squares = reduce_sum(stablehlo.MulOp(centered, centered).result, dims)
+    var = stablehlo.DivOp(squares, broadcast_to(count, shape_of(squares))).result
+    rstd = stablehlo.RsqrtOp(stablehlo.AddOp(var, broadcast_to(full(eps, acc, []), shape_of(var))).result).result
+    out = stablehlo.MulOp(centered, broadcast_to(reshape(rstd, kept), shape_of(xf))).result
+    if weight is not None:
+        out = stablehlo.MulOp(out, broadcast_to(convert(weight, acc), shape_of(out))).result
+    if bias is not None:
+        out = stablehlo.AddOp(out, broadcast_to(convert(bias, acc), shape_of(out))).result
+    return (
+        convert(out, ctx.result_dtype(0)),
+        reshape(convert(mean, ctx.result_dtype(1)), ctx.result_shape(1)),
+        reshape(convert(rstd, ctx.result_dtype(2)), ctx.result_shape(2)),
+    )
+
+
+@lowers(aten.native_layer_norm.default, dynamic=Padding.COUNT, dynamic_rule=_layer_norm_padded)
 def _native_layer_norm(ctx: LoweringContext, x, normalized_shape, weight, bias, eps):
     shape = shape_of(x)
     axis = len(shape) - len(normalized_shape)
@@ -88,15 +130,24 @@ def _native_layer_norm(ctx: LoweringContext, x, normalized_shape, weight, bias, 
     xf = convert(x, accumulation_dtype(dtype(x)))
     var, mean = variance(xf, dims, 0)
     rstd = _rsqrt_plus(var, eps)
-    out = _mul(_sub(xf, mean), rstd)
+    out = _mul_bcast(_sub_bcast(xf, mean), rstd)
     if weight is not None:
-        out = _mul(out, convert(weight, dtype(out)))
+        out = _mul_bcast(out, convert(weight, dtype(out)))
     if bias is not None:
-        out = _add(out, convert(bias, dtype(out)))
+        out = _add_bcast(out, convert(bias, dtype(out)))
     return _out(ctx, 0, out), _out(ctx, 1, mean), _out(ctx, 2, rstd)
 
 
-@lowers(aten.native_layer_norm_backward.default)
+def _normalized_dim_dynamic(ctx: LoweringContext, args, kwargs) -> bool:
+    """Whether layer_norm_backward's input (argument 1) has a dynamic normalized dim."""
+    return any(d >= len(symbolic_arg(ctx, 1).shape) - len(args[2]) for d in dynamic_dims(ctx, 1))
+
+
+@lowers(
+    aten.native_layer_norm_backward.default,
+    dynamic=Padding.COUNT,
+    dynamic_rule=reject_when(_normalized_dim_dynamic, "layer norm backward over a dynamic normalized dimension"),
+)
 def _native_layer_norm_backward(
     ctx: LoweringContext, grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask
 ):
@@ -108,18 +159,18 @@ def _native_layer_norm_backward(
     acc = accumulation_dtype(dtype(x))
     g, xf = convert(grad_out, acc), convert(x, acc)
     mean, rstd = convert(mean, acc), convert(rstd, acc)
-    x_hat = _mul(_sub(xf, mean), rstd)
+    x_hat = _mul_bcast(_sub_bcast(xf, mean), rstd)
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
-        g_hat = _mul(g, convert(weight, acc)) if weight is not None else g
+        g_hat = _mul_bcast(g, convert(weight, acc)) if weight is not None else g
         # rstd / N * (N g_hat - sum(g_hat) - x_hat sum(g_hat x_hat))
-        terms = _sub(
-            _sub(_scale(g_hat, n), reduce_sum(g_hat, inner, keepdim=True)),
-            _mul(x_hat, reduce_sum(_mul(g_hat, x_hat), inner, keepdim=True)),
+        terms = _sub_bcast(
+            _sub_bcast(_scale(g_hat, n), reduce_sum(g_hat, inner, keepdim=True)),
+            _mul_bcast(x_hat, reduce_sum(_mul_bcast(g_hat, x_hat), inner, keepdim=True)),
         )
-        grad_input = _mul(_scale(rstd, 1.0 / n) if n else rstd, terms)
+        grad_input = _mul_bcast(_scale(rstd, 1.0 / n) if n else rstd, terms)
     if output_mask[1]:
-        grad_weight = reduce_sum(_mul(g, x_hat), outer)
+        grad_weight = reduce_sum(_mul_bcast(g, x_hat), outer)
     if output_mask[2]:
         grad_bias = reduce_sum(g, outer)
     return _out(ctx, 0, grad_input), _out(ctx, 1, grad_weight), _out(ctx, 2, grad_bias)
@@ -137,11 +188,11 @@ def _batch_stats(xf: ir.Value) -> tuple[ir.Value, ir.Value, int]:
 
 def _normalize(xf, mean, invstd, weight, bias) -> ir.Value:
     rank, acc = len(shape_of(xf)), dtype(xf)
-    out = _mul(_sub(xf, mean), invstd)
+    out = _mul_bcast(_sub_bcast(xf, mean), invstd)
     if weight is not None:
-        out = _mul(out, _channel(weight, rank, acc))
+        out = _mul_bcast(out, _channel(weight, rank, acc))
     if bias is not None:
-        out = _add(out, _channel(bias, rank, acc))
+        out = _add_bcast(out, _channel(bias, rank, acc))
     return out
 
 
@@ -168,7 +219,7 @@ def _updated_running_stats(running_mean, running_var, mean, var, count, momentum
 
     def blend(running, batch):
         running = convert(running, acc)
-        return _add(_scale(running, 1.0 - momentum), _scale(batch, momentum))
+        return _add_bcast(_scale(running, 1.0 - momentum), _scale(batch, momentum))
 
     unbiased = _scale(var, count / (count - 1)) if count > 1 else _scale(var, math.nan)
     return blend(running_mean, mean), blend(running_var, unbiased)
@@ -182,7 +233,23 @@ def _mutation_unsupported(ctx: LoweringContext, op: str):
     )
 
 
-@lowers(aten._native_batch_norm_legit.default)
+def _training_over_dynamic(ctx: LoweringContext, args, kwargs) -> bool:
+    """Whether a training batch norm (or its backward) computes statistics over a dynamic
+    dim other than the channel dim."""
+    names = [a.name for a in ctx.node.target._schema.arguments]
+    flag = "training" if "training" in names else "train" if "train" in names else None
+    training = schema_arg(ctx, args, kwargs, flag) if flag else True
+    return bool(training) and any(d != 1 for d in dynamic_dims(ctx, 1 if names[0] == "grad_out" else 0))
+
+
+# Every batch norm that can train shares this rule (statistics divide by the count).
+_BATCH_NORM = {
+    "dynamic": Padding.COUNT,
+    "dynamic_rule": reject_when(_training_over_dynamic, "batch norm statistics over a dynamic dimension"),
+}
+
+
+@lowers(aten._native_batch_norm_legit.default, **_BATCH_NORM)
 def _native_batch_norm_legit(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, training, momentum, eps
 ):
@@ -192,7 +259,7 @@ def _native_batch_norm_legit(
     return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2)
 
 
-@lowers(aten._native_batch_norm_legit.no_stats)
+@lowers(aten._native_batch_norm_legit.no_stats, **_BATCH_NORM)
 def _native_batch_norm_legit_no_stats(
     ctx: LoweringContext, x, weight, bias, training, momentum, eps
 ):
@@ -205,7 +272,7 @@ def _native_batch_norm_legit_no_stats(
     return _out(ctx, 0, out), _out(ctx, 1, mean), _out(ctx, 2, invstd)
 
 
-@lowers(aten._native_batch_norm_legit_no_training.default)
+@lowers(aten._native_batch_norm_legit_no_training.default, dynamic=Padding.SAFE)
 def _native_batch_norm_legit_no_training(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, momentum, eps
 ):
@@ -213,7 +280,7 @@ def _native_batch_norm_legit_no_training(
     return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2)
 
 
-@lowers(aten._native_batch_norm_legit_functional.default)
+@lowers(aten._native_batch_norm_legit_functional.default, **_BATCH_NORM)
 def _native_batch_norm_legit_functional(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, training, momentum, eps
 ):
@@ -241,7 +308,7 @@ def _native_batch_norm_legit_functional(
     )
 
 
-@lowers(aten.native_batch_norm.default)
+@lowers(aten.native_batch_norm.default, **_BATCH_NORM)
 def _native_batch_norm(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, training, momentum, eps
 ):
@@ -256,12 +323,12 @@ def _native_batch_norm(
     return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2)
 
 
-@lowers(aten._batch_norm_with_update.default)
+@lowers(aten._batch_norm_with_update.default, **_BATCH_NORM)
 def _batch_norm_with_update(ctx: LoweringContext, *args):
     raise _mutation_unsupported(ctx, "_batch_norm_with_update")
 
 
-@lowers(aten._batch_norm_with_update_functional.default)
+@lowers(aten._batch_norm_with_update_functional.default, **_BATCH_NORM)
 def _batch_norm_with_update_functional(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, momentum, eps
 ):
@@ -281,7 +348,7 @@ def _batch_norm_with_update_functional(
     )
 
 
-@lowers(aten._batch_norm_no_update.default)
+@lowers(aten._batch_norm_no_update.default, dynamic=Padding.SAFE)
 def _batch_norm_no_update(
     ctx: LoweringContext, x, weight, bias, running_mean, running_var, momentum, eps
 ):
@@ -291,7 +358,7 @@ def _batch_norm_no_update(
     return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2), _empty(ctx, 3)
 
 
-@lowers(aten.batch_norm_backward.default)
+@lowers(aten.batch_norm_backward.default, **_BATCH_NORM)
 def _batch_norm_backward(
     ctx: LoweringContext,
     grad_out,
@@ -323,7 +390,7 @@ def _batch_norm_backward(
     )
 
 
-@lowers(aten.native_batch_norm_backward.default)
+@lowers(aten.native_batch_norm_backward.default, **_BATCH_NORM)
 def _native_batch_norm_backward(
     ctx: LoweringContext,
     grad_out,
@@ -354,29 +421,33 @@ def _native_batch_norm_backward(
             )
         mean = _channel(running_mean, rank, acc)
         invstd = _rsqrt_plus(_channel(running_var, rank, acc), eps)
-    centered = _sub(xf, mean)
+    centered = _sub_bcast(xf, mean)
     grad_sum = reduce_sum(g, dims, keepdim=True)  # [1, C, 1, ...]
-    dot = reduce_sum(_mul(g, centered), dims, keepdim=True)
+    dot = reduce_sum(_mul_bcast(g, centered), dims, keepdim=True)
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
-        grad_scale = _mul(invstd, _channel(weight, rank, acc)) if weight is not None else invstd
+        grad_scale = _mul_bcast(invstd, _channel(weight, rank, acc)) if weight is not None else invstd
         if train:
             # (g - centered * invstd^2 * dot / N - grad_sum / N) * invstd * weight
-            proj_scale = _scale(_mul(_mul(invstd, invstd), dot), 1.0 / count)
-            inner = _sub(_sub(g, _mul(centered, proj_scale)), _scale(grad_sum, 1.0 / count))
-            grad_input = _mul(inner, grad_scale)
+            proj_scale = _scale(_mul_bcast(_mul_bcast(invstd, invstd), dot), 1.0 / count)
+            inner = _sub_bcast(_sub_bcast(g, _mul_bcast(centered, proj_scale)), _scale(grad_sum, 1.0 / count))
+            grad_input = _mul_bcast(inner, grad_scale)
         else:
-            grad_input = _mul(g, grad_scale)
+            grad_input = _mul_bcast(g, grad_scale)
     c = shape[1]
     if output_mask[1]:
-        grad_weight = reshape(_mul(dot, invstd), [c])
+        grad_weight = reshape(_mul_bcast(dot, invstd), [c])
     if output_mask[2]:
         grad_bias = reshape(grad_sum, [c])
     return _out(ctx, 0, grad_input), _out(ctx, 1, grad_weight), _out(ctx, 2, grad_bias)
 
 
 # -- group norm ---------------------------------------------------------------------------------
-@lowers(aten.native_group_norm.default)
+@lowers(
+    aten.native_group_norm.default,
+    dynamic=Padding.COUNT,
+    dynamic_rule=reject_when(dynamic_beyond(1), "group norm over a dynamic dimension"),
+)
 def _native_group_norm(ctx: LoweringContext, x, weight, bias, N, C, HxW, group, eps):
     shape = shape_of(x)
     rank = len(shape)
@@ -384,15 +455,19 @@ def _native_group_norm(ctx: LoweringContext, x, weight, bias, N, C, HxW, group, 
     grouped = reshape(convert(x, acc), [N, group, (C // group) * HxW])
     var, mean = variance(grouped, [2], 0)  # [N, group, 1]
     rstd = _rsqrt_plus(var, eps)
-    out = reshape(_mul(_sub(grouped, mean), rstd), shape)
+    out = reshape(_mul_bcast(_sub_bcast(grouped, mean), rstd), shape)
     if weight is not None:
-        out = _mul(out, _channel(weight, rank, acc))
+        out = _mul_bcast(out, _channel(weight, rank, acc))
     if bias is not None:
-        out = _add(out, _channel(bias, rank, acc))
+        out = _add_bcast(out, _channel(bias, rank, acc))
     return _out(ctx, 0, out), _out(ctx, 1, mean), _out(ctx, 2, rstd)
 
 
-@lowers(aten.native_group_norm_backward.default)
+@lowers(
+    aten.native_group_norm_backward.default,
+    dynamic=Padding.COUNT,
+    dynamic_rule=reject_when(dynamic_beyond(1, "input"), "group norm over a dynamic dimension"),
+)
 def _native_group_norm_backward(
     ctx: LoweringContext, grad_out, x, mean, rstd, weight, N, C, HxW, group, output_mask
 ):
@@ -403,21 +478,21 @@ def _native_group_norm_backward(
     xf = reshape(convert(x, acc), shape4)
     mean = reshape(convert(mean, acc), [N, group, 1, 1])
     rstd = reshape(convert(rstd, acc), [N, group, 1, 1])
-    x_hat = _mul(_sub(xf, mean), rstd)
+    x_hat = _mul_bcast(_sub_bcast(xf, mean), rstd)
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
         g_hat = (
-            _mul(g, reshape(convert(weight, acc), [1, group, cpg, 1])) if weight is not None else g
+            _mul_bcast(g, reshape(convert(weight, acc), [1, group, cpg, 1])) if weight is not None else g
         )
         n = cpg * HxW
         # rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat)) over each group
         inv_n = 1.0 / n if n else 0.0
         mean_g = _scale(reduce_sum(g_hat, [2, 3], keepdim=True), inv_n)
-        mean_gx = _scale(reduce_sum(_mul(g_hat, x_hat), [2, 3], keepdim=True), inv_n)
-        grad_input = _mul(rstd, _sub(_sub(g_hat, mean_g), _mul(x_hat, mean_gx)))
+        mean_gx = _scale(reduce_sum(_mul_bcast(g_hat, x_hat), [2, 3], keepdim=True), inv_n)
+        grad_input = _mul_bcast(rstd, _sub_bcast(_sub_bcast(g_hat, mean_g), _mul_bcast(x_hat, mean_gx)))
         grad_input = reshape(grad_input, shape_of(x))
     if output_mask[1]:
-        grad_weight = reshape(reduce_sum(_mul(g, x_hat), [0, 3]), [C])
+        grad_weight = reshape(reduce_sum(_mul_bcast(g, x_hat), [0, 3]), [C])
     if output_mask[2]:
         grad_bias = reshape(reduce_sum(g, [0, 3]), [C])
     return _out(ctx, 0, grad_input), _out(ctx, 1, grad_weight), _out(ctx, 2, grad_bias)
@@ -432,28 +507,44 @@ def _rms(x: ir.Value, normalized_shape, eps) -> tuple[ir.Value, ir.Value, list[i
     if eps is None:  # PyTorch's default: the epsilon of the accumulation ("opmath") type
         eps = torch.finfo(dtype(xf)).eps
     n = math.prod(shape[d] for d in dims)
-    mean_sq = _scale(reduce_sum(_mul(xf, xf), dims, keepdim=True), 1.0 / n if n else math.nan)
+    mean_sq = _scale(reduce_sum(_mul_bcast(xf, xf), dims, keepdim=True), 1.0 / n if n else math.nan)
     rstd = _rsqrt_plus(mean_sq, eps)
-    return _mul(xf, rstd), rstd, dims
+    return _mul_bcast(xf, rstd), rstd, dims
 
 
-@lowers(aten.rms_norm.default)
+def _reject_rms_over_dynamic(input_position: int):
+    """The rule of an RMS norm whose input is argument `input_position`: over a dynamic
+    normalized dim it runs in eager (its mean divides by the count)."""
+
+    def rule(ctx: LoweringContext, *args, **kwargs):
+        rank = len(ctx.arg_meta(input_position).shape)
+        normalized = args[input_position + 1]
+        if any(d >= rank - len(normalized) for d in dynamic_dims(ctx, input_position)):
+            raise ctx.dynamic_limit("RMS norm over a dynamic (padded) normalized dimension")
+        return NotImplemented
+
+    rule.__doc__ = "RMS norm over a dynamic normalized dim runs in eager (its mean divides by the count)."
+    rule.__name__ = rule.__qualname__ = "reject_rms_over_dynamic"
+    return rule
+
+
+@lowers(aten.rms_norm.default, dynamic=Padding.COUNT, dynamic_rule=_reject_rms_over_dynamic(0))
 def _rms_norm(ctx: LoweringContext, x, normalized_shape, weight=None, eps=None):
     out, _, _ = _rms(x, normalized_shape, eps)
     if weight is not None:
-        out = _mul(out, convert(weight, dtype(out)))
+        out = _mul_bcast(out, convert(weight, dtype(out)))
     return _out(ctx, None, out)
 
 
-@lowers(aten._fused_rms_norm.default)
+@lowers(aten._fused_rms_norm.default, dynamic=Padding.COUNT, dynamic_rule=_reject_rms_over_dynamic(0))
 def _fused_rms_norm(ctx: LoweringContext, x, normalized_shape, weight, eps):
     out, rstd, _ = _rms(x, normalized_shape, eps)
     if weight is not None:
-        out = _mul(out, convert(weight, dtype(out)))
+        out = _mul_bcast(out, convert(weight, dtype(out)))
     return _out(ctx, 0, out), _out(ctx, 1, rstd)
 
 
-@lowers(aten._fused_rms_norm_backward.default)
+@lowers(aten._fused_rms_norm_backward.default, dynamic=Padding.COUNT, dynamic_rule=_reject_rms_over_dynamic(1))
 def _fused_rms_norm_backward(
     ctx: LoweringContext, grad_out, x, normalized_shape, rstd, weight, output_mask
 ):
@@ -463,39 +554,13 @@ def _fused_rms_norm_backward(
     n = math.prod(shape[d] for d in dims)
     acc = accumulation_dtype(dtype(x))
     g, xf, rstd = convert(grad_out, acc), convert(x, acc), convert(rstd, acc)
-    x_hat = _mul(xf, rstd)
+    x_hat = _mul_bcast(xf, rstd)
     grad_input = grad_weight = None
     if output_mask[0]:
-        g_hat = _mul(g, convert(weight, acc)) if weight is not None else g
+        g_hat = _mul_bcast(g, convert(weight, acc)) if weight is not None else g
         # rstd * (g_hat - x_hat * mean(g_hat * x_hat))
-        mean_gx = _scale(reduce_sum(_mul(g_hat, x_hat), dims, keepdim=True), 1.0 / n if n else 0.0)
-        grad_input = _mul(rstd, _sub(g_hat, _mul(x_hat, mean_gx)))
+        mean_gx = _scale(reduce_sum(_mul_bcast(g_hat, x_hat), dims, keepdim=True), 1.0 / n if n else 0.0)
+        grad_input = _mul_bcast(rstd, _sub_bcast(g_hat, _mul_bcast(x_hat, mean_gx)))
     if output_mask[1]:
-        grad_weight = reduce_sum(_mul(g, x_hat), outer)
+        grad_weight = reduce_sum(_mul_bcast(g, x_hat), outer)
     return _out(ctx, 0, grad_input), _out(ctx, 1, grad_weight)
-
-
-# Bounded dynamism: inference batch norm is per channel (positions independent); the
-# RMS norms divide by the normalized element count (a rule rejects a dynamic normalized
-# dim). Training batch/group/layer norm rules are in dynamic_rules.py.
-declare_padding(
-    Padding.SAFE, aten._native_batch_norm_legit_no_training.default, aten._batch_norm_no_update.default
-)
-
-
-def _rms_rule(input_position: int):
-    def rule(ctx: LoweringContext, *args, **kwargs):
-        from .dynamic_rules import _dynamic_dims
-
-        rank = len(ctx.arg_meta(input_position).shape)
-        normalized = args[input_position + 1]
-        if any(d >= rank - len(normalized) for d in _dynamic_dims(ctx, input_position)):
-            raise ctx.dynamic_limit("RMS norm over a dynamic (padded) normalized dimension")
-        return NotImplemented
-
-    rule.__doc__ = "RMS norm over a dynamic normalized dim runs in eager (its mean divides by the count)."
-    return rule
-
-
-dynamic_rule(aten.rms_norm.default, aten._fused_rms_norm.default, padding=Padding.COUNT)(_rms_rule(0))
-dynamic_rule(aten._fused_rms_norm_backward.default, padding=Padding.COUNT)(_rms_rule(1))

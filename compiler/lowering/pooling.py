@@ -1,14 +1,13 @@
-"""Pooling and resampling: max/avg pooling (with indices and backward), adaptive
-pooling, upsampling (nearest, nearest-exact, linear, bilinear, trilinear, bicubic and
-their backward), im2col/col2im, grid_sampler_2d, and embedding /
-embedding_dense_backward (`_embedding_bag` belongs to the indexing family).
+"""Pooling: max/avg pooling (with indices and backward), adaptive pooling, and im2col/col2im
+(the patches of a sliding window).
 
-Static index arithmetic (bin bounds, source pixels, interpolation weights) is done here
-in NumPy with the float type PyTorch's CPU kernels use, so indices and weights match
-eager bit for bit; the graph only gathers, weights and reduces. Gathers and
-interpolation never multiply by a 0/1 matrix, so an inf or NaN stays where PyTorch
-would put it.
-"""
+Static index arithmetic (bin bounds, window divisors) is done here in NumPy with the
+types PyTorch's CPU kernels use, so indices and divisors match eager bit for bit; the
+graph only gathers, weights and reduces.
+
+Bounded dynamism: windows and pools along a dynamic spatial dim depend on where it ends,
+so they run in eager; along the batch dim they are per sample (each registration's
+`padded.reject_spatial_dynamic` rule)."""
 
 from __future__ import annotations
 
@@ -21,30 +20,25 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
+    add,
     array_constant,
     compare,
     convert,
     dtype,
     full,
+    iota,
     min_value,
-    rank_of,
     reduce,
     reshape,
     scalar_region,
     select,
     shape_of,
-    transpose,
 )
-from .registry import declare_padding, LoweringContext, lowers, Padding
+from .padded import reject_spatial_dynamic
+from .registry import LoweringContext, lowers, Padding
+from ._static_gather import _acc_dtype, _mask_constant, _put_add, _take
 
 aten = torch.ops.aten
-
-_REDUCED = (torch.float16, torch.bfloat16)
-
-
-def _acc_dtype(dt: torch.dtype) -> torch.dtype:
-    """PyTorch's CPU kernels accumulate reduced-precision floats in f32."""
-    return torch.float32 if dt in _REDUCED else dt
 
 
 def _expand(param, n: int, default: Sequence[int] | None = None) -> list[int]:
@@ -58,74 +52,15 @@ def _dilated(size: int, dilation: int) -> int:
     return 0 if size == 0 else (size - 1) * dilation + 1
 
 
-# -- generic builders ---------------------------------------------------------------------------
-def _add(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.AddOp(a, b).result
-
-
-def _mul(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.MulOp(a, b).result
-
-
-def _mask_constant(mask: np.ndarray) -> ir.Value:
-    """A bool constant, built as int8 != 0 (helpers.array_constant's packbits path
-    mis-encodes i1 arrays on this jaxlib)."""
-    values = array_constant(np.asarray(mask, dtype=np.int8), torch.int8)
-    return compare(values, full(0, torch.int8, list(np.shape(mask))), "NE")
-
-
-def _iota(shape: Sequence[int], dim: int, dt: torch.dtype = torch.int64) -> ir.Value:
-    return stablehlo.IotaOp(tensor_type(shape, dt), dim).result
-
-
 def _plane_indices(shape: Sequence[int], nd: int) -> ir.Value:
     """int64 tensor of `shape` holding each element's flat index within its last `nd`
     dims (PyTorch's pooling indices)."""
     plane = list(shape[len(shape) - nd:])
-    flat = _iota([math.prod(plane)], 0)
+    flat = iota([math.prod(plane)], 0, torch.int64)
     flat = reshape(flat, plane)
     return stablehlo.BroadcastInDimOp(
         tensor_type(shape, torch.int64), flat, list(range(len(shape) - nd, len(shape)))
     ).result
-
-
-def _take(x: ir.Value, axis: int, indices: Sequence[int]) -> ir.Value:
-    """x gathered along `axis` at static `indices` (NumPy's take)."""
-    indices = [int(i) for i in indices]
-    shape = shape_of(x)
-    if indices == list(range(shape[axis])):
-        return x
-    r = len(shape)
-    idx = array_constant(np.array(indices, dtype=np.int64).reshape(-1, 1), torch.int64)
-    offset_dims = [d for d in range(r) if d != axis]
-    attr = ir.Attribute.parse(
-        f"#stablehlo.gather<offset_dims = {offset_dims}, collapsed_slice_dims = [{axis}], "
-        f"start_index_map = [{axis}], index_vector_dim = 1>"
-    )
-    sizes = list(shape)
-    sizes[axis] = 1
-    out = list(shape)
-    out[axis] = len(indices)
-    return stablehlo.GatherOp(x, idx, attr, sizes, results=[tensor_type(out, dtype(x))]).result
-
-
-def _put_add(values: ir.Value, axis: int, indices: Sequence[int], size: int) -> ir.Value:
-    """The adjoint of `_take`: a zero tensor with `size` along `axis` into which the
-    slices of `values` are added at `indices`."""
-    shape = shape_of(values)
-    r = len(shape)
-    out = list(shape)
-    out[axis] = size
-    idx = array_constant(np.array(list(indices), dtype=np.int64).reshape(-1, 1), torch.int64)
-    window = [d for d in range(r) if d != axis]
-    attr = ir.Attribute.parse(
-        f"#stablehlo.scatter<update_window_dims = {window}, inserted_window_dims = [{axis}], "
-        f"scatter_dims_to_operand_dims = [{axis}], index_vector_dim = 1>"
-    )
-    dt = dtype(values)
-    op = stablehlo.ScatterOp([tensor_type(out, dt)], [full(0, dt, out)], idx, [values], attr)
-    scalar_region(op.update_computation, [dt, dt], lambda a: [_add(a[0], a[1])])
-    return op.results[0]
 
 
 def _reduce_window(
@@ -156,7 +91,7 @@ def _reduce_window(
 
 
 def _sum_body(args):
-    return [_add(args[0], args[1])]
+    return [add(args[0], args[1])]
 
 
 def _argmax_body(args):
@@ -191,14 +126,14 @@ def _scatter_add_plane(grad: ir.Value, indices: ir.Value, in_shape: Sequence[int
     acc = _acc_dtype(dt)
     g = reshape(convert(grad, acc), [batch, n_out])
     idx = reshape(indices, [batch, n_out, 1])
-    rows = _iota([batch, n_out, 1], 0)
+    rows = iota([batch, n_out, 1], 0, torch.int64)
     scatter_idx = stablehlo.ConcatenateOp([rows, idx], 2).result
     attr = ir.Attribute.parse(
         "#stablehlo.scatter<inserted_window_dims = [0, 1], scatter_dims_to_operand_dims = [0, 1], "
         "index_vector_dim = 2>"
     )
     op = stablehlo.ScatterOp([tensor_type([batch, n_in], acc)], [full(0, acc, [batch, n_in])], scatter_idx, [g], attr)
-    scalar_region(op.update_computation, [acc, acc], lambda a: [_add(a[0], a[1])])
+    scalar_region(op.update_computation, [acc, acc], lambda a: [add(a[0], a[1])])
     return convert(reshape(op.results[0], in_shape), dt)
 
 
@@ -231,22 +166,38 @@ def _max_pool(ctx: LoweringContext, nd: int, x, kernel_size, stride=(), padding=
     return values, indices
 
 
-@lowers(aten.max_pool2d_with_indices.default)
+@lowers(
+    aten.max_pool2d_with_indices.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.max_pool2d_with_indices.default),
+)
 def _max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return _max_pool(ctx, 2, x, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-@lowers(aten.max_pool3d_with_indices.default)
+@lowers(
+    aten.max_pool3d_with_indices.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.max_pool3d_with_indices.default),
+)
 def _max_pool3d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return _max_pool(ctx, 3, x, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-@lowers(aten.max_pool2d_with_indices_backward.default)
+@lowers(
+    aten.max_pool2d_with_indices_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.max_pool2d_with_indices_backward.default),
+)
 def _max_pool2d_backward(ctx, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     return _scatter_add_plane(grad_output, indices, shape_of(x), 2)
 
 
-@lowers(aten.max_pool3d_with_indices_backward.default)
+@lowers(
+    aten.max_pool3d_with_indices_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.max_pool3d_with_indices_backward.default),
+)
 def _max_pool3d_backward(ctx, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     return _scatter_add_plane(grad_output, indices, shape_of(x), 3)
 
@@ -321,26 +272,42 @@ def _avg_pool_backward(ctx, nd, grad_output, x, kernel_size, stride, padding, ce
     return convert(summed, dt)
 
 
-@lowers(aten.avg_pool2d.default)
+@lowers(
+    aten.avg_pool2d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.avg_pool2d.default),
+)
 def _avg_pool2d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
     return _avg_pool(ctx, 2, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-@lowers(aten.avg_pool3d.default)
+@lowers(
+    aten.avg_pool3d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.avg_pool3d.default),
+)
 def _avg_pool3d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
     return _avg_pool(ctx, 3, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-@lowers(aten.avg_pool2d_backward.default)
+@lowers(
+    aten.avg_pool2d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.avg_pool2d_backward.default),
+)
 def _avg_pool2d_backward(ctx, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override):
     return _avg_pool_backward(ctx, 2, grad_output, x, kernel_size, stride, padding, ceil_mode,
                               count_include_pad, divisor_override)
 
 
-@lowers(aten.avg_pool3d_backward.default)
+@lowers(
+    aten.avg_pool3d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.avg_pool3d_backward.default),
+)
 def _avg_pool3d_backward(ctx, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override):
     return _avg_pool_backward(ctx, 3, grad_output, x, kernel_size, stride, padding, ceil_mode,
@@ -396,7 +363,7 @@ def _adaptive_avg(ctx, nd, x, output_size):
             mask = _mask_constant(valid)
             mask = stablehlo.BroadcastInDimOp(tensor_type(shape_of(y), torch.bool), mask, [axis, axis + 1]).result
             y = select(mask, y, full(0, acc, shape_of(y)))
-        (y,) = reduce([y], [full(0, acc, [])], [axis + 1], lambda a, b: [_add(a[0], b[0])])
+        (y,) = reduce([y], [full(0, acc, [])], [axis + 1], lambda a, b: [add(a[0], b[0])])
     out = shape_of(y)
     divisor = stablehlo.BroadcastInDimOp(
         tensor_type(out, acc), array_constant(count, acc), list(range(lead, len(out)))
@@ -439,22 +406,38 @@ def _adaptive_avg_backward(ctx, nd, grad_output, x):
     return convert(g, dt)
 
 
-@lowers(aten._adaptive_avg_pool2d.default)
+@lowers(
+    aten._adaptive_avg_pool2d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten._adaptive_avg_pool2d.default),
+)
 def _adaptive_avg_pool2d(ctx, x, output_size):
     return _adaptive_avg(ctx, 2, x, output_size)
 
 
-@lowers(aten._adaptive_avg_pool3d.default)
+@lowers(
+    aten._adaptive_avg_pool3d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten._adaptive_avg_pool3d.default),
+)
 def _adaptive_avg_pool3d(ctx, x, output_size):
     return _adaptive_avg(ctx, 3, x, output_size)
 
 
-@lowers(aten._adaptive_avg_pool2d_backward.default)
+@lowers(
+    aten._adaptive_avg_pool2d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten._adaptive_avg_pool2d_backward.default),
+)
 def _adaptive_avg_pool2d_backward(ctx, grad_output, x):
     return _adaptive_avg_backward(ctx, 2, grad_output, x)
 
 
-@lowers(aten._adaptive_avg_pool3d_backward.default)
+@lowers(
+    aten._adaptive_avg_pool3d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten._adaptive_avg_pool3d_backward.default),
+)
 def _adaptive_avg_pool3d_backward(ctx, grad_output, x):
     return _adaptive_avg_backward(ctx, 3, grad_output, x)
 
@@ -482,356 +465,40 @@ def _adaptive_max(ctx, nd, x, output_size):
     return values, indices
 
 
-@lowers(aten.adaptive_max_pool2d.default)
+@lowers(
+    aten.adaptive_max_pool2d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.adaptive_max_pool2d.default),
+)
 def _adaptive_max_pool2d(ctx, x, output_size):
     return _adaptive_max(ctx, 2, x, output_size)
 
 
-@lowers(aten.adaptive_max_pool3d.default)
+@lowers(
+    aten.adaptive_max_pool3d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.adaptive_max_pool3d.default),
+)
 def _adaptive_max_pool3d(ctx, x, output_size):
     return _adaptive_max(ctx, 3, x, output_size)
 
 
-@lowers(aten.adaptive_max_pool2d_backward.default)
+@lowers(
+    aten.adaptive_max_pool2d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.adaptive_max_pool2d_backward.default),
+)
 def _adaptive_max_pool2d_backward(ctx, grad_output, x, indices):
     return _scatter_add_plane(grad_output, indices, shape_of(x), 2)
 
 
-@lowers(aten.adaptive_max_pool3d_backward.default)
+@lowers(
+    aten.adaptive_max_pool3d_backward.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.adaptive_max_pool3d_backward.default),
+)
 def _adaptive_max_pool3d_backward(ctx, grad_output, x, indices):
     return _scatter_add_plane(grad_output, indices, shape_of(x), 3)
-
-
-# -- upsampling ------------------------------------------------------------------------------------
-# Each mode maps one axis (in size, out size, scale) to taps: a list of (source indices,
-# weights or None, validity or None), one entry per output position. The output is
-# sum_t weight_t * take(x, indices_t) (invalid taps contribute exactly 0), axis by axis
-# from the innermost, as PyTorch's separable CPU kernels nest them.
-Tap = tuple[np.ndarray, "np.ndarray | None", "np.ndarray | None"]
-Taps = list[Tap]
-
-
-def _scales_value(scale: float | None, in_size: int, out_size: int, np_t) -> np.floating:
-    """compute_scales_value: 1/scale when a positive scale was given, else in/out."""
-    if scale is not None and scale > 0:
-        return np_t(1.0 / scale)
-    return np_t(in_size) / np_t(out_size)
-
-
-def _area_scale(in_size, out_size, align_corners, scale, np_t):
-    if align_corners:
-        return np_t(in_size - 1) / np_t(out_size - 1) if out_size > 1 else np_t(0)
-    return _scales_value(scale, in_size, out_size, np_t)
-
-
-def _source_index(ratio, out_size, align_corners, cubic, np_t) -> np.ndarray:
-    dst = np.arange(out_size).astype(np_t)
-    if align_corners:
-        return (ratio * dst).astype(np_t)
-    src = (ratio * (dst + np_t(0.5)) - np_t(0.5)).astype(np_t)
-    return src if cubic else np.maximum(src, np_t(0))
-
-
-def _guard(src: np.ndarray, in_size: int, np_t) -> tuple[np.ndarray, np.ndarray]:
-    index = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
-    lam = np.minimum(np.maximum(src - index.astype(np_t), np_t(0)), np_t(1)).astype(np_t)
-    return index, lam
-
-
-def _nearest_taps(in_size, out_size, scale, np_t, align_corners=None) -> Taps:
-    o = np.arange(out_size)
-    if out_size == in_size:
-        idx = o
-    elif out_size == 2 * in_size:
-        idx = o >> 1
-    else:
-        s = _scales_value(scale, in_size, out_size, np.float32)
-        idx = np.minimum(np.floor(o.astype(np.float32) * s).astype(np.int64), in_size - 1)
-    return [(idx, None, None)]
-
-
-def _nearest_exact_taps(in_size, out_size, scale, np_t, align_corners=None) -> Taps:
-    s = _scales_value(scale, in_size, out_size, np.float32)
-    o = np.arange(out_size)
-    # floorf((dst + 0.5) * scale): the product is a double that floorf's argument rounds to float.
-    idx = np.minimum(np.floor(((o + 0.5) * np.float64(s)).astype(np.float32)).astype(np.int64), in_size - 1)
-    return [(idx, None, None)]
-
-
-def _linear_taps(in_size, out_size, scale, np_t, align_corners) -> Taps:
-    o = np.arange(out_size)
-    if out_size == in_size:
-        return [(o, None, None)]
-    ratio = _area_scale(in_size, out_size, align_corners, scale, np_t)
-    src = _source_index(ratio, out_size, align_corners, False, np_t)
-    i0, lam1 = _guard(src, in_size, np_t)
-    i1 = i0 + (i0 < in_size - 1)
-    lam0 = (np_t(1) - lam1).astype(np_t)
-    return [(i0, lam0, None), (i1, lam1, None)]
-
-
-def _cubic_coefficients(t: np.ndarray, np_t) -> list[np.ndarray]:
-    a = np_t(-0.75)
-
-    def conv1(x):
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def conv2(x):
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    one = np_t(1)
-    return [conv2(t + one).astype(np_t), conv1(t).astype(np_t), conv1(one - t).astype(np_t),
-            conv2((one - t) + one).astype(np_t)]
-
-
-def _cubic_taps(in_size, out_size, scale, np_t, align_corners) -> Taps:
-    ratio = _area_scale(in_size, out_size, align_corners, scale, np_t)
-    src = _source_index(ratio, out_size, align_corners, True, np_t)
-    i0, t = _guard(src, in_size, np_t)
-    coeffs = _cubic_coefficients(t, np_t)
-    return [(np.clip(i0 - 1 + j, 0, in_size - 1), coeffs[j], None) for j in range(4)]
-
-
-def _filter_rows(in_size, out_size, scale, np_t, align_corners, cubic: bool, antialias: bool):
-    """Per output (first index, weights) of PyTorch's separable filter kernels
-    (`_compute_indices_min_size_weights_aa`): a triangle or cubic filter (Keys a = -0.5
-    when antialiasing, -0.75 otherwise) widened by the downscale factor when
-    antialiasing, truncated to the input and normalized to sum 1. align_corners only
-    changes the scale when antialiasing."""
-    s = np_t(_area_scale(in_size, out_size, align_corners, scale, np.float64))
-    half = np_t(2.0 if cubic else 1.0)
-    widen = antialias and s >= 1
-    support = np_t(half * s) if widen else half
-    invscale = np_t(1.0 / s) if widen else np_t(1.0)
-    shift = 0.5 if (align_corners and not antialias) else 0.0
-    a = -0.5 if antialias else -0.75
-    max_size = math.ceil(float(support)) * 2 + 1
-
-    def filt(x):
-        x = abs(float(x))
-        if not cubic:
-            return max(0.0, 1.0 - x)
-        if x < 1.0:
-            return ((a + 2) * x - (a + 3)) * x * x + 1
-        if x < 2.0:
-            return (((x - 5) * x + 8) * x - 4) * a
-        return 0.0
-
-    rows = []
-    for k in range(out_size):
-        center = np_t(s * (k + 0.5 - shift))
-        xmin = max(int(center - support + 0.5 + shift), 0)
-        xsize = min(max(min(int(center + support + 0.5 + shift), in_size) - xmin, 0), max_size)
-        w = [np_t(filt(np_t((j + xmin - center + 0.5 - shift) * invscale))) for j in range(xsize)]
-        total = np_t(0)
-        for v in w:
-            total = np_t(total + v)
-        rows.append((xmin, [np_t(v / total) for v in w] if total != 0 else w))
-    return rows
-
-
-def _rows_to_taps(rows, in_size: int, np_t) -> Taps:
-    k = max((len(w) for _, w in rows), default=1)
-    taps = []
-    for t in range(k):
-        idx = np.array([min(xmin + t, in_size - 1) if t < len(w) else min(xmin, in_size - 1) for xmin, w in rows])
-        weight = np.array([w[t] if t < len(w) else 0 for _, w in rows], dtype=np_t)
-        valid = np.array([t < len(w) for _, w in rows])
-        taps.append((idx, weight, None if valid.all() else valid))
-    return taps
-
-
-def _aa_taps(cubic: bool):
-    def taps(in_size, out_size, scale, np_t, align_corners) -> Taps:
-        if in_size == out_size:
-            return [(np.arange(out_size), None, None)]
-        return _rows_to_taps(_filter_rows(in_size, out_size, scale, np_t, align_corners, cubic, True), in_size, np_t)
-
-    return taps
-
-
-def _np_type(dt: torch.dtype):
-    return np.float64 if dt is torch.float64 else np.float32
-
-
-def _weight(w: np.ndarray, shape: Sequence[int], axis: int, dt: torch.dtype) -> ir.Value:
-    return stablehlo.BroadcastInDimOp(tensor_type(shape, dt), array_constant(w, dt), [axis]).result
-
-
-def _masked(term: ir.Value, axis: int, valid: np.ndarray | None) -> ir.Value:
-    if valid is None:
-        return term
-    shape = shape_of(term)
-    mask = stablehlo.BroadcastInDimOp(tensor_type(shape, torch.bool), _mask_constant(valid), [axis]).result
-    return select(mask, term, full(0, dtype(term), shape))
-
-
-def _apply_taps(x: ir.Value, axis: int, taps: Taps) -> ir.Value:
-    out = None
-    for idx, w, valid in taps:
-        term = _take(x, axis, idx)
-        if w is not None:
-            term = _mul(term, _weight(w, shape_of(term), axis, dtype(term)))
-        term = _masked(term, axis, valid)
-        out = term if out is None else _add(out, term)
-    return out
-
-
-def _apply_taps_transposed(g: ir.Value, axis: int, taps: Taps, size: int) -> ir.Value:
-    out = None
-    for idx, w, valid in taps:
-        term = g if w is None else _mul(g, _weight(w, shape_of(g), axis, dtype(g)))
-        term = _put_add(_masked(term, axis, valid), axis, idx, size)
-        out = term if out is None else _add(out, term)
-    return out
-
-
-_TAPS = {
-    "nearest": _nearest_taps,
-    "nearest_exact": _nearest_exact_taps,
-    "linear": _linear_taps,
-    "cubic": _cubic_taps,
-    "linear_aa": _aa_taps(cubic=False),
-    "cubic_aa": _aa_taps(cubic=True),
-}
-
-
-# uint8 images: PyTorch's CPU kernels resample uint8 in int16 fixed point, one pass per
-# dim (innermost first, unchanged dims skipped), rounding and saturating after each.
-def _uint8_rows(mode, in_size, out_size, scale, align_corners):
-    if mode == "cubic":
-        # Clamped cubic taps, with the weights of repeated (border) indices merged.
-        rows = []
-        taps = _cubic_taps(in_size, out_size, scale, np.float64, align_corners)
-        for k in range(out_size):
-            merged: dict[int, float] = {}
-            for idx, w, _ in taps:
-                merged[int(idx[k])] = merged.get(int(idx[k]), 0.0) + float(w[k])
-            first = min(merged)
-            rows.append((first, [merged.get(first + j, 0.0) for j in range(max(merged) - first + 1)]))
-        return rows
-    antialias = mode.endswith("_aa")
-    return _filter_rows(in_size, out_size, scale, np.float64, align_corners, mode.startswith("cubic"), antialias)
-
-
-def _fixed_point_pass(y: ir.Value, axis: int, rows, in_size: int) -> ir.Value:
-    wmax = max((max(w) for _, w in rows if w), default=0.0)
-    precision = 0
-    while precision < 22 and int(0.5 + wmax * (1 << (precision + 1))) < (1 << 15):
-        precision += 1
-    scale = 1 << precision
-    quantized = [(xmin, [int(0.5 + v * scale) if v >= 0 else int(-0.5 + v * scale) for v in w]) for xmin, w in rows]
-    acc = None
-    for idx, w, valid in _rows_to_taps(quantized, in_size, np.int32):
-        term = _take(y, axis, idx)
-        w = np.where(valid, w, 0).astype(np.int32) if valid is not None else w.astype(np.int32)
-        term = _mul(term, _weight(w, shape_of(term), axis, torch.int32))
-        acc = term if acc is None else _add(acc, term)
-    shape = shape_of(acc)
-    acc = _add(acc, full(1 << (precision - 1), torch.int32, shape))
-    acc = stablehlo.ShiftRightArithmeticOp(acc, full(precision, torch.int32, shape)).result
-    return stablehlo.ClampOp(full(0, torch.int32, []), acc, full(255, torch.int32, [])).result
-
-
-def _upsample_uint8(mode, x, lead, in_sizes, out_sizes, align_corners, scales):
-    y = convert(x, torch.int32)
-    for i in reversed(range(len(in_sizes))):
-        if in_sizes[i] != out_sizes[i]:
-            rows = _uint8_rows(mode, in_sizes[i], out_sizes[i], scales[i], align_corners)
-            y = _fixed_point_pass(y, lead + i, rows, in_sizes[i])
-    return convert(y, torch.uint8)
-
-
-def _upsample(ctx, mode: str, nd: int, x, out_sizes, align_corners, scales):
-    xs = shape_of(x)
-    lead = len(xs) - nd
-    out_sizes = [int(o) for o in ctx.result_shape()[lead:]]
-    scales = list(scales) if scales is not None else [None] * nd
-    dt = dtype(x)
-    interpolating = not mode.startswith("nearest")
-    if interpolating and not dt.is_floating_point:
-        if dt is torch.uint8 and nd == 2:
-            return _upsample_uint8(mode, x, lead, xs[lead:], out_sizes, align_corners, scales)
-        raise ctx.fail(f"{mode} upsampling of {dt} tensors is not supported (PyTorch's CPU kernels take floats, "
-                       "and uint8 for 2-d bilinear/bicubic)")
-    np_t = _np_type(dt)
-    taps_fn = _TAPS[mode]
-    y = convert(x, _acc_dtype(dt)) if interpolating else x
-    for i in reversed(range(nd)):
-        if mode.endswith("_aa") and xs[lead + i] == out_sizes[i]:
-            continue
-        y = _apply_taps(y, lead + i, taps_fn(xs[lead + i], out_sizes[i], scales[i], np_t, align_corners))
-    return convert(y, dt)
-
-
-def _upsample_backward(ctx, mode, nd, grad_output, out_sizes, input_size, align_corners, scales):
-    gs = shape_of(grad_output)
-    lead = len(gs) - nd
-    input_size = [int(s) for s in input_size]
-    scales = list(scales) if scales is not None else [None] * nd
-    dt = dtype(grad_output)
-    acc = _acc_dtype(dt)
-    taps_fn = _TAPS[mode]
-    g = convert(grad_output, acc)
-    for i in range(nd):
-        n = input_size[lead + i]
-        if mode.endswith("_aa") and n == gs[lead + i]:
-            continue
-        g = _apply_taps_transposed(g, lead + i, taps_fn(n, gs[lead + i], scales[i], _np_type(dt), align_corners), n)
-    return convert(g, dt)
-
-
-def _scale_list(scales, named, nd):
-    """The trailing optional `scales_*` arguments (positional or keyword) as nd values."""
-    values = list(scales) + list(named.values())
-    return (values + [None] * nd)[:nd]
-
-
-def _register_upsample(mode: str, nd: int, default_op, vec_op, backward_op, has_align: bool) -> None:
-    if has_align:
-        def rule(ctx, x, output_size, align_corners, *scales, **named):
-            return _upsample(ctx, mode, nd, x, output_size, align_corners, _scale_list(scales, named, nd))
-
-        def vec_rule(ctx, x, output_size, align_corners, scale_factors):
-            return _upsample(ctx, mode, nd, x, output_size, align_corners, _scale_list(scale_factors or [], {}, nd))
-
-        def backward_rule(ctx, grad_output, output_size, input_size, align_corners, *scales, **named):
-            return _upsample_backward(ctx, mode, nd, grad_output, output_size, input_size, align_corners,
-                                      _scale_list(scales, named, nd))
-    else:
-        def rule(ctx, x, output_size, *scales, **named):
-            return _upsample(ctx, mode, nd, x, output_size, None, _scale_list(scales, named, nd))
-
-        def vec_rule(ctx, x, output_size, scale_factors):
-            return _upsample(ctx, mode, nd, x, output_size, None, _scale_list(scale_factors or [], {}, nd))
-
-        def backward_rule(ctx, grad_output, output_size, input_size, *scales, **named):
-            return _upsample_backward(ctx, mode, nd, grad_output, output_size, input_size, None,
-                                      _scale_list(scales, named, nd))
-
-    lowers(default_op)(rule)
-    lowers(vec_op)(vec_rule)
-    if backward_op is not None:
-        lowers(backward_op)(backward_rule)
-
-
-for _mode, _nd, _name, _align in [
-    ("nearest", 1, "upsample_nearest1d", False),
-    ("nearest", 2, "upsample_nearest2d", False),
-    ("nearest", 3, "upsample_nearest3d", False),
-    ("nearest_exact", 1, "_upsample_nearest_exact1d", False),
-    ("nearest_exact", 2, "_upsample_nearest_exact2d", False),
-    ("nearest_exact", 3, "_upsample_nearest_exact3d", False),
-    ("linear", 1, "upsample_linear1d", True),
-    ("linear", 2, "upsample_bilinear2d", True),
-    ("linear", 3, "upsample_trilinear3d", True),
-    ("cubic", 2, "upsample_bicubic2d", True),
-    ("linear_aa", 2, "_upsample_bilinear2d_aa", True),
-    ("cubic_aa", 2, "_upsample_bicubic2d_aa", True),
-]:
-    _packet = getattr(aten, _name)
-    _backward = getattr(aten, _name + "_backward", None)
-    _register_upsample(_mode, _nd, _packet.default, _packet.vec, _backward.default if _backward else None, _align)
 
 
 # -- im2col / col2im ------------------------------------------------------------------------------
@@ -841,7 +508,11 @@ def _patch_geometry(spatial, kernel, dilation, padding, stride):
     ]
 
 
-@lowers(aten.im2col.default)
+@lowers(
+    aten.im2col.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_spatial_dynamic(aten.im2col.default),
+)
 def _im2col(ctx, x, kernel_size, dilation, padding, stride):
     k, d, p, s = (_expand(v, 2) for v in (kernel_size, dilation, padding, stride))
     xs = shape_of(x)
@@ -867,7 +538,11 @@ def _im2col(ctx, x, kernel_size, dilation, padding, stride):
     return out if batched else reshape(out, shape_of(out)[1:])
 
 
-@lowers(aten.col2im.default)
+@lowers(
+    aten.col2im.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_spatial_dynamic(aten.col2im.default),
+)
 def _col2im(ctx, cols, output_size, kernel_size, dilation, padding, stride):
     k, d, p, s = (_expand(v, 2) for v in (kernel_size, dilation, padding, stride))
     out_hw = _expand(output_size, 2)
@@ -890,458 +565,25 @@ def _col2im(ctx, cols, output_size, kernel_size, dilation, padding, stride):
             lo = [0, 0, i * d[0], j * d[1]]
             hi = [0, 0, hp - (i * d[0] + _dilated(oh, s[0])), wp - (j * d[1] + _dilated(ow, s[1]))]
             placed = stablehlo.PadOp(patch, full(0, acc, []), lo, hi, [0, 0, s[0] - 1, s[1] - 1]).result
-            total = _add(total, placed)
+            total = add(total, placed)
     out = stablehlo.SliceOp(total, [0, 0, p[0], p[1]], [n, c, p[0] + out_hw[0], p[1] + out_hw[1]], [1] * 4).result
     out = convert(out, dt)
     return out if batched else reshape(out, shape_of(out)[1:])
 
 
-# -- grid_sampler_2d --------------------------------------------------------------------------------
-# Follows PyTorch's vectorized CPU kernel (GridSamplerKernel.cpp), which is what eager runs
-# for f32/f64: clipping maps NaN to 0, out-of-bounds taps read 0 but keep their weight
-# (so a NaN/inf coordinate gives NaN with zeros padding), and taps are addressed with
-# truncating float->int conversion.
-_BILINEAR, _NEAREST, _BICUBIC = 0, 1, 2
-_ZEROS, _BORDER, _REFLECTION = 0, 1, 2
-
-
-def _f(value, like: ir.Value) -> ir.Value:
-    return full(value, dtype(like), shape_of(like))
-
-
-def _sub(a: ir.Value, b: ir.Value) -> ir.Value:
-    return stablehlo.SubtractOp(a, b).result
-
-
-def _unnormalize(coord: ir.Value, size: int, align_corners: bool) -> ir.Value:
-    np_t = _np_type(dtype(coord))
-    if align_corners:  # (coord + 1) * ((size - 1) / 2)
-        return _mul(_add(coord, _f(1, coord)), _f(np_t(size - 1) / np_t(2), coord))
-    # (coord + 1) * (size / 2) - 0.5
-    return _sub(_mul(_add(coord, _f(1, coord)), _f(np_t(size) / np_t(2), coord)), _f(0.5, coord))
-
-
-def _clip(coord: ir.Value, size: int) -> ir.Value:
-    """min(max(coord, 0), size - 1) with NaN -> 0."""
-    zero = _f(0, coord)
-    coord = select(compare(coord, zero, "GT"), coord, zero)
-    return stablehlo.MinOp(coord, _f(size - 1, coord)).result
-
-
-def _reflect(coord: ir.Value, size: int, align_corners: bool) -> ir.Value:
-    if align_corners:
-        if size <= 1:
-            return _f(0, coord)
-        low, twice_span = 0.0, 2.0 * (size - 1)
-    else:
-        low, twice_span = -0.5, 2.0 * size
-    c = stablehlo.AbsOp(_sub(coord, _f(low, coord))).result
-    flips = _trunc(stablehlo.DivOp(c, _f(twice_span, coord)).result)
-    extra = _sub(c, _mul(flips, _f(twice_span, coord)))
-    out = stablehlo.MinOp(extra, _sub(_f(twice_span, coord), extra)).result
-    return _add(out, _f(low, coord)) if low else out
-
-
-def _apply_padding(coord: ir.Value, size: int, padding_mode: int, align_corners: bool) -> ir.Value:
-    if padding_mode == _BORDER:
-        return _clip(coord, size)
-    if padding_mode == _REFLECTION:
-        return _clip(_reflect(coord, size, align_corners), size)
-    return coord
-
-
-def _trunc(v: ir.Value) -> ir.Value:
-    return select(compare(v, _f(0, v), "LT"), stablehlo.CeilOp(v).result, stablehlo.FloorOp(v).result)
-
-
-def _in_range(v: ir.Value, size: int) -> ir.Value:
-    """-1 < v < size for integer-valued float coordinates (false for NaN)."""
-    return stablehlo.AndOp(compare(v, _f(-1, v), "GT"), compare(v, _f(size, v), "LT")).result
-
-
-def _flat_pixel_indices(ix: ir.Value, iy: ir.Value, h: int, w: int) -> ir.Value:
-    """(N, P) float pixel coordinates -> (N, P, 2) [batch, y * W + x] gather/scatter
-    indices (clamped; callers mask the out-of-bounds taps)."""
-    n, p = shape_of(ix)
-    xi = convert(_clip(ix, w), torch.int64)
-    yi = convert(_clip(iy, h), torch.int64)
-    flat = _add(_mul(yi, full(w, torch.int64, [n, p])), xi)
-    return stablehlo.ConcatenateOp([_iota([n, p, 1], 0), reshape(flat, [n, p, 1])], 2).result
-
-
-def _concat_taps(taps) -> tuple[ir.Value, ir.Value]:
-    """[(ix, iy, mask)] over (N, P) -> ((N, T*P) x, (N, T*P) y) plus the mask."""
-    ix = stablehlo.ConcatenateOp([t[0] for t in taps], 1).result if len(taps) > 1 else taps[0][0]
-    iy = stablehlo.ConcatenateOp([t[1] for t in taps], 1).result if len(taps) > 1 else taps[0][1]
-    mask = stablehlo.ConcatenateOp([t[2] for t in taps], 1).result if len(taps) > 1 else taps[0][2]
-    return ix, iy, mask
-
-
-class _Sampler:
-    """Reads input pixels (N, C, H, W) at integer-valued float coordinates (N, P),
-    yielding (N, P, C) with 0 where the tap's mask is false. All taps of one call are
-    one gather."""
-
-    def __init__(self, x: ir.Value):
-        self.n, self.c, self.h, self.w = shape_of(x)
-        self.dt = dtype(x)
-        self.table = transpose(reshape(x, [self.n, self.c, self.h * self.w]), [0, 2, 1])
-
-    def many(self, taps) -> list[ir.Value]:
-        n, p = shape_of(taps[0][0])
-        ix, iy, mask = _concat_taps(taps)
-        tp = len(taps) * p
-        idx = _flat_pixel_indices(ix, iy, self.h, self.w)
-        attr = ir.Attribute.parse(
-            "#stablehlo.gather<offset_dims = [2], collapsed_slice_dims = [0, 1], start_index_map = [0, 1], "
-            "index_vector_dim = 2>"
-        )
-        vals = stablehlo.GatherOp(self.table, idx, attr, [1, 1, self.c], results=[tensor_type([n, tp, self.c], self.dt)]).result
-        mask = stablehlo.BroadcastInDimOp(tensor_type([n, tp, self.c], torch.bool), mask, [0, 1]).result
-        vals = select(mask, vals, full(0, self.dt, [n, tp, self.c]))
-        if len(taps) == 1:
-            return [vals]
-        return [stablehlo.SliceOp(vals, [0, t * p, 0], [n, (t + 1) * p, self.c], [1, 1, 1]).result for t in range(len(taps))]
-
-    def __call__(self, ix: ir.Value, iy: ir.Value, mask: ir.Value) -> ir.Value:
-        return self.many([(ix, iy, mask)])[0]
-
-
-def _times(vals: ir.Value, weight: ir.Value) -> ir.Value:
-    """(N, P, C) values times (N, P) weights."""
-    w = stablehlo.BroadcastInDimOp(tensor_type(shape_of(vals), dtype(vals)), weight, [0, 1]).result
-    return _mul(vals, w)
-
-
-def _cubic_weights(t: ir.Value) -> list[ir.Value]:
-    a = -0.75
-
-    def conv1(x):  # ((A + 2) * x - (A + 3)) * x * x + 1
-        return _add(_mul(_mul(_sub(_mul(_f(a + 2, x), x), _f(a + 3, x)), x), x), _f(1, x))
-
-    def conv2(x):  # ((A * x - 5A) * x + 8A) * x - 4A
-        return _sub(_mul(_add(_mul(_sub(_mul(_f(a, x), x), _f(5 * a, x)), x), _f(8 * a, x)), x), _f(4 * a, x))
-
-    one = _f(1, t)
-    return [conv2(_add(t, one)), conv1(t), conv1(_sub(one, t)), conv2(_add(_sub(one, t), one))]
-
-
-@lowers(aten.grid_sampler_2d.default)
-def _grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
-    n, c, h, w = shape_of(x)
-    _, ho, wo, _ = shape_of(grid)
-    dt = dtype(x)
-    acc = _acc_dtype(dt)
-    g = reshape(convert(grid, acc), [n, ho * wo, 2])
-    gx = reshape(stablehlo.SliceOp(g, [0, 0, 0], [n, ho * wo, 1], [1, 1, 1]).result, [n, ho * wo])
-    gy = reshape(stablehlo.SliceOp(g, [0, 0, 1], [n, ho * wo, 2], [1, 1, 1]).result, [n, ho * wo])
-    sample = _Sampler(convert(x, acc))
-    ix = _unnormalize(gx, w, align_corners)
-    iy = _unnormalize(gy, h, align_corners)
-    both = lambda p, q: stablehlo.AndOp(p, q).result
-    if interpolation_mode == _BILINEAR:
-        ix = _apply_padding(ix, w, padding_mode, align_corners)
-        iy = _apply_padding(iy, h, padding_mode, align_corners)
-        x0 = stablehlo.FloorOp(ix).result
-        y0 = stablehlo.FloorOp(iy).result
-        one = _f(1, ix)
-        x1, y1 = _add(x0, one), _add(y0, one)
-        we = _sub(ix, x0)  # distance to the west column
-        ea = _sub(one, we)
-        no = _sub(iy, y0)  # distance to the north row
-        so = _sub(one, no)
-        mw, me, mn, ms = _in_range(x0, w), _in_range(x1, w), _in_range(y0, h), _in_range(y1, h)
-        nw_v, ne_v, sw_v, se_v = sample.many(
-            [(x0, y0, both(mw, mn)), (x1, y0, both(me, mn)), (x0, y1, both(mw, ms)), (x1, y1, both(me, ms))]
-        )
-        out = _times(nw_v, _mul(so, ea))
-        out = _add(out, _times(ne_v, _mul(so, we)))
-        out = _add(out, _times(sw_v, _mul(no, ea)))
-        out = _add(out, _times(se_v, _mul(no, we)))
-    elif interpolation_mode == _NEAREST:
-        ix = stablehlo.RoundNearestEvenOp(_apply_padding(ix, w, padding_mode, align_corners)).result
-        iy = stablehlo.RoundNearestEvenOp(_apply_padding(iy, h, padding_mode, align_corners)).result
-        out = sample(ix, iy, both(_in_range(ix, w), _in_range(iy, h)))
-    elif interpolation_mode == _BICUBIC:
-        x0 = stablehlo.FloorOp(ix).result
-        y0 = stablehlo.FloorOp(iy).result
-        wx = _cubic_weights(_sub(ix, x0))
-        wy = _cubic_weights(_sub(iy, y0))
-
-        def bounded(cx, cy):
-            cx = _trunc(_apply_padding(cx, w, padding_mode, align_corners))
-            cy = _trunc(_apply_padding(cy, h, padding_mode, align_corners))
-            return cx, cy, both(_in_range(cx, w), _in_range(cy, h))
-
-        taps = [bounded(_add(x0, _f(j - 1, x0)), _add(y0, _f(i - 1, y0))) for i in range(4) for j in range(4)]
-        vals = sample.many(taps)
-        out = None
-        for i in range(4):
-            row = None
-            for j in range(4):
-                term = _times(vals[4 * i + j], wx[j])
-                row = term if row is None else _add(row, term)
-            term = _times(row, wy[i])
-            out = term if out is None else _add(out, term)
-    else:
-        raise ctx.fail(f"unknown grid_sampler interpolation mode {interpolation_mode}")
-    out = transpose(reshape(out, [n, ho, wo, c]), [0, 3, 1, 2])
-    return convert(out, dt)
-
-
-def _clip_with_grad(coord: ir.Value, size: int) -> tuple[ir.Value, ir.Value]:
-    """clip_coordinates_get_grad: the clipped coordinate and a 0/1 multiplier that is 0
-    on and beyond the borders."""
-    clipped = _clip(coord, size)
-    lo = stablehlo.MaxOp(coord, _f(0, coord)).result
-    inside = stablehlo.AndOp(compare(lo, _f(0, coord), "NE"), compare(clipped, _f(size - 1, coord), "NE")).result
-    return clipped, select(inside, _f(1, coord), _f(0, coord))
-
-
-def _reflect_with_grad(coord: ir.Value, size: int, align_corners: bool) -> tuple[ir.Value, ir.Value]:
-    """reflect_coordinates_get_grad: the reflected coordinate and its derivative (+-1)."""
-    if align_corners:
-        if size <= 1:
-            return _f(0, coord), _f(0, coord)
-        low, twice_span = 0.0, 2.0 * (size - 1)
-    else:
-        low, twice_span = -0.5, 2.0 * size
-    shifted = _sub(coord, _f(low, coord))
-    negative = compare(shifted, _f(0, coord), "LT")
-    c = stablehlo.AbsOp(shifted).result
-    flips = _trunc(stablehlo.DivOp(c, _f(twice_span, coord)).result)
-    extra = _sub(c, _mul(flips, _f(twice_span, coord)))
-    reflected = _sub(_f(twice_span, coord), extra)
-    one_more = compare(extra, reflected, "GT")
-    out = _add(select(one_more, reflected, extra), _f(low, coord))
-    flip = stablehlo.XorOp(one_more, negative).result
-    return out, select(flip, _f(-1, coord), _f(1, coord))
-
-
-def _coords_with_grad(grid_coord, size, padding_mode, align_corners):
-    """ComputeLocation::apply_get_grad: the source coordinate and d coord / d grid."""
-    np_t = _np_type(dtype(grid_coord))
-    scale = np_t(size - 1) / np_t(2) if align_corners else np_t(size) / np_t(2)
-    coord = _unnormalize(grid_coord, size, align_corners)
-    mult = _f(scale, coord)
-    if padding_mode == _BORDER:
-        coord, g = _clip_with_grad(coord, size)
-        mult = _mul(mult, g)
-    elif padding_mode == _REFLECTION:
-        coord, g = _reflect_with_grad(coord, size, align_corners)
-        mult = _mul(mult, g)
-        coord, g = _clip_with_grad(coord, size)
-        mult = _mul(mult, g)
-    return coord, mult
-
-
-class _Scatterer:
-    """Accumulates (N, P, C) contributions at integer-valued float coordinates (N, P)
-    into an (N, C, H, W) gradient, skipping taps whose mask is false; every `add` joins
-    one scatter."""
-
-    def __init__(self, n: int, c: int, h: int, w: int, dt: torch.dtype):
-        self.n, self.c, self.h, self.w, self.dt = n, c, h, w, dt
-        self.taps: list = []
-        self.values: list[ir.Value] = []
-
-    def add(self, ix: ir.Value, iy: ir.Value, mask: ir.Value, values: ir.Value) -> None:
-        self.taps.append((ix, iy, mask))
-        self.values.append(values)
-
-    def result(self) -> ir.Value:
-        n, c, h, w, dt = self.n, self.c, self.h, self.w, self.dt
-        ix, iy, mask = _concat_taps(self.taps)
-        values = stablehlo.ConcatenateOp(self.values, 1).result if len(self.values) > 1 else self.values[0]
-        tp = shape_of(values)[1]
-        mask = stablehlo.BroadcastInDimOp(tensor_type([n, tp, c], torch.bool), mask, [0, 1]).result
-        values = select(mask, values, full(0, dt, [n, tp, c]))
-        attr = ir.Attribute.parse(
-            "#stablehlo.scatter<update_window_dims = [2], inserted_window_dims = [0, 1], "
-            "scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 2>"
-        )
-        op = stablehlo.ScatterOp([tensor_type([n, h * w, c], dt)], [full(0, dt, [n, h * w, c])],
-                                 _flat_pixel_indices(ix, iy, h, w), [values], attr)
-        scalar_region(op.update_computation, [dt, dt], lambda a: [_add(a[0], a[1])])
-        return reshape(transpose(op.results[0], [0, 2, 1]), [n, c, h, w])
-
-
-def _channel_sum(x: ir.Value) -> ir.Value:
-    """(N, P, C) -> (N, P)."""
-    (out,) = reduce([x], [full(0, dtype(x), [])], [2], lambda a, b: [_add(a[0], b[0])])
-    return out
-
-
-def _cubic_weight_grads(t: ir.Value) -> list[ir.Value]:
-    a = -0.75
-    f = lambda v: _f(v, t)
-    x0 = _sub(f(-1), t)
-    x1 = _sub(f(0), t)
-    x2 = _sub(f(1), t)
-    x3 = _sub(f(2), t)
-    return [
-        _sub(_mul(_sub(_mul(f(-3 * a), x0), f(10 * a)), x0), f(8 * a)),
-        _mul(_sub(_mul(f(-3 * (a + 2)), x1), f(2 * (a + 3))), x1),
-        _mul(_sub(_mul(f(3 * (a + 2)), x2), f(2 * (a + 3))), x2),
-        _add(_mul(_sub(_mul(f(3 * a), x3), f(10 * a)), x3), f(8 * a)),
-    ]
-
-
-@lowers(aten.grid_sampler_2d_backward.default)
-def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, padding_mode, align_corners,
-                              output_mask):
-    n, c, h, w = shape_of(x)
-    _, ho, wo, _ = shape_of(grid)
-    p = ho * wo
-    dt = dtype(x)
-    acc = _acc_dtype(dt)
-    g = reshape(convert(grid, acc), [n, p, 2])
-    gx = reshape(stablehlo.SliceOp(g, [0, 0, 0], [n, p, 1], [1, 1, 1]).result, [n, p])
-    gy = reshape(stablehlo.SliceOp(g, [0, 0, 1], [n, p, 2], [1, 1, 1]).result, [n, p])
-    go = transpose(reshape(convert(grad_output, acc), [n, c, p]), [0, 2, 1])  # (N, P, C)
-    sample = _Sampler(convert(x, acc))
-    scatter = _Scatterer(n, c, h, w, acc) if output_mask[0] else None
-    both = lambda a, b: stablehlo.AndOp(a, b).result
-    bc = lambda v: stablehlo.BroadcastInDimOp(tensor_type([n, p, c], acc), v, [0, 1]).result
-    zero_np = full(0, acc, [n, p])
-    if interpolation_mode == _BILINEAR:
-        ix, mx = _coords_with_grad(gx, w, padding_mode, align_corners)
-        iy, my = _coords_with_grad(gy, h, padding_mode, align_corners)
-        x0 = stablehlo.FloorOp(ix).result
-        y0 = stablehlo.FloorOp(iy).result
-        one = _f(1, ix)
-        x1, y1 = _add(x0, one), _add(y0, one)
-        we = _sub(ix, x0)
-        ea = _sub(one, we)
-        no = _sub(iy, y0)
-        so = _sub(one, no)
-        mw, me, mn, ms = _in_range(x0, w), _in_range(x1, w), _in_range(y0, h), _in_range(y1, h)
-        corners = [(x0, y0, both(mw, mn), _mul(so, ea)), (x1, y0, both(me, mn), _mul(so, we)),
-                   (x0, y1, both(mw, ms), _mul(no, ea)), (x1, y1, both(me, ms), _mul(no, we))]
-        for cx, cy, mask, weight in corners:
-            if scatter is not None:
-                scatter.add(cx, cy, mask, _mul(go, bc(weight)))
-        nw, ne, sw, se = sample.many([corner[:3] for corner in corners])
-        dx = _add(_mul(_sub(ne, nw), bc(so)), _mul(_sub(se, sw), bc(no)))
-        dy = _add(_mul(_sub(sw, nw), bc(ea)), _mul(_sub(se, ne), bc(we)))
-        grad_x = _mul(_channel_sum(_mul(dx, go)), mx)
-        grad_y = _mul(_channel_sum(_mul(dy, go)), my)
-    elif interpolation_mode == _NEAREST:
-        ix = stablehlo.RoundNearestEvenOp(_apply_padding(_unnormalize(gx, w, align_corners), w, padding_mode, align_corners)).result
-        iy = stablehlo.RoundNearestEvenOp(_apply_padding(_unnormalize(gy, h, align_corners), h, padding_mode, align_corners)).result
-        if scatter is not None:
-            scatter.add(ix, iy, both(_in_range(ix, w), _in_range(iy, h)), go)
-        grad_x = grad_y = zero_np
-    elif interpolation_mode == _BICUBIC:
-        np_t = _np_type(acc)
-        mx = _f(np_t(w - 1) / np_t(2) if align_corners else np_t(w) / np_t(2), gx)
-        my = _f(np_t(h - 1) / np_t(2) if align_corners else np_t(h) / np_t(2), gy)
-        ix = _unnormalize(gx, w, align_corners)
-        iy = _unnormalize(gy, h, align_corners)
-        x0 = stablehlo.FloorOp(ix).result
-        y0 = stablehlo.FloorOp(iy).result
-        tx, ty = _sub(ix, x0), _sub(iy, y0)
-        cx, cy = _cubic_weights(tx), _cubic_weights(ty)
-        dcx, dcy = _cubic_weight_grads(tx), _cubic_weight_grads(ty)
-        taps = []
-        for i in range(4):
-            for j in range(4):
-                xx = _trunc(_apply_padding(_add(x0, _f(i - 1, x0)), w, padding_mode, align_corners))
-                yy = _trunc(_apply_padding(_add(y0, _f(j - 1, y0)), h, padding_mode, align_corners))
-                taps.append((xx, yy, both(_in_range(xx, w), _in_range(yy, h))))
-        vals = sample.many(taps)
-        acc_x = acc_y = None
-        for i in range(4):
-            for j in range(4):
-                xx, yy, mask = taps[4 * i + j]
-                if scatter is not None:
-                    scatter.add(xx, yy, mask, _mul(go, bc(_mul(cx[i], cy[j]))))
-                vg = _mul(vals[4 * i + j], go)
-                tx_term = _mul(vg, bc(_mul(dcx[i], cy[j])))
-                ty_term = _mul(vg, bc(_mul(dcy[j], cx[i])))
-                acc_x = tx_term if acc_x is None else _add(acc_x, tx_term)
-                acc_y = ty_term if acc_y is None else _add(acc_y, ty_term)
-        grad_x = _mul(stablehlo.NegOp(_channel_sum(acc_x)).result, mx)
-        grad_y = _mul(stablehlo.NegOp(_channel_sum(acc_y)).result, my)
-    else:
-        raise ctx.fail(f"unknown grid_sampler interpolation mode {interpolation_mode}")
-    grad_grid = None
-    if output_mask[1]:
-        grad_grid = stablehlo.ConcatenateOp([reshape(grad_x, [n, p, 1]), reshape(grad_y, [n, p, 1])], 2).result
-        grad_grid = convert(reshape(grad_grid, [n, ho, wo, 2]), dtype(grid))
-    grad_input = convert(scatter.result(), dt) if scatter is not None else None
-    return grad_input, grad_grid
-
-
-# -- embeddings ---------------------------------------------------------------------------------------
-def _gather_rows(weight: ir.Value, indices: ir.Value) -> ir.Value:
-    """weight[indices] for a 2-D weight and 1-D indices: (M, D)."""
-    (m,) = shape_of(indices)
-    _, d = shape_of(weight)
-    attr = ir.Attribute.parse(
-        "#stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>"
-    )
-    idx = reshape(indices, [m, 1])
-    return stablehlo.GatherOp(weight, idx, attr, [1, d], results=[tensor_type([m, d], dtype(weight))]).result
-
-
-def _scatter_rows(rows: ir.Value, indices: ir.Value, num: int, combine=_add, init=0) -> ir.Value:
-    """A (num, *rest) tensor where each rows[i] is combined into row indices[i]."""
-    rs = shape_of(rows)
-    m = rs[0]
-    dt = dtype(rows)
-    window = list(range(1, len(rs)))
-    attr = ir.Attribute.parse(
-        f"#stablehlo.scatter<update_window_dims = {window}, inserted_window_dims = [0], "
-        "scatter_dims_to_operand_dims = [0], index_vector_dim = 1>"
-    )
-    out = [num] + rs[1:]
-    op = stablehlo.ScatterOp([tensor_type(out, dt)], [full(init, dt, out)], reshape(indices, [m, 1]), [rows], attr)
-    scalar_region(op.update_computation, [dt, dt], lambda a: [combine(a[0], a[1])])
-    return op.results[0]
-
-
-@lowers(aten.embedding.default)
-def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    # Out-of-range indices (an error in eager) are clamped by the gather.
-    if rank_of(weight) != 2:
-        raise ctx.fail("embedding expects a 2-D weight")
-    ishape = shape_of(indices)
-    rows = _gather_rows(weight, reshape(indices, [math.prod(ishape)]))
-    return reshape(rows, ishape + [shape_of(weight)[1]])
-
-
-@lowers(aten.embedding_dense_backward.default)
-def _embedding_dense_backward(ctx, grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    ishape = shape_of(indices)
-    m = math.prod(ishape)
-    d = shape_of(grad_output)[-1]
-    dt = dtype(grad_output)
-    acc = _acc_dtype(dt)
-    idx = reshape(indices, [m])
-    g = reshape(convert(grad_output, acc), [m, d])
-    if padding_idx is not None and padding_idx >= 0:
-        keep = compare(idx, full(padding_idx, dtype(idx), [m]), "NE")
-        g = select(stablehlo.BroadcastInDimOp(tensor_type([m, d], torch.bool), keep, [0]).result, g, full(0, acc, [m, d]))
-    if scale_grad_by_freq:
-        counts = _scatter_rows(full(1, acc, [m]), idx, int(num_weights))
-        per_row = _gather_rows(reshape(counts, [int(num_weights), 1]), idx)
-        g = stablehlo.DivOp(g, stablehlo.BroadcastInDimOp(tensor_type([m, d], acc), reshape(per_row, [m]), [0]).result).result
-    return convert(_scatter_rows(g, idx, int(num_weights)), dt)
-
-
-@lowers(aten.avg_pool1d.default)
+@lowers(
+    aten.avg_pool1d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.avg_pool1d.default),
+)
 def _avg_pool1d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True):
     return _avg_pool(ctx, 1, x, kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
-@lowers(aten.adaptive_avg_pool1d.default)
+@lowers(
+    aten.adaptive_avg_pool1d.default,
+    dynamic=Padding.WINDOW,
+    dynamic_rule=reject_spatial_dynamic(aten.adaptive_avg_pool1d.default),
+)
 def _adaptive_avg_pool1d(ctx, x, output_size):
     return _adaptive_avg(ctx, 1, x, output_size)
-
-
-# Bounded dynamism: an embedding reads rows at given indices; its backward scatters rows,
-# which XLA's dynamic padder masks (test_gpt_training_step_dynamic_batch). Pooling and
-# resampling rules are in dynamic_rules.py.
-declare_padding(Padding.SAFE, aten.embedding.default)
-declare_padding(Padding.MASKED, aten.embedding_dense_backward.default)

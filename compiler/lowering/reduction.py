@@ -41,9 +41,27 @@ from .helpers import (
     shape_of,
 )
 from .helpers import full as _full
-from .registry import declare_padding, LoweringContext, lowers, Padding
+from .padded import (
+    dynamic_dims,
+    i64,
+    product,
+    reject_along_dynamic,
+    run_time_size,
+    symbolic_arg,
+    valid_positions,
+)
+from .registry import LOWERINGS, LoweringContext, lowers, Padding
+from .symsize import static_layout
 
 aten = torch.ops.aten
+
+
+# Bounded dynamism (registry.Padding, declared at each registration): XLA's dynamic padder
+# pads a reduction's operand with the reduction's init value, so the plain reductions and
+# softmaxes are `masked`: right over a dynamic dim (checked by
+# test/python/frontend/test_bounded_dynamism_opinfo.py). mean/var/std have count rules,
+# scans prefix rules, sort/topk/median/kthvalue reject a dynamic dim they order along and
+# argmax/argmin/max.dim/min.dim mask padding.
 
 
 # -- shared pieces ------------------------------------------------------------------------------
@@ -119,7 +137,7 @@ def _is_float(dt: torch.dtype) -> bool:
 
 
 # -- sum, mean, prod, nansum ------------------------------------------------------------------
-@lowers(aten.sum.dim_IntList, aten.sum.default)
+@lowers(aten.sum.dim_IntList, aten.sum.default, dynamic=Padding.MASKED)
 def _sum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()  # `dtype`, else int64 for integers/bool, else x's dtype
     x = convert(convert(x, out), accumulation_dtype(out))
@@ -127,7 +145,7 @@ def _sum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     return _finish(ctx, reduce_sum(x, dims))
 
 
-@lowers(aten.nansum.default)
+@lowers(aten.nansum.default, dynamic=Padding.MASKED)
 def _nansum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
     x = convert(convert(x, out), accumulation_dtype(out))
@@ -137,7 +155,20 @@ def _nansum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     return _finish(ctx, reduce_sum(x, dims))
 
 
-@lowers(aten.mean.dim, aten.mean.default)
+def _mean_padded(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
+    """Divides the (masked) sum by the run-time element count of the reduced dims."""
+    sym = symbolic_arg(ctx, 0)
+    dims = normalize_dims(dim if dim not in ((), []) else None, len(shape_of(x)))
+    if not any(d in dynamic_dims(ctx, 0) for d in dims):
+        return NotImplemented
+    total = _sum(ctx, x, dims, keepdim, dtype=dtype)
+    count = product([run_time_size(ctx, sym.shape[d]) for d in dims])
+    return stablehlo.DivOp(
+        total, broadcast_to(convert(count, dtype_of_value(total)), shape_of(total))
+    ).result
+
+
+@lowers(aten.mean.dim, aten.mean.default, dynamic=Padding.COUNT, dynamic_rule=_mean_padded)
 def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
     x = convert(convert(x, out), accumulation_dtype(out))
@@ -148,7 +179,7 @@ def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     return _finish(ctx, stablehlo.DivOp(total, count).result)
 
 
-@lowers(aten.prod.default, aten.prod.dim_int)
+@lowers(aten.prod.default, aten.prod.dim_int, dynamic=Padding.MASKED)
 def _prod(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
     x = convert(convert(x, out), accumulation_dtype(out))
@@ -165,12 +196,12 @@ def _any_all(op_class, init: bool, ctx: LoweringContext, x, dim=None, keepdim=Fa
 
 
 for _op in (aten.any.default, aten.any.dim, aten.any.dims):
-    lowers(_op)(partial(_any_all, stablehlo.OrOp, False))
+    lowers(_op, dynamic=Padding.MASKED)(partial(_any_all, stablehlo.OrOp, False))
 for _op in (aten.all.default, aten.all.dim, aten.all.dims):
-    lowers(_op)(partial(_any_all, stablehlo.AndOp, True))
+    lowers(_op, dynamic=Padding.MASKED)(partial(_any_all, stablehlo.AndOp, True))
 
 
-@lowers(aten.count_nonzero.default, aten.count_nonzero.dim_IntList)
+@lowers(aten.count_nonzero.default, aten.count_nonzero.dim_IntList, dynamic=Padding.MASKED)
 def _count_nonzero(ctx: LoweringContext, x, dim=None):
     nonzero = convert(convert(x, torch.bool), torch.int64)
     return _finish(ctx, reduce_sum(nonzero, reduction_dims(dim, len(shape_of(x)))))
@@ -190,13 +221,13 @@ def _amax_amin(largest: bool, ctx: LoweringContext, x, dim=(), keepdim=False):
     return _finish(ctx, _extreme(x, dims, largest))
 
 
-lowers(aten.amax.default)(partial(_amax_amin, True))
-lowers(aten.amin.default)(partial(_amax_amin, False))
-lowers(aten.max.default)(partial(_amax_amin, True))
-lowers(aten.min.default)(partial(_amax_amin, False))
+lowers(aten.amax.default, dynamic=Padding.MASKED)(partial(_amax_amin, True))
+lowers(aten.amin.default, dynamic=Padding.MASKED)(partial(_amax_amin, False))
+lowers(aten.max.default, dynamic=Padding.MASKED)(partial(_amax_amin, True))
+lowers(aten.min.default, dynamic=Padding.MASKED)(partial(_amax_amin, False))
 
 
-@lowers(aten.aminmax.default)
+@lowers(aten.aminmax.default, dynamic=Padding.MASKED)
 def _aminmax(ctx: LoweringContext, x, *, dim=None, keepdim=False):
     dims = reduction_dims(dim, len(shape_of(x)))
     return _finish(ctx, _extreme(x, dims, False), 0), _finish(ctx, _extreme(x, dims, True), 1)
@@ -257,8 +288,51 @@ def _argmax_argmin(largest: bool, ctx: LoweringContext, x, dim=None, keepdim=Fal
     return reshape(indices, ctx.result_shape())
 
 
-lowers(aten.argmax.default)(partial(_argmax_argmin, True))
-lowers(aten.argmin.default)(partial(_argmax_argmin, False))
+def _arg_reduce_padded(largest: bool, with_values: bool):
+    """argmax/argmin/max.dim/min.dim over a dynamic dim: padded positions hold the value
+    that never wins (-inf/+inf or the dtype's extreme: on a tie the first logical position
+    wins, as it comes first in the padded layout too), and a flattened index is computed
+    from the logical strides, not the padded ones."""
+
+    def rule(ctx: LoweringContext, x, dim=None, keepdim=False):
+        shape = shape_of(x)
+        rank = len(shape)
+        dims = list(range(rank)) if dim is None else normalize_dims(dim, max(rank, 1))
+        if rank == 0 or not set(dims) & set(dynamic_dims(ctx, 0)):
+            return NotImplemented
+        dt = dtype(x)
+        valid = valid_positions(ctx, 0, shape)
+        fill = _full(min_value(dt) if largest else max_value(dt), dt, shape)
+        masked = static_layout(select(valid, x, fill))
+        if dim is not None:
+            values, indices = arg_reduce(masked, dims[0], largest)
+        else:
+            count = math.prod(shape)
+            values, flat = arg_reduce(reshape(masked, [count]), 0, largest)
+            sym = symbolic_arg(ctx, 0)
+            logical = [run_time_size(ctx, s) for s in sym.shape]
+            indices = i64(0)
+            for d in range(rank):
+                padded_stride = math.prod(shape[d + 1 :])
+                coord = stablehlo.DivOp(flat, i64(padded_stride)).result
+                coord = stablehlo.RemOp(coord, i64(shape[d])).result
+                term = stablehlo.MulOp(coord, i64(product(logical[d + 1 :]))).result
+                indices = stablehlo.AddOp(indices, term).result
+        if with_values:
+            return reshape(values, ctx.result_shape(0)), reshape(indices, ctx.result_shape(1))
+        return reshape(indices, ctx.result_shape())
+
+    rule.__doc__ = _arg_reduce_padded.__doc__
+    rule.__name__ = rule.__qualname__ = f"{'max' if largest else 'min'}_{'values_and_' if with_values else ''}index_padded"
+    return rule
+
+
+lowers(aten.argmax.default, dynamic=Padding.INDEX, dynamic_rule=_arg_reduce_padded(True, False))(
+    partial(_argmax_argmin, True)
+)
+lowers(aten.argmin.default, dynamic=Padding.INDEX, dynamic_rule=_arg_reduce_padded(False, False))(
+    partial(_argmax_argmin, False)
+)
 
 
 def _max_min_dim(largest: bool, ctx: LoweringContext, x, dim, keepdim=False):
@@ -266,8 +340,12 @@ def _max_min_dim(largest: bool, ctx: LoweringContext, x, dim, keepdim=False):
     return reshape(values, ctx.result_shape(0)), reshape(indices, ctx.result_shape(1))
 
 
-lowers(aten.max.dim)(partial(_max_min_dim, True))
-lowers(aten.min.dim)(partial(_max_min_dim, False))
+lowers(aten.max.dim, dynamic=Padding.INDEX, dynamic_rule=_arg_reduce_padded(True, True))(
+    partial(_max_min_dim, True)
+)
+lowers(aten.min.dim, dynamic=Padding.INDEX, dynamic_rule=_arg_reduce_padded(False, True))(
+    partial(_max_min_dim, False)
+)
 
 
 # -- var, std -------------------------------------------------------------------------------
@@ -322,14 +400,54 @@ def _var_std(
     return _finish(ctx, var)
 
 
+def _var_std_padded(take_sqrt: bool, with_mean: bool):
+    """var/std (and var_mean/std_mean) over a dynamic dim: divides by the run-time
+    element count of the reduced dims."""
+
+    def rule(ctx: LoweringContext, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        if isinstance(dim, bool):
+            dim, unbiased = None, dim
+        sym = symbolic_arg(ctx, 0)
+        dims = normalize_dims(dim if dim not in ((), []) else None, len(shape_of(x)))
+        if not any(d in dynamic_dims(ctx, 0) for d in dims):
+            return NotImplemented
+        if correction is None:
+            correction = 0 if unbiased is False else 1
+        acc = torch.float64 if dtype(x) is torch.float64 else torch.float32
+        xf = convert(x, acc)
+        count = convert(i64(product([run_time_size(ctx, sym.shape[d]) for d in dims])), acc)
+        total = reduce_sum(xf, dims)
+        mean = stablehlo.DivOp(total, broadcast_to(count, shape_of(total))).result
+        kept = [1 if d in dims else s for d, s in enumerate(shape_of(xf))]
+        centered = stablehlo.SubtractOp(xf, broadcast_to(reshape(mean, kept), shape_of(xf))).result
+        # Padding in `centered` is masked by the dynamic padder in the reduction.
+        squares = reduce_sum(stablehlo.MulOp(centered, centered).result, dims)
+        denom = stablehlo.MaxOp(
+            stablehlo.SubtractOp(count, _full(correction, acc, [])).result, _full(0, acc, [])
+        ).result
+        var = stablehlo.DivOp(squares, broadcast_to(denom, shape_of(squares))).result
+        if take_sqrt:
+            var = stablehlo.SqrtOp(var).result
+        out_shape = ctx.result_shape(0) if with_mean else ctx.result_shape()
+        out_dtype = ctx.result_dtype(0) if with_mean else ctx.result_dtype()
+        var = reshape(convert(var, out_dtype), out_shape)
+        if with_mean:
+            return var, reshape(convert(mean, ctx.result_dtype(1)), ctx.result_shape(1))
+        return var
+
+    rule.__doc__ = "Divides by the run-time element count of the reduced dims (the sums are masked by the dynamic padder)."
+    rule.__name__ = rule.__qualname__ = f"{'std' if take_sqrt else 'var'}{'_mean' if with_mean else ''}_padded"
+    return rule
+
+
 for _op in (aten.var.dim, aten.var.correction, aten.var.default):
-    lowers(_op)(partial(_var_std, False, False))
+    lowers(_op, dynamic=Padding.COUNT, dynamic_rule=_var_std_padded(False, False))(partial(_var_std, False, False))
 for _op in (aten.std.dim, aten.std.correction, aten.std.default):
-    lowers(_op)(partial(_var_std, True, False))
+    lowers(_op, dynamic=Padding.COUNT, dynamic_rule=_var_std_padded(True, False))(partial(_var_std, True, False))
 for _op in (aten.var_mean.correction, aten.var_mean.dim, aten.var_mean.default):
-    lowers(_op)(partial(_var_std, False, True))
+    lowers(_op, dynamic=Padding.COUNT, dynamic_rule=_var_std_padded(False, True))(partial(_var_std, False, True))
 for _op in (aten.std_mean.correction, aten.std_mean.dim, aten.std_mean.default):
-    lowers(_op)(partial(_var_std, True, True))
+    lowers(_op, dynamic=Padding.COUNT, dynamic_rule=_var_std_padded(True, True))(partial(_var_std, True, True))
 
 
 # -- norms and logsumexp ------------------------------------------------------------------------
@@ -365,7 +483,7 @@ def _vector_norm(ctx: LoweringContext, x, ord=2, dim=None, keepdim=False, *, dty
     return _finish(ctx, result)
 
 
-lowers(aten.linalg_vector_norm.default)(_vector_norm)
+lowers(aten.linalg_vector_norm.default, dynamic=Padding.MASKED)(_vector_norm)
 
 
 @lowers(
@@ -373,12 +491,13 @@ lowers(aten.linalg_vector_norm.default)(_vector_norm)
     aten.norm.ScalarOpt_dim,
     aten.norm.ScalarOpt_dim_dtype,
     aten.norm.ScalarOpt_dtype,
+    dynamic=Padding.MASKED,
 )
 def _norm(ctx: LoweringContext, x, p=2, dim=None, keepdim=False, *, dtype=None):
     return _vector_norm(ctx, x, 2 if p is None else p, dim, keepdim, dtype=dtype)
 
 
-@lowers(aten.logsumexp.default)
+@lowers(aten.logsumexp.default, dynamic=Padding.MASKED)
 def _logsumexp(ctx: LoweringContext, x, dim, keepdim=False):
     out = ctx.result_dtype()
     if out.is_complex:
@@ -411,13 +530,13 @@ def _softmax_of(x: ir.Value, dim: int) -> ir.Value:
     return stablehlo.DivOp(exp, broadcast_to(total, shape_of(x))).result
 
 
-@lowers(aten._softmax.default)
+@lowers(aten._softmax.default, dynamic=Padding.MASKED)
 def _softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     out = ctx.result_dtype()
     return convert(_softmax_of(convert(x, accumulation_dtype(out)), dim), out)
 
 
-@lowers(aten._log_softmax.default)
+@lowers(aten._log_softmax.default, dynamic=Padding.MASKED)
 def _log_softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     out = ctx.result_dtype()
     shifted, _, total = _softmax_parts(convert(x, accumulation_dtype(out)), dim)
@@ -425,7 +544,7 @@ def _log_softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     return convert(stablehlo.SubtractOp(shifted, log_total).result, out)
 
 
-@lowers(aten._safe_softmax.default)
+@lowers(aten._safe_softmax.default, dynamic=Padding.MASKED)
 def _safe_softmax(ctx: LoweringContext, x, dim, dtype=None):
     """softmax, but 0 (not NaN) along slices that are entirely -inf (masked rows)."""
     out = ctx.result_dtype()
@@ -441,7 +560,7 @@ def _safe_softmax(ctx: LoweringContext, x, dim, dtype=None):
     return convert(result, out)
 
 
-@lowers(aten._softmax_backward_data.default)
+@lowers(aten._softmax_backward_data.default, dynamic=Padding.MASKED)
 def _softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
     out = ctx.result_dtype()
     acc = accumulation_dtype(out)
@@ -453,7 +572,7 @@ def _softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
     return convert(stablehlo.MulOp(output, stablehlo.SubtractOp(grad, dot).result).result, out)
 
 
-@lowers(aten._log_softmax_backward_data.default)
+@lowers(aten._log_softmax_backward_data.default, dynamic=Padding.MASKED)
 def _log_softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
     out = ctx.result_dtype()
     acc = accumulation_dtype(out)
@@ -518,8 +637,19 @@ def _cumulative(op_class, init, ctx: LoweringContext, x, dim, *, dtype=None):
     return _finish(ctx, result)
 
 
-lowers(aten.cumsum.default)(partial(_cumulative, stablehlo.AddOp, 0))
-lowers(aten.cumprod.default)(partial(_cumulative, stablehlo.MulOp, 1))
+def _scan_on_padded_buffer(ctx: LoweringContext, x, *args, **kwargs):
+    """A forward scan's valid outputs read only valid inputs (a prefix), so it runs on the
+    padded buffer as a static one; the importer re-attaches the sizes to its result.
+    (XLA's dynamic padder got reduce_window scans wrong with two dynamic dims: rows past
+    the other dim's bound came out wrong.)"""
+    if not dynamic_dims(ctx, 0):
+        return NotImplemented
+    return LOWERINGS[ctx.node.target].fn(ctx, static_layout(x), *args, **kwargs)
+
+
+_SCAN = {"dynamic": Padding.PREFIX, "dynamic_rule": _scan_on_padded_buffer}
+lowers(aten.cumsum.default, **_SCAN)(partial(_cumulative, stablehlo.AddOp, 0))
+lowers(aten.cumprod.default, **_SCAN)(partial(_cumulative, stablehlo.MulOp, 1))
 
 
 def _running(op_class, x: ir.Value, init, dim: int) -> ir.Value:
@@ -553,11 +683,11 @@ def _cumulative_extreme(largest: bool, ctx: LoweringContext, x, dim):
     return _finish(ctx, values, 0), _finish(ctx, indices, 1)
 
 
-lowers(aten.cummax.default)(partial(_cumulative_extreme, True))
-lowers(aten.cummin.default)(partial(_cumulative_extreme, False))
+lowers(aten.cummax.default, **_SCAN)(partial(_cumulative_extreme, True))
+lowers(aten.cummin.default, **_SCAN)(partial(_cumulative_extreme, False))
 
 
-@lowers(aten.logcumsumexp.default)
+@lowers(aten.logcumsumexp.default, **_SCAN)
 def _logcumsumexp(ctx: LoweringContext, x, dim):
     out = ctx.result_dtype()
     if out.is_complex:
@@ -615,19 +745,32 @@ def _sort(ctx: LoweringContext, x, dim=-1, descending=False):
     return _finish(ctx, values, 0), _finish(ctx, indices, 1)
 
 
-@lowers(aten.sort.default)
+@lowers(
+    aten.sort.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_along_dynamic("sort", dim_position=1, default=-1),
+)
 def _sort_default(ctx: LoweringContext, x, dim=-1, descending=False):
     return _sort(ctx, x, dim, descending)
 
 
-@lowers(aten.sort.stable)
+@lowers(
+    aten.sort.stable,
+    dynamic=Padding.MOVEMENT,
+    # dim is keyword-only in sort.stable
+    dynamic_rule=reject_along_dynamic("sort", dim_position=99, default=-1),
+)
 def _sort_stable(ctx: LoweringContext, x, *, stable=None, dim=-1, descending=False):
     # Always stable: PyTorch's unstable sort may return any order among ties, and the
     # stable order is one of them (and what PyTorch's CPU kernel returns).
     return _sort(ctx, x, dim, descending)
 
 
-@lowers(aten.topk.default)
+@lowers(
+    aten.topk.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_along_dynamic("topk", dim_position=2, default=-1),
+)
 def _topk(ctx: LoweringContext, x, k, dim=-1, largest=True, sorted=True):
     """The k largest (smallest) along `dim`, NaN counting as the largest. Results come
     sorted even for sorted=False, whose order PyTorch leaves unspecified."""
@@ -707,11 +850,22 @@ def _median(ignore_nan: bool, ctx: LoweringContext, x, dim=None, keepdim=False):
     return _finish(ctx, value)
 
 
-lowers(aten.median.default, aten.median.dim)(partial(_median, False))
-lowers(aten.nanmedian.default, aten.nanmedian.dim)(partial(_median, True))
+# Order statistics along a dynamic dim would order the padding too.
+for _ignore_nan, _packet in ((False, aten.median), (True, aten.nanmedian)):
+    _rule = partial(_median, _ignore_nan)
+    lowers(
+        _packet.default, dynamic=Padding.MOVEMENT, dynamic_rule=reject_along_dynamic("median", dim_position=None)
+    )(_rule)
+    lowers(_packet.dim, dynamic=Padding.MOVEMENT, dynamic_rule=reject_along_dynamic("median", dim_position=1))(
+        _rule
+    )
 
 
-@lowers(aten.kthvalue.default)
+@lowers(
+    aten.kthvalue.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_along_dynamic("kthvalue", dim_position=2, default=-1),
+)
 def _kthvalue(ctx: LoweringContext, x, k, dim=-1, keepdim=False):
     """The k-th smallest (1-based) along `dim`, NaN counting as the largest."""
     x, dim = _order_statistic_input(ctx, x, dim)
@@ -729,40 +883,8 @@ def _kthvalue(ctx: LoweringContext, x, k, dim=-1, keepdim=False):
     return _finish(ctx, value, 0), _finish(ctx, index, 1)
 
 
-@lowers(aten.dist.default)
+@lowers(aten.dist.default, dynamic=Padding.MASKED)
 def _dist(ctx: LoweringContext, a, b, p=2):
     """‖a - b‖_p over all elements (broadcast, in the promoted dtype)."""
     lhs, rhs = promote(a, b, to=ctx.result_dtype())
     return _vector_norm(ctx, stablehlo.SubtractOp(lhs, rhs).result, ord=p)
-
-
-# Bounded dynamism (registry.Padding): XLA's dynamic padder pads a reduction's operand
-# with the reduction's init value, so these are right over a dynamic dim (checked by
-# test/python/frontend/test_bounded_dynamism_opinfo.py). mean/var/std have count rules,
-# scans prefix rules, sort/topk/median/kthvalue reject a dynamic dim they order along and
-# argmax/argmin/max.dim/min.dim mask padding (dynamic_rules.py).
-declare_padding(
-    Padding.MASKED,
-    aten.sum.dim_IntList,
-    aten.sum.default,
-    aten.nansum.default,
-    aten.prod.default,
-    aten.prod.dim_int,
-    aten.any,
-    aten.all,
-    aten.count_nonzero,
-    aten.amax.default,
-    aten.amin.default,
-    aten.aminmax.default,
-    aten.max.default,
-    aten.min.default,
-    aten.linalg_vector_norm.default,
-    aten.norm,
-    aten.logsumexp.default,
-    aten._softmax.default,
-    aten._log_softmax.default,
-    aten._safe_softmax.default,
-    aten._softmax_backward_data.default,
-    aten._log_softmax_backward_data.default,
-    aten.dist.default,
-)

@@ -80,7 +80,7 @@ class Lowering:
     padding: Padding | None = None
     # The rule used when an operand or the result has a dynamic dim; returns
     # NotImplemented where the ordinary rule is right (the dynamic dims are not the
-    # ones the op works along). Registered with `dynamic_rule`.
+    # ones the op works along). Declared at the registration: `lowers(..., dynamic_rule=)`.
     dynamic_rule: Callable | None = None
 
 
@@ -104,18 +104,38 @@ def _lowered_overloads(op: Any) -> list:
     return targets
 
 
-def lowers(*ops: Any, dynamic: Padding | None = None) -> Callable[[Callable], Callable]:
+_LOWERING_PACKAGE = __name__.rpartition(".")[0]
+
+
+def family_of(module: str) -> str:
+    """The family of the lowerings defined in `module`: the module or package right under
+    this package (`lowering/linalg/qr.py` and `lowering/linalg/lu.py` are both `linalg`,
+    `lowering/losses.py` is `losses`); a module elsewhere (a test's rule) is its own name."""
+    inside = module.removeprefix(_LOWERING_PACKAGE + ".")
+    return inside.split(".")[0] if inside != module else module.rsplit(".", 1)[-1]
+
+
+def lowers(
+    *ops: Any, dynamic: Padding | None = None, dynamic_rule: Callable | None = None
+) -> Callable[[Callable], Callable]:
     """Registers `fn` as the lowering of each of `ops` (OpOverloads; an OpOverloadPacket
-    registers all of its overloads), with its padding class `dynamic` (`Padding`)."""
+    registers all of its overloads), with its padding class `dynamic` (`Padding`) and,
+    for a class whose ordinary rule is not right on padded buffers, its `dynamic_rule`
+    (`Lowering.dynamic_rule`; the factories of `padded.py` make the common ones). A
+    second lowering of an overload is an error."""
+    if dynamic_rule is not None and (dynamic is None or dynamic in PADDING_SAFE_AS_IS):
+        what = dynamic.value if dynamic is not None else "no"
+        raise ValueError(f"a dynamic rule for {', '.join(map(str, ops))} with {what} padding class: "
+                         "declare the class the rule handles (registry.Padding)")
 
     def register(fn: Callable) -> Callable:
         # functools.partial rules report the module of the function they specialise.
-        family = getattr(fn, "func", fn).__module__.rsplit(".", 1)[-1]
+        family = family_of(getattr(fn, "func", fn).__module__)
         for op in ops:
             for target in _overloads(op):
                 if target in LOWERINGS:
                     raise ValueError(f"{target} has two lowerings ({LOWERINGS[target].family}, {family})")
-                LOWERINGS[target] = Lowering(target, fn, family, dynamic)
+                LOWERINGS[target] = Lowering(target, fn, family, dynamic, dynamic_rule)
         return fn
 
     return register
@@ -125,7 +145,8 @@ def declare_padding(padding: Padding, *ops: Any, family: str | None = None) -> N
     """Declares the padding class of lowerings already registered: each of `ops`, or
     (with `family`) every lowering of that family module still undeclared — for families
     that are uniformly of one class (pure elementwise ones). An op without a lowering,
-    or declared twice with different classes, is an error (a dead or conflicting entry)."""
+    or declared twice with different classes, is an error (a dead or conflicting entry).
+    A dynamic rule is declared at the registration (`lowers(..., dynamic_rule=)`)."""
     targets = [t for op in ops for t in _lowered_overloads(op)]
     if family is not None:
         targets += [op for op, low in LOWERINGS.items() if low.family == family and low.padding is None]
@@ -134,25 +155,6 @@ def declare_padding(padding: Padding, *ops: Any, family: str | None = None) -> N
         if low.padding is not None and low.padding is not padding:
             raise ValueError(f"{target} declared {low.padding.name} and {padding.name}")
         LOWERINGS[target] = replace(low, padding=padding)
-
-
-def dynamic_rule(*ops: Any, padding: Padding) -> Callable[[Callable], Callable]:
-    """Attaches `fn` as the dynamic rule of each of `ops` (an OpOverloadPacket: its
-    lowered overloads), which must already have an ordinary lowering and no rule, and
-    declares their class `padding`."""
-
-    def register(fn: Callable) -> Callable:
-        for op in ops:
-            for target in _lowered_overloads(op):
-                low = LOWERINGS[target]
-                if low.dynamic_rule is not None:
-                    raise ValueError(f"{target} has two dynamic rules")
-                if low.padding is not None and low.padding is not padding:
-                    raise ValueError(f"{target} declared {low.padding.name} and {padding.name}")
-                LOWERINGS[target] = replace(low, padding=padding, dynamic_rule=fn)
-        return fn
-
-    return register
 
 
 def require_padding_as_is(lowering: Lowering, ctx: "LoweringContext") -> None:

@@ -12,66 +12,68 @@ other permutation of a dense layout — and fail loudly otherwise (see `_storage
 Result shapes are taken from `node.meta['val']` wherever PyTorch already computed them
 (view sizes with -1, split chunk sizes, squeeze), so the rules only decide *how* to move
 elements, never re-derive PyTorch's shape logic.
+
+Bounded dynamism (registry.Padding, declared at each registration): views that keep
+every dim whole (each element stays at its logical coordinates, padding stays padding),
+copies and triangular masks (by position) are `safe`; concatenation along a dynamic dim
+is `masked` by XLA's dynamic padder. Reshapes, slices, flips, splits and pads have
+dynamic rules; diagonals, unfold, rot90, `as_strided` and dtype views read positions that
+depend on where a dynamic dim ends (`movement`, no rule: they run in eager).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
+import sympy
 import torch
 
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
+    bitcast,
     broadcast_to,
     compare,
+    concatenate,
     constant,
     convert,
     dtype,
     full,
+    iota,
     normalize_dim,
     rank_of,
     reduce,
     reshape,
     select,
     shape_of,
+    slice_in_dim,
     transpose,
 )
-from .registry import declare_padding, LoweringContext, lowers, Padding
+from .padded import (
+    dynamic_dims,
+    i64,
+    is_dynamic_size,
+    product,
+    reject_along_dynamic,
+    reject_spatial_dynamic,
+    run_time_size,
+    symbolic_arg,
+)
+from .registry import LoweringContext, lowers, Padding
+from .row_layout import flatten_layout, unflatten_matches
+from .symsize import SymSize, static_layout
 
 aten = torch.ops.aten
 
 
 # -- family-private builders -------------------------------------------------------------------
-def _slice(x: ir.Value, dim: int, start: int, limit: int, step: int = 1) -> ir.Value:
-    """x[..., start:limit:step, ...] along `dim` (indices already normalized)."""
-    shape = shape_of(x)
-    if start == 0 and limit == shape[dim] and step == 1:
-        return x
-    starts = [0] * len(shape)
-    limits = list(shape)
-    strides = [1] * len(shape)
-    starts[dim], limits[dim], strides[dim] = start, limit, step
-    return stablehlo.SliceOp(x, starts, limits, strides).result
-
-
-def _concat(values: Sequence[ir.Value], dim: int) -> ir.Value:
-    values = list(values)
-    if len(values) == 1:
-        return values[0]
-    return stablehlo.ConcatenateOp(values, dim).result
-
-
 def _reverse(x: ir.Value, dims: Sequence[int]) -> ir.Value:
     dims = sorted({int(d) for d in dims})
     if not dims:
         return x
     return stablehlo.ReverseOp(x, dims).result
-
-
-def _iota(shape: Sequence[int], dim: int, dtype_: torch.dtype = torch.int64) -> ir.Value:
-    return stablehlo.IotaOp(tensor_type(shape, dtype_), dim).result
 
 
 def _pad(x: ir.Value, value: ir.Value, low: Sequence[int], high: Sequence[int], interior: Sequence[int] | None = None) -> ir.Value:
@@ -132,12 +134,142 @@ def _to_result_shape(ctx: LoweringContext, x, *args, **kwargs):
     return reshape(x, ctx.result_shape())
 
 
+def _layout_preserving(in_shape, out_shape) -> bool:
+    """Whether reshaping the padded buffer keeps every element where the logical reshape
+    puts it: one dynamic dim on each side, the same size, with equal static products
+    before and after it (padding then stays in one contiguous block per outer index)."""
+
+    def split(shape):
+        dyn = [d for d, s in enumerate(shape) if is_dynamic_size(s)]
+        if len(dyn) != 1:
+            return None
+        d = dyn[0]
+        return (
+            math.prod(int(s) for s in shape[:d]),
+            shape[d].node.expr,
+            math.prod(int(s) for s in shape[d + 1 :]),
+        )
+
+    a, b = split(in_shape), split(out_shape)
+    return a is not None and b is not None and a[0] == b[0] and a[2] == b[2] and a[1] == b[1]
+
+
+def _size_key(s):
+    return str(s.node.expr) if isinstance(s, torch.SymInt) else int(s)
+
+
+def _reshape_padded(ctx: LoweringContext, x, *args, **kwargs):
+    """A reshape that keeps the padding in place is a plain reshape; a flattening one is
+    kept row-interleaved for row-wise consumers (row_layout.py); any other moves elements
+    with a gather at logical positions."""
+    in_sym = symbolic_arg(ctx, 0)
+    out_sym = ctx.importer.dynamic.symbolic_val(ctx.node)
+    in_dyn = ctx.importer.dynamic.dynamic_dims(in_sym)
+    out_dyn = ctx.importer.dynamic.dynamic_dims(out_sym)
+    if not in_dyn and not out_dyn:
+        return NotImplemented
+    importer = ctx.importer
+    source = ctx.node.args[0]
+    layout = importer.interleaved.get(source)
+    if layout is not None:
+        if unflatten_matches(layout, out_sym.shape):
+            return reshape(x, ctx.result_shape())  # the padded buffer is already in place
+        x = importer.compacted(source)
+    elif (
+        flat := flatten_layout(in_sym.shape, out_sym.shape, shape_of(x)[in_dyn[0]] if in_dyn else 0)
+    ) is not None:
+        importer.interleaved[ctx.node] = flat
+        return reshape(x, ctx.result_shape())
+    if [_size_key(s) for s in in_sym.shape] == [_size_key(s) for s in out_sym.shape] or _layout_preserving(
+        in_sym.shape, out_sym.shape
+    ):
+        return reshape(x, ctx.result_shape())
+    return gather_reshape(ctx, x, in_sym.shape, out_sym.shape, ctx.result_shape())
+
+
+def gather_reshape(ctx: LoweringContext, x: ir.Value, in_sizes, out_sizes, out_pad) -> ir.Value:
+    """A reshape that moves padding: each output element's logical linear index is mapped
+    to its input element, read with one gather of rows (the longest common static suffix
+    is kept whole)."""
+    in_pad = shape_of(x)
+    # Common static trailing block moved as a unit.
+    i, o = len(in_pad), len(out_pad)
+    while i > 0 and o > 0:
+        si, so = in_sizes[i - 1], out_sizes[o - 1]
+        if (
+            is_dynamic_size(si)
+            or is_dynamic_size(so)
+            or isinstance(si, sympy.Expr)
+            and not isinstance(si, sympy.Integer)
+            or int(si) != int(so)
+        ):
+            break
+        i -= 1
+        o -= 1
+    in_lead, out_lead = in_pad[:i], out_pad[:o]
+    in_log = [run_time_size(ctx, s) for s in in_sizes[:i]]
+    out_log = [run_time_size(ctx, s) for s in out_sizes[:o]]
+    lead_shape = list(out_lead) or [1]
+    # Logical linear index of each output row.
+    linear = None
+    for d in range(len(out_lead)):
+        idx = stablehlo.IotaOp(tensor_type(lead_shape, torch.int64), d).result
+        stride = product(out_log[d + 1 :])
+        term = stablehlo.MulOp(idx, broadcast_to(i64(stride), lead_shape)).result
+        linear = term if linear is None else stablehlo.AddOp(linear, term).result
+    if linear is None:
+        linear = broadcast_to(i64(0), lead_shape)
+    # The input coordinates of that logical index; the gather reads the padded input
+    # directly (reshaping it first would let XLA's dynamic padder move the padding).
+    count = math.prod(lead_shape)
+    flat = reshape(linear, [count])
+    coords = []
+    for d in range(len(in_lead)):
+        logical_stride = product(in_log[d + 1 :])
+        coord = stablehlo.DivOp(flat, broadcast_to(i64(logical_stride), [count])).result
+        coord = stablehlo.RemOp(coord, broadcast_to(i64(in_log[d]), [count])).result
+        coords.append(reshape(coord, [count, 1]))
+    if not coords:
+        return reshape(x, out_pad)
+    indices = coords[0] if len(coords) == 1 else stablehlo.ConcatenateOp(coords, 1).result
+    from .indexing import _gather
+
+    trailing = in_pad[len(in_lead) :]
+    taken = _gather(
+        x,
+        indices,
+        offset_dims=list(range(1, 1 + len(trailing))),
+        collapsed_slice_dims=list(range(len(in_lead))),
+        start_index_map=list(range(len(in_lead))),
+        index_vector_dim=1,
+        slice_sizes=[1] * len(in_lead) + list(trailing),
+    )
+    return reshape(taken, out_pad)
+
+
+def compact_rows(ctx: LoweringContext, raw: ir.Value, layout, symbolic) -> ir.Value:
+    """The compact `[lead*s, rest...]` value of an interleaved one (row_layout.py):
+    its padded `[lead..., bound, rest...]` buffer, sized, read with one gather."""
+    rest = [int(v) for v in symbolic.shape[1:]]
+    blocked = reshape(raw, list(layout.lead) + [layout.bound] + rest)
+    size = ctx.importer.dynamic.size_i32(layout.symbol, ctx.node)
+    blocked = stablehlo.SetDimensionSizeOp(
+        blocked, size, len(layout.lead), results=[blocked.type]
+    ).result
+    in_sizes = list(layout.lead) + [layout.symbol] + rest
+    return gather_reshape(ctx, blocked, in_sizes, list(symbolic.shape), shape_of(raw))
+
+
 lowers(
     aten.view.default,
     aten.view_copy.default,
     aten._unsafe_view.default,
     aten.reshape.default,
     aten._reshape_alias.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=_reshape_padded,
+)(_to_result_shape)
+lowers(
     aten.squeeze.default,
     aten.squeeze.dim,
     aten.squeeze.dims,
@@ -146,6 +278,7 @@ lowers(
     aten.squeeze_copy.dims,
     aten.unsqueeze.default,
     aten.unsqueeze_copy.default,
+    dynamic=Padding.SAFE,
 )(_to_result_shape)
 
 
@@ -165,26 +298,27 @@ lowers(
     # materialized, so resolving them is the identity.
     aten.resolve_conj.default,
     aten.resolve_neg.default,
+    dynamic=Padding.SAFE,
 )(_identity)
 
 
-@lowers(aten.expand.default, aten.expand_copy.default)
+@lowers(aten.expand.default, aten.expand_copy.default, dynamic=Padding.SAFE)
 def _expand(ctx: LoweringContext, x, size, *, implicit=False):
     return broadcast_to(x, ctx.result_shape())
 
 
-@lowers(aten.permute.default, aten.permute_copy.default)
+@lowers(aten.permute.default, aten.permute_copy.default, dynamic=Padding.SAFE)
 def _permute(ctx: LoweringContext, x, dims):
     rank = rank_of(x)
     return transpose(x, [normalize_dim(d, rank) for d in dims])
 
 
-@lowers(aten.t.default, aten.t_copy.default)
+@lowers(aten.t.default, aten.t_copy.default, dynamic=Padding.SAFE)
 def _t(ctx: LoweringContext, x):
     return x if rank_of(x) < 2 else transpose(x, [1, 0])
 
 
-@lowers(aten.transpose.int, aten.transpose_copy.int)
+@lowers(aten.transpose.int, aten.transpose_copy.int, dynamic=Padding.SAFE)
 def _transpose(ctx: LoweringContext, x, dim0, dim1):
     rank = rank_of(x)
     if rank == 0:
@@ -195,7 +329,7 @@ def _transpose(ctx: LoweringContext, x, dim0, dim1):
     return transpose(x, perm)
 
 
-@lowers(aten.movedim.int, aten.movedim.intlist)
+@lowers(aten.movedim.int, aten.movedim.intlist, dynamic=Padding.SAFE)
 def _movedim(ctx: LoweringContext, x, source, destination):
     rank = rank_of(x)
     source = [source] if isinstance(source, int) else list(source)
@@ -213,27 +347,113 @@ def _movedim(ctx: LoweringContext, x, source, destination):
 
 
 # -- slicing -----------------------------------------------------------------------------------
-@lowers(aten.slice.Tensor, aten.slice_copy.Tensor)
+# Along a dynamic dim, where a slice starts depends on the logical size when the start is
+# negative (counted from the end) or symbolic. The padded buffer is extended by the
+# slice's bound first, so the dynamic_slice never clamps its start.
+def _runtime_start(ctx: LoweringContext, start, dim: int) -> ir.Value | int:
+    """`start` normalized against operand 0's run-time size along `dim`."""
+    return _runtime_index(ctx, start, run_time_size(ctx, symbolic_arg(ctx, 0).shape[dim]))
+
+
+def _runtime_index(ctx: LoweringContext, index, size) -> ir.Value | int:
+    """PyTorch's start normalization (negative counts from the end; clamped to [0, size])
+    with the run-time size."""
+    if index is None:
+        return 0
+    if isinstance(index, SymSize):
+        value = index.value
+    elif int(index) >= 0 and not isinstance(size, ir.Value):
+        return min(int(index), size)
+    elif int(index) >= 0:
+        value = i64(int(index))
+    else:
+        value = stablehlo.AddOp(i64(size), i64(int(index))).result
+    value = stablehlo.MaxOp(value, i64(0)).result
+    return stablehlo.MinOp(value, i64(size)).result
+
+
+def _pad_dim(x: ir.Value, dim: int, extra: int) -> ir.Value:
+    """`x` extended by `extra` zeros at the end of `dim`."""
+    if extra <= 0:
+        return x
+    shape = shape_of(x)
+    shape[dim] = extra
+    return stablehlo.ConcatenateOp([x, full(0, dtype(x), shape)], dim).result
+
+
+def _dynamic_slice(x: ir.Value, dim: int, start: ir.Value | int, length: int, step: int = 1) -> ir.Value:
+    """x[..., start : start + length*step : step, ...] for a run-time start."""
+    if not isinstance(start, ir.Value) and start + (length - 1) * step + 1 <= shape_of(x)[dim]:
+        starts, limits, strides = [0] * len(shape_of(x)), list(shape_of(x)), [1] * len(shape_of(x))
+        starts[dim], limits[dim], strides[dim] = start, start + (length - 1) * step + 1, step
+        return stablehlo.SliceOp(x, starts, limits, strides).result
+    span = (length - 1) * step + 1 if length > 0 else 0
+    # Static layout: XLA rejects a dynamic_slice that selects part of a dynamic dim.
+    x = _pad_dim(static_layout(x), dim, span)
+    shape = shape_of(x)
+    sizes = list(shape)
+    sizes[dim] = span
+    starts = [i64(start) if d == dim else i64(0) for d in range(len(shape))]
+    window = stablehlo.DynamicSliceOp(x, starts, sizes).result
+    if step == 1:
+        return window
+    limits = list(sizes)
+    strides = [1] * len(sizes)
+    strides[dim] = step
+    return stablehlo.SliceOp(window, [0] * len(sizes), limits, strides).result
+
+
+def _slice_padded(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
+    """Slices a dynamic dim from its run-time start (negative starts count from the run-time end)."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    if int(step) < 1:
+        raise ctx.fail("slice step must be positive")
+    begin = _runtime_start(ctx, start, dim)
+    length = ctx.result_shape()[dim]
+    return reshape(_dynamic_slice(x, dim, begin, length, int(step)), ctx.result_shape())
+
+
+@lowers(aten.slice.Tensor, aten.slice_copy.Tensor, dynamic=Padding.MOVEMENT, dynamic_rule=_slice_padded)
 def _slice_tensor(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, rank_of(x))
     start, end = _slice_bounds(shape_of(x)[dim], start, end)
-    return reshape(_slice(x, dim, start, end, int(step)), ctx.result_shape())
+    return reshape(slice_in_dim(x, dim, start, end, int(step)), ctx.result_shape())
 
 
-@lowers(aten.narrow.default, aten.narrow_copy.default)
+def _narrow_padded(ctx: LoweringContext, x, dim, start, length):
+    """Narrows a dynamic dim from its run-time start."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    begin = _runtime_start(ctx, start, dim)
+    return reshape(_dynamic_slice(x, dim, begin, ctx.result_shape()[dim]), ctx.result_shape())
+
+
+@lowers(aten.narrow.default, aten.narrow_copy.default, dynamic=Padding.MOVEMENT, dynamic_rule=_narrow_padded)
 def _narrow(ctx: LoweringContext, x, dim, start, length):
     dim = normalize_dim(dim, rank_of(x))
     if start < 0:
         start += shape_of(x)[dim]
-    return _slice(x, dim, int(start), int(start + length))
+    return slice_in_dim(x, dim, int(start), int(start + length))
 
 
-@lowers(aten.select.int, aten.select_copy.int)
+def _select_padded(ctx: LoweringContext, x, dim, index):
+    """Selects along a dynamic dim at a run-time position (negative indices count from the run-time end)."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    begin = _runtime_start(ctx, index, dim)
+    return reshape(_dynamic_slice(x, dim, begin, 1), ctx.result_shape())
+
+
+@lowers(aten.select.int, aten.select_copy.int, dynamic=Padding.MOVEMENT, dynamic_rule=_select_padded)
 def _select(ctx: LoweringContext, x, dim, index):
     dim = normalize_dim(dim, rank_of(x))
     size = shape_of(x)[dim]
     index = int(index) + size if index < 0 else int(index)
-    return reshape(_slice(x, dim, index, index + 1), ctx.result_shape())
+    return reshape(slice_in_dim(x, dim, index, index + 1), ctx.result_shape())
 
 
 def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
@@ -242,12 +462,27 @@ def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
     pieces, offset = [], 0
     for piece in ctx.meta():
         size = int(piece.shape[dim])
-        pieces.append(_slice(x, dim, offset, offset + size))
+        pieces.append(slice_in_dim(x, dim, offset, offset + size))
         offset += size
     return tuple(pieces)
 
 
-@lowers(aten.split.Tensor, aten.unsafe_split.Tensor, aten.split_copy.Tensor)
+def _reject_split_along_dynamic(ctx: LoweringContext, x, split, dim=0, *args, **kwargs):
+    """Splitting along a dynamic dim runs in eager (the pieces' sizes depend on where it
+    ends); along static dims the ordinary rule."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    raise ctx.dynamic_limit("splitting along a dynamic (padded) dimension")
+
+
+@lowers(
+    aten.split.Tensor,
+    aten.unsafe_split.Tensor,
+    aten.split_copy.Tensor,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=_reject_split_along_dynamic,
+)
 def _split(ctx: LoweringContext, x, split_size, dim=0):
     return _split_by_sizes(ctx, x, dim)
 
@@ -258,20 +493,27 @@ def _split(ctx: LoweringContext, x, split_size, dim=0):
     aten.unsafe_split_with_sizes.default,
     aten.split.sizes,
     aten.split.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=_reject_split_along_dynamic,
 )
 def _split_with_sizes(ctx: LoweringContext, x, split_sizes, dim=0):
     return _split_by_sizes(ctx, x, dim)
 
 
-@lowers(aten.unbind.int, aten.unbind_copy.int)
+@lowers(
+    aten.unbind.int,
+    aten.unbind_copy.int,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_along_dynamic("unbind", dim_position=1, default=0),
+)
 def _unbind(ctx: LoweringContext, x, dim=0):
     dim = normalize_dim(dim, rank_of(x))
     shape = shape_of(x)
     rest = shape[:dim] + shape[dim + 1 :]
-    return tuple(reshape(_slice(x, dim, i, i + 1), rest) for i in range(shape[dim]))
+    return tuple(reshape(slice_in_dim(x, dim, i, i + 1), rest) for i in range(shape[dim]))
 
 
-@lowers(aten.unfold.default, aten.unfold_copy.default)
+@lowers(aten.unfold.default, aten.unfold_copy.default, dynamic=Padding.MOVEMENT)
 def _unfold(ctx: LoweringContext, x, dimension, size, step):
     """Sliding windows along `dimension` (placed there), window elements as a new last
     dim: a gather with static indices `w * step + k`."""
@@ -289,7 +531,7 @@ def _unfold(ctx: LoweringContext, x, dimension, size, step):
 
 
 # -- concatenation -------------------------------------------------------------------------------
-@lowers(aten.cat.default)
+@lowers(aten.cat.default, dynamic=Padding.MASKED)
 def _cat(ctx: LoweringContext, tensors, dim=0):
     """Concatenation in the promoted dtype. Like PyTorch, 1-D empty tensors (shape [0])
     are skipped whatever the other inputs' rank (legacy behaviour)."""
@@ -299,20 +541,24 @@ def _cat(ctx: LoweringContext, tensors, dim=0):
         return full(0, out_dtype, ctx.result_shape())
     dim = normalize_dim(dim, rank_of(kept[0]))
     kept = [convert(t, out_dtype) for t in kept]
-    return _concat(kept, dim)
+    return concatenate(kept, dim)
 
 
-@lowers(aten.stack.default)
+@lowers(aten.stack.default, dynamic=Padding.SAFE)
 def _stack(ctx: LoweringContext, tensors, dim=0):
     out_dtype = ctx.result_dtype()
     shape = shape_of(tensors[0])
     dim = normalize_dim(dim, len(shape) + 1)
     expanded = shape[:dim] + [1] + shape[dim:]
-    return _concat([reshape(convert(t, out_dtype), expanded) for t in tensors], dim)
+    return concatenate([reshape(convert(t, out_dtype), expanded) for t in tensors], dim)
 
 
 # -- reordering ----------------------------------------------------------------------------------
-@lowers(aten.flip.default)
+@lowers(
+    aten.flip.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_along_dynamic("flip", dim_position=1, keyword="dims"),
+)
 def _flip(ctx: LoweringContext, x, dims):
     rank = rank_of(x)
     if rank == 0:
@@ -320,7 +566,11 @@ def _flip(ctx: LoweringContext, x, dims):
     return _reverse(x, [normalize_dim(d, rank) for d in dims])
 
 
-@lowers(aten.roll.default)
+@lowers(
+    aten.roll.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_along_dynamic("roll", dim_position=2, keyword="dims"),
+)
 def _roll(ctx: LoweringContext, x, shifts, dims=()):
     shifts = [shifts] if isinstance(shifts, int) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims)
@@ -337,11 +587,11 @@ def _roll(ctx: LoweringContext, x, shifts, dims=()):
             continue
         s = int(shift) % n
         if s:
-            x = _concat([_slice(x, d, n - s, n), _slice(x, d, 0, n - s)], d)
+            x = concatenate([slice_in_dim(x, d, n - s, n), slice_in_dim(x, d, 0, n - s)], d)
     return x
 
 
-@lowers(aten.rot90.default)
+@lowers(aten.rot90.default, dynamic=Padding.MOVEMENT)
 def _rot90(ctx: LoweringContext, x, k=1, dims=(0, 1)):
     rank = rank_of(x)
     d0, d1 = normalize_dim(dims[0], rank), normalize_dim(dims[1], rank)
@@ -357,7 +607,16 @@ def _rot90(ctx: LoweringContext, x, k=1, dims=(0, 1)):
     return x
 
 
-@lowers(aten.repeat.default)
+def _reject_repeat_along_dynamic(ctx: LoweringContext, x, repeats):
+    """Repeating a dynamic dim interleaves copies with padding; repeating others is fine."""
+    rank = len(shape_of(x))
+    offset = len(repeats) - rank
+    if all(int(repeats[offset + d]) == 1 for d in dynamic_dims(ctx, 0)):
+        return NotImplemented
+    raise ctx.dynamic_limit("repeat along a dynamic (padded) dimension")
+
+
+@lowers(aten.repeat.default, dynamic=Padding.MOVEMENT, dynamic_rule=_reject_repeat_along_dynamic)
 def _repeat(ctx: LoweringContext, x, repeats):
     """Tiling: broadcast to interleaved [r0, s0, r1, s1, ...] and merge pairs."""
     repeats = [int(r) for r in repeats]
@@ -369,7 +628,11 @@ def _repeat(ctx: LoweringContext, x, repeats):
     return reshape(tiled, ctx.result_shape())
 
 
-@lowers(aten.pixel_shuffle.default)
+@lowers(
+    aten.pixel_shuffle.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_spatial_dynamic(aten.pixel_shuffle.default),
+)
 def _pixel_shuffle(ctx: LoweringContext, x, upscale_factor):
     r = int(upscale_factor)
     *batch, c, h, w = shape_of(x)
@@ -379,7 +642,11 @@ def _pixel_shuffle(ctx: LoweringContext, x, upscale_factor):
     return reshape(x, ctx.result_shape())
 
 
-@lowers(aten.pixel_unshuffle.default)
+@lowers(
+    aten.pixel_unshuffle.default,
+    dynamic=Padding.MOVEMENT,
+    dynamic_rule=reject_spatial_dynamic(aten.pixel_unshuffle.default),
+)
 def _pixel_unshuffle(ctx: LoweringContext, x, downscale_factor):
     r = int(downscale_factor)
     *batch, c, h, w = shape_of(x)
@@ -396,7 +663,16 @@ def _pad_pairs(rank: int, pad: Sequence[int]) -> list[tuple[int, int, int]]:
     return [(rank - 1 - i, pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]
 
 
-@lowers(aten.constant_pad_nd.default)
+def _reject_padding_a_dynamic_dim(ctx: LoweringContext, x, pad, value=0):
+    """Padding after a dynamic dim's end would land after the buffer's padding."""
+    rank = len(shape_of(x))
+    touched = {rank - 1 - i // 2 for i, p in enumerate(pad) if int(p) != 0}
+    if not touched & set(dynamic_dims(ctx, 0)):
+        return NotImplemented
+    raise ctx.dynamic_limit("constant padding of a dynamic (padded) dimension")
+
+
+@lowers(aten.constant_pad_nd.default, dynamic=Padding.MOVEMENT, dynamic_rule=_reject_padding_a_dynamic_dim)
 def _constant_pad_nd(ctx: LoweringContext, x, pad, value=0):
     rank = rank_of(x)
     low, high = [0] * rank, [0] * rank
@@ -414,30 +690,35 @@ def _edge_pad(mode: str, ctx: LoweringContext, x, padding):
         parts = []
         if lo > 0:
             if mode == "reflect":
-                parts.append(_reverse(_slice(x, d, 1, lo + 1), [d]))
+                parts.append(_reverse(slice_in_dim(x, d, 1, lo + 1), [d]))
             else:
                 parts.append(_repeat_edge(x, d, 0, lo))
-        parts.append(_slice(x, d, max(-lo, 0), n - max(-hi, 0)))
+        parts.append(slice_in_dim(x, d, max(-lo, 0), n - max(-hi, 0)))
         if hi > 0:
             if mode == "reflect":
-                parts.append(_reverse(_slice(x, d, n - 1 - hi, n - 1), [d]))
+                parts.append(_reverse(slice_in_dim(x, d, n - 1 - hi, n - 1), [d]))
             else:
                 parts.append(_repeat_edge(x, d, n - 1, hi))
-        x = _concat(parts, d)
+        x = concatenate(parts, d)
     return x
 
 
 def _repeat_edge(x: ir.Value, dim: int, index: int, count: int) -> ir.Value:
-    edge = _slice(x, dim, index, index + 1)
+    edge = slice_in_dim(x, dim, index, index + 1)
     shape = shape_of(edge)
     shape[dim] = count
     return broadcast_to(edge, shape)
 
 
+# Padding modes read where a dynamic spatial dim ends (reject_spatial_dynamic).
 for _op in (aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default):
-    lowers(_op)(lambda ctx, x, padding: _edge_pad("reflect", ctx, x, padding))
+    lowers(_op, dynamic=Padding.MOVEMENT, dynamic_rule=reject_spatial_dynamic(_op))(
+        lambda ctx, x, padding: _edge_pad("reflect", ctx, x, padding)
+    )
 for _op in (aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default):
-    lowers(_op)(lambda ctx, x, padding: _edge_pad("replicate", ctx, x, padding))
+    lowers(_op, dynamic=Padding.MOVEMENT, dynamic_rule=reject_spatial_dynamic(_op))(
+        lambda ctx, x, padding: _edge_pad("replicate", ctx, x, padding)
+    )
 
 
 def _replication_pad_backward(ctx: LoweringContext, grad, x, padding):
@@ -452,14 +733,14 @@ def _replication_pad_backward(ctx: LoweringContext, grad, x, padding):
         length = shape_of(grad)[d]
         crop_lo, crop_hi = max(-lo, 0), max(-hi, 0)
         begin = max(lo, 0)
-        centre = _slice(grad, d, begin, begin + n - crop_lo - crop_hi)
+        centre = slice_in_dim(grad, d, begin, begin + n - crop_lo - crop_hi)
         low, high = [0] * rank, [0] * rank
         low[d], high[d] = crop_lo, crop_hi
         result = _pad(centre, zero, low, high)
         for start, stop, at in ((0, lo, 0), (length - hi, length, n - 1)):
             if stop - start <= 0:
                 continue
-            edge = _sum_keepdim(_slice(grad, d, start, stop), d)
+            edge = _sum_keepdim(slice_in_dim(grad, d, start, stop), d)
             low, high = [0] * rank, [0] * rank
             low[d], high[d] = at, n - 1 - at
             result = stablehlo.AddOp(result, _pad(edge, zero, low, high)).result
@@ -473,11 +754,12 @@ def _sum_keepdim(x: ir.Value, dim: int) -> ir.Value:
     return reshape(total, shape[:dim] + [1] + shape[dim + 1 :])
 
 
-lowers(
+for _op in (
     aten.replication_pad1d_backward.default,
     aten.replication_pad2d_backward.default,
     aten.replication_pad3d_backward.default,
-)(_replication_pad_backward)
+):
+    lowers(_op, dynamic=Padding.MOVEMENT, dynamic_rule=reject_spatial_dynamic(_op))(_replication_pad_backward)
 
 
 # -- triangles and diagonals ----------------------------------------------------------------------
@@ -485,14 +767,14 @@ def _triangle(lower: bool, ctx: LoweringContext, x, diagonal=0):
     """tril/triu: keep elements with col - row <= k (tril) or >= k (triu)."""
     shape = shape_of(x)
     rank = len(shape)
-    rows, cols = _iota(shape, rank - 2), _iota(shape, rank - 1)
+    rows, cols = iota(shape, rank - 2, torch.int64), iota(shape, rank - 1, torch.int64)
     offset = stablehlo.SubtractOp(cols, rows).result
     keep = compare(offset, full(int(diagonal), torch.int64, shape), "LE" if lower else "GE")
     return select(keep, x, full(0, dtype(x), shape))
 
 
-lowers(aten.tril.default)(lambda ctx, x, diagonal=0: _triangle(True, ctx, x, diagonal))
-lowers(aten.triu.default)(lambda ctx, x, diagonal=0: _triangle(False, ctx, x, diagonal))
+lowers(aten.tril.default, dynamic=Padding.SAFE)(lambda ctx, x, diagonal=0: _triangle(True, ctx, x, diagonal))
+lowers(aten.triu.default, dynamic=Padding.SAFE)(lambda ctx, x, diagonal=0: _triangle(False, ctx, x, diagonal))
 
 
 def _diagonal_layout(shape: Sequence[int], offset: int, dim1: int, dim2: int):
@@ -511,7 +793,7 @@ def _diagonal_layout(shape: Sequence[int], offset: int, dim1: int, dim2: int):
     return perm, r0, c0, length
 
 
-@lowers(aten.diagonal.default, aten.diagonal_copy.default)
+@lowers(aten.diagonal.default, aten.diagonal_copy.default, dynamic=Padding.MOVEMENT)
 def _diagonal(ctx: LoweringContext, x, offset=0, dim1=0, dim2=1):
     """The square [L, L] block holding the diagonal, flattened, sliced with stride L+1."""
     perm, r0, c0, length = _diagonal_layout(shape_of(x), int(offset), dim1, dim2)
@@ -519,10 +801,10 @@ def _diagonal(ctx: LoweringContext, x, offset=0, dim1=0, dim2=1):
         return full(0, dtype(x), ctx.result_shape())
     xt = transpose(x, perm)
     rank = len(perm)
-    block = _slice(_slice(xt, rank - 2, r0, r0 + length), rank - 1, c0, c0 + length)
+    block = slice_in_dim(slice_in_dim(xt, rank - 2, r0, r0 + length), rank - 1, c0, c0 + length)
     batch = shape_of(block)[:-2]
     flat = reshape(block, batch + [length * length])
-    return _slice(flat, rank - 2, 0, length * length, length + 1)
+    return slice_in_dim(flat, rank - 2, 0, length * length, length + 1)
 
 
 def _place_on_diagonal(base: ir.Value, src: ir.Value, r0: int, offset: int) -> ir.Value:
@@ -536,12 +818,12 @@ def _place_on_diagonal(base: ir.Value, src: ir.Value, r0: int, offset: int) -> i
     low[-1], high[-1] = r0, n - r0 - length
     rows = _pad(src, full(0, dtype(base), []), low, high)  # [..., n]: row i holds src[i - r0]
     placed = stablehlo.BroadcastInDimOp(tensor_type(shape, dtype(base)), rows, list(range(rank - 1))).result
-    diff = stablehlo.SubtractOp(_iota(shape, rank - 1), _iota(shape, rank - 2)).result
+    diff = stablehlo.SubtractOp(iota(shape, rank - 1, torch.int64), iota(shape, rank - 2, torch.int64)).result
     on_diagonal = compare(diff, full(offset, torch.int64, shape), "EQ")
     return select(on_diagonal, placed, base)
 
 
-@lowers(aten.diagonal_scatter.default)
+@lowers(aten.diagonal_scatter.default, dynamic=Padding.MOVEMENT)
 def _diagonal_scatter(ctx: LoweringContext, x, src, offset=0, dim1=0, dim2=1):
     perm, r0, _, length = _diagonal_layout(shape_of(x), int(offset), dim1, dim2)
     if length == 0:
@@ -550,13 +832,13 @@ def _diagonal_scatter(ctx: LoweringContext, x, src, offset=0, dim1=0, dim2=1):
     return transpose(out, _inverse_permutation(perm))
 
 
-@lowers(aten.diagonal_backward.default)
+@lowers(aten.diagonal_backward.default, dynamic=Padding.MOVEMENT)
 def _diagonal_backward(ctx: LoweringContext, grad, input_sizes, offset, dim1, dim2):
     zeros = full(0, dtype(grad), [int(s) for s in input_sizes])
     return _diagonal_scatter(ctx, zeros, grad, offset, dim1, dim2)
 
 
-@lowers(aten.diag_embed.default)
+@lowers(aten.diag_embed.default, dynamic=Padding.MOVEMENT)
 def _diag_embed(ctx: LoweringContext, x, offset=0, dim1=-2, dim2=-1):
     """Builds [..., n, n] (batch = x.shape[:-1]) with x on the offset-diagonal, then moves
     the two new dims to dim1/dim2 of the result."""
@@ -582,7 +864,40 @@ def _diag_embed(ctx: LoweringContext, x, offset=0, dim1=-2, dim2=-1):
 
 
 # -- scatters into slices -------------------------------------------------------------------------
-@lowers(aten.slice_scatter.default)
+def _scatter_into(
+    ctx: LoweringContext, base: ir.Value, src: ir.Value, dim: int, begin, length, step: int
+) -> ir.Value:
+    """base with src written at [begin : begin + length*step : step] along dim, where
+    `length` is src's run-time extent: positions outside it keep base (src's padding is
+    never written)."""
+    src = convert(src, dtype(base))
+    shape = shape_of(base)
+    extent = shape_of(src)[dim]
+    if step != 1:
+        raise ctx.dynamic_limit("a strided slice_scatter along a dynamic dimension")
+    padded = _pad_dim(static_layout(base), dim, extent)
+    starts = [i64(begin) if d == dim else i64(0) for d in range(len(shape))]
+    placed = stablehlo.DynamicUpdateSliceOp(padded, static_layout(src), starts).result
+    limits = list(shape)
+    placed = stablehlo.SliceOp(placed, [0] * len(shape), limits, [1] * len(shape)).result
+    position = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
+    lo = broadcast_to(i64(begin), shape)
+    hi = broadcast_to(stablehlo.AddOp(i64(begin), i64(length)).result, shape)
+    inside = stablehlo.AndOp(compare(position, lo, "GE"), compare(position, hi, "LT")).result
+    return select(inside, placed, base)
+
+
+def _slice_scatter_padded(ctx: LoweringContext, x, src, dim=0, start=None, end=None, step=1):
+    """Writes src at its run-time position along a dynamic dim; src's padding is never written."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0) and dim not in dynamic_dims(ctx, 1):
+        return NotImplemented
+    begin = _runtime_start(ctx, start, dim)
+    length = run_time_size(ctx, symbolic_arg(ctx, 1).shape[dim])
+    return _scatter_into(ctx, x, src, dim, begin, length, int(step))
+
+
+@lowers(aten.slice_scatter.default, dynamic=Padding.MOVEMENT, dynamic_rule=_slice_scatter_padded)
 def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, step=1):
     shape = shape_of(x)
     dim = normalize_dim(dim, len(shape))
@@ -604,7 +919,18 @@ def _slice_scatter(ctx: LoweringContext, x, src, dim=0, start=None, end=None, st
     return select(mask, placed, x)
 
 
-@lowers(aten.select_scatter.default)
+def _select_scatter_padded(ctx: LoweringContext, x, src, dim, index):
+    """Writes src at its run-time position along a dynamic dim."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    begin = _runtime_start(ctx, index, dim)
+    shape = shape_of(x)
+    src = reshape(src, shape[:dim] + [1] + shape[dim + 1 :])
+    return _scatter_into(ctx, x, src, dim, begin, 1, 1)
+
+
+@lowers(aten.select_scatter.default, dynamic=Padding.MOVEMENT, dynamic_rule=_select_scatter_padded)
 def _select_scatter(ctx: LoweringContext, x, src, dim, index):
     shape = shape_of(x)
     dim = normalize_dim(dim, len(shape))
@@ -613,13 +939,38 @@ def _select_scatter(ctx: LoweringContext, x, src, dim, index):
     return _slice_scatter(ctx, x, src, dim, index, index + 1, 1)
 
 
-@lowers(aten.slice_backward.default)
+def _slice_backward_padded(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
+    """The gradient placed at the slice's run-time position; its padding is never written."""
+    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    dim = normalize_dim(dim, len(input_sizes))
+    if dim not in ctx.importer.dynamic.dynamic_dims(out) and dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    base = full(0, dtype(grad), [int(s) for s in input_sizes])
+    begin = _runtime_index(ctx, start, run_time_size(ctx, out.shape[dim]))
+    length = run_time_size(ctx, symbolic_arg(ctx, 0).shape[dim])
+    return _scatter_into(ctx, base, grad, dim, begin, length, int(step))
+
+
+@lowers(aten.slice_backward.default, dynamic=Padding.MOVEMENT, dynamic_rule=_slice_backward_padded)
 def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
     zeros = full(0, dtype(grad), [int(s) for s in input_sizes])
     return _slice_scatter(ctx, zeros, grad, dim, start, end, step)
 
 
-@lowers(aten.select_backward.default)
+def _select_backward_padded(ctx: LoweringContext, grad, input_sizes, dim, index):
+    """The gradient placed at the selected run-time position."""
+    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    dim = normalize_dim(dim, len(input_sizes))
+    if dim not in ctx.importer.dynamic.dynamic_dims(out):
+        return NotImplemented
+    base = full(0, dtype(grad), [int(s) for s in input_sizes])
+    begin = _runtime_index(ctx, index, run_time_size(ctx, out.shape[dim]))
+    shape = shape_of(base)
+    grad = reshape(grad, shape[:dim] + [1] + shape[dim + 1 :])
+    return _scatter_into(ctx, base, grad, dim, begin, 1, 1)
+
+
+@lowers(aten.select_backward.default, dynamic=Padding.MOVEMENT, dynamic_rule=_select_backward_padded)
 def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
     zeros = full(0, dtype(grad), [int(s) for s in input_sizes])
     return _select_scatter(ctx, zeros, grad, dim, index)
@@ -670,7 +1021,7 @@ def _storage_of(ctx: LoweringContext, x: ir.Value, meta, what: str) -> ir.Value:
     return reshape(x, [numel])
 
 
-@lowers(aten.as_strided.default, aten.as_strided_copy.default)
+@lowers(aten.as_strided.default, aten.as_strided_copy.default, dynamic=Padding.MOVEMENT)
 def _as_strided(ctx: LoweringContext, x, size, stride, storage_offset=None):
     """A gather of the input's storage. Exact when the input is non-overlapping and dense
     (PyTorch's functional graphs apply as_strided to a base, which is contiguous); other
@@ -690,7 +1041,7 @@ def _as_strided(ctx: LoweringContext, x, size, stride, storage_offset=None):
     return reshape(_take(storage, 0, positions.reshape(-1)), ctx.result_shape())
 
 
-@lowers(aten.as_strided_scatter.default)
+@lowers(aten.as_strided_scatter.default, dynamic=Padding.MOVEMENT)
 def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offset=None):
     """`out = x.clone(); out.as_strided(size, stride, offset).copy_(src)`. The clone is a
     fresh storage (offset 0) in x's dense layout; positions written twice take the last
@@ -710,7 +1061,7 @@ def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offs
     # source[p] = index into [src..., x...] of the value storage position p ends up with.
     source = np.arange(positions.size, positions.size + numel, dtype=np.int64)
     source[positions] = np.arange(positions.size, dtype=np.int64)  # last write wins
-    combined = _concat([reshape(convert(src, dtype(x)), [positions.size]), storage], 0)
+    combined = concatenate([reshape(convert(src, dtype(x)), [positions.size]), storage], 0)
     new_storage = _take(combined, 0, source)
     # Back from storage order to the logical layout.
     order = _dense_order(meta)
@@ -720,43 +1071,43 @@ def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offs
 
 
 # -- values: copies, dtype conversion, dtype views ------------------------------------------------------
-@lowers(aten.copy.default)
+@lowers(aten.copy.default, dynamic=Padding.SAFE)
 def _copy(ctx: LoweringContext, x, src, non_blocking=False):
     """The value of `x.copy_(src)`: src converted to x's dtype and broadcast to x's shape."""
     return broadcast_to(convert(src, dtype(x)), shape_of(x))
 
 
-@lowers(aten._to_copy.default)
+@lowers(aten._to_copy.default, dynamic=Padding.SAFE)
 def _to_copy(ctx: LoweringContext, x, **kwargs):
     """dtype conversion (complex -> real keeps the real part, as PyTorch does). Device,
     layout, memory_format, pin_memory and non_blocking do not change values."""
     return convert(x, ctx.result_dtype())
 
 
-@lowers(torch.ops.prims.convert_element_type.default)
+@lowers(torch.ops.prims.convert_element_type.default, dynamic=Padding.SAFE)
 def _convert_element_type(ctx: LoweringContext, x, dtype_):
     """prims' dtype conversion, as `_to_copy`. aot_autograd emits it for a Python float
     traced as a graph input (a float argument that changes between calls)."""
     return convert(x, ctx.result_dtype())
 
 
-@lowers(aten.view_as_real.default)
+@lowers(aten.view_as_real.default, dynamic=Padding.SAFE)
 def _view_as_real(ctx: LoweringContext, x):
     shape = shape_of(x) + [1]
     parts = [reshape(op(x).result, shape) for op in (stablehlo.RealOp, stablehlo.ImagOp)]
-    return _concat(parts, len(shape) - 1)
+    return concatenate(parts, len(shape) - 1)
 
 
-@lowers(aten.view_as_complex.default)
+@lowers(aten.view_as_complex.default, dynamic=Padding.SAFE)
 def _view_as_complex(ctx: LoweringContext, x):
     rank = rank_of(x)
     out_shape = shape_of(x)[:-1]
-    real = reshape(_slice(x, rank - 1, 0, 1), out_shape)
-    imag = reshape(_slice(x, rank - 1, 1, 2), out_shape)
+    real = reshape(slice_in_dim(x, rank - 1, 0, 1), out_shape)
+    imag = reshape(slice_in_dim(x, rank - 1, 1, 2), out_shape)
     return stablehlo.ComplexOp(real, imag).result
 
 
-@lowers(aten.view.dtype, aten.view_copy.dtype)
+@lowers(aten.view.dtype, aten.view_copy.dtype, dynamic=Padding.MOVEMENT)
 def _view_dtype(ctx: LoweringContext, x, dtype_):
     """Reinterprets the bytes (little-endian, like PyTorch on CPU/TPU hosts): a different
     element size changes the last dim. Complex types go through their (real, imag) pairs;
@@ -795,17 +1146,17 @@ def bitcast(x: ir.Value, to: torch.dtype) -> ir.Value:
     src_bytes, dst_bytes = src.itemsize, to.itemsize
     shape = shape_of(x)
     if src_bytes == dst_bytes:
-        return stablehlo.BitcastConvertOp(tensor_type(shape, to), x).result
+        return bitcast(x, to)
     if src_bytes > dst_bytes:
         ratio = src_bytes // dst_bytes
-        pieces = stablehlo.BitcastConvertOp(tensor_type(shape + [ratio], to), x).result
+        pieces = bitcast(x, to, shape + [ratio])
         return reshape(pieces, (shape[:-1] + [shape[-1] * ratio]) if shape else [ratio])
     ratio = dst_bytes // src_bytes
     grouped = reshape(x, shape[:-1] + [shape[-1] // ratio, ratio])
-    return stablehlo.BitcastConvertOp(tensor_type(shape[:-1] + [shape[-1] // ratio], to), grouped).result
+    return bitcast(grouped, to, shape[:-1] + [shape[-1] // ratio])
 
 
-@lowers(aten.resize_.default)
+@lowers(aten.resize_.default, dynamic=Padding.MOVEMENT)
 def _resize(ctx: LoweringContext, x, size, *, memory_format=None):
     """The value after `resize_`: the first numel(size) elements of the flattened input,
     in the new shape. Elements past the old end are uninitialized in PyTorch; we use
@@ -817,7 +1168,7 @@ def _resize(ctx: LoweringContext, x, size, *, memory_format=None):
     flat = reshape(x, [_numel(shape_of(x))])
     have = shape_of(flat)[0]
     if count <= have:
-        flat = _slice(flat, 0, 0, count)
+        flat = slice_in_dim(flat, 0, 0, count)
     else:
         padding = full(0, dtype(x), [count - have])
         flat = stablehlo.ConcatenateOp([flat, padding], 0).result
@@ -829,59 +1180,3 @@ def _numel(shape) -> int:
     for s in shape:
         total *= s
     return total
-
-
-# Bounded dynamism (registry.Padding): views that keep every dim whole (each element
-# stays at its logical coordinates, padding stays padding), copies and triangular masks
-# (by position) are safe; concatenation along a dynamic dim is masked by XLA's dynamic
-# padder. Reshapes, slices, flips, splits and pads have rules in dynamic_rules.py; the
-# views below read positions that depend on where a dynamic dim ends.
-declare_padding(Padding.MASKED, aten.cat.default)
-declare_padding(
-    Padding.MOVEMENT,
-    aten.unfold,
-    aten.unfold_copy,
-    aten.rot90,
-    aten.diagonal,
-    aten.diagonal_copy,
-    aten.diagonal_scatter,
-    aten.diagonal_backward,
-    aten.diag_embed,
-    aten.as_strided,
-    aten.as_strided_copy,
-    aten.as_strided_scatter,
-    aten.view.dtype,
-    aten.view_copy.dtype,
-    aten.resize_,
-)
-declare_padding(
-    Padding.SAFE,
-    aten.squeeze,
-    aten.squeeze_copy,
-    aten.unsqueeze,
-    aten.unsqueeze_copy,
-    aten.alias,
-    aten.alias_copy,
-    aten.detach,
-    aten.detach_copy,
-    aten.clone,
-    aten.resolve_conj,
-    aten.resolve_neg,
-    aten.expand,
-    aten.expand_copy,
-    aten.permute,
-    aten.permute_copy,
-    aten.t,
-    aten.t_copy,
-    aten.transpose.int,
-    aten.transpose_copy.int,
-    aten.movedim,
-    aten.copy.default,
-    aten._to_copy.default,
-    torch.ops.prims.convert_element_type.default,
-    aten.view_as_real,
-    aten.view_as_complex,
-    aten.tril,
-    aten.triu,
-    aten.stack,
-)

@@ -1,6 +1,6 @@
 # RUN: %PYTHON %s | FileCheck %s
 # FX importer with symbolic sizes (bounded dynamism, compiler/importer/dynamic.py,
-# compiler/lowering/dynamic_rules.py). Graphs come from torch.export with a dynamic
+# the dynamic rules of compiler/lowering/). Graphs come from torch.export with a dynamic
 # dim `s` <= 16; each case prints its name, then the imported module.
 
 import torch

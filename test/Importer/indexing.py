@@ -1,6 +1,6 @@
 # RUN: %PYTHON %s | FileCheck %s
 # FX importer: indexing, gather/scatter, FFT and miscellaneous math
-# (compiler/lowering/indexing.py, fft.py, misc.py). Each case prints its name, then the
+# (compiler/lowering/indexing.py, fft.py, pointwise.py, activations.py, losses.py, distances.py). Each case prints its name, then the
 # imported module.
 
 import torch

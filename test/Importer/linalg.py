@@ -1,5 +1,5 @@
 # RUN: %PYTHON %s | FileCheck %s
-# FX importer: dense linear algebra (compiler/lowering/linalg.py). Each case prints its
+# FX importer: dense linear algebra (compiler/lowering/linalg/). Each case prints its
 # name, then the imported module.
 
 import torch

@@ -1,6 +1,6 @@
 # RUN: %PYTHON %s | FileCheck %s
 # FX importer: matrix products, convolution, pooling and attention
-# (compiler/lowering/linear.py, convolution.py, pooling.py, attention.py). Each case
+# (compiler/lowering/linear.py, convolution.py, pooling.py, resampling.py, embedding.py, attention.py). Each case
 # prints its name, then the imported module.
 
 import torch

@@ -1,6 +1,6 @@
 # RUN: %PYTHON %s | FileCheck %s
 # FX importer: special functions and the remaining elementwise math
-# (compiler/lowering/special.py). Each case prints its name, then the imported module.
+# (compiler/lowering/special/). Each case prints its name, then the imported module.
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx

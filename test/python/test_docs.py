@@ -91,6 +91,26 @@ def test_env_doc_covers_every_variable() -> None:
         assert " ".join(var.help.split()).replace("|", "\\|") in text
 
 
+def test_ops_doc_names_each_family_by_its_module_or_package() -> None:
+    """A family split into a package (linalg/, special/) is one family named after the
+    package, and ops.md points at a source that exists for every family."""
+    import torch
+    from torch_tpu.compiler.lowering import LOWERINGS, docs
+    from torch_tpu.compiler.lowering.registry import family_of
+
+    assert family_of("torch_tpu.compiler.lowering.linalg.qr") == "linalg"
+    assert family_of("torch_tpu.compiler.lowering.losses") == "losses"
+    assert family_of("test_something") == "test_something"
+    assert LOWERINGS[torch.ops.aten.linalg_qr.default].family == "linalg"
+    assert LOWERINGS[torch.ops.aten.special_bessel_j0.default].family == "special"
+    text = docs.ops_markdown()
+    lowering_dir = ROOT / "compiler/lowering"
+    for family in {low.family for low in LOWERINGS.values()}:
+        assert not family.startswith("_"), family
+        source = re.search(rf"## {family}\n\n`compiler/lowering/([^`]+)`", text).group(1)
+        assert (lowering_dir / source).exists(), source
+
+
 # --------------------------------------------------------------------------------------
 # docs/howto/write-a-pass.md: its example pass and its lit test run as written
 # --------------------------------------------------------------------------------------

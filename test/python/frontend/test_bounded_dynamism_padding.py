@@ -15,7 +15,7 @@ import torch.fx.experimental._config as fx_config
 import torch.nn.functional as F
 from torch_tpu import _compile
 from torch_tpu.compiler.lowering import LOWERINGS, Padding
-from torch_tpu.compiler.lowering.registry import declare_padding, dynamic_rule, lowers
+from torch_tpu.compiler.lowering.registry import declare_padding, lowers
 
 aten = torch.ops.aten
 TOL = {"atol": 1e-4, "rtol": 1e-4}
@@ -62,17 +62,16 @@ def test_every_lowering_declares_its_padding_class():
     assert undeclared == []
 
 
-def test_rules_are_attached_only_to_lowered_overloads():
-    with pytest.raises(ValueError, match="has no lowering"):
-        dynamic_rule(aten.max_pool2d.default, padding=Padding.WINDOW)(lambda ctx, *a: NotImplemented)
+def test_classes_and_rules_are_declared_only_for_lowered_overloads():
+    """The real table (scratch-table cases: test/python/lowering/test_registry.py)."""
     with pytest.raises(ValueError, match="has no lowering"):
         declare_padding(Padding.SAFE, aten.chunk.default)
-    with pytest.raises(ValueError, match="two dynamic rules"):
-        dynamic_rule(aten.mean.dim, padding=Padding.COUNT)(lambda ctx, *a: NotImplemented)
     with pytest.raises(ValueError, match="declared SAFE and MASKED"):
         declare_padding(Padding.MASKED, aten.trunc.default)
     with pytest.raises(ValueError, match="two lowerings"):
         lowers(aten.trunc.default)(lambda ctx, x: x)
+    with pytest.raises(ValueError, match="two lowerings"):
+        lowers(aten.mean.dim, dynamic=Padding.COUNT, dynamic_rule=lambda ctx, *a: NotImplemented)(lambda ctx, x: x)
 
 
 def test_undeclared_lowering_falls_back_with_a_dynamic_operand(monkeypatch, caplog):

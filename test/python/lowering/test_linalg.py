@@ -1,4 +1,4 @@
-"""Dense linear algebra lowerings (compiler/lowering/linalg.py) against eager.
+"""Dense linear algebra lowerings (compiler/lowering/linalg/) against eager.
 
 Factorizations that are unique (Cholesky, LU with LAPACK's pivoting, Householder QR,
 solves, determinants, eigen/singular values) are compared with eager directly;

@@ -1,4 +1,4 @@
-"""Special-function lowerings (compiler/lowering/special.py) against eager, float32 and
+"""Special-function lowerings (compiler/lowering/special/) against eager, float32 and
 float64, over inputs that reach every branch of PyTorch's CPU kernels."""
 
 import math

@@ -1,4 +1,4 @@
-"""Coefficient tables of the special-function lowerings (special.py), copied from
+"""Coefficient tables of the special-function lowerings (the special package), copied from
 PyTorch's CPU kernels (aten/src/ATen/native/Math.h, derived from the Cephes Math Library,
 Boost/SciPy (incomplete gamma) and the MIT Faddeeva package (erfcx); see their licence notes
 there). Generated from torch 2.13's Math.h; keep the decimal literals exactly as written
