@@ -5,7 +5,9 @@ Per graph, under `<dir>/<graph name>/`:
 
 * `fx_graph.py` — the ATen graph as torch_tpu received it;
 * `pipeline.txt` — the exact textual pipeline that ran (named pipelines, options);
-* `00-input.mlir` — the module before the first pass; `NN-<pass>.mlir` after each step;
+* `00-input.mlir` — the module before the first pass; `NN-<step>.mlir` after each
+  top-level step of the pipeline, named pipelines expanded (`compiler.pipeline.top_level_steps`):
+  one file per pass, except that a nest such as `func.func(...)` is one step and one file;
 * `final.mlir` — what was handed to XLA; `torchtpu-opt 00-input.mlir
   --pass-pipeline="$(cat pipeline.txt)" --mlir-print-debuginfo` prints it byte for byte;
 * `inputs.json` — one entry per argument of the final module, in order (shape, dtype,

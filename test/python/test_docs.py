@@ -165,3 +165,70 @@ def test_howto_example_pass_is_documented_by_gendocs(example_pass) -> None:
     argument, cls = example_pass
     text = gendocs.passes_markdown()
     assert f"## `{argument}`" in text and cls.summary in text
+
+
+# -- names the hand-written docs mention exist in the code --------------------------------
+def _prose_docs() -> list[Path]:
+    """README and docs/, which people read to learn names: what they name must exist."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _mentions(pattern: str) -> dict[str, list[str]]:
+    """{name: [files that mention it]} for every match of `pattern` in the prose docs."""
+    found: dict[str, list[str]] = {}
+    for path in _prose_docs():
+        for name in sorted(set(re.findall(pattern, path.read_text(encoding="utf-8")))):
+            found.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_environment_variable_the_docs_name_is_declared() -> None:
+    # env.md is generated from the configuration table (and checked for staleness above),
+    # so its rows are exactly the variables torch_tpu reads.
+    declared = set(re.findall(r"^\| `(TORCH_TPU_[A-Z0-9_]+)` \|", (ROOT / "docs/reference/env.md").read_text(), re.M))
+    assert declared, "docs/reference/env.md lists no variables: the row pattern changed"
+    unknown = {name: files for name, files in _mentions(r"\bTORCH_TPU_[A-Z0-9_]*[A-Z0-9]\b").items()
+               if name not in declared}
+    assert not unknown, f"the docs name environment variables torch_tpu does not read: {unknown}"
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether `torch_tpu.a.b.c` names a module, or an attribute of the longest module
+    prefix of it."""
+    import importlib
+
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:split]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[split:]:
+            if not hasattr(obj, attribute):
+                return False
+            obj = getattr(obj, attribute)
+        return True
+    return False
+
+
+def test_every_torch_tpu_name_the_docs_mention_resolves() -> None:
+    names = _mentions(r"\btorch_tpu(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+    assert "torch_tpu.export" in names, "the pattern no longer finds the names the docs use"
+    unresolved = {name: files for name, files in names.items() if not _resolves(name)}
+    assert not unresolved, f"the docs mention names that do not exist: {unresolved}"
+
+
+def test_the_torch_tpu_device_module_is_described_as_planned_until_it_exists() -> None:
+    import torch
+
+    import torch_tpu  # noqa: F401  (registers what torch_tpu adds to torch)
+
+    if hasattr(torch, "tpu"):
+        return
+    for path in _prose_docs():
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if re.search(r"\btorch\.tpu\b", line):
+                assert "planned" in line, (
+                    f"{path.relative_to(ROOT)}:{number} mentions torch.tpu, which does not exist yet; "
+                    "say it is planned (#13)"
+                )

@@ -413,11 +413,12 @@ def test_check_reply_rejects_bad_outcomes() -> None:
     assert check_reply({"rc": 1, "stderr": "<stdin>:3:4: error: boom\n"}) is None
     assert check_reply({"rc": 1, "stderr": "<stdin>: error: no location\n"}) is None
     assert check_reply({"rc": 1, "stderr": "torchtpu-opt: error: bad flag\n"}) is None
-    assert check_reply({"rc": 1, "stderr": "error: bare\n"}) is not None
-    assert check_reply({"rc": 1, "stderr": ""}) is not None
-    assert check_reply({"rc": 2, "stderr": "x:1:1: error: y"}) is not None
-    assert check_reply({"rc": 0, "stderr": "Traceback (most recent call last):"}) is not None
-    assert check_reply({"rc": 1, "stderr": "torchtpu-opt: internal error: KeyError"}) is not None
+    unlocated = "exit status 1 without a located error or a 'torchtpu-opt: error:' line"
+    assert check_reply({"rc": 1, "stderr": "error: bare\n"}) == unlocated
+    assert check_reply({"rc": 1, "stderr": ""}) == unlocated
+    assert check_reply({"rc": 2, "stderr": "x:1:1: error: y"}) == "exit status 2"
+    assert check_reply({"rc": 0, "stderr": "Traceback (most recent call last):"}) == "'Traceback' in stderr"
+    assert check_reply({"rc": 1, "stderr": "torchtpu-opt: internal error: KeyError"}) == "'internal error' in stderr"
 
 
 def test_worker_reports_a_crash_with_its_input(tmp_path: Path) -> None:

@@ -183,7 +183,7 @@ declare(
     "eager; for a graph with dynamic sizes, a compile per concrete size).",
     "frontend",
 )
-declare("TORCH_TPU_DUMP_DIR", PATH, None, "Directory where every compiled graph writes a replayable record (one folder per graph and cache key): its FX graph, pipeline.txt (the exact pipeline), the module before the first pass and after each one, final.mlir, inputs.json (the module's arguments, parameter names) and README.txt with the torchtpu-opt and torchtpu-run commands; error.txt when it failed to import or in a pass.", "frontend")
+declare("TORCH_TPU_DUMP_DIR", PATH, None, "Directory where every compiled graph writes a replayable record (one folder per graph and cache key): its FX graph (fx_graph.py), pipeline.txt (the exact textual pipeline that ran), 00-input.mlir (the module before the first pass), one file after each top-level step of that pipeline, named pipelines expanded (01-torchtpu-verify.mlir, 02-torchtpu-set-precision.mlir, ...: one per pass; a nest such as func.func(...) is one step), final.mlir (what XLA compiles), inputs.json (the module's arguments, parameter names) and README.txt with the torchtpu-opt and torchtpu-run commands; error.txt when it failed to import or in a pass.", "frontend")
 declare("TORCH_TPU_SLOW_COMPILE_S", SECONDS, 3.0, "A graph whose compile takes longer than this many seconds logs a WARNING with its size and phase timings (faster compiles log them at DEBUG).", "frontend")
 
 # bounded dynamism (docs/explanation/bounded-dynamism.md)

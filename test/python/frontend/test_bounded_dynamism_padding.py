@@ -1,7 +1,8 @@
 """Bounded dynamism never reads padding: the padding classes of the lowering table
 (compiler/lowering/registry.py `Padding`) and the repros of issues #11 and #19, each
-compiled against eager with a bound (`mark_dynamic(min=2, max=64)`), without one
-(`mark_dynamic(x, d)`) and with automatic dynamic (a second shape turns it on).
+compiled against eager with a bound (`mark_dynamic(min=2, max=64)`) and without one
+(`mark_dynamic(x, d)`); the #19 argmax repro also with automatic dynamic (a second shape
+turns it on; `MODES` says why only there).
 
 Tolerances: float32, atol/rtol 1e-4 (reassociation at the bound); integers exact."""
 
@@ -19,7 +20,13 @@ from torch_tpu.compiler.lowering.registry import declare_padding, lowers
 
 aten = torch.ops.aten
 TOL = {"atol": 1e-4, "rtol": 1e-4}
-MODES = ("bounded", "unbounded", "automatic")
+# "automatic" (nothing marked: Dynamo makes a dimension dynamic when a second size arrives)
+# hands the backend the graph and bounds "unbounded" does: dumps of both runs of this file
+# (TORCH_TPU_DUMP_DIR) held the same graph fingerprints (FX graph + bounds) for every test
+# but the argmax repro of #19, where automatic dynamic chose other bounds. It runs there only;
+# its first, static compile is the ordinary static path.
+MODES = ("bounded", "unbounded")
+WITH_AUTOMATIC = (*MODES, "automatic")
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +139,7 @@ def test_embedding_bag_with_a_dynamic_index_length(how, mode):
 
 
 # -- issue #19 item 2: unbounded / automatic dynamic -------------------------------------------
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", WITH_AUTOMATIC)
 def test_argmax_flattened_automatic_dynamic(mode, monkeypatch):
     """The issue's repro: n = 3..11 on rand(n, n + 2) gave 20, 39, 152 for 11, 29, 125."""
     monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # compiled, not a fallback

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from rt_helpers import identity_module
-from torch_tpu.runtime import BufferDeletedError, UnsupportedDtypeError, dtypes
+from torch_tpu.runtime import ArgumentError, BufferDeletedError, UnsupportedDtypeError, dtypes
 
 ALL_TORCH_DTYPES = [
     torch.float32, torch.float64, torch.float16, torch.bfloat16,
@@ -141,7 +141,7 @@ def test_unsupported_dtypes_name_the_dtype(client, dtype):
 
 
 def test_unsupported_host_values(client):
-    with pytest.raises(Exception, match="Python number has no dtype"):
+    with pytest.raises(ArgumentError, match="cannot move a builtins.float to a device: .* a Python number has no dtype"):
         client.to_device(3.0)
     with pytest.raises(UnsupportedDtypeError, match="NumPy dtype"):
         client.to_device(np.array(["a", "b"]))
@@ -174,5 +174,5 @@ def test_to_torch_keeps_memory_alive_after_buffer_is_dropped(client):
 
 
 def test_device_index_out_of_range(client):
-    with pytest.raises(Exception, match="device index 3 out of range"):
+    with pytest.raises(ArgumentError, match=r"device index 3 out of range: the cpu client has 1 device\(s\) \(set TORCH_TPU_NUM_CPU_DEVICES"):
         client.to_device(torch.ones(1), device_index=3)

@@ -219,6 +219,10 @@ def test_backend_option_kv_cache_decode_loop():
             torch.testing.assert_close(caches[3], caches[1], atol=1e-5, rtol=1e-5)
 
 
+def _torch_tpu_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("torch_tpu") and r.levelno >= logging.WARNING]
+
+
 def test_backend_option_inputs_that_alias_each_other_run_safely(caplog):
     def f(a, b):
         a.add_(1)
@@ -230,21 +234,45 @@ def test_backend_option_inputs_that_alias_each_other_run_safely(caplog):
     expected = f(expected_base[:2], expected_base[1:])
     with torch.no_grad(), caplog.at_level(logging.WARNING, logger="torch_tpu"):
         got = compiled(base[:2], base[1:])
-    torch.testing.assert_close(got, expected)
-    torch.testing.assert_close(base, expected_base)
+    # b[0] is a[1]: eager reads it after the write, so b * 2 sees the 1 there (a program
+    # that reads its inputs before writing them would return 0).
+    assert expected.tolist() == [2.0, 0.0, 0.0]
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+    torch.testing.assert_close(base, expected_base, atol=0, rtol=0)
+    [message] = _torch_tpu_warnings(caplog)
+    assert "writes an input that shares memory with another input" in message, message
+    assert "this call runs in PyTorch eager" in message, message
 
 
-def test_backend_option_falls_back_to_aot_autograd_when_grads_are_needed(caplog):
+def test_backend_option_falls_back_to_aot_autograd_when_grads_are_needed(caplog, monkeypatch):
+    from torch_tpu import _inplace
+
+    # The message is logged once per process: start from a process that has not logged it.
+    monkeypatch.setattr(_inplace, "_logged", set())
+    torch.manual_seed(0)
     model = torch.nn.Linear(3, 3)
+    reference = torch.nn.Linear(3, 3)
+    reference.load_state_dict(model.state_dict())
     compiled = _compile(lambda x, buf: (buf.add_(1), model(x))[1])
     x = torch.randn(2, 3)
+    x_ref = x.clone().requires_grad_(True)
+    x.requires_grad_(True)
     buf = torch.zeros(3)
     with caplog.at_level(logging.WARNING, logger="torch_tpu"):
         out = compiled(x, buf)
-    out.sum().backward()
-    assert model.weight.grad is not None
-    torch.testing.assert_close(buf, torch.ones(3))
-    torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+    out.square().sum().backward()
+    expected = reference(x_ref)
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(buf, torch.ones(3), atol=0, rtol=0)
+    for name, grad in (("x", x.grad), ("weight", model.weight.grad), ("bias", model.bias.grad)):
+        assert grad is not None, name
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model.weight.grad, reference.weight.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model.bias.grad, reference.bias.grad, atol=1e-5, rtol=1e-5)
+    # The graph went through aot_autograd (said once) and compiled whole: no op fell back.
+    [message] = _torch_tpu_warnings(caplog)
+    assert "applies to inference graphs only" in message and "aot_autograd" in message, message
 
 
 def test_backend_option_values():
