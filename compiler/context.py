@@ -20,6 +20,7 @@ from torch_tpu.core import mlir_context
 
 __all__ = ["ir", "passmanager", "arith", "chlo", "func", "sdy", "stablehlo", "make_context", "inline_call"]
 
+
 def make_context() -> ir.Context:
     """A context with func, arith, stablehlo, chlo, sdy (and the rest of jax's dialect
     set) loaded, and the `torchtpu` dialect allowed as an unregistered dialect (the one

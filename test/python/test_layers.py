@@ -188,3 +188,12 @@ def test_torchtpu_opt_and_the_core_run_without_torch(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stderr.strip().splitlines()[-1] == "0 []", out.stderr
     assert "stablehlo.dot_general" in out.stdout
+
+
+def test_one_version() -> None:
+    """`torch_tpu.__version__` (the cache key's, the runtime's) is the core constant, and
+    the distribution's version agrees with it."""
+    import torch_tpu
+    from torch_tpu.core import __version__
+
+    assert torch_tpu.__version__ == __version__ == _config()["project"]["version"]
