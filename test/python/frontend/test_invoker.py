@@ -205,3 +205,72 @@ module @add_mul {
   }
 }
 """
+
+
+# -- inference graphs called without aot_autograd's runtime wrappers ---------------------------
+
+
+def _compile_recording(fn):
+    """torch.compile(fn, backend="tpu"), and the list of what the backend returned."""
+    from torch_tpu.backend import tpu_backend
+
+    returned = []
+
+    def backend(gm, example_inputs):
+        compiled = tpu_backend(gm, example_inputs)
+        returned.append(getattr(compiled, "__wrapped__", compiled))
+        return compiled
+
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=backend), returned
+
+
+def test_a_plain_inference_graph_is_called_directly():
+    from torch_tpu._invoker import PrecisionKeyed
+
+    compiled, returned = _compile_recording(lambda x, w: (torch.relu(x @ w), x.sum()))
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+    with torch.no_grad():
+        got = compiled(x, w)
+    assert [type(r) for r in returned] == [PrecisionKeyed]
+    torch.testing.assert_close(got, (torch.relu(x @ w), x.sum()))
+    assert not any(t.requires_grad for t in got)
+
+
+@pytest.mark.parametrize("case", ["mutates_input", "view_of_input"])
+def test_graphs_needing_the_wrappers_keep_them(case):
+    from torch_tpu._invoker import PrecisionKeyed
+
+    def mutates_input(x):
+        x.mul_(2)
+        return x + 1
+
+    def view_of_input(x):
+        return x.view(-1), x + 1
+
+    fn = {"mutates_input": mutates_input, "view_of_input": view_of_input}[case]
+    compiled, returned = _compile_recording(fn)
+    x = torch.randn(2, 3)
+    expected_x = x.clone()
+    with torch.no_grad():
+        got = compiled(x)
+        want = fn(expected_x)
+    assert returned and not isinstance(returned[0], PrecisionKeyed)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(x, expected_x)  # the mutation reached the caller's tensor
+    if case == "view_of_input":
+        assert got[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_training_graphs_keep_the_wrappers_and_backpropagate():
+    from torch_tpu._invoker import PrecisionKeyed
+
+    model = torch.nn.Linear(4, 2)
+    compiled, returned = _compile_recording(model)
+    x = torch.randn(3, 4)
+    compiled(x).sum().backward()
+    assert returned and not isinstance(returned[0], PrecisionKeyed)
+    grad = model.weight.grad.clone()
+    model.weight.grad = None
+    model(x).sum().backward()
+    torch.testing.assert_close(grad, model.weight.grad)
