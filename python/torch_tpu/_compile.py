@@ -22,7 +22,7 @@ from torch_tpu.compiler.pipelines import named_pipeline
 from torch_tpu.runtime.errors import CompileError
 
 from . import _fallback_reasons as fallback_reasons
-from . import _recovery, _timing, config
+from . import _recovery, config
 from ._dump import ARGUMENT_SOURCES, parameter_name
 from ._errors import TorchTpuCompileError
 from ._fallback_reasons import FallbackReason
@@ -60,7 +60,6 @@ class CompiledGraph:
         self._needs_rng = any(s.role == "rng_state" for s in imported.inputs)
         self._outputs = imported.outputs
         self._tree = imported.output_tree
-        self._client = executable.client
         self.invoker = Invoker(executable, self._input_specs, needs_rng=self._needs_rng,
                                resident=resident, written=written)
         self._output_plan = OutputPlan(self._outputs, self._tree)

@@ -33,7 +33,6 @@ Invoker API (what callers use):
 
 from __future__ import annotations
 
-import logging
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -50,8 +49,6 @@ from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
 from ._precision import current_mode, warn_cost
-
-log = logging.getLogger("torch_tpu")
 
 _context = None
 
