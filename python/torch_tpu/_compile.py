@@ -4,17 +4,13 @@ with graceful fallback to PyTorch eager for ops the converter cannot lower."""
 from __future__ import annotations
 
 import logging
-import time
-import weakref
+from collections.abc import Iterable
 from typing import Any, Callable
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
-from torch_tpu.compiler.context import make_context
-from torch_tpu.compiler.diagnostics import DiagnosticEngine
-from torch_tpu.compiler.importer import import_graph, is_supported
+from torch_tpu.compiler.importer import is_supported
 from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
 from torch_tpu.compiler.fx_locations import describe_node, op_name
 from torch_tpu.compiler.importer.storage_views import rebase_storage_views
@@ -26,28 +22,22 @@ from torch_tpu.compiler.pipelines import named_pipeline
 from torch_tpu.runtime.errors import CompileError
 
 from . import _fallback_reasons as fallback_reasons
-from . import _recovery, _timing
+from . import _recovery
 from .core import config
-from ._dump import ARGUMENT_SOURCES, GraphDump
+from ._dump import ARGUMENT_SOURCES, parameter_name
 from ._errors import TorchTpuCompileError
 from ._fallback_reasons import FallbackReason
 from ._fingerprint import FxGraphFingerprint
-from ._output_layout import apply_layout, output_layouts
-from ._precision import current_mode, warn_cost
-from ._process_groups import process_groups_of
+from ._invoker import (  # noqa: F401 - RESIDENT_PARAMETERS: re-exported
+    RESIDENT_PARAMETERS, Invoker, OutputPlan, PrecisionKeyed, compile_fx, shared_context,
+)
+from ._output_layout import output_layouts
 
 log = logging.getLogger("torch_tpu")
 
 _reported_fallbacks: set[tuple[str, str]] = set()
-_context = None
-
-
-def _shared_context():
-    # One MLIR context per process: creating one costs ~0.2 s; modules are independent.
-    global _context
-    if _context is None:
-        _context = make_context()
-    return _context
+# The invoker owns these; the old names stay importable.
+_shared_context = shared_context
 
 
 def pipeline_for(mode: str, bounds: str = "none") -> str:
@@ -55,38 +45,15 @@ def pipeline_for(mode: str, bounds: str = "none") -> str:
     return named_pipeline("torchtpu-compile-pipeline", precision=mode, bounds=bounds)
 
 
-class _ResidentParameters:
-    """Parameters stay on the device between calls: each nn.Parameter is uploaded once
-    and again only when its storage (`data_ptr`) or `_version` changes (an optimizer step,
-    `p.data = ...`). Entries hold weak references, so models can be freed."""
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple] = {}
-
-    def get(self, tensor: torch.Tensor, client):
-        key = id(tensor)
-        entry = self._entries.get(key)
-        pointer, version = tensor.data_ptr(), tensor._version
-        if entry is not None and entry[0]() is tensor and entry[1] == pointer and entry[2] == version:
-            return entry[3]
-        buffer = client.to_device(tensor.detach())
-        ref = weakref.ref(tensor, lambda _, k=key: self._entries.pop(k, None))
-        self._entries[key] = (ref, pointer, version, buffer)
-        return buffer
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-RESIDENT_PARAMETERS = _ResidentParameters()
-
-
 class CompiledGraph:
     """A callable running one imported graph on the device: torch tensors in, the
-    graph's output structure (torch tensors and constants) out. `precision_sensitive`:
-    the module has matrix ops, so its program depends on the precision mode."""
+    graph's output structure (torch tensors and constants) out, through the invoker's
+    argument and output plans (`_invoker.py`). `precision_sensitive`: the module has
+    matrix ops, so its program depends on the precision mode. `resident`: indices of the
+    graph inputs that are module state (held on the device between calls)."""
 
-    def __init__(self, executable, imported, precision_sensitive: bool = True) -> None:
+    def __init__(self, executable, imported, precision_sensitive: bool = True,
+                 resident: Iterable[int] = (), written: Iterable[int] = ()) -> None:
         self.executable = executable
         self.imported = imported
         self.precision_sensitive = precision_sensitive
@@ -94,43 +61,31 @@ class CompiledGraph:
         self._needs_rng = any(s.role == "rng_state" for s in imported.inputs)
         self._outputs = imported.outputs
         self._tree = imported.output_tree
-        self._client = executable.client
-        self._layouts: list | None = None
+        self.invoker = Invoker(executable, self._input_specs, needs_rng=self._needs_rng,
+                               resident=resident, written=written)
+        self._output_plan = OutputPlan(self._outputs, self._tree)
 
     def set_output_layouts(self, layouts: list) -> None:
         """Eager's layout per output leaf (`_output_layout`); results come back row-major,
         so only outputs eager lays out otherwise are copied."""
         layouts = [layout if isinstance(layout, tuple) else None for layout in layouts]
-        self._layouts = layouts if any(layout is not None for layout in layouts) else None
+        self._output_plan = OutputPlan(self._outputs, self._tree,
+                                       layouts if any(layout is not None for layout in layouts) else None)
 
     def __call__(self, *args):
-        results = self.executable(*self.prepare_inputs(args))
-        leaves = [results[o.index] if o.kind == "tensor" else o.value for o in self._outputs]
-        if self._layouts is not None:
-            leaves = [
-                apply_layout(leaf, layout) if layout is not None else leaf
-                for leaf, layout in zip(leaves, self._layouts)
-            ]
-        return pytree.tree_unflatten(leaves, self._tree)
+        return self._output_plan(self.invoker(*args))
 
     def prepare_inputs(self, args) -> list:
         """The executable's arguments for the graph's inputs `args`."""
-        inputs = []
-        for spec, arg in zip(self._input_specs, args):
-            if isinstance(arg, torch.nn.Parameter):
-                arg = RESIDENT_PARAMETERS.get(arg, self._client)
-            elif arg is None:
-                # aot_autograd's effect tokens are None at run time; in the module they
-                # are empty tensors that only order side effects.
-                arg = torch.empty(spec.shape, dtype=spec.dtype)
-            elif not isinstance(arg, torch.Tensor):
-                arg = torch.tensor(arg, dtype=spec.dtype)
-            inputs.append(arg)
-        if self._needs_rng:
-            # Seeded from PyTorch's generator, so torch.manual_seed makes runs repeatable.
-            seed = torch.randint(0, 2**62, (2,), dtype=torch.int64).to(torch.uint64)
-            inputs.append(seed)
-        return inputs
+        return self.invoker.arguments(args)
+
+
+def resident_inputs(gm: torch.fx.GraphModule, imported) -> list[int]:
+    """Indices of the graph inputs that are a module's parameters or buffers (Dynamo's
+    sources, recorded by the backend): module state is held resident on the device."""
+    sources = gm.meta.get(ARGUMENT_SOURCES) or {}
+    specs = [s for s in imported.inputs if s.role == "input"]
+    return [i for i, spec in enumerate(specs) if parameter_name(sources.get(spec.name)) is not None]
 
 
 def _fill_placeholder_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
@@ -146,52 +101,27 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     """Compiles a graph every node of which has a lowering. Raises LoweringError. A graph
     with symbolic sizes compiles at bounds (`symbol_bounds`, else from its ShapeEnv and
     TORCH_TPU_DYNAMIC_BOUND) and returns a `_dynamic.DynamicCompiledGraph`."""
-    from torch_tpu.runtime import get_client
-
     from . import _dynamic
 
     if symbol_bounds is None and has_symbolic_shapes(gm):
         symbol_bounds = _dynamic.initial_bounds(gm)
 
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-    client = get_client()
-    mode = current_mode()
-    warn_cost(mode, client.platform)
+    def pipeline(mode: str, platform: str) -> str:
+        return pipeline_for(mode, _dynamic.bounds_mode(platform) if symbol_bounds is not None else "none")
+
     # The compiler's own code and versions are in the runtime's options key
     # (runtime.fingerprint.toolchain_fingerprint): the settings are this graph's choices.
-    settings = f"precision={mode}"
-    if symbol_bounds is not None:
-        settings += ";" + _dynamic.settings_key(symbol_bounds)
-    fingerprint = FxGraphFingerprint(gm, settings)
-    dump = GraphDump(f"{name}-{_short_hash(fingerprint)}")
-    if dump.enabled:
-        dump.write("fx_graph.py", gm.print_readable(print_output=False))
-    with _timing.phase("convert", timings):
-        try:
-            imported = import_graph(
-                gm, context=_shared_context(), symbol_bounds=symbol_bounds, process_groups=process_groups_of(gm)
-            )
-        except LoweringError as err:
-            dump.write_error("importing the graph", str(err))
-            raise
-    with _timing.phase("passes", timings):
-        engine = DiagnosticEngine()
-        bounds = _dynamic.bounds_mode(client.platform) if symbol_bounds is not None else "none"
-        pipeline = pipeline_for(mode, bounds)
-        ok = dump.run_pipeline(imported.module.operation, pipeline, engine)
-        if not ok:
-            raise TorchTpuCompileError(
-                f"torch_tpu: the compiler pipeline failed on graph {name}:\n{engine.format()}\n"
-                "Set TORCH_TPU_DUMP_DIR to get the module and reproduce with torchtpu-opt.",
-                engine.diagnostics,
-            )
-    dump.write_inputs(imported.module.operation, imported.inputs, gm.meta.get(ARGUMENT_SOURCES))
-    with _timing.phase("xla_compile", timings):
-        executable = client.compile(imported.module, fingerprint=fingerprint, name=name)
-    total = time.perf_counter() - start
-    _report_slow_compile(name, imported.node_count, total, timings)
-    compiled = CompiledGraph(executable, imported, has_matrix_ops(imported.module.operation))
+    program = compile_fx(
+        gm, name=name, pipeline=pipeline,
+        settings=_dynamic.settings_key(symbol_bounds) if symbol_bounds is not None else "",
+        import_options={"symbol_bounds": symbol_bounds},
+        dump_name=lambda fingerprint: f"{name}-{_short_hash(fingerprint)}",
+        sources=gm.meta.get(ARGUMENT_SOURCES),
+    )
+    executable, imported = program.executable, program.imported
+    _report_slow_compile(name, imported.node_count, program.seconds, program.timings)
+    compiled = CompiledGraph(executable, imported, has_matrix_ops(imported.module.operation),
+                             resident=resident_inputs(gm, imported))
     if symbol_bounds is None:
         compiled.set_output_layouts(output_layouts(gm, len(imported.outputs)))
         return compiled
@@ -242,31 +172,6 @@ class _CompiledSubmodule(torch.nn.Module):
         return self.compiled(*args)
 
 
-class PrecisionKeyed:
-    """A compiled graph per matmul precision mode, chosen when called: Dynamo guards
-    `torch.set_float32_matmul_precision` but not `torch_tpu.precision`, so the mode in
-    force at call time picks (and on first use compiles) the program. A graph without
-    matrix ops has one program for every mode. Reading the mode costs a thread-local
-    lookup and `torch.get_float32_matmul_precision()`: ~1.4 us measured, against ~28 us for
-    the smallest compiled call."""
-
-    def __init__(self, build: Callable[[], Callable[..., Any]]) -> None:
-        self._build = build
-        mode = current_mode()
-        first = build()
-        self._by_mode: dict[str, Callable[..., Any]] = {mode: first}
-        self._any_mode = None if _precision_sensitive(first) else first
-
-    def __call__(self, *args):
-        if self._any_mode is not None:
-            return self._any_mode(*args)
-        mode = current_mode()
-        fn = self._by_mode.get(mode)
-        if fn is None:
-            fn = self._by_mode[mode] = self._build()
-        return fn(*args)
-
-
 def _precision_sensitive(compiled) -> bool:
     if isinstance(compiled, CompiledGraph):
         return compiled.precision_sensitive
@@ -302,7 +207,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "gr
                 return _recovery.BoundedGraph(compiled, gm, name)
             return compiled
 
-    return PrecisionKeyed(build)
+    return PrecisionKeyed(build, _precision_sensitive)
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable[..., Any]:

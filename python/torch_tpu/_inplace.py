@@ -13,28 +13,21 @@ device buffer, and the new value is copied into the caller's tensor.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx
 
-from torch_tpu.compiler.diagnostics import DiagnosticEngine
-from torch_tpu.compiler.importer import import_graph
 from torch_tpu.compiler.lowering import LoweringError
-
-from . import _timing
-from .core import attributes
 from torch_tpu.compiler.pipelines import named_pipeline
 
-from ._compile import CompiledGraph, _shared_context
-from ._dump import GraphDump
+from ._compile import CompiledGraph
 from ._errors import TorchTpuCompileError
-from ._fingerprint import FxGraphFingerprint
+from ._invoker import compile_fx
 from ._output_alias import OutputAliasPlan, plan_output_aliases
 from ._precision import current_mode
-from ._process_groups import process_groups_of
+from .core import attributes
 
 log = logging.getLogger("torch_tpu")
 
@@ -71,40 +64,22 @@ def aliased_results(module) -> dict[int, int]:
 
 class InPlaceCompiledGraph(CompiledGraph):
     """A compiled non-functional graph: after each run, the inputs the graph writes get
-    their new values (the results aliased to them)."""
+    their new values (the results aliased to them). Written inputs go in as plain tensors
+    (the invoker never makes them resident: donation would consume the buffer)."""
 
     def __init__(self, executable, imported, written: dict[int, int],
                  output_aliases: OutputAliasPlan | None = None) -> None:
-        super().__init__(executable, imported)
+        super().__init__(executable, imported, written=written)
         self.written = written
         self.output_aliases = output_aliases
 
     def __call__(self, *args):
-        # Written inputs go in as plain tensors (never the resident-parameter buffer,
-        # which donation would consume).
-        plain = [a.detach() if i in self.written and isinstance(a, torch.nn.Parameter) else a
-                 for i, a in enumerate(args)]
-        inputs = list(plain)
-        results = self.executable(*self._prepare(inputs))
+        results = self.invoker(*args)
         with torch.no_grad():
             for arg_index, result_index in self.written.items():
                 args[arg_index].copy_(results[result_index])
         # After the write-back: outputs aliasing inputs are views of their new values.
         return self._unflatten(results, args)
-
-    def _prepare(self, args):
-        from ._compile import RESIDENT_PARAMETERS
-
-        inputs = []
-        for spec, arg in zip(self._input_specs, args):
-            if isinstance(arg, torch.nn.Parameter):
-                arg = RESIDENT_PARAMETERS.get(arg, self._client)
-            elif not isinstance(arg, torch.Tensor):
-                arg = torch.tensor(arg, dtype=spec.dtype)
-            inputs.append(arg)
-        if self._needs_rng:
-            inputs.append(torch.randint(0, 2**62, (2,), dtype=torch.int64).to(torch.uint64))
-        return inputs
 
     def _unflatten(self, results, args):
         import torch.utils._pytree as pytree
@@ -118,48 +93,25 @@ class InPlaceCompiledGraph(CompiledGraph):
 def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPlaceCompiledGraph:
     """Compiles an ATen graph with views and in-place ops (every node must lower).
     Raises LoweringError or TorchTpuCompileError."""
-    from torch_tpu.runtime import get_client
-
-    timings: dict[str, float] = {}
-    client = get_client()
-    mode = current_mode()
     donate = donate_written_inputs()
     # Before the fingerprint: the plan rewrites the graph's outputs.
     output_aliases = plan_output_aliases(gm)
-    fingerprint = _salted(gm, mode, donate)
-    start = time.perf_counter()
-    dump = GraphDump(f"{name}-views")
-    if dump.enabled:
-        dump.write("fx_graph.py", gm.print_readable(print_output=False))
-    with _timing.phase("convert", timings):
-        try:
-            imported = import_graph(
-                gm, context=_shared_context(), functional=False, process_groups=process_groups_of(gm)
-            )
-        except LoweringError as err:
-            dump.write_error("importing the graph", str(err))
-            raise
-    with _timing.phase("passes", timings):
-        engine = DiagnosticEngine()
-        if not dump.run_pipeline(imported.module.operation, view_pipeline(mode), engine):
-            raise TorchTpuCompileError(
-                f"torch_tpu: the view passes failed on graph {name}:\n{engine.format()}\n"
-                "Set TORCH_TPU_DUMP_DIR to get the module and reproduce with torchtpu-opt."
-            )
-    dump.write_inputs(imported.module.operation, imported.inputs)
-    written = aliased_results(imported.module)
-    if not donate:
-        # After final.mlir was dumped: the aliasing attributes come off before XLA sees it.
-        drop_aliasing(imported.module)
-    with _timing.phase("xla_compile", timings):
-        executable = client.compile(imported.module, fingerprint=fingerprint, name=name)
-    log.debug("torch_tpu: %s compiled with torchtpu views in %.2fs", name, time.perf_counter() - start)
-    return InPlaceCompiledGraph(executable, imported, written, output_aliases)
+    written: dict[int, int] = {}
 
+    def before_xla(module) -> None:
+        written.update(aliased_results(module))
+        if not donate:
+            # After final.mlir was dumped: the aliasing attributes come off before XLA sees it.
+            drop_aliasing(module)
 
-def _salted(gm: torch.fx.GraphModule, mode: str, donate: bool) -> FxGraphFingerprint:
-    return FxGraphFingerprint(
-        gm, f"precision={mode};views=torchtpu;donate={donate}")
+    program = compile_fx(
+        gm, name=name, settings=f"views=torchtpu;donate={donate}",
+        pipeline=lambda mode, _platform: view_pipeline(mode),
+        import_options={"functional": False}, dump_name=lambda _: f"{name}-views",
+        what_failed="the view passes", before_xla=before_xla,
+    )
+    log.debug("torch_tpu: %s compiled with torchtpu views in %.2fs", name, program.seconds)
+    return InPlaceCompiledGraph(program.executable, program.imported, written, output_aliases)
 
 
 def donate_written_inputs() -> bool:

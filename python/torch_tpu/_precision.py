@@ -3,7 +3,7 @@
 `torch.set_float32_matmul_precision` sets the process-wide mode (medium -> DEFAULT,
 high -> HIGH, highest -> HIGHEST on XLA's dot/convolution); `torch_tpu.precision(mode)`
 overrides it for the current thread in a `with` block. The mode in force when a compiled
-graph is *called* selects its program (`_compile.PrecisionKeyed`), so a function compiled
+graph is *called* selects its program (`_invoker.PrecisionKeyed`), so a function compiled
 under one mode and called under another runs at the caller's precision.
 """
 

@@ -75,7 +75,9 @@ def _mesh_partition(name: str, ranks: tuple[int, ...], world: int) -> tuple[tupl
     from torch.distributed.device_mesh import DeviceMesh
 
     for obj in gc.get_objects():
-        if not isinstance(obj, DeviceMesh):
+        # `type(obj)`, not isinstance: isinstance dereferences weak proxies, and a dead
+        # one raises ReferenceError.
+        if not issubclass(type(obj), DeviceMesh):
             continue
         names = getattr(obj, "_dim_group_names", None) or []
         for dim, group_name in enumerate(names):

@@ -106,16 +106,56 @@ def _record_sources(gm: torch.fx.GraphModule, sources: list[str | None]) -> None
     gm.meta[ARGUMENT_SOURCES] = mapping
 
 
-def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | None] | None = None):
+def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | None] | None = None,
+                   direct: dict | None = None):
+    """`direct`: for the inference compiler, receives the compiled graph under "inference"
+    when aot_autograd's runtime wrappers would do nothing for it (`_wrappers_are_noops`)."""
+
     def compiler(gm: torch.fx.GraphModule, example_inputs):
         if sources:
             _record_sources(gm, sources)
         if role == "forward":
             _mark_visible_outputs(gm)
         compiled = compile_graph(gm, example_inputs, name=_graph_name(source, graph_id, role))
+        if direct is not None and _wrappers_are_noops(gm, len(sources or ())):
+            direct["inference"] = compiled
         return _boxed(lambda *args: compiled(*args))
 
     return compiler
+
+
+def _wrappers_are_noops(gm: torch.fx.GraphModule, dynamo_inputs: int) -> bool:
+    """Whether aot_autograd's runtime wrappers around an inference graph would only pass
+    arguments in and results out, so Dynamo may call the compiled graph directly: no
+    input mutation to write back, no output aliasing an input or an intermediate to
+    regenerate, no effect tokens, RNG offsets, tensor subclasses, dynamic output dims or
+    grad-mode change, autocast off (the wrapper would disable it), and the graph takes
+    exactly Dynamo's inputs (no deduplicated or synthetic-base arguments, no lifted
+    parameters)."""
+    from torch._guards import TracingContext
+
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    if meta is None:
+        return False
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values = [n.meta.get("val") for n in placeholders]
+    return (
+        len(placeholders) == dynamo_inputs
+        and all(isinstance(v, torch.Tensor) and not _has_symbolic_size(v) for v in values)
+        and meta.num_mutated_inp_runtime_indices == 0
+        and meta.num_outputs_aliased == 0
+        and meta.num_intermediate_bases == 0
+        and meta.num_outputs_rng_offset == 0
+        and not meta.tokens
+        and not meta.dynamic_outputs
+        and meta.grad_enabled_mutation is None
+        and all(type(m).__name__ == "PlainTensorMeta" or isinstance(m, int) for m in meta.subclass_inp_meta)
+        and not torch._C._is_any_autocast_enabled()
+    )
+
+
+def _has_symbolic_size(value: torch.Tensor) -> bool:
+    return any(isinstance(d, torch.SymInt) for d in value.shape)
 
 
 def _mark_visible_outputs(gm: torch.fx.GraphModule) -> None:
@@ -139,7 +179,19 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
     rewrite_scalar_tensor_indices(gm)  # x[:, pos] with a 0-d pos: a run-time position
     if parsed.functionalize == "torchtpu":
         return _views_backend(gm, example_inputs)
-    return _aot_backend(gm)(gm, example_inputs)
+    return _compile_with_aot(gm, example_inputs)
+
+
+def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs):
+    """aot_autograd's compiled function, or, for an inference graph whose runtime wrappers
+    would be no-ops (`_wrappers_are_noops`), our compiled graph itself: Dynamo then calls
+    it without aot_autograd's wrapper layers (measured in bench/overhead.py)."""
+    direct: dict = {}
+    wrapped = _aot_backend(gm, direct)(gm, example_inputs)
+    compiled = direct.get("inference")
+    if compiled is None:
+        return wrapped
+    return torch._dynamo.disable(compiled, reason="do not trace a torch_tpu compiled graph")
 
 
 def _views_backend(gm: torch.fx.GraphModule, example_inputs):
@@ -167,9 +219,9 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
     return TorchTpuViewsGraph(gm, _graph_name(_traced_function(), graph_id, "inference"), fallback)
 
 
-def _aot_backend(dynamo_gm: torch.fx.GraphModule):
+def _aot_backend(dynamo_gm: torch.fx.GraphModule, direct: dict | None = None):
     """aot_autograd with torch_tpu's compilers for one Dynamo graph (forward, backward and
-    inference graphs share its id in dump names)."""
+    inference graphs share its id in dump names). `direct`: see `_make_compiler`."""
     from torch._dynamo.backends.common import AotAutograd
 
     from torch_tpu.compiler.lowering.decompositions import decomposition_table
@@ -181,7 +233,7 @@ def _aot_backend(dynamo_gm: torch.fx.GraphModule):
     return AotAutograd(
         fw_compiler=_make_compiler("forward", graph_id, source, sources),
         bw_compiler=_make_compiler("backward", graph_id, source),
-        inference_compiler=_make_compiler("inference", graph_id, source, sources),
+        inference_compiler=_make_compiler("inference", graph_id, source, sources, direct),
         decompositions=decomposition_table(),
         # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
         # back (functionalize="torchtpu" uses the view passes and buffer donation instead).

@@ -1,0 +1,160 @@
+"""Per-call overhead of compiled graphs (issue 17), as ratios measured in one process:
+
+* `x + 1` on 8 floats: ours vs inductor vs jax.jit vs eager (fixed per-call cost);
+* the MLP (4 x Linear(1024,1024)+ReLU, batch 64) vs jax.jit;
+* one pre-LN transformer block (d=512, 8 heads, seq 128, batch 8) vs jax.jit;
+* the quickstart model's first call (Dynamo + aot_autograd + convert + passes + XLA),
+  L2 cache off, the best of `--first-calls` fresh compiles.
+
+    .venv/bin/python bench/overhead.py [--rounds 9] [--calls 40] [--skip-inductor]
+
+JAX is given the parameters as arguments (a jit closing over its weights lets XLA fold
+them as constants). Contenders are interleaved in short blocks per round and each
+round's median is kept; the reported figure is the median over rounds, so load from
+other processes hits every contender alike. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from functools import partial
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("TORCH_TPU_CACHE_L2", "0")
+
+
+def _round_medians(contenders: dict, rounds: int, calls: int) -> dict[str, float]:
+    """Median over `rounds` of each contender's median per-call seconds in that round."""
+    per_round: dict[str, list[float]] = {k: [] for k in contenders}
+    for fn, sync in contenders.values():
+        for _ in range(3):
+            sync(fn())
+    for _ in range(rounds):
+        for name, (fn, sync) in contenders.items():
+            samples = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                sync(fn())
+                samples.append(time.perf_counter() - t0)
+            per_round[name].append(statistics.median(samples))
+    return {k: statistics.median(v) for k, v in per_round.items()}
+
+
+def _jax_params(model):
+    import jax
+    import numpy as np
+
+    return {
+        name: jax.device_put(np.ascontiguousarray(t.detach().numpy()))
+        for name, t in list(model.named_parameters()) + list(model.named_buffers())
+        if t.is_floating_point()
+    }
+
+
+def _model_case(model, x, jax_fn, rounds: int, calls: int) -> dict[str, float]:
+    import jax
+    import torch
+
+    torch._dynamo.reset()
+    ours = torch.compile(model, backend="tpu")
+    params = _jax_params(model)
+    x_dev = jax.device_put(x.numpy())
+    jitted = jax.jit(jax_fn)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), model(x), rtol=1e-3, atol=1e-3)
+        contenders = {
+            "ours": (lambda: ours(x), lambda r: r),
+            "jax": (lambda: jitted(params, x_dev), lambda r: r.block_until_ready()),
+        }
+        return _round_medians(contenders, rounds, calls)
+
+
+def tiny_case(rounds: int, calls: int, inductor: bool) -> dict[str, float]:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    def f(x):
+        return x + 1
+
+    x = torch.randn(8)
+    torch._dynamo.reset()
+    ours = torch.compile(f, backend="tpu")
+    contenders = {"ours": (lambda: ours(x), lambda r: r)}
+    if inductor:
+        ind = torch.compile(f)
+        contenders["inductor"] = (lambda: ind(x), lambda r: r)
+    jitted = jax.jit(lambda a: a + 1)
+    x_dev = jax.device_put(x.numpy())
+    contenders["jax"] = (lambda: jitted(x_dev), lambda r: r.block_until_ready())
+    contenders["eager"] = (lambda: f(x), lambda r: r)
+    with torch.no_grad():
+        return _round_medians(contenders, rounds, calls * 10)
+
+
+def quickstart_first_call(repeats: int) -> float:
+    import torch
+
+    from torch_tpu.examples.quickstart import TinyGPT
+
+    torch.manual_seed(0)
+    model = TinyGPT(seq=64).eval()
+    ids = torch.randint(0, 512, (4, 64))
+    best = float("inf")
+    for _ in range(repeats):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="tpu")
+        from torch_tpu.runtime import get_client
+
+        get_client().cache.clear_l1()  # a real XLA compile every time
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            compiled(ids)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--calls", type=int, default=40, help="calls per contender per round (x10 for x + 1)")
+    p.add_argument("--first-calls", type=int, default=2)
+    p.add_argument("--skip-inductor", action="store_true")
+    p.add_argument("--cases", default="tiny,mlp,block,first")
+    args = p.parse_args(argv)
+    cases = set(args.cases.split(","))
+
+    import torch
+
+    import models as M
+
+    MLP, GPT, _ = M._torch_models()
+    if "tiny" in cases:
+        t = tiny_case(args.rounds, args.calls, not args.skip_inductor)
+        line = ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in t.items())
+        ratios = ", ".join(f"ours/{k} {t['ours'] / t[k]:.2f}x" for k in t if k != "ours")
+        print(f"x + 1 (8 floats): {line}; {ratios}")
+    if "mlp" in cases:
+        torch.manual_seed(0)
+        t = _model_case(MLP().eval(), torch.randn(64, 1024), M.jax_mlp, args.rounds, args.calls)
+        print(f"MLP 4x1024 b64: ours {t['ours'] * 1e3:.3f} ms, jax {t['jax'] * 1e3:.3f} ms; "
+              f"ours/jax {t['ours'] / t['jax']:.3f}x")
+    if "block" in cases:
+        torch.manual_seed(0)
+        model = GPT(layers=1).eval()
+        t = _model_case(model, torch.randn(8, 128, 512), partial(M.jax_gpt, layers=1), args.rounds,
+                        max(4, args.calls // 4))
+        print(f"block d512 8x128: ours {t['ours'] * 1e3:.3f} ms, jax {t['jax'] * 1e3:.3f} ms; "
+              f"ours/jax {t['ours'] / t['jax']:.3f}x")
+    if "first" in cases:
+        print(f"quickstart first call (L2 off, best of {args.first_calls}): "
+              f"{quickstart_first_call(args.first_calls):.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
