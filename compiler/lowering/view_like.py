@@ -1127,7 +1127,7 @@ def _view_dtype(ctx: LoweringContext, x, dtype_):
         target = torch.float32 if dst is torch.complex64 else torch.float64
     elif dst is torch.bool:
         target = torch.uint8
-    x = bitcast(x, target)
+    x = reinterpret_bits(x, target)
     if dst.is_complex:
         shape = shape_of(x)
         pairs = reshape(x, shape[:-1] + [shape[-1] // 2, 2])
@@ -1137,7 +1137,7 @@ def _view_dtype(ctx: LoweringContext, x, dtype_):
     return reshape(x, out_shape)
 
 
-def bitcast(x: ir.Value, to: torch.dtype) -> ir.Value:
+def reinterpret_bits(x: ir.Value, to: torch.dtype) -> ir.Value:
     """`x`'s bits read as `to` (aten.view(dtype)): a wider source splits its last dim,
     a narrower one packs it. Public: `torchtpu-inverse-views` (view_semantics) builds with it."""
     src = dtype(x)

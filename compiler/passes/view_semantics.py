@@ -132,13 +132,13 @@ def _slice_positions(shape: list[int], dim: int, start: int, limit: int, step: i
 
 
 def _bitcast(value: ir.Value, to: torch.dtype, shape: list[int]) -> ir.Value:
-    from ..lowering.view_like import bitcast as bitcast_values
+    from ..lowering.view_like import reinterpret_bits
 
     src = dtype_of(value.type)
     for dt in (src, to):
         if dt.is_complex or dt is torch.bool:
             raise ViewError(f"a dtype view between {src} and {to} on a written tensor is not supported")
-    return reshape(bitcast_values(value, to), shape)
+    return reshape(reinterpret_bits(value, to), shape)
 
 
 # -- forward / inverse -------------------------------------------------------------------
