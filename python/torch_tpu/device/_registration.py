@@ -25,7 +25,7 @@ _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 _VIEW_KERNELS = (
     aten.view.default, aten.view.dtype, aten.as_strided.default, aten._reshape_alias.default,
-    aten.unfold.default, aten.alias.default,
+    aten.unfold.default,
     aten.set_.source_Storage_storage_offset, aten.set_.source_Storage, aten.set_.source_Tensor,
 )
 
@@ -81,6 +81,7 @@ def _boxed_fallback(op, *args, **kwargs):
 def _lowered_targets():
     """The overloads to register a kernel for: lowered ones and their in-place and out=
     forms, minus CompositeImplicitAutograd ones (PyTorch decomposes them first)."""
+    from torch_tpu.compiler.importer.mutation import is_view
     from torch_tpu.compiler.lowering import LOWERINGS
 
     seen = set()
@@ -100,6 +101,9 @@ def _lowered_targets():
             if form in seen:
                 continue
             seen.add(form)
+            if is_view(form):
+                # Views keep PyTorch's own (composite) kernels: a lowered view would copy.
+                continue
             try:
                 if torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "CompositeImplicitAutograd"):
                     continue

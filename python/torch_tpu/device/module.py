@@ -88,13 +88,13 @@ def synchronize(device: Any = None) -> None:
 # tpu device seeds it; the state functions read and write that generator.
 def manual_seed(seed: int) -> None:
     _seeds[current_device()] = int(seed)
-    torch.manual_seed(int(seed))
+    torch.default_generator.manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
     for index in range(device_count()):
         _seeds[index] = int(seed)
-    torch.manual_seed(int(seed))
+    torch.default_generator.manual_seed(int(seed))
 
 
 def seed() -> None:
