@@ -10,9 +10,4 @@ from ._registration import register
 register()
 
 
-def _autoload() -> None:
-    """The `torch.backends` entry point: PyTorch calls it at the end of `import torch`."""
-    register()
-
-
 __all__ = ["EagerMode", "get_eager_mode", "register", "set_eager_mode"]

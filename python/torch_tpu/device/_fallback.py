@@ -30,8 +30,29 @@ def user_line() -> str:
     return "<unknown>"
 
 
-def report(op, reason: str) -> None:
+# Ops whose result shape depends on their values: they wait for the value and run on
+# the host by design (exact shapes), so they are not fallbacks TORCH_TPU_STRICT forbids.
+DATA_DEPENDENT = frozenset({
+    "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim",
+    "index", "index_put", "index_put_", "_index_put_impl_", "argwhere", "masked_scatter", "masked_scatter_",
+    "bincount", "histc", "repeat_interleave",
+})
+
+
+def is_data_dependent(op, args=()) -> bool:
+    name = op._schema.name.split("::", 1)[-1]
+    if name in ("index", "index_put", "index_put_", "_index_put_impl_"):
+        # Only boolean masks make indexing data-dependent.
+        indices = args[1] if len(args) > 1 else ()
+        return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ())
+    return name in DATA_DEPENDENT
+
+
+def report(op, reason: str, args=()) -> None:
     name = str(op)
+    if is_data_dependent(op, args):
+        log.debug("torch_tpu: %s has a data-dependent result shape: it runs on the host", name)
+        return
     if config.get_bool("TORCH_TPU_STRICT"):
         raise RuntimeError(
             f"torch_tpu: {name} at {user_line()} has no device implementation ({reason}); "
@@ -44,7 +65,7 @@ def report(op, reason: str) -> None:
 
 
 def run_on_cpu(op, args, kwargs, reason: str):
-    report(op, reason)
+    report(op, reason, args)
     index = None
     host_of: dict[int, torch.Tensor] = {}
 

@@ -54,7 +54,9 @@ class ScalarArg:
 
 
 def _scalar_names(op) -> set[str]:
-    return {a.name for a in op._schema.arguments if str(a.type).rstrip("?") == "Scalar"}
+    """Arguments whose Python numbers are run-time operands: `Scalar`s, and `Tensor`s
+    (a Python kernel receives the wrapped number of `x * 0.5` as the number)."""
+    return {a.name for a in op._schema.arguments if str(a.type).rstrip("?") in ("Scalar", "Tensor")}
 
 
 def _positional_names(op) -> list[str]:
