@@ -95,8 +95,11 @@ def run_on_cpu(op, args, kwargs, reason: str):
     # Written arguments: their host storages changed; write them back.
     schema = op._schema
     written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-    bound = dict(zip([a.name for a in schema.arguments], args))
+    names = [a.name for a in schema.arguments]
+    bound = dict(zip(names, args))
     bound.update(kwargs)
+    cpu_bound = dict(zip(names, cpu_args))
+    cpu_bound.update(cpu_kwargs)
     rebound = set()
     for name in written:
         t = bound.get(name)
@@ -107,22 +110,31 @@ def run_on_cpu(op, args, kwargs, reason: str):
             rebound.add(key)
             entry = _storage.entry_of(t)
             host = host_of[key]
-            cpu_t = pytree.tree_map(to_cpu, t)
+            cpu_t = cpu_bound[name]
             if cpu_t.untyped_storage().data_ptr() != host.untyped_storage().data_ptr() or cpu_t.shape != t.shape:
                 # The CPU kernel resized the output: give the tpu tensor the new storage.
                 _resize_to(t, cpu_t)
                 continue
             entry.buffer = _storage.upload(host, entry.device_index)
-    if written:
-        outs = [bound[n] for n in written]
-        return outs[0] if len(schema.returns) == 1 else tuple(outs)
-
     def to_tpu(x):
         if isinstance(x, torch.Tensor) and x.device.type == "cpu":
             return _storage.from_host(x, index)
         return x
 
-    return pytree.tree_map(to_tpu, result)
+    # A return that aliases a written argument is that (tpu) argument; others move over.
+    by_alias = {
+        frozenset(a.alias_info.before_set): bound[a.name]
+        for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write and a.name in bound
+    }
+    results = result if len(schema.returns) > 1 else (result,)
+    outs = []
+    for ret, value in zip(schema.returns, results):
+        alias = ret.alias_info
+        if alias is not None and frozenset(alias.before_set) in by_alias:
+            outs.append(by_alias[frozenset(alias.before_set)])
+        else:
+            outs.append(pytree.tree_map(to_tpu, value))
+    return tuple(outs) if len(schema.returns) > 1 else outs[0]
 
 
 def _resize_to(t: torch.Tensor, cpu_value: torch.Tensor) -> None:

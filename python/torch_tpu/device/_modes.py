@@ -16,6 +16,9 @@ from torch_tpu import config
 
 
 class EagerMode(enum.Enum):
+    """How the eager tpu device runs ops: STRICT (asynchronous, the default), DEBUG (each
+    op waits for its result), FUSED (deferred and fused; not built yet)."""
+
     STRICT = "strict"
     DEBUG = "debug"
     FUSED = "fused"

@@ -112,8 +112,8 @@ def _mismatch(a: str, b: str) -> RuntimeError:
 @dataclass
 class Plan:
     executable: Any
-    results: list  # (size, stride, dtype) per functional result tensor, or None for writes
-    result_tree: Any
+    results: list  # (size, stride, dtype) per result (None: not a tensor); empty for writes
+    multiple: bool  # the op returns a tuple
     written: list  # positions in `operands` of the written storages
     out_names: list
 
@@ -240,6 +240,12 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     written = _written(op)
     target = op
     names = _positional_names(op)
+    if written and not (
+        op._schema.name.endswith("_")
+        or all(a.kwarg_only for a in op._schema.arguments if a.name in written)
+    ):
+        # Writes some arguments and returns new tensors (batch norm's running stats).
+        raise Unlowerable(f"{op} writes arguments and returns new tensors")
     if written:
         target = _functional(op)
         if target is None or target not in LOWERINGS:
@@ -356,7 +362,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
     results = [] if written else [layout for layout in layouts]
-    return Plan(executable, results, type(val), write_positions, written)
+    return Plan(executable, results, isinstance(val, (tuple, list)), write_positions, written)
 
 
 def _count(x) -> int:
@@ -421,13 +427,12 @@ def run(op, args, kwargs):
         for position, buffer in zip(plan.written, outs):
             operands[position].buffer = buffer
         return _written_return(op, args, kwargs, plan)
-    tensors = [
-        _storage.from_buffer(buffer, size, stride, dtype, index)
-        for buffer, (size, stride, dtype) in zip(outs, [r for r in plan.results if r is not None])
+    buffers = iter(outs)
+    results = [
+        None if layout is None else _storage.from_buffer(next(buffers), layout[0], layout[1], layout[2], index)
+        for layout in plan.results
     ]
-    if plan.result_tree in (tuple, list):
-        return plan.result_tree(tensors)
-    return tensors[0]
+    return tuple(results) if plan.multiple else results[0]
 
 
 def _written_return(op, args, kwargs, plan):

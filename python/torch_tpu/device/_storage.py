@@ -95,7 +95,13 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
     flat = storage_to_host(entry)
     if t.dtype != entry.dtype:
         flat = flat.view(torch.uint8).view(t.dtype)
-    return flat.as_strided(t.shape, t.stride(), t.storage_offset())
+    host = flat.as_strided(t.shape, t.stride(), t.storage_offset())
+    # Lazy conjugation and negation are bits of the tensor, not of its storage.
+    if t.is_conj():
+        host = host.conj()
+    if t.is_neg():
+        host = torch._neg_view(host)
+    return host
 
 
 def upload(host: torch.Tensor, index: int):

@@ -36,7 +36,17 @@ def _params():
 
 
 def _to(tree, device):
+    if isinstance(tree, torch.Size):
+        return tree
     return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, tree)
+
+
+def _device_kwargs(kwargs):
+    """Sample kwargs with tensors moved and a factory's `device` pointed at tpu."""
+    moved = _to(kwargs, "tpu")
+    if "device" in moved and torch.device(moved["device"]).type == "cpu":
+        moved["device"] = "tpu"
+    return moved
 
 
 @pytest.mark.parametrize("op", list(_params()))
@@ -49,7 +59,7 @@ def test_device_op(op):
         torch.manual_seed(0)
         expected = op.op(*args, **sample.kwargs)
         torch.manual_seed(0)
-        actual = op.op(*_to(args, "tpu"), **_to(sample.kwargs, "tpu"))
+        actual = op.op(*_to(args, "tpu"), **_device_kwargs(sample.kwargs))
         for leaf in pytree.tree_leaves(actual):
             if isinstance(leaf, torch.Tensor):
                 assert leaf.device.type == "tpu", f"result on {leaf.device}"
