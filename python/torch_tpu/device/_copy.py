@@ -16,7 +16,7 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
     # non_blocking: host->device copies are already enqueued asynchronously and
     # device->host copies must wait for the value; the flag changes nothing observable.
     if self.device.type == "tpu" and src.device.type == "tpu":
-        if (self.device.index or 0) == (src.device.index or 0):
+        if (self.device.index or 0) == (src.device.index or 0) and not (src.is_conj() or src.is_neg()):
             try:
                 return _ops.run(aten.copy_.default, (self, src), {})
             except _ops.Unlowerable:

@@ -82,7 +82,12 @@ def run_on_cpu(op, args, kwargs, reason: str):
             flat = host_of[key]
             if x.dtype != flat.dtype:
                 flat = flat.view(torch.uint8).view(x.dtype)
-            return flat.as_strided(x.shape, x.stride(), x.storage_offset())
+            view = flat.as_strided(x.shape, x.stride(), x.storage_offset())
+            if x.is_conj():
+                view = view.conj()
+            if x.is_neg():
+                view = torch._neg_view(view)
+            return view
         if isinstance(x, torch.device) and x.type == "tpu":
             if index is None:
                 index = x.index or 0

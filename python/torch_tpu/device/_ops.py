@@ -73,6 +73,11 @@ def describe(op, args, kwargs, index_box: list, bake: bool):
     def leaf(value, top_name: str | None):
         if isinstance(value, torch.Tensor):
             if value.device.type == "tpu":
+                if value.is_conj() or value.is_neg():
+                    # Lazy conjugation/negation bits are not in the storage: the module
+                    # would read the plain values. PyTorch resolves them for most ops;
+                    # the rest (copies) take the host path, which applies them.
+                    raise Unlowerable("an argument with a lazy conjugation or negation bit")
                 entry = entry_of(value)
                 index = entry.device_index
                 if index_box[0] is None:

@@ -231,3 +231,15 @@ def test_deleted_buffer_is_a_clear_error():
         x.cpu()
     with pytest.raises(RuntimeError, match="device buffer was deleted"):
         x + 1
+
+
+def test_lazy_conjugation_reaches_the_host():
+    # ifft of a real signal returns a lazily conjugated tensor (regression: .cpu() read
+    # the unconjugated storage).
+    c = torch.randn(6)
+    torch.testing.assert_close(torch.fft.ifft(c.to("tpu")).cpu(), torch.fft.ifft(c))
+    z = torch.randn(4, dtype=torch.complex64)
+    t = z.to("tpu").conj()
+    torch.testing.assert_close(t.cpu(), z.conj())
+    torch.testing.assert_close((t * 2).cpu(), z.conj() * 2)
+    torch.testing.assert_close(t.clone().cpu(), z.conj())
