@@ -140,7 +140,25 @@ def register() -> None:
         for op, kernel in own.items():
             impl.impl(op, kernel, "PrivateUse1")
             skip.add(op)
-        for op in _lowered_targets():
-            if op not in skip:
-                impl.impl(op, functools.partial(execute, op), "PrivateUse1")
+        _skip.update(skip)
         fallback.fallback(_boxed_fallback, "PrivateUse1")
+
+
+_skip: set = set()
+_op_kernels: list = []
+
+
+def ensure_op_kernels() -> None:
+    """Registers a kernel for every lowered overload, on the first tpu tensor: importing
+    the lowering table costs seconds, which `import torch` (autoload) must not pay.
+    Until then nothing reaches those kernels (no tpu tensor exists)."""
+    if _op_kernels:
+        return
+    with _lock:
+        if _op_kernels:
+            return
+        impl = torch.library.Library("aten", "IMPL")
+        for op in _lowered_targets():
+            if op not in _skip:
+                impl.impl(op, functools.partial(execute, op), "PrivateUse1")
+        _op_kernels.append(impl)

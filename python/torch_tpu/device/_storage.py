@@ -52,6 +52,9 @@ def contiguous_stride(size) -> tuple[int, ...]:
 
 def wrap(entry: StorageEntry, size, stride, offset: int = 0) -> torch.Tensor:
     """A tpu tensor viewing `entry`'s storage."""
+    from ._registration import ensure_op_kernels
+
+    ensure_op_kernels()
     storage = TABLE.new_storage(entry)
     return tensor_on(storage, entry.dtype, size, stride, offset)
 
