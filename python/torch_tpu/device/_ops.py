@@ -16,6 +16,7 @@ view of the storage sees the write). An op the table cannot lower runs on CPU
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -53,21 +54,23 @@ class ScalarArg:
     kind: type  # float or int
 
 
-def _scalar_names(op) -> set[str]:
+@functools.lru_cache(maxsize=None)
+def _scalar_names(op) -> frozenset[str]:
     """Arguments whose Python numbers are run-time operands: `Scalar`s, and `Tensor`s
     (a Python kernel receives the wrapped number of `x * 0.5` as the number)."""
-    return {a.name for a in op._schema.arguments if str(a.type).rstrip("?") in ("Scalar", "Tensor")}
+    return frozenset(a.name for a in op._schema.arguments if str(a.type).rstrip("?") in ("Scalar", "Tensor"))
 
 
-def _positional_names(op) -> list[str]:
-    return [a.name for a in op._schema.arguments]
+@functools.lru_cache(maxsize=None)
+def _positional_names(op) -> tuple[str, ...]:
+    return tuple(a.name for a in op._schema.arguments)
 
 
 def describe(op, args, kwargs, index_box: list, bake: bool):
     """(signature, operands): the key-able description of the arguments (tensors and
     run-time scalars replaced by their descriptions) and the runtime operands in order."""
     names = _positional_names(op)
-    scalars = set() if bake else _scalar_names(op)
+    scalars = frozenset() if bake else _scalar_names(op)
     operands: list[Any] = []
 
     def leaf(value, top_name: str | None):
