@@ -26,10 +26,6 @@ from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpE
 from ..lowering.registry import OpRecord
 
 
-def has_lowering(target: Any) -> bool:
-    return target in LOWERINGS
-
-
 def normalize_result(result: Any) -> Any:
     """A rule's result as an ir.Value, a tuple of them, or a Python value."""
     if isinstance(result, ir.OpView):

@@ -17,20 +17,16 @@ view of the storage sees the write). An op the table cannot lower runs on CPU
 from __future__ import annotations
 
 import functools
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.utils._pytree as pytree
 
 from ._buffers import StorageEntry, entry_of
 from . import _storage
 from ._storage import buffer_of, contiguous_stride
 
-log = logging.getLogger("torch_tpu")
-aten = torch.ops.aten
 
 
 class Unlowerable(Exception):
