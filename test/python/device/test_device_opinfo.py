@@ -6,7 +6,10 @@ with CPU eager at OpInfo's tolerances.
 Expected failures are listed with their reasons in device_opinfo_xfail.py; the xfail is
 strict, so an entry that starts to pass fails the run until it is removed from the list.
 Full run: `.venv/bin/python -m pytest -q test/python/device/test_device_opinfo.py`
-(TORCH_TPU_OPINFO_SAMPLES samples per entry, default 2).
+(TORCH_TPU_OPINFO_SAMPLES samples per entry, default 2): 662 passed, 15 xfailed of 677 in
+732 s on a shared, loaded 2-core machine (over the 5-minute CI budget there; a CI job
+may run a `-k` subset). Passing entries include ops that ran on CPU through the fallback,
+as a user gets them; with TORCH_TPU_STRICT=1 only device-run entries pass.
 """
 
 from __future__ import annotations
