@@ -123,8 +123,8 @@ class Plan:
 
 
 _PLANS: dict = {}
-_BAKE: set = set()  # ops whose rules need Python scalars as constants
-FALLBACK = object()
+FALLBACK = object()  # the signature runs on CPU
+BAKE = object()  # the signature's rule needs its Python numbers as constants
 
 
 def _meta(sig_leaf):
@@ -395,21 +395,28 @@ def plan_for(op, args, kwargs):
     `Unlowerable` when it must run elsewhere."""
     from .._precision import current_mode
 
-    bake = op in _BAKE
     index_box: list = [None]
-    sig, operands = describe(op, args, kwargs, index_box, bake)
+    sig, operands = describe(op, args, kwargs, index_box, False)
     index = index_box[0] if index_box[0] is not None else 0
-    key = (op, sig, current_mode(), index, bake and tuple(v for v in operands if not isinstance(v, (StorageEntry, torch.Tensor))))
+    mode = current_mode()
+    key = (op, sig, mode, index)
     plan = _PLANS.get(key)
+    baked = plan is BAKE
+    if baked:
+        # This signature's rule needs its Python numbers as constants: one plan per value.
+        sig, operands = describe(op, args, kwargs, [None], True)
+        key = (op, sig, mode, index)
+        plan = _PLANS.get(key)
     if plan is None:
         try:
-            plan = _build_plan(op, sig, operands, index, bake)
+            plan = _build_plan(op, sig, operands, index, baked)
         except Unlowerable:
-            if bake or not any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in operands):
+            if baked or not any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in operands):
                 _PLANS[key] = FALLBACK
                 raise
-            # Retry with the scalars as constants (a rule that branches on their value).
-            _BAKE.add(op)
+            # Retry with the numbers as constants (a rule that branches on their value,
+            # or whose result dtype differs with a 0-d operand).
+            _PLANS[key] = BAKE
             return plan_for(op, args, kwargs)
         _PLANS[key] = plan
     elif plan is FALLBACK:

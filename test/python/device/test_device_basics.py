@@ -243,3 +243,20 @@ def test_lazy_conjugation_reaches_the_host():
     torch.testing.assert_close(t.cpu(), z.conj())
     torch.testing.assert_close((t * 2).cpu(), z.conj() * 2)
     torch.testing.assert_close(t.clone().cpu(), z.conj())
+
+
+def test_constant_scalars_are_decided_per_signature():
+    # An integer tensor times a float needs the float as a constant (a 0-d f64 operand
+    # would promote to float64); float tensors keep run-time scalars afterwards.
+    i = torch.arange(4, device="tpu")
+    torch.testing.assert_close((i * 0.5).cpu(), torch.arange(4) * 0.5)
+    x = torch.randn(8, device="tpu")
+
+    def plans():
+        return sum(1 for key in _ops._PLANS if key[0] is torch.ops.aten.mul.Tensor)
+
+    x * 0.1
+    before = plans()
+    for lr in (0.2, 0.3, 0.4):
+        torch.testing.assert_close((x * lr).cpu(), x.cpu() * lr)
+    assert plans() == before
