@@ -15,7 +15,7 @@ import torch.utils._pytree as pytree
 from ..context import func, ir, make_context, stablehlo
 from ..lowering import LOWERINGS, DynamicFallback, LoweringContext, LoweringError, UnsupportedOpError, dynamic_lowering
 from ..lowering.helpers import array_constant
-from ..lowering.registry import require_padding_as_is
+from ..lowering.registry import OpRecord, require_padding_as_is
 from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
 from ..process_groups import ProcessGroups
@@ -430,7 +430,11 @@ class FxImporter:
         if lowering is None:
             raise UnsupportedOpError(f"no lowering registered for {inner} (inside with_effects)", node)
         val = node.meta.get("val")
-        ctx = _InnerContext(node, node_location(node), self, val[1] if isinstance(val, (tuple, list)) else None)
+        inner_val = val[1] if isinstance(val, (tuple, list)) else None
+        # The wrapped op's arguments are the wrapper's after the token and the op.
+        inner_metas = torch.fx.node.map_arg(tuple(node.args[2:]), _val)
+        record = OpRecord(inner, tuple(inner_metas), dict(node.kwargs), inner_val, node.name)
+        ctx = LoweringContext(node, node_location(node), self, record=record)
         with ctx.loc:
             if self.dynamic is not None and self.dynamic.touches_dynamic(node):
                 require_padding_as_is(lowering, ctx)
@@ -449,16 +453,8 @@ class FxImporter:
                     _check_value(node, r, v)
 
 
-class _InnerContext(LoweringContext):
-    """The context of an op wrapped in a higher-order op: its metadata is part of the
-    wrapper node's."""
-
-    def __init__(self, node, loc, importer, inner_val) -> None:
-        super().__init__(node, loc, importer)
-        self._inner_val = inner_val
-
-    def meta(self, index=None):
-        return self._inner_val if index is None else self._inner_val[index]
+def _val(arg):
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
 
 def _check_value(node: torch.fx.Node, value: ir.Value, val: torch.Tensor) -> None:

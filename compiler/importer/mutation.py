@@ -26,7 +26,7 @@ from ..dialect import make_ref_type, ref_tensor_type
 from ..dtypes import tensor_type
 from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
 from ..lowering.helpers import broadcast_to, convert, shape_of
-from ..lowering.registry import require_padding_as_is
+from ..lowering.registry import OpRecord, require_padding_as_is
 from ..fx_locations import node_location
 
 aten = torch.ops.aten
@@ -154,19 +154,6 @@ def _as_stored(value: ir.Value, target: ir.RankedTensorType) -> ir.Value:
     if shape_of(value) != list(target.shape):
         value = broadcast_to(value, list(target.shape))
     return value
-
-
-class _FunctionalContext(LoweringContext):
-    """Lowering context of an in-place op lowered through its out-of-place counterpart:
-    the counterpart's result metadata is computed with fake tensors, because it may
-    differ from the in-place op's (type promotion)."""
-
-    def __init__(self, node, loc, importer, meta) -> None:
-        super().__init__(node, loc, importer)
-        self._functional_meta = meta
-
-    def meta(self, index=None):
-        return self._functional_meta if index is None else self._functional_meta[index]
 
 
 def functional_counterpart(target) -> Any:
@@ -328,7 +315,9 @@ class MutationImporter:
         values_kwargs = torch.fx.node.map_arg(kwargs, lambda n: self.read(self.importer.env[n]))
         with loc:
             try:
-                ctx = _FunctionalContext(node, loc, self.importer, meta)
+                # The counterpart's result metadata may differ from the in-place op's
+                # (type promotion): the record carries the counterpart's.
+                ctx = LoweringContext(node, loc, self.importer, record=OpRecord.of_node(node, meta, use_node_val=False))
                 if self.importer.dynamic is not None and self.importer.dynamic.touches_dynamic(node):
                     require_padding_as_is(lowering, ctx)
                 result = lowering.fn(ctx, *values_args, **values_kwargs)

@@ -209,16 +209,19 @@ def lookup(target: Any) -> Lowering | None:
 
 
 class LoweringError(Exception):
-    """A node that could not be lowered. `node` is the FX node; the message names the op
-    and the user's source line."""
+    """An op that could not be lowered. `node` is the FX node (None for an op lowered
+    without a graph: then `where` names the op); the message names the op and the
+    user's source line."""
 
-    def __init__(self, message: str, node: torch.fx.Node | None = None) -> None:
+    def __init__(self, message: str, node: torch.fx.Node | None = None, where: str | None = None) -> None:
         self.node = node
         self.reason = message
         if node is not None:
             from ..fx_locations import describe_node
 
             message = f"{describe_node(node)}: {message}"
+        elif where is not None:
+            message = f"{where}: {message}"
         super().__init__(message)
 
 
@@ -234,21 +237,69 @@ class DynamicFallback(LoweringError):
         self.reason = DynamicLimit(message)
 
 
-@dataclass
-class LoweringContext:
-    """What a rule may ask about the node it lowers."""
+@dataclass(frozen=True)
+class OpRecord:
+    """One op to lower, independent of any FX graph: its overload, the metadata of its
+    arguments (tensors as fake/meta tensors, everything else as the Python value) and of
+    its result. FX nodes, wrapped ops (`with_effects`), in-place ops lowered through
+    their functional form and eager device ops all lower from such a record."""
 
-    node: torch.fx.Node
-    loc: ir.Location
-    importer: Any = None  # the FxImporter; gives access to graph-level state
+    target: Any
+    args: tuple = ()
+    kwargs: dict = None  # type: ignore[assignment]
+    val: Any = None
+    # How errors name the op (its user's source line when known).
+    where: str = ""
+
+    @classmethod
+    def of_node(cls, node: torch.fx.Node, val: Any = None, *, use_node_val: bool = True) -> "OpRecord":
+        def meta(a):
+            return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+
+        args, kwargs = torch.fx.node.map_arg((node.args, dict(node.kwargs)), meta)
+        if use_node_val:
+            val = node.meta.get("val")
+        return cls(node.target, tuple(args), kwargs, val, node.name)
+
+    def arg_meta(self, position: int):
+        return self.args[position]
+
+
+class LoweringContext:
+    """What a rule may ask about the op it lowers: `record` (an `OpRecord`), the
+    location, and for ops of an FX graph the node and the importer (graph-level state:
+    the RNG seed, dynamic sizes). Rules that use only `meta`/`arg_meta`/`result_*`/`fail`
+    lower without a graph (`compiler/lowering/single_op.py`)."""
+
+    def __init__(
+        self,
+        node: torch.fx.Node | None,
+        loc: ir.Location,
+        importer: Any = None,
+        *,
+        record: OpRecord | None = None,
+    ) -> None:
+        self.node = node
+        self.loc = loc
+        self.importer = importer
+        self._record = record
+
+    @property
+    def record(self) -> OpRecord:
+        if self._record is None:
+            # Built on first use: most rules of a graph never ask for argument metadata.
+            self._record = OpRecord.of_node(self.node)
+        return self._record
 
     def random_bits(self, shape, bits: int = 32) -> ir.Value:
         """Uniform random `ui32`/`ui64` bits of `shape` from the graph's threaded RNG state
         (the importer adds a `tensor<2xui64>` seed argument the caller supplies)."""
+        if self.importer is None:
+            raise self.fail("a random op lowered without a graph has no seed to draw from")
         return self.importer.random_bits(shape, bits)
 
     def meta(self, index: int | None = None):
-        val = self.node.meta.get("val")
+        val = self.node.meta.get("val") if self._record is None else self._record.val
         if index is not None:
             val = val[index]
         return val
@@ -258,7 +309,7 @@ class LoweringContext:
 
         val = self.meta(index)
         if not isinstance(val, torch.Tensor):
-            raise LoweringError(f"expected a tensor result, found {type(val).__name__}", self.node)
+            raise self.fail(f"expected a tensor result, found {type(val).__name__}")
         return tensor_type(val.shape, val.dtype)
 
     def result_dtype(self, index: int | None = None) -> torch.dtype:
@@ -268,11 +319,13 @@ class LoweringContext:
         return [int(s) for s in self.meta(index).shape]
 
     def arg_meta(self, position: int):
-        arg = self.node.args[position]
-        return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+        if self._record is None:
+            arg = self.node.args[position]
+            return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+        return self._record.arg_meta(position)
 
     def fail(self, message: str) -> LoweringError:
-        return LoweringError(message, self.node)
+        return LoweringError(message, self.node, None if self._record is None else self._record.where)
 
     def dynamic_limit(self, what: str) -> "DynamicFallback":
         """The error of a documented bounded-dynamism limit: `what` is not supported over

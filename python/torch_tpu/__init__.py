@@ -25,6 +25,11 @@ _LAZY = {
     "TorchTpuCompileError": ("torch_tpu._errors", "TorchTpuCompileError"),
     "spmd_safe": ("torch_tpu.spmd", "spmd_safe"),
     "mark_dynamic": ("torch_tpu._dynamic", "mark_dynamic"),
+    # The eager device's modes (python/torch_tpu/device/_modes.py; importing them does
+    # not register the device).
+    "EagerMode": ("torch_tpu.device._modes", "EagerMode"),
+    "set_eager_mode": ("torch_tpu.device._modes", "set_eager_mode"),
+    "get_eager_mode": ("torch_tpu.device._modes", "get_eager_mode"),
 }
 
 # Public submodules, imported on first attribute access (`torch_tpu.spmd.compile_spmd`).

@@ -205,3 +205,13 @@ declare(
     "reuse memory a torch tensor owns).",
     "frontend",
 )
+
+# -- the eager tpu device (python/torch_tpu/device/) ------------------------------------
+declare(
+    "TPU_LAUNCH_BLOCKING", BOOL, False,
+    "1: the eager `tpu` device runs in Debug mode — every op waits for its result, so an error "
+    "is raised at the Python line of the op that failed (TorchTPU's name; like "
+    "CUDA_LAUNCH_BLOCKING). 0: Strict mode, ops run asynchronously. "
+    "`torch_tpu.set_eager_mode` overrides it.",
+    "frontend",
+)

@@ -1,0 +1,90 @@
+"""The buffer table: a tpu tensor's storage is a non-owning PyTorch storage whose
+address is a key into this table; the entry holds the runtime `DeviceBuffer` (a flat
+1-D array of the storage's elements) that is the storage's value.
+
+Addresses are virtual (never dereferenced: every tpu kernel is ours), unique per
+storage, 64-byte aligned. Views share the storage, hence the entry; an in-place op
+*rebinds* the entry to its result buffer, so every view sees the write. A storage's
+finalizer frees its buffer."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import Any
+
+import torch
+
+_ALIGN = 64
+# Far above any host allocation: a stray dereference faults instead of reading memory.
+_BASE = 1 << 46
+
+
+class StorageEntry:
+    """One storage: its element dtype, element count, device index and buffer (None
+    until first written: `empty` allocates nothing)."""
+
+    __slots__ = ("buffer", "device_index", "dtype", "numel", "nbytes", "__weakref__")
+
+    def __init__(self, dtype: torch.dtype, numel: int, device_index: int, buffer: Any = None) -> None:
+        self.dtype = dtype
+        self.numel = numel
+        self.nbytes = numel * dtype.itemsize
+        self.device_index = device_index
+        self.buffer = buffer
+
+
+class BufferTable:
+    def __init__(self) -> None:
+        self._entries: dict[int, StorageEntry] = {}
+        self._lock = threading.Lock()
+        self._next = itertools.count()
+        self._cursor = _BASE
+        self.allocated_bytes: dict[int, int] = {}
+        self.peak_bytes: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def new_storage(self, entry: StorageEntry) -> torch.UntypedStorage:
+        with self._lock:
+            address = self._cursor
+            self._cursor += max(_ALIGN, -(-entry.nbytes // _ALIGN) * _ALIGN)
+            self._entries[address] = entry
+            index = entry.device_index
+            self.allocated_bytes[index] = self.allocated_bytes.get(index, 0) + entry.nbytes
+            self.peak_bytes[index] = max(self.peak_bytes.get(index, 0), self.allocated_bytes[index])
+        storage = torch._C._construct_storage_from_data_pointer(
+            address, torch.device("tpu", entry.device_index), entry.nbytes
+        )
+        weakref.finalize(storage, self._free, address)
+        return storage
+
+    def _free(self, address: int) -> None:
+        with self._lock:
+            entry = self._entries.pop(address, None)
+            if entry is not None:
+                self.allocated_bytes[entry.device_index] -= entry.nbytes
+        if entry is not None and entry.buffer is not None:
+            entry.buffer = None  # the runtime frees the array with its last reference
+
+    def entry(self, address: int) -> StorageEntry:
+        entry = self._entries.get(address)
+        if entry is None:
+            raise RuntimeError(
+                "torch_tpu: this tpu tensor's storage is not in the buffer table (it was freed, or "
+                "the tensor was built on a storage torch_tpu did not allocate); recreate the tensor"
+            )
+        return entry
+
+    def reset_peak(self, index: int) -> None:
+        with self._lock:
+            self.peak_bytes[index] = self.allocated_bytes.get(index, 0)
+
+
+TABLE = BufferTable()
+
+
+def entry_of(tensor: torch.Tensor) -> StorageEntry:
+    return TABLE.entry(tensor.untyped_storage().data_ptr())

@@ -1,0 +1,147 @@
+"""Ops the lowering table cannot run on the device run on CPU: tpu arguments are copied
+to the host (views keep their sizes, strides and aliasing within one storage), the op
+runs in PyTorch's CPU kernel, written arguments are copied back into their device
+storages and results are moved to the device. Logged once per op;
+`TORCH_TPU_STRICT=1` makes it an error naming the op and the user's Python line."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+
+import torch
+import torch.utils._pytree as pytree
+
+from torch_tpu.core import config
+
+from . import _storage
+
+log = logging.getLogger("torch_tpu")
+_reported: set[str] = set()
+
+
+def user_line() -> str:
+    """The innermost stack frame outside torch and torch_tpu: the user's line."""
+    for frame in reversed(traceback.extract_stack()):
+        f = frame.filename
+        if "/torch/" in f or "/torch_tpu/" in f or "/runtime/" in f or "/compiler/" in f or f.startswith("<"):
+            continue
+        return f"{f}:{frame.lineno}"
+    return "<unknown>"
+
+
+# Ops whose result shape depends on their values: they wait for the value and run on
+# the host by design (exact shapes), so they are not fallbacks TORCH_TPU_STRICT forbids.
+DATA_DEPENDENT = frozenset({
+    "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim",
+    "index", "index_put", "index_put_", "_index_put_impl_", "argwhere", "masked_scatter", "masked_scatter_",
+    "bincount", "histc", "repeat_interleave",
+})
+
+
+def is_data_dependent(op, args=()) -> bool:
+    name = op._schema.name.split("::", 1)[-1]
+    if name in ("index", "index_put", "index_put_", "_index_put_impl_"):
+        # Only boolean masks make indexing data-dependent.
+        indices = args[1] if len(args) > 1 else ()
+        return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ())
+    return name in DATA_DEPENDENT
+
+
+def report(op, reason: str, args=()) -> None:
+    name = str(op)
+    if is_data_dependent(op, args):
+        log.debug("torch_tpu: %s has a data-dependent result shape: it runs on the host", name)
+        return
+    if config.get("TORCH_TPU_STRICT"):
+        raise RuntimeError(
+            f"torch_tpu: {name} at {user_line()} has no device implementation ({reason}); "
+            "TORCH_TPU_STRICT=1 forbids running it on CPU — unset it to run the op on CPU, "
+            "or report the op to torch_tpu"
+        )
+    if name not in _reported:
+        _reported.add(name)
+        log.warning("torch_tpu: %s runs on CPU on the tpu device (%s); logged once per op", name, reason)
+
+
+def run_on_cpu(op, args, kwargs, reason: str):
+    report(op, reason, args)
+    index = None
+    host_of: dict[int, torch.Tensor] = {}
+
+    def to_cpu(x):
+        nonlocal index
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+            if index is None:
+                index = x.device.index or 0
+            # One host copy per storage keeps aliasing between views of it.
+            key = x.untyped_storage().data_ptr()
+            if key not in host_of:
+                entry = _storage.entry_of(x)
+                host_of[key] = _storage.storage_to_host(entry)
+            flat = host_of[key]
+            if x.dtype != flat.dtype:
+                flat = flat.view(torch.uint8).view(x.dtype)
+            view = flat.as_strided(x.shape, x.stride(), x.storage_offset())
+            if x.is_conj():
+                view = view.conj()
+            if x.is_neg():
+                view = torch._neg_view(view)
+            return view
+        if isinstance(x, torch.device) and x.type == "tpu":
+            if index is None:
+                index = x.index or 0
+            return torch.device("cpu")
+        return x
+
+    cpu_args, cpu_kwargs = pytree.tree_map(to_cpu, (args, kwargs))
+    result = op(*cpu_args, **cpu_kwargs)
+    index = 0 if index is None else index
+    # Written arguments: their host storages changed; write them back.
+    schema = op._schema
+    written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    names = [a.name for a in schema.arguments]
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    cpu_bound = dict(zip(names, cpu_args))
+    cpu_bound.update(cpu_kwargs)
+    rebound = set()
+    for name in written:
+        t = bound.get(name)
+        if isinstance(t, torch.Tensor) and t.device.type == "tpu":
+            key = t.untyped_storage().data_ptr()
+            if key in rebound:
+                continue
+            rebound.add(key)
+            entry = _storage.entry_of(t)
+            host = host_of[key]
+            cpu_t = cpu_bound[name]
+            if cpu_t.untyped_storage().data_ptr() != host.untyped_storage().data_ptr() or cpu_t.shape != t.shape:
+                # The CPU kernel resized the output: give the tpu tensor the new storage.
+                _resize_to(t, cpu_t)
+                continue
+            entry.buffer = _storage.upload(host, entry.device_index)
+    def to_tpu(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+            return _storage.from_host(x, index)
+        return x
+
+    # A return that aliases a written argument is that (tpu) argument; others move over.
+    by_alias = {
+        frozenset(a.alias_info.before_set): bound[a.name]
+        for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write and a.name in bound
+    }
+    results = result if len(schema.returns) > 1 else (result,)
+    outs = []
+    for ret, value in zip(schema.returns, results):
+        alias = ret.alias_info
+        if alias is not None and frozenset(alias.before_set) in by_alias:
+            outs.append(by_alias[frozenset(alias.before_set)])
+        else:
+            outs.append(pytree.tree_map(to_tpu, value))
+    return tuple(outs) if len(schema.returns) > 1 else outs[0]
+
+
+def _resize_to(t: torch.Tensor, cpu_value: torch.Tensor) -> None:
+    new = _storage.from_host(cpu_value, t.device.index or 0)
+    torch.ops.aten.set_.source_Tensor(t, new)

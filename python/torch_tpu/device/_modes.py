@@ -1,0 +1,90 @@
+"""Eager modes of the tpu device.
+
+STRICT (default): ops are enqueued and the host runs ahead, as on CUDA; it waits only
+where a value is needed on the host (`.cpu()`, `.item()`, `print`, `torch.tpu.synchronize()`).
+DEBUG: every op waits for its results, so a failure is raised at the Python line of the
+op that failed (`TPU_LAUNCH_BLOCKING=1`, or `set_eager_mode(EagerMode.DEBUG)`).
+FUSED (deferred, fused execution) is named but not built yet: selecting it is an error."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import threading
+
+from torch_tpu.core import config
+
+
+class EagerMode(enum.Enum):
+    """How the eager tpu device runs ops: STRICT (asynchronous, the default), DEBUG (each
+    op waits for its result), FUSED (deferred and fused; not built yet)."""
+
+    STRICT = "strict"
+    DEBUG = "debug"
+    FUSED = "fused"
+
+
+_state = threading.local()
+
+
+def _default() -> EagerMode:
+    return EagerMode.DEBUG if config.get("TPU_LAUNCH_BLOCKING") else EagerMode.STRICT
+
+
+_global: list[EagerMode | None] = [None]
+
+
+def get_eager_mode() -> EagerMode:
+    mode = getattr(_state, "mode", None)
+    if mode is not None:
+        return mode
+    if _global[0] is None:
+        _global[0] = _default()
+    return _global[0]
+
+
+def _check(mode: EagerMode) -> EagerMode:
+    mode = EagerMode(mode)
+    if mode is EagerMode.FUSED:
+        raise NotImplementedError(
+            "torch_tpu: EagerMode.FUSED (deferred, fused execution) is not built yet; use "
+            "EagerMode.STRICT (asynchronous, the default) or EagerMode.DEBUG (synchronous), or "
+            "torch.compile(model, backend='tpu') to fuse ops today"
+        )
+    return mode
+
+
+class _ModeScope(contextlib.AbstractContextManager):
+    """Returned by set_eager_mode: the mode is set already; used as a context manager it
+    restores the previous mode on exit."""
+
+    def __init__(self, previous_thread: EagerMode | None, previous_global: EagerMode | None) -> None:
+        self._thread = previous_thread
+        self._global = previous_global
+
+    def __exit__(self, *exc) -> None:
+        _state.mode = self._thread
+        _global[0] = self._global
+
+
+def set_eager_mode(mode: EagerMode) -> _ModeScope:
+    """Sets the eager mode of the process (`set_eager_mode(EagerMode.DEBUG)`), or of a
+    block (`with set_eager_mode(EagerMode.DEBUG): ...`)."""
+    mode = _check(mode)
+    scope = _ModeScope(getattr(_state, "mode", None), _global[0])
+    _state.mode = None
+    _global[0] = mode
+    return scope
+
+
+def is_blocking() -> bool:
+    return get_eager_mode() is EagerMode.DEBUG
+
+
+def check_alive(entry) -> None:
+    buffer = entry.buffer
+    if buffer is not None and buffer.is_deleted:
+        raise RuntimeError(
+            "torch_tpu: this tpu tensor's device buffer was deleted (freed or donated); "
+            "recompute the tensor or keep a reference to the one the op returned"
+        )

@@ -1,0 +1,458 @@
+"""Single-op execution on the tpu device: every ATen op on tpu tensors is lowered
+through the compiler's lowering table into a one-op StableHLO module
+(`compiler/importer/single_op.py`), compiled once per signature through the compile
+cache (a plan cache in front of it), and enqueued without waiting.
+
+A plan is keyed by (overload, each tensor's dtype/sizes/strides/offset/storage size,
+static arguments, precision mode). Python numbers passed as `Scalar` arguments (a
+learning rate, `x * step`) are run-time operands of the module, not part of the key; an
+op whose rule needs them as constants is planned again with them baked in.
+
+Module arguments are whole storages (flat buffers); the module reads each tensor as a
+view of its storage and returns either new storages (functional ops) or the new value
+of each written storage (in-place and out= ops, which the runtime then *rebinds*: every
+view of the storage sees the write). An op the table cannot lower runs on CPU
+(`_fallback.py`)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._buffers import StorageEntry, entry_of
+from . import _storage
+from ._storage import buffer_of, contiguous_stride
+
+
+
+class Unlowerable(Exception):
+    """The op cannot run through the lowering table (the CPU fallback runs it)."""
+
+
+# -- argument description ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorArg:
+    dtype: torch.dtype
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    storage_dtype: torch.dtype
+    storage_numel: int
+    host: bool = False  # a 0-d CPU tensor (a run-time operand of its own)
+
+
+@dataclass(frozen=True)
+class ScalarArg:
+    kind: type  # float or int
+
+
+@functools.lru_cache(maxsize=None)
+def _scalar_names(op) -> frozenset[str]:
+    """Arguments whose Python numbers are run-time operands: `Scalar`s, and `Tensor`s
+    (a Python kernel receives the wrapped number of `x * 0.5` as the number)."""
+    return frozenset(a.name for a in op._schema.arguments if str(a.type).rstrip("?") in ("Scalar", "Tensor"))
+
+
+@functools.lru_cache(maxsize=None)
+def _positional_names(op) -> tuple[str, ...]:
+    return tuple(a.name for a in op._schema.arguments)
+
+
+def describe(op, args, kwargs, index_box: list, bake: bool):
+    """(signature, operands): the key-able description of the arguments (tensors and
+    run-time scalars replaced by their descriptions) and the runtime operands in order."""
+    names = _positional_names(op)
+    scalars = frozenset() if bake else _scalar_names(op)
+    operands: list[Any] = []
+
+    def leaf(value, top_name: str | None):
+        if isinstance(value, torch.Tensor):
+            if value.device.type == "tpu":
+                if value.is_conj() or value.is_neg():
+                    # Lazy conjugation/negation bits are not in the storage: the module
+                    # would read the plain values. PyTorch resolves them for most ops;
+                    # the rest (copies) take the host path, which applies them.
+                    raise Unlowerable("an argument with a lazy conjugation or negation bit")
+                entry = entry_of(value)
+                index = entry.device_index
+                if index_box[0] is None:
+                    index_box[0] = index
+                elif index_box[0] != index:
+                    raise _mismatch(f"tpu:{index_box[0]}", f"tpu:{index}")
+                operands.append(entry)
+                return TensorArg(value.dtype, tuple(value.shape), tuple(value.stride()), value.storage_offset(),
+                                 entry.dtype, entry.numel)
+            if value.dim() == 0 and value.device.type == "cpu":
+                # A 0-d CPU tensor mixes with device tensors, as on CUDA: a run-time operand.
+                operands.append(value)
+                return TensorArg(value.dtype, (), (), 0, value.dtype, 1, True)
+            raise _mismatch("tpu:0" if index_box[0] is None else f"tpu:{index_box[0]}", str(value.device))
+        if isinstance(value, torch.device) and value.type == "tpu":
+            # A factory's device: the plan's device index; the metadata runs on meta.
+            if index_box[0] is None:
+                index_box[0] = value.index or 0
+            return torch.device("meta")
+        if top_name in scalars and type(value) in (float, int):
+            operands.append(value)
+            return ScalarArg(type(value))
+        if isinstance(value, (list, tuple)):
+            return tuple(leaf(v, None) for v in value)
+        return value
+
+    sig_args = tuple(leaf(a, names[i] if i < len(names) else None) for i, a in enumerate(args))
+    sig_kwargs = tuple((k, leaf(v, k)) for k, v in kwargs.items())
+    return (sig_args, sig_kwargs), operands
+
+
+def _mismatch(a: str, b: str) -> RuntimeError:
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
+
+
+# -- plans --------------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    executable: Any
+    results: list  # (size, stride, dtype) per result (None: not a tensor); empty for writes
+    multiple: bool  # the op returns a tuple
+    written: list  # positions in `operands` of the written storages
+    out_names: list
+
+
+_PLANS: dict = {}
+FALLBACK = object()  # the signature runs on CPU
+BAKE = object()  # the signature's rule needs its Python numbers as constants
+
+
+def _meta(sig_leaf):
+    if isinstance(sig_leaf, TensorArg) and sig_leaf.host:
+        return torch.empty((), dtype=sig_leaf.dtype)
+    if isinstance(sig_leaf, TensorArg):
+        base = torch.empty(sig_leaf.storage_numel, dtype=sig_leaf.storage_dtype, device="meta")
+        if sig_leaf.dtype != sig_leaf.storage_dtype:
+            raise Unlowerable("a tensor viewed with another dtype than its storage's")
+        return base.as_strided(sig_leaf.size, sig_leaf.stride, sig_leaf.offset)
+    if isinstance(sig_leaf, ScalarArg):
+        return sig_leaf.kind(1)
+    if isinstance(sig_leaf, tuple):
+        return [_meta(v) for v in sig_leaf]
+    return sig_leaf
+
+
+def _written(op) -> list[str]:
+    from torch_tpu.compiler.importer.mutation import METADATA_INPLACE
+
+    if op in METADATA_INPLACE:
+        return []
+    return [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _functional(op):
+    from torch_tpu.compiler.importer.mutation import functional_counterpart
+
+    return functional_counterpart(op)
+
+
+def _dense_order(size, stride) -> list[int] | None:
+    sized = [d for d in range(len(size)) if size[d] != 1]
+    unit = [d for d in range(len(size)) if size[d] == 1]
+    order = sorted(sized, key=lambda d: -int(stride[d]))
+    expected = 1
+    for d in reversed(order):
+        if int(stride[d]) != expected:
+            return None
+        expected *= int(size[d])
+    return order + unit
+
+
+def _read_view(storage, arg: TensorArg):
+    """The value of a tensor described by `arg` from its flat storage value."""
+    from torch_tpu.compiler.lowering.helpers import reshape, transpose
+    from torch_tpu.compiler.lowering.view_like import _slice, _strided_positions, _take
+
+    numel = int(np.prod(arg.size, dtype=np.int64)) if arg.size else 1
+    if numel == 0:
+        return reshape(_slice(storage, 0, 0, 0), list(arg.size))
+    order = _dense_order(arg.size, arg.stride) if arg.size else []
+    if order is not None:
+        flat = storage
+        if arg.offset != 0 or numel != arg.storage_numel:
+            flat = _slice(storage, 0, arg.offset, arg.offset + numel)
+        value = reshape(flat, [arg.size[d] for d in order])
+        if order != sorted(order):
+            inverse = [order.index(d) for d in range(len(order))]
+            value = transpose(value, inverse)
+        return value
+    positions = _strided_positions(arg.size, arg.stride, arg.offset)
+    return reshape(_take(storage, 0, positions.reshape(-1)), list(arg.size))
+
+
+def _as_storage(value, size, stride):
+    """`value` laid out as the flat storage of a tensor with `stride` (dense)."""
+    from torch_tpu.compiler.lowering.helpers import reshape, transpose
+
+    numel = int(np.prod(size, dtype=np.int64)) if len(size) else 1
+    order = _dense_order(size, stride) if len(size) else []
+    if order is not None and order != sorted(order):
+        value = transpose(value, order)
+    return reshape(value, [numel])
+
+
+def _write_into(storage, value, arg: TensorArg):
+    """The storage after writing `value` into the view `arg` of it."""
+    from torch_tpu.compiler.lowering.helpers import broadcast_to, convert, reshape
+    from torch_tpu.compiler.lowering.view_like import _concat, _strided_positions, _take
+
+    value = broadcast_to(convert(value, arg.dtype), list(arg.size))
+    numel = int(np.prod(arg.size, dtype=np.int64)) if arg.size else 1
+    order = _dense_order(arg.size, arg.stride) if arg.size else []
+    if order is not None and arg.offset == 0 and numel == arg.storage_numel:
+        return _as_storage(value, arg.size, arg.stride)
+    if numel == 0:
+        return storage
+    positions = _strided_positions(arg.size, arg.stride, arg.offset).reshape(-1)
+    source = np.arange(numel, numel + arg.storage_numel, dtype=np.int64)
+    source[positions] = np.arange(numel, dtype=np.int64)
+    combined = _concat([reshape(value, [numel]), storage], 0)
+    return _take(combined, 0, source)
+
+
+def _result_layout(val: torch.Tensor):
+    size = tuple(int(s) for s in val.shape)
+    stride = tuple(int(s) for s in val.stride())
+    if _dense_order(size, stride) is None or val.storage_offset() != 0:
+        stride = contiguous_stride(size)
+    return size, stride, val.dtype
+
+
+def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
+    from torch_tpu.compiler.importer.single_op import lower_op
+    from torch_tpu.compiler.lowering import LOWERINGS, LoweringError
+    from torch_tpu.compiler.lowering.helpers import convert
+    from torch_tpu.compiler.lowering.registry import OpRecord
+    from torch_tpu.compiler.pipeline import run_pipeline
+    from torch_tpu.compiler.diagnostics import DiagnosticEngine
+    from torch_tpu.runtime import CompileSpec
+
+    from .._compile import _shared_context, pipeline_for
+    from .._precision import current_mode
+
+    sig_args, sig_kwargs = sig
+    written = _written(op)
+    target = op
+    names = _positional_names(op)
+    if written and not (
+        op._schema.name.endswith("_")
+        or all(a.kwarg_only for a in op._schema.arguments if a.name in written)
+    ):
+        # Writes some arguments and returns new tensors (batch norm's running stats).
+        raise Unlowerable(f"{op} writes arguments and returns new tensors")
+    if written:
+        target = _functional(op)
+        if target is None or target not in LOWERINGS:
+            raise Unlowerable(f"no lowered out-of-place form of {op}")
+    elif op not in LOWERINGS:
+        raise Unlowerable(f"no lowering registered for {op}")
+    is_out = bool(written) and not op._schema.name.endswith("_")
+    # The functional op's arguments: out= arguments dropped.
+    f_args = tuple(a for i, a in enumerate(sig_args) if not (is_out and i < len(names) and names[i] in written))
+    f_kwargs = {k: v for k, v in sig_kwargs if not (is_out and k in written)}
+    try:
+        meta_args, meta_kwargs = [_meta(a) for a in f_args], {k: _meta(v) for k, v in f_kwargs.items()}
+        val = target(*meta_args, **meta_kwargs)
+    except Unlowerable:
+        raise
+    except Exception as err:  # noqa: BLE001 - data-dependent or meta-less: CPU runs it
+        raise Unlowerable(f"no metadata: {type(err).__name__}: {err}") from None
+
+    # Positions in `operands` of each tensor / scalar leaf, in describe()'s order.
+    flat_sig: list = []
+
+    def collect(x):
+        if isinstance(x, (TensorArg, ScalarArg)):
+            flat_sig.append(x)
+        elif isinstance(x, tuple):
+            for v in x:
+                collect(v)
+
+    for a in sig_args:
+        collect(a)
+    for _, v in sig_kwargs:
+        collect(v)
+    operand_types = []
+    for leaf in flat_sig:
+        if isinstance(leaf, TensorArg):
+            operand_types.append(((), leaf.dtype) if leaf.host else ((leaf.storage_numel,), leaf.storage_dtype))
+        else:
+            operand_types.append(((), torch.float64 if leaf.kind is float else torch.int64))
+    # The written arguments' leaves (top-level tensors).
+    write_positions: list[int] = []
+    write_args: list[TensorArg] = []
+    pos = 0
+    by_name: dict[str, int] = {}
+    for i, a in enumerate(sig_args):
+        if isinstance(a, (TensorArg, ScalarArg)) and i < len(names):
+            by_name[names[i]] = pos
+        pos += _count(a)
+    for k, v in sig_kwargs:
+        if isinstance(v, (TensorArg, ScalarArg)):
+            by_name[k] = pos
+        pos += _count(v)
+    for name in written:
+        if name not in by_name or not isinstance(flat_sig[by_name[name]], TensorArg):
+            raise Unlowerable(f"written argument {name} is not a tpu tensor")
+        write_positions.append(by_name[name])
+        write_args.append(flat_sig[by_name[name]])
+
+    def read(block_args):
+        it = iter(range(len(flat_sig)))
+
+        def rebuild(x):
+            if isinstance(x, TensorArg):
+                k = next(it)
+                return block_args[k] if x.host else _read_view(block_args[k], x)
+            if isinstance(x, ScalarArg):
+                return block_args[next(it)]
+            if isinstance(x, tuple):
+                return [rebuild(v) for v in x]
+            return x
+
+        all_args = [rebuild(a) for a in sig_args]
+        all_kwargs = {k: rebuild(v) for k, v in sig_kwargs}
+        args = [a for i, a in enumerate(all_args) if not (is_out and i < len(names) and names[i] in written)]
+        kwargs = {k: v for k, v in all_kwargs.items() if not (is_out and k in written)}
+        return tuple(args), kwargs
+
+    vals = list(val) if isinstance(val, (tuple, list)) else [val]
+    layouts = [_result_layout(v) if isinstance(v, torch.Tensor) else None for v in vals]
+
+    def write(result, block_args):
+        values = list(result) if isinstance(result, tuple) else [result]
+        if written:
+            outs = []
+            for k, (position, arg) in enumerate(zip(write_positions, write_args)):
+                source = values[k if is_out else 0]
+                outs.append(_write_into(block_args[position], source, arg))
+            return outs
+        outs = []
+        for value, layout in zip(values, layouts):
+            if layout is None:
+                continue
+            size, stride, dtype = layout
+            outs.append(_as_storage(convert(value, dtype), size, stride))
+        return outs
+
+    record = OpRecord(target, tuple(meta_args), meta_kwargs, val, str(op))
+    context = _shared_context()
+    try:
+        module = lower_op(record, operand_types, read, write, context=context)
+    except LoweringError as err:
+        raise Unlowerable(str(err)) from None
+    mode = current_mode()
+    engine = DiagnosticEngine()
+    with context:
+        if not run_pipeline(module.operation, pipeline_for(mode), engine):
+            raise Unlowerable(f"the pass pipeline rejected the module: {engine.format()}")
+    import xxhash
+
+    client = _storage.client()
+    fingerprint = (xxhash.xxh3_64_intdigest(repr((str(op), sig, bake)).encode()), xxhash.xxh3_64_intdigest(mode.encode()))
+    try:
+        executable = client.compile(module, fingerprint=fingerprint, name=str(op),
+                                    options=CompileSpec(device_indices=(index,)))
+    except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
+        raise Unlowerable(f"XLA rejected the module: {err}") from None
+    results = [] if written else [layout for layout in layouts]
+    return Plan(executable, results, isinstance(val, (tuple, list)), write_positions, written)
+
+
+def _count(x) -> int:
+    if isinstance(x, (TensorArg, ScalarArg)):
+        return 1
+    if isinstance(x, tuple):
+        return sum(_count(v) for v in x)
+    return 0
+
+
+def _operand_buffer(value, index: int):
+    client = _storage.client()
+    if isinstance(value, StorageEntry):
+        from ._modes import check_alive
+
+        check_alive(value)
+        return buffer_of(value)
+    if isinstance(value, torch.Tensor):  # a 0-d CPU tensor
+        return client.to_device(value.detach().reshape(()).clone(), index, copy=True)
+    dtype = np.float64 if isinstance(value, float) else np.int64
+    return client.to_device(np.asarray(value, dtype=dtype), index, copy=True)
+
+
+def plan_for(op, args, kwargs):
+    """(plan, operands, device index) of the op, planning it on first use; raises
+    `Unlowerable` when it must run elsewhere."""
+    from .._precision import current_mode
+
+    index_box: list = [None]
+    sig, operands = describe(op, args, kwargs, index_box, False)
+    index = index_box[0] if index_box[0] is not None else 0
+    mode = current_mode()
+    key = (op, sig, mode, index)
+    plan = _PLANS.get(key)
+    baked = plan is BAKE
+    if baked:
+        # This signature's rule needs its Python numbers as constants: one plan per value.
+        sig, operands = describe(op, args, kwargs, [None], True)
+        key = (op, sig, mode, index)
+        plan = _PLANS.get(key)
+    if plan is None:
+        try:
+            plan = _build_plan(op, sig, operands, index, baked)
+        except Unlowerable:
+            if baked or not any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in operands):
+                _PLANS[key] = FALLBACK
+                raise
+            # Retry with the numbers as constants (a rule that branches on their value,
+            # or whose result dtype differs with a 0-d operand).
+            _PLANS[key] = BAKE
+            return plan_for(op, args, kwargs)
+        _PLANS[key] = plan
+    elif plan is FALLBACK:
+        raise Unlowerable(f"{op} runs on CPU")
+    return plan, operands, index
+
+
+def run(op, args, kwargs):
+    """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns."""
+    from ._modes import is_blocking
+
+    plan, operands, index = plan_for(op, args, kwargs)
+    buffers = [_operand_buffer(v, index) for v in operands]
+    outs = plan.executable.execute(buffers)
+    if is_blocking():
+        for out in outs:
+            out.synchronize()
+    if plan.written:
+        for position, buffer in zip(plan.written, outs):
+            operands[position].buffer = buffer
+        return _written_return(op, args, kwargs, plan)
+    buffers = iter(outs)
+    results = [
+        None if layout is None else _storage.from_buffer(next(buffers), layout[0], layout[1], layout[2], index)
+        for layout in plan.results
+    ]
+    return tuple(results) if plan.multiple else results[0]
+
+
+def _written_return(op, args, kwargs, plan):
+    """An in-place / out= op returns its written arguments."""
+    names = _positional_names(op)
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    outs = [bound[n] for n in plan.out_names]
+    returns = op._schema.returns
+    if len(returns) == 1:
+        return outs[0]
+    return tuple(outs)

@@ -1,0 +1,164 @@
+"""Registers the eager `tpu` device with PyTorch, in Python: PrivateUse1 renamed `tpu`,
+the `torch.tpu` module, hooks, a device guard, and the kernels:
+
+* view kernels (`view`, `as_strided`, `set_`, ...) are PyTorch's CPU kernels run over
+  our non-owning storages: they only touch metadata, so aliasing is PyTorch's own;
+* allocation, copies and `.item()` (`_copy.py`);
+* every overload of the lowering table, and their in-place / out= forms (`_ops.py`);
+* a boxed fallback for every other op: its decomposition when the compiler's table
+  has one, else `_ops.py` when a functional form is lowered, else the CPU (`_fallback.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import torch
+
+from . import _copy, _fallback, _ops
+
+aten = torch.ops.aten
+_lock = threading.Lock()
+_libraries: list = []
+_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+_VIEW_KERNELS = (
+    aten.view.default, aten.view.dtype, aten.as_strided.default, aten._reshape_alias.default,
+    aten.unfold.default,
+    aten.set_.source_Storage_storage_offset, aten.set_.source_Storage, aten.set_.source_Tensor,
+)
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _cpu_redispatch(op):
+    def kernel(*args, **kwargs):
+        return op.redispatch(_CPU, *args, **kwargs)
+
+    return kernel
+
+
+def execute(op, *args, **kwargs):
+    """Every device op that is not a view or a copy."""
+    try:
+        return _ops.run(op, args, kwargs)
+    except _ops.Unlowerable as err:
+        reason = str(err)
+    decomposition = _decompositions().get(op)
+    if decomposition is not None:
+        result = decomposition(*args, **kwargs)
+        if result is not NotImplemented:
+            return result
+    return _fallback.run_on_cpu(op, args, kwargs, reason)
+
+
+@functools.lru_cache(maxsize=1)
+def _decompositions() -> dict:
+    from torch_tpu.compiler.lowering.decompositions import decomposition_table
+
+    return decomposition_table()
+
+
+def _boxed_fallback(op, *args, **kwargs):
+    return execute(op, *args, **kwargs)
+
+
+def _lowered_targets():
+    """The overloads to register a kernel for: lowered ones and their in-place and out=
+    forms, minus CompositeImplicitAutograd ones (PyTorch decomposes them first)."""
+    from torch_tpu.compiler.importer.mutation import is_view
+    from torch_tpu.compiler.lowering import LOWERINGS
+
+    seen = set()
+    for op in list(LOWERINGS):
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+            continue
+        name = op._schema.name.split("::", 1)[1]
+        forms = [op]
+        inplace = getattr(getattr(aten, name + "_", None), op._overloadname, None)
+        if inplace is not None:
+            forms.append(inplace)
+        packet = getattr(aten, name)
+        for overload in packet.overloads():
+            if "out" in overload:
+                forms.append(getattr(packet, overload))
+        for form in forms:
+            if form in seen:
+                continue
+            seen.add(form)
+            if is_view(form):
+                # Views keep PyTorch's own (composite) kernels: a lowered view would copy.
+                continue
+            try:
+                if torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "CompositeImplicitAutograd"):
+                    continue
+            except RuntimeError:  # an overload the dispatcher does not know by that name
+                continue
+            yield form
+
+
+def register() -> None:
+    """Idempotent: the autoload entry point and `import torch_tpu.device` both call it."""
+    with _lock:
+        if _libraries:
+            return
+        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+        from . import module
+
+        _setup_privateuseone_for_python_backend("tpu", backend_module=module, hook=_Hooks(), device_guard=_Guard())
+        impl = torch.library.Library("aten", "IMPL")
+        fallback = torch.library.Library("_", "IMPL")
+        _libraries.extend([impl, fallback])
+        skip = set(_VIEW_KERNELS)
+        for op in _VIEW_KERNELS:
+            impl.impl(op, _cpu_redispatch(op), "PrivateUse1")
+        own = {
+            aten.empty.memory_format: _copy.empty_memory_format,
+            aten.empty_strided.default: _copy.empty_strided,
+            aten.copy_.default: _copy.copy_,
+            aten._to_copy.default: _copy._to_copy,
+            aten._copy_from_and_resize.default: _copy._copy_from_and_resize,
+            aten._local_scalar_dense.default: _copy._local_scalar_dense,
+            aten.resize_.default: _copy.resize_,
+        }
+        for op, kernel in own.items():
+            impl.impl(op, kernel, "PrivateUse1")
+            skip.add(op)
+        _skip.update(skip)
+        fallback.fallback(_boxed_fallback, "PrivateUse1")
+
+
+_skip: set = set()
+_op_kernels: list = []
+
+
+def ensure_op_kernels() -> None:
+    """Registers a kernel for every lowered overload, on the first tpu tensor: importing
+    the lowering table costs seconds, which `import torch` (autoload) must not pay.
+    Until then nothing reaches those kernels (no tpu tensor exists)."""
+    if _op_kernels:
+        return
+    with _lock:
+        if _op_kernels:
+            return
+        impl = torch.library.Library("aten", "IMPL")
+        for op in _lowered_targets():
+            if op not in _skip:
+                impl.impl(op, functools.partial(execute, op), "PrivateUse1")
+        _op_kernels.append(impl)

@@ -1,0 +1,145 @@
+"""tpu tensors over buffer-table storages, and their values on the host.
+
+A tensor is `(storage, offset, size, stride)` like any PyTorch tensor; the view kernels
+are PyTorch's own CPU kernels run over our non-owning storages (_registration.py), so
+aliasing is exactly PyTorch's. Host transfers move whole storages: a view's value is
+read from (or written into) its storage's host copy with `as_strided`."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ._buffers import TABLE, StorageEntry, entry_of
+
+_SET = torch.ops.aten.set_.source_Storage_storage_offset
+
+
+def client():
+    from torch_tpu.runtime import get_client
+
+    return get_client()
+
+
+def device_index(device: torch.device | str | int | None) -> int:
+    if device is None:
+        from .module import current_device
+
+        return current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.index is not None:
+        return device.index
+    from .module import current_device
+
+    return current_device()
+
+
+def storage_numel(size, stride, offset: int = 0) -> int:
+    if any(int(s) == 0 for s in size):
+        return int(offset)
+    return int(offset) + 1 + sum((int(s) - 1) * int(st) for s, st in zip(size, stride))
+
+
+def contiguous_stride(size) -> tuple[int, ...]:
+    stride, acc = [], 1
+    for s in reversed(list(size)):
+        stride.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(stride))
+
+
+def wrap(entry: StorageEntry, size, stride, offset: int = 0) -> torch.Tensor:
+    """A tpu tensor viewing `entry`'s storage."""
+    from ._registration import ensure_op_kernels
+
+    ensure_op_kernels()
+    storage = TABLE.new_storage(entry)
+    return tensor_on(storage, entry.dtype, size, stride, offset)
+
+
+def tensor_on(storage: torch.UntypedStorage, dtype: torch.dtype, size, stride, offset: int = 0) -> torch.Tensor:
+    t = torch._C._acc.create_empty_tensor([0], dtype)
+    return _SET(t, storage, int(offset), list(size), list(stride))
+
+
+def empty(size, stride, dtype: torch.dtype, index: int) -> torch.Tensor:
+    entry = StorageEntry(dtype, storage_numel(size, stride), index)
+    return wrap(entry, size, stride)
+
+
+def from_buffer(buffer, size, stride, dtype: torch.dtype, index: int) -> torch.Tensor:
+    entry = StorageEntry(dtype, int(np.prod(buffer.shape, dtype=np.int64)), index, buffer)
+    return wrap(entry, size, stride)
+
+
+def buffer_of(entry: StorageEntry):
+    """The entry's buffer; zeros for a storage never written (`empty` is uninitialised
+    memory in PyTorch: zeros are one valid content)."""
+    if entry.buffer is None:
+        entry.buffer = client().to_device(torch.zeros(entry.numel, dtype=entry.dtype), entry.device_index, copy=True)
+    return entry.buffer
+
+
+def storage_to_host(entry: StorageEntry) -> torch.Tensor:
+    """The storage's elements as a new flat CPU tensor (waits for the value)."""
+    if entry.buffer is None:
+        return torch.zeros(entry.numel, dtype=entry.dtype)
+    from ._modes import check_alive
+
+    check_alive(entry)
+    return entry.buffer.to_torch().clone()
+
+
+def to_host(t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor with `t`'s value, sizes and strides."""
+    entry = entry_of(t)
+    flat = storage_to_host(entry)
+    if t.dtype != entry.dtype:
+        flat = flat.view(torch.uint8).view(t.dtype)
+    host = flat.as_strided(t.shape, t.stride(), t.storage_offset())
+    # Lazy conjugation and negation are bits of the tensor, not of its storage.
+    if t.is_conj():
+        host = host.conj()
+    if t.is_neg():
+        host = torch._neg_view(host)
+    return host
+
+
+def upload(host: torch.Tensor, index: int):
+    """A flat device buffer with `host`'s elements (a copy: the host tensor stays free)."""
+    flat = host.detach().contiguous().reshape(-1)
+    return client().to_device(flat, index, copy=True)
+
+
+def write_host_value(t: torch.Tensor, value: torch.Tensor) -> None:
+    """Writes `value` (CPU) into the tpu tensor `t`, which may be any view: the storage
+    is rebound to a new buffer holding its old elements with `t`'s replaced."""
+    entry = entry_of(t)
+    covers = (
+        t.dtype == entry.dtype and t.storage_offset() == 0 and t.numel() == entry.numel
+        and t.is_contiguous()
+    )
+    if covers:
+        flat = value.to(t.dtype).expand(t.shape).contiguous().reshape(-1)
+    else:
+        flat = storage_to_host(entry)
+        target = flat if t.dtype == entry.dtype else flat.view(torch.uint8).view(t.dtype)
+        target.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(value)
+    entry.buffer = upload(flat, entry.device_index)
+
+
+def from_host(host: torch.Tensor, index: int) -> torch.Tensor:
+    """A new tpu tensor with `host`'s value, sizes and (dense) strides."""
+    host = host.detach()
+    size, stride = tuple(host.shape), tuple(host.stride())
+    from ._ops import _dense_order
+
+    if _dense_order(size, stride) is None or host.storage_offset() != 0 or host.is_neg() or host.is_conj():
+        host = host.resolve_conj().resolve_neg().contiguous()
+        stride = contiguous_stride(size)
+    # Storage order of a dense layout: permute to memory order, then flatten.
+    order = _dense_order(size, stride) if size else []
+    flat = host.permute(order).reshape(-1) if order else host.reshape(-1)
+    return from_buffer(upload(flat, index), size, stride, host.dtype, index)

@@ -1,0 +1,228 @@
+"""`torch.tpu`: the device module of the eager `tpu` device (registered with
+`torch._register_device_module`, as `torch.cuda` is for CUDA)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+import torch
+
+from ._buffers import TABLE
+
+_state = threading.local()
+_seeds: dict[int, int] = {}
+
+
+def _client():
+    from torch_tpu.runtime import get_client
+
+    return get_client()
+
+
+def is_available() -> bool:
+    try:
+        return len(_client().devices) > 0
+    except Exception:  # noqa: BLE001 - no platform starts: not available
+        return False
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return len(_client().devices)
+
+
+def current_device() -> int:
+    return getattr(_state, "device", 0)
+
+
+def _index(device: Any) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "tpu":
+        raise ValueError(f"torch.tpu: expected a tpu device, got {device}")
+    return device.index if device.index is not None else current_device()
+
+
+def set_device(device: Any) -> None:
+    index = _index(device)
+    if not 0 <= index < device_count():
+        raise RuntimeError(f"torch.tpu.set_device: tpu:{index} does not exist ({device_count()} device(s))")
+    _state.device = index
+
+
+class device(contextlib.ContextDecorator):
+    """`with torch.tpu.device(1): ...` makes tpu:1 the current device in the block."""
+
+    def __init__(self, device: Any) -> None:
+        self.index = _index(device) if device is not None else None
+
+    def __enter__(self):
+        self.previous = current_device()
+        if self.index is not None:
+            set_device(self.index)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _state.device = self.previous
+
+
+def synchronize(device: Any = None) -> None:
+    """Waits for every enqueued op and transfer (of every device: one client)."""
+    _client().synchronize()
+
+
+# -- random ---------------------------------------------------------------------------
+# Random ops run through the CPU generator today (their CPU fallback), so seeding the
+# tpu device seeds it; the state functions read and write that generator.
+def manual_seed(seed: int) -> None:
+    _seeds[current_device()] = int(seed)
+    torch.default_generator.manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for index in range(device_count()):
+        _seeds[index] = int(seed)
+    torch.default_generator.manual_seed(int(seed))
+
+
+def seed() -> None:
+    manual_seed(torch.seed())
+
+
+def seed_all() -> None:
+    manual_seed_all(torch.seed())
+
+
+def initial_seed() -> int:
+    return _seeds.get(current_device(), torch.initial_seed())
+
+
+def get_rng_state(device: Any = "tpu") -> torch.Tensor:
+    return torch.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "tpu") -> None:
+    torch.set_rng_state(new_state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state() for _ in range(device_count())]
+
+
+def set_rng_state_all(states) -> None:
+    for state in states:
+        set_rng_state(state)
+
+
+# -- streams and events (synchronous: one in-order queue per device) ------------------------
+class Stream:
+    """A stream: ops on the device run in order on one queue, so every stream is that
+    queue; `synchronize` waits for all of it. Enough for FSDP2's stream handling."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        self.device = torch.device("tpu", _index(device))
+        self.priority = priority
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def wait_stream(self, stream: "Stream") -> None:
+        pass
+
+    def wait_event(self, event: "Event") -> None:
+        pass
+
+    def record_event(self, event: "Event | None" = None) -> "Event":
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+class Event:
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self._recorded = False
+
+    def record(self, stream: Stream | None = None) -> None:
+        self._recorded = True
+
+    def wait(self, stream: Stream | None = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def elapsed_time(self, end: "Event") -> float:
+        raise RuntimeError("torch.tpu.Event: timing is not supported (events are synchronous)")
+
+
+_default_streams: dict[int, Stream] = {}
+
+
+def current_stream(device: Any = None) -> Stream:
+    index = _index(device)
+    if index not in _default_streams:
+        _default_streams[index] = Stream(index)
+    return _default_streams[index]
+
+
+default_stream = current_stream
+
+
+@contextlib.contextmanager
+def stream(s: Stream | None):
+    yield s
+
+
+# -- memory ---------------------------------------------------------------------------
+def memory_allocated(device: Any = None) -> int:
+    """Bytes held by live tpu storages of the device."""
+    return TABLE.allocated_bytes.get(_index(device), 0)
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return TABLE.peak_bytes.get(_index(device), 0)
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    TABLE.reset_peak(_index(device))
+
+
+def memory_stats(device: Any = None) -> dict[str, int]:
+    index = _index(device)
+    return {
+        "allocated_bytes.all.current": memory_allocated(index),
+        "allocated_bytes.all.peak": max_memory_allocated(index),
+        "num_storages": len(TABLE),
+    }
+
+
+def empty_cache() -> None:
+    """Frees what no tensor uses: storages are freed when their last tensor goes, so
+    this only drops the runtime's arrays nobody references (a garbage collection)."""
+    import gc
+
+    gc.collect()

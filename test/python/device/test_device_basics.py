@@ -1,0 +1,262 @@
+"""The eager tpu device: registration, storage and views, copies, ops through the
+lowering table, fallback, modes, torch.tpu, bad input (issue 13)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_tpu
+import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
+from torch_tpu.device import EagerMode, get_eager_mode, set_eager_mode
+from torch_tpu.device import _ops
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+        env={**os.environ, **env}, cwd=REPO,
+    )
+
+
+# -- registration ---------------------------------------------------------------------
+def test_autoload_without_importing_torch_tpu():
+    out = _run("""
+        import sys, torch
+        x = torch.ones(2, device="tpu")
+        print(x.device, x.cpu().tolist(), "torch_tpu.device" in sys.modules)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["tpu:0", "[1.0,", "1.0]", "True"]
+
+
+def test_autoload_off():
+    out = _run("""
+        import torch
+        try:
+            torch.ones(2, device="tpu")
+        except RuntimeError as e:
+            print("refused")
+    """, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "refused"
+
+
+def test_print_tensor_methods_and_module():
+    x = torch.arange(3.0).tpu()
+    assert "device='tpu:0'" in repr(x)
+    assert x.is_tpu and not torch.ones(1).is_tpu
+    m = torch.nn.Linear(2, 2).tpu()
+    assert m.weight.device == torch.device("tpu:0")
+    assert torch.tpu.is_available() and torch.tpu.device_count() >= 1
+    assert torch.tpu.current_device() == 0
+
+
+# -- storage and views ------------------------------------------------------------------
+def _same_on_both(fn):
+    """Runs fn on a CPU and a tpu tensor built alike; their final values must agree."""
+    base = torch.arange(24.0).reshape(4, 6)
+    cpu, tpu = base.clone(), base.clone().to("tpu")
+    fn(cpu)
+    fn(tpu)
+    torch.testing.assert_close(tpu.cpu(), cpu)
+
+
+def test_views_see_writes():
+    def writes(x):
+        row = x[1]
+        row.add_(100)
+        col = x.t()[2]
+        col.mul_(-1)
+        x.view(-1)[5:9].fill_(7)
+        x[::2, 1::3].sub_(0.5)
+        x.diagonal().copy_(torch.tensor([9.0, 8.0, 7.0, 6.0]))
+
+    _same_on_both(writes)
+
+
+def test_out_variant_and_inplace_promotion():
+    def ops(x):
+        torch.add(x[0], x[1], out=x[2])
+        x[3].clamp_(max=10.0)
+        x.unsqueeze(0).squeeze_(0).abs_()
+
+    _same_on_both(ops)
+
+
+def test_copies_both_ways():
+    src = torch.randn(3, 4)
+    x = torch.empty(3, 4, device="tpu")
+    x.copy_(src, non_blocking=True)
+    torch.testing.assert_close(x.cpu(), src)
+    back = torch.empty(4, 3)
+    back.copy_(x.t())
+    torch.testing.assert_close(back, src.t())
+    torch.testing.assert_close(x.to(torch.float64).cpu(), src.double())
+    assert x.to("cpu", non_blocking=True).device.type == "cpu"
+    torch.testing.assert_close(src.t().to("tpu").cpu(), src.t())
+    assert src.t().to("tpu").stride() == src.t().stride()
+
+
+def test_device_mismatch_error():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!"):
+        torch.ones(2, device="tpu") + torch.ones(2)
+    # A 0-d CPU tensor mixes with device tensors, as on CUDA.
+    torch.testing.assert_close((torch.ones(2, device="tpu") * torch.tensor(3.0)).cpu(), torch.full((2,), 3.0))
+
+
+# -- ops ------------------------------------------------------------------------------
+def test_python_scalars_are_runtime_operands():
+    def plans():
+        return sum(1 for key in _ops._PLANS if key[0] in (torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor))
+
+    x = torch.randn(16, device="tpu")
+    y = x * 0.5 + 1  # one plan per (op, scalar kind): float for mul, int for add
+    compiles = plans()
+    for step in range(1, 6):
+        y = x * (step + 0.25) + step
+        torch.testing.assert_close(y.cpu(), x.cpu() * (step + 0.25) + step)
+    assert plans() == compiles
+
+
+def test_data_dependent_shapes(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    c = torch.tensor([0.0, 2.0, 0.0, -1.0, 3.0])
+    t = c.to("tpu")
+    torch.testing.assert_close(torch.nonzero(t).cpu(), torch.nonzero(c))
+    torch.testing.assert_close(t[t > 0].cpu(), c[c > 0])
+    torch.testing.assert_close(torch.masked_select(t, t < 1).cpu(), torch.masked_select(c, c < 1))
+    torch.testing.assert_close(torch.unique(t).cpu(), torch.unique(c))
+
+
+def test_unlowered_op_falls_back_and_strict_names_op_and_line(monkeypatch, caplog):
+    c = torch.tensor([[1.0, 2.0, 2.0], [3.0, 3.0, 1.0]])
+    values, indices = torch.mode(c.to("tpu"))
+    torch.testing.assert_close(values.cpu(), torch.mode(c).values)
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    with pytest.raises(RuntimeError, match=r"aten.mode.default at .*test_device_basics.py:\d+ .*TORCH_TPU_STRICT=1"):
+        torch.mode(c.to("tpu"))
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    script = """
+        import torch
+        from torch_tpu.runtime import get_client
+        x = torch.arange(12.0, device="tpu").reshape(3, 4)
+        y = (x * 2 + 1).sum(0).relu()
+        print(y.cpu().tolist())
+        print("compiles", get_client().cache.stats.compiles)
+    """
+    env = {"TORCH_TPU_CACHE_L2": "1", "TORCH_TPU_CACHE_DIR": str(tmp_path)}
+    first, second = _run(script, **env), _run(script, **env)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.splitlines()[0] == second.stdout.splitlines()[0]
+    assert int(first.stdout.split()[-1]) > 0
+    assert second.stdout.split()[-1] == "0"
+
+
+# -- modes ----------------------------------------------------------------------------
+def test_modes_global_and_scoped():
+    assert get_eager_mode() is EagerMode.STRICT
+    with set_eager_mode(EagerMode.DEBUG):
+        assert get_eager_mode() is EagerMode.DEBUG
+        torch.testing.assert_close((torch.ones(2, device="tpu") + 1).cpu(), torch.full((2,), 2.0))
+    assert get_eager_mode() is EagerMode.STRICT
+    set_eager_mode(EagerMode.DEBUG)
+    try:
+        assert get_eager_mode() is EagerMode.DEBUG
+    finally:
+        set_eager_mode(EagerMode.STRICT)
+    with pytest.raises(NotImplementedError, match="FUSED .* not built yet"):
+        set_eager_mode(EagerMode.FUSED)
+    assert torch_tpu.EagerMode is EagerMode and torch_tpu.get_eager_mode() is EagerMode.STRICT
+
+
+def test_launch_blocking_env_selects_debug():
+    out = _run("import torch_tpu; print(torch_tpu.get_eager_mode().name)", TPU_LAUNCH_BLOCKING="1")
+    assert out.stdout.strip() == "DEBUG", out.stderr
+
+
+# -- torch.tpu ---------------------------------------------------------------------------
+def test_memory_stats_follow_storages():
+    import gc
+
+    gc.collect()
+    before = torch.tpu.memory_allocated()
+    x = torch.empty(1000, device="tpu")
+    assert torch.tpu.memory_allocated() == before + 4000
+    assert torch.tpu.max_memory_allocated() >= before + 4000
+    del x
+    gc.collect()
+    assert torch.tpu.memory_allocated() == before
+    torch.tpu.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() == before
+    assert torch.tpu.memory_stats()["allocated_bytes.all.current"] == before
+    torch.tpu.empty_cache()
+
+
+def test_seed_streams_events_device_context():
+    torch.tpu.manual_seed(123)
+    a = torch.randn(4, device="tpu").cpu()
+    torch.tpu.manual_seed(123)
+    b = torch.randn(4, device="tpu").cpu()
+    torch.testing.assert_close(a, b)
+    assert torch.tpu.initial_seed() == 123
+    state = torch.tpu.get_rng_state()
+    c = torch.rand(3, device="tpu").cpu()
+    torch.tpu.set_rng_state(state)
+    torch.testing.assert_close(torch.rand(3, device="tpu").cpu(), c)
+    s = torch.tpu.Stream(priority=-1)
+    e = s.record_event()
+    e.synchronize()
+    torch.tpu.current_stream().wait_stream(s)
+    with torch.tpu.device(0):
+        assert torch.tpu.current_device() == 0
+    torch.tpu.set_device("tpu:0")
+    torch.tpu.synchronize()
+
+
+# -- bad input ----------------------------------------------------------------------------
+def test_deleted_buffer_is_a_clear_error():
+    from torch_tpu.device._buffers import entry_of
+
+    x = torch.ones(3, device="tpu") * 2
+    entry_of(x).buffer.delete()
+    with pytest.raises(RuntimeError, match="device buffer was deleted"):
+        x.cpu()
+    with pytest.raises(RuntimeError, match="device buffer was deleted"):
+        x + 1
+
+
+def test_lazy_conjugation_reaches_the_host():
+    # ifft of a real signal returns a lazily conjugated tensor (regression: .cpu() read
+    # the unconjugated storage).
+    c = torch.randn(6)
+    torch.testing.assert_close(torch.fft.ifft(c.to("tpu")).cpu(), torch.fft.ifft(c))
+    z = torch.randn(4, dtype=torch.complex64)
+    t = z.to("tpu").conj()
+    torch.testing.assert_close(t.cpu(), z.conj())
+    torch.testing.assert_close((t * 2).cpu(), z.conj() * 2)
+    torch.testing.assert_close(t.clone().cpu(), z.conj())
+
+
+def test_constant_scalars_are_decided_per_signature():
+    # An integer tensor times a float needs the float as a constant (a 0-d f64 operand
+    # would promote to float64); float tensors keep run-time scalars afterwards.
+    i = torch.arange(4, device="tpu")
+    torch.testing.assert_close((i * 0.5).cpu(), torch.arange(4) * 0.5)
+    x = torch.randn(8, device="tpu")
+
+    def plans():
+        return sum(1 for key in _ops._PLANS if key[0] is torch.ops.aten.mul.Tensor)
+
+    x * 0.1
+    before = plans()
+    for lr in (0.2, 0.3, 0.4):
+        torch.testing.assert_close((x * lr).cpu(), x.cpu() * lr)
+    assert plans() == before
