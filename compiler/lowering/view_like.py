@@ -84,7 +84,7 @@ def _pad(x: ir.Value, value: ir.Value, low: Sequence[int], high: Sequence[int], 
     return stablehlo.PadOp(x, value, list(low), list(high), interior).result
 
 
-def _take(x: ir.Value, dim: int, index: np.ndarray) -> ir.Value:
+def take_static(x: ir.Value, dim: int, index: np.ndarray) -> ir.Value:
     """Gathers along `dim` with a static index array: the result has shape
     `x.shape[:dim] + index.shape + x.shape[dim+1:]`."""
     shape = shape_of(x)
@@ -524,7 +524,7 @@ def _unfold(ctx: LoweringContext, x, dimension, size, step):
     n = shape_of(x)[dim]
     windows = (n - size) // step + 1
     index = np.arange(windows)[:, None] * step + np.arange(size)[None, :]
-    gathered = _take(x, dim, index)  # shape[:dim] + [windows, size] + shape[dim+1:]
+    gathered = take_static(x, dim, index)  # shape[:dim] + [windows, size] + shape[dim+1:]
     rank = rank_of(gathered)
     perm = [i for i in range(rank) if i != dim + 1] + [dim + 1]
     return reshape(transpose(gathered, perm), out_shape)
@@ -977,7 +977,7 @@ def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
 
 
 # -- as_strided: indexing the input's storage ---------------------------------------------------------
-def _strided_positions(size: Sequence[int], stride: Sequence[int], offset: int) -> np.ndarray:
+def strided_positions(size: Sequence[int], stride: Sequence[int], offset: int) -> np.ndarray:
     """Storage positions of every element of an as_strided view, in logical order."""
     positions = np.full([int(s) for s in size], int(offset), dtype=np.int64)
     for d, (n, st) in enumerate(zip(size, stride)):
@@ -1030,7 +1030,7 @@ def _as_strided(ctx: LoweringContext, x, size, stride, storage_offset=None):
     storage = _storage_of(ctx, x, meta, "as_strided")
     base_offset = int(meta.storage_offset())
     offset = base_offset if storage_offset is None else int(storage_offset)
-    positions = _strided_positions(size, stride, offset) - base_offset
+    positions = strided_positions(size, stride, offset) - base_offset
     numel = shape_of(storage)[0]
     if positions.size and (positions.min() < 0 or positions.max() >= numel):
         raise ctx.fail(
@@ -1038,7 +1038,7 @@ def _as_strided(ctx: LoweringContext, x, size, stride, storage_offset=None):
             f"storage outside the input's {numel} elements (at offset {base_offset}); only views "
             "within the input's own elements can be lowered"
         )
-    return reshape(_take(storage, 0, positions.reshape(-1)), ctx.result_shape())
+    return reshape(take_static(storage, 0, positions.reshape(-1)), ctx.result_shape())
 
 
 @lowers(aten.as_strided_scatter.default, dynamic=Padding.MOVEMENT)
@@ -1050,7 +1050,7 @@ def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offs
     storage = _storage_of(ctx, x, meta, "as_strided_scatter")
     numel = shape_of(storage)[0]
     offset = 0 if storage_offset is None else int(storage_offset)
-    positions = _strided_positions(size, stride, offset).reshape(-1)
+    positions = strided_positions(size, stride, offset).reshape(-1)
     if positions.size and (positions.min() < 0 or positions.max() >= numel):
         raise ctx.fail(
             f"as_strided_scatter(size={list(size)}, stride={list(stride)}, storage_offset={offset}) "
@@ -1062,7 +1062,7 @@ def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offs
     source = np.arange(positions.size, positions.size + numel, dtype=np.int64)
     source[positions] = np.arange(positions.size, dtype=np.int64)  # last write wins
     combined = concatenate([reshape(convert(src, dtype(x)), [positions.size]), storage], 0)
-    new_storage = _take(combined, 0, source)
+    new_storage = take_static(combined, 0, source)
     # Back from storage order to the logical layout.
     order = _dense_order(meta)
     shape = shape_of(x)

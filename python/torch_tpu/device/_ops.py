@@ -171,23 +171,24 @@ def _dense_order(size, stride) -> list[int] | None:
 def _read_view(storage, arg: TensorArg):
     """The value of a tensor described by `arg` from its flat storage value."""
     from torch_tpu.compiler.lowering.helpers import reshape, transpose
-    from torch_tpu.compiler.lowering.view_like import _slice, _strided_positions, _take
+    from torch_tpu.compiler.ir import slice_in_dim
+    from torch_tpu.compiler.lowering.view_like import strided_positions, take_static
 
     numel = int(np.prod(arg.size, dtype=np.int64)) if arg.size else 1
     if numel == 0:
-        return reshape(_slice(storage, 0, 0, 0), list(arg.size))
+        return reshape(slice_in_dim(storage, 0, 0, 0), list(arg.size))
     order = _dense_order(arg.size, arg.stride) if arg.size else []
     if order is not None:
         flat = storage
         if arg.offset != 0 or numel != arg.storage_numel:
-            flat = _slice(storage, 0, arg.offset, arg.offset + numel)
+            flat = slice_in_dim(storage, 0, arg.offset, arg.offset + numel)
         value = reshape(flat, [arg.size[d] for d in order])
         if order != sorted(order):
             inverse = [order.index(d) for d in range(len(order))]
             value = transpose(value, inverse)
         return value
-    positions = _strided_positions(arg.size, arg.stride, arg.offset)
-    return reshape(_take(storage, 0, positions.reshape(-1)), list(arg.size))
+    positions = strided_positions(arg.size, arg.stride, arg.offset)
+    return reshape(take_static(storage, 0, positions.reshape(-1)), list(arg.size))
 
 
 def _as_storage(value, size, stride):
@@ -204,7 +205,8 @@ def _as_storage(value, size, stride):
 def _write_into(storage, value, arg: TensorArg):
     """The storage after writing `value` into the view `arg` of it."""
     from torch_tpu.compiler.lowering.helpers import broadcast_to, convert, reshape
-    from torch_tpu.compiler.lowering.view_like import _concat, _strided_positions, _take
+    from torch_tpu.compiler.ir import concatenate
+    from torch_tpu.compiler.lowering.view_like import strided_positions, take_static
 
     value = broadcast_to(convert(value, arg.dtype), list(arg.size))
     numel = int(np.prod(arg.size, dtype=np.int64)) if arg.size else 1
@@ -213,11 +215,11 @@ def _write_into(storage, value, arg: TensorArg):
         return _as_storage(value, arg.size, arg.stride)
     if numel == 0:
         return storage
-    positions = _strided_positions(arg.size, arg.stride, arg.offset).reshape(-1)
+    positions = strided_positions(arg.size, arg.stride, arg.offset).reshape(-1)
     source = np.arange(numel, numel + arg.storage_numel, dtype=np.int64)
     source[positions] = np.arange(numel, dtype=np.int64)
-    combined = _concat([reshape(value, [numel]), storage], 0)
-    return _take(combined, 0, source)
+    combined = concatenate([reshape(value, [numel]), storage], 0)
+    return take_static(combined, 0, source)
 
 
 def _result_layout(val: torch.Tensor):
