@@ -120,6 +120,7 @@ class Plan:
     multiple: bool  # the op returns a tuple
     written: list  # positions in `operands` of the written storages
     out_names: list
+    returns_too: bool = False  # writes arguments and returns new tensors (results first)
 
 
 _PLANS: dict = {}
@@ -246,19 +247,25 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     written = _written(op)
     target = op
     names = _positional_names(op)
-    if written and not (
+    returning_writer = None
+    if written or op in _UNANNOTATED_WRITERS:
+        returning_writer = _returning_writer(op, sig_args, sig_kwargs)
+    if returning_writer is not None:
+        # Writes some arguments and returns new tensors (batch norm's running stats): its
+        # functional variant returns the op's results, then the written arguments' values.
+        target, written = returning_writer
+    elif written and not (
         op._schema.name.endswith("_")
         or all(a.kwarg_only for a in op._schema.arguments if a.name in written)
     ):
-        # Writes some arguments and returns new tensors (batch norm's running stats).
-        raise Unlowerable(f"{op} writes arguments and returns new tensors")
-    if written:
+        raise Unlowerable(f"{op} writes arguments and returns new tensors, and has no functional variant")
+    elif written:
         target = _functional(op)
         if target is None or target not in LOWERINGS:
             raise Unlowerable(f"no lowered out-of-place form of {op}")
     elif op not in LOWERINGS:
         raise Unlowerable(f"no lowering registered for {op}")
-    is_out = bool(written) and not op._schema.name.endswith("_")
+    is_out = bool(written) and returning_writer is None and not op._schema.name.endswith("_")
     # The functional op's arguments: out= arguments dropped.
     f_args = tuple(a for i, a in enumerate(sig_args) if not (is_out and i < len(names) and names[i] in written))
     f_kwargs = {k: v for k, v in sig_kwargs if not (is_out and k in written)}
@@ -329,10 +336,20 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         return tuple(args), kwargs
 
     vals = list(val) if isinstance(val, (tuple, list)) else [val]
-    layouts = [_result_layout(v) if isinstance(v, torch.Tensor) else None for v in vals]
+    n_returned = len(op._schema.returns) if returning_writer is not None else len(vals)
+    layouts = [_result_layout(v) if isinstance(v, torch.Tensor) else None for v in vals[:n_returned]]
 
     def write(result, block_args):
         values = list(result) if isinstance(result, tuple) else [result]
+        if returning_writer is not None:
+            outs = []
+            for value, layout in zip(values, layouts):
+                if layout is not None:
+                    size, stride, dtype = layout
+                    outs.append(_as_storage(convert(value, dtype), size, stride))
+            for k, (position, arg) in enumerate(zip(write_positions, write_args)):
+                outs.append(_write_into(block_args[position], values[n_returned + k], arg))
+            return outs
         if written:
             outs = []
             for k, (position, arg) in enumerate(zip(write_positions, write_args)):
@@ -367,8 +384,51 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
                                     options=CompileSpec(device_indices=(index,)))
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
-    results = [] if written else [layout for layout in layouts]
-    return Plan(executable, results, isinstance(val, (tuple, list)), write_positions, written)
+    results = [] if written and returning_writer is None else list(layouts)
+    multiple = len(op._schema.returns) > 1 if returning_writer is not None else isinstance(val, (tuple, list))
+    return Plan(executable, results, multiple, write_positions, written, returning_writer is not None)
+
+
+# Ops whose schema does not mark the arguments they write: native_batch_norm updates
+# running_mean/running_var in training mode.
+_UNANNOTATED_WRITERS = {torch.ops.aten.native_batch_norm.default}
+_FUNCTIONAL_VARIANTS = {
+    torch.ops.aten.native_batch_norm.default: torch.ops.aten._native_batch_norm_legit_functional.default,
+    torch.ops.aten._native_batch_norm_legit.default: torch.ops.aten._native_batch_norm_legit_functional.default,
+}
+
+
+def _returning_writer(op, sig_args, sig_kwargs):
+    """(functional variant, written argument names) of an op that writes some arguments
+    and returns new tensors, or None. The variant takes the same arguments and returns
+    the op's results followed by the new value of each written argument (PyTorch's
+    functionalization convention: `<op>_functional`)."""
+    from torch_tpu.compiler.lowering import LOWERINGS
+
+    names = _positional_names(op)
+    bound = dict(zip(names, sig_args))
+    bound.update(dict(sig_kwargs))
+    if op in _UNANNOTATED_WRITERS:
+        # native_batch_norm writes its running stats only when training with them.
+        if not (bound.get("training") and isinstance(bound.get("running_mean"), TensorArg)
+                and isinstance(bound.get("running_var"), TensorArg)):
+            return None
+        written = ["running_mean", "running_var"]
+    else:
+        written = _written(op)
+        if op._schema.name.endswith("_") or all(
+                a.kwarg_only for a in op._schema.arguments if a.name in written):
+            return None  # in-place / out= forms: their own path
+    variant = _FUNCTIONAL_VARIANTS.get(op)
+    if variant is None:
+        packet = getattr(torch.ops.aten, op._schema.name.split("::", 1)[1] + "_functional", None)
+        variant = getattr(packet, op._overloadname, None) if packet is not None else None
+    if variant is None or variant not in LOWERINGS:
+        return None
+    if [a.name for a in variant._schema.arguments] != list(names) or \
+            len(variant._schema.returns) != len(op._schema.returns) + len(written):
+        return None
+    return variant, written
 
 
 def _count(x) -> int:
@@ -436,11 +496,13 @@ def run(op, args, kwargs):
     if is_blocking():
         for out in outs:
             out.synchronize()
+    n_results = sum(layout is not None for layout in plan.results)
     if plan.written:
-        for position, buffer in zip(plan.written, outs):
+        for position, buffer in zip(plan.written, outs[n_results:]):
             operands[position].buffer = buffer
-        return _written_return(op, args, kwargs, plan)
-    buffers = iter(outs)
+        if not plan.returns_too:
+            return _written_return(op, args, kwargs, plan)
+    buffers = iter(outs[:n_results])
     results = [
         None if layout is None else _storage.from_buffer(next(buffers), layout[0], layout[1], layout[2], index)
         for layout in plan.results
