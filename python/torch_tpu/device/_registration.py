@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from . import _copy, _fallback, _ops
+from . import _autocast, _copy, _fallback, _ops
 
 aten = torch.ops.aten
 _lock = threading.Lock()
@@ -142,6 +142,7 @@ def register() -> None:
             skip.add(op)
         _skip.update(skip)
         fallback.fallback(_boxed_fallback, "PrivateUse1")
+        _autocast.register(fallback, impl)
 
 
 _skip: set = set()

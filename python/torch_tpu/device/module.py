@@ -36,6 +36,21 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The dtypes `torch.autocast("tpu", dtype=...)` accepts (PyTorch's autocast asks
+    the device module). bfloat16 is the TPU's native low-precision type; float16 is
+    supported by XLA too."""
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def get_autocast_dtype() -> torch.dtype:
+    return torch.get_autocast_dtype("tpu")
+
+
 def device_count() -> int:
     return len(_client().devices)
 
