@@ -81,10 +81,17 @@ def is_blocking() -> bool:
     return get_eager_mode() is EagerMode.DEBUG
 
 
-def check_alive(entry) -> None:
+def check_alive(entry, *, name_line: bool = True) -> None:
+    """Raises BufferDeletedError for a tensor whose buffer was freed or donated; an op's
+    caller passes name_line=False (the op's error names the line)."""
     buffer = entry.buffer
     if buffer is not None and buffer.is_deleted:
-        raise RuntimeError(
-            "torch_tpu: this tpu tensor's device buffer was deleted (freed or donated); "
+        from torch_tpu.runtime.errors import BufferDeletedError
+
+        from ._fallback import user_line
+
+        where = f"at {user_line()}, " if name_line else ""
+        raise BufferDeletedError(
+            f"torch_tpu: {where}a tpu tensor's device buffer was deleted (freed or donated); "
             "recompute the tensor or keep a reference to the one the op returned"
         )

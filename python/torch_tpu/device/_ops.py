@@ -444,7 +444,7 @@ def _operand_buffer(value, index: int):
     if isinstance(value, StorageEntry):
         from ._modes import check_alive
 
-        check_alive(value)
+        check_alive(value, name_line=False)
         return buffer_of(value)
     if isinstance(value, torch.Tensor):  # a 0-d CPU tensor
         return client.to_device(value.detach().reshape(()).clone(), index, copy=True)
@@ -490,12 +490,19 @@ def run(op, args, kwargs):
     """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns."""
     from ._modes import is_blocking
 
+    from torch_tpu.runtime.errors import TorchTPURuntimeError
+
     plan, operands, index = plan_for(op, args, kwargs)
-    buffers = [_operand_buffer(v, index) for v in operands]
-    outs = plan.executable.execute(buffers)
-    if is_blocking():
-        for out in outs:
-            out.synchronize()
+    try:
+        buffers = [_operand_buffer(v, index) for v in operands]
+        outs = plan.executable.execute(buffers)
+        if is_blocking():
+            for out in outs:
+                out.synchronize()
+    except TorchTPURuntimeError as err:
+        from ._errors import op_failed
+
+        raise op_failed(op, args, kwargs, err) from err
     n_results = sum(layout is not None for layout in plan.results)
     if plan.written:
         for position, buffer in zip(plan.written, outs[n_results:]):
