@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from . import _autocast, _copy, _fallback, _ops
+from . import _autocast, _copy, _fallback, _ops, _serialization
 
 aten = torch.ops.aten
 _lock = threading.Lock()
@@ -51,6 +51,11 @@ def _cpu_redispatch(op):
         return op.redispatch(_CPU, *args, **kwargs)
 
     return kernel
+
+
+def _set_storage(self, source, storage_offset, size, stride=()):
+    _serialization.retype(source, self.dtype)
+    return aten.set_.source_Storage_storage_offset.redispatch(_CPU, self, source, storage_offset, size, stride)
 
 
 def execute(op, *args, **kwargs):
@@ -127,7 +132,11 @@ def register() -> None:
         _libraries.extend([impl, fallback])
         skip = set(_VIEW_KERNELS)
         for op in _VIEW_KERNELS:
-            impl.impl(op, _cpu_redispatch(op), "PrivateUse1")
+            if op is not aten.set_.source_Storage_storage_offset:
+                impl.impl(op, _cpu_redispatch(op), "PrivateUse1")
+        # torch.load views untyped storages with the saved dtype: retype them first.
+        impl.impl(aten.set_.source_Storage_storage_offset, _set_storage, "PrivateUse1")
+        _serialization.install()
         own = {
             aten.empty.memory_format: _copy.empty_memory_format,
             aten.empty_strided.default: _copy.empty_strided,
