@@ -408,8 +408,10 @@ def _returning_writer(op, sig_args, sig_kwargs):
     names = _positional_names(op)
     bound = dict(zip(names, sig_args))
     bound.update(dict(sig_kwargs))
-    if op in _UNANNOTATED_WRITERS:
-        # native_batch_norm writes its running stats only when training with them.
+    if op in _FUNCTIONAL_VARIANTS:
+        # Batch norm writes its running stats only when training with them (in eval mode
+        # its CPU kernel returns empty save_mean/save_invstd, which its meta kernel does
+        # not: the op keeps its own path there).
         if not (bound.get("training") and isinstance(bound.get("running_mean"), TensorArg)
                 and isinstance(bound.get("running_var"), TensorArg)):
             return None

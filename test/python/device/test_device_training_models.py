@@ -107,3 +107,23 @@ def test_batch_norm_training_updates_running_stats_on_device(monkeypatch, moment
     cpu.eval()
     x = torch.randn(2, 4, 3, 3)
     torch.testing.assert_close(tpu(x.to("tpu")).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_native_batch_norm_legit_writes_running_stats(monkeypatch, training):
+    """The schema-annotated form (`Tensor(a!) running_mean`): the same functional path in
+    training mode; eval mode returns CPU's empty save_mean/save_invstd."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3)
+    stats = [torch.randn(3), torch.rand(3) + 0.5]
+    tpu_stats = [s.to("tpu") for s in stats]
+    op = torch.ops.aten._native_batch_norm_legit.default
+    expected = op(x, w, b, *stats, training, 0.1, 1e-5)
+    if training:
+        monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # runs on the device
+    got = op(x.to("tpu"), w.to("tpu"), b.to("tpu"), *tpu_stats, training, 0.1, 1e-5)
+    for g, e in zip(got, expected):
+        assert g.device.type == "tpu" and g.shape == e.shape
+        torch.testing.assert_close(g.cpu(), e, rtol=1e-5, atol=1e-5)
+    for g, e in zip(tpu_stats, stats):
+        torch.testing.assert_close(g.cpu(), e)
