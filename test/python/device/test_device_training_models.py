@@ -68,10 +68,11 @@ MODELS = {"cnn_batchnorm_adamw": (_cnn, _train_cnn), "tiny_gpt_adamw": (_gpt, _t
 
 @pytest.mark.parametrize("mode", [EagerMode.STRICT, EagerMode.DEBUG])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_losses_equal_cpu(name, mode):
+def test_losses_equal_cpu(monkeypatch, name, mode):
     build, train = MODELS[name]
     model = build()
     expected, cpu_model = train(copy.deepcopy(model), "cpu")
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # every op of the step runs on the device
     with set_eager_mode(mode):
         got, tpu_model = train(copy.deepcopy(model), "tpu")
     torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-4, atol=1e-5)
