@@ -27,6 +27,10 @@ def describe_arguments(args, kwargs) -> str:
     return ", ".join(_describe(t) for t in tensors) or "no tensors"
 
 
+def is_runtime_error(err: BaseException) -> bool:
+    return isinstance(err, TorchTPURuntimeError)
+
+
 def op_failed(op, args, kwargs, err: TorchTPURuntimeError) -> TorchTPURuntimeError:
     """`err` (a runtime error raised while `op` ran) with the op, its arguments and the
     user's line; the same class, so `except DeviceOutOfMemoryError` still catches it."""

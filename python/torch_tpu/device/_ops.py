@@ -248,7 +248,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     target = op
     names = _positional_names(op)
     returning_writer = None
-    if written or op in _UNANNOTATED_WRITERS:
+    if written or op in _FUNCTIONAL_VARIANTS:
         returning_writer = _returning_writer(op, sig_args, sig_kwargs)
     if returning_writer is not None:
         # Writes some arguments and returns new tensors (batch norm's running stats): its
@@ -389,9 +389,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     return Plan(executable, results, multiple, write_positions, written, returning_writer is not None)
 
 
-# Ops whose schema does not mark the arguments they write: native_batch_norm updates
-# running_mean/running_var in training mode.
-_UNANNOTATED_WRITERS = {torch.ops.aten.native_batch_norm.default}
+# Functional variants PyTorch does not name `<op>_functional`. native_batch_norm's schema
+# does not even mark the running stats it writes in training mode.
 _FUNCTIONAL_VARIANTS = {
     torch.ops.aten.native_batch_norm.default: torch.ops.aten._native_batch_norm_legit_functional.default,
     torch.ops.aten._native_batch_norm_legit.default: torch.ops.aten._native_batch_norm_legit_functional.default,
@@ -492,8 +491,6 @@ def run(op, args, kwargs):
     """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns."""
     from ._modes import is_blocking
 
-    from torch_tpu.runtime.errors import TorchTPURuntimeError
-
     plan, operands, index = plan_for(op, args, kwargs)
     try:
         buffers = [_operand_buffer(v, index) for v in operands]
@@ -501,9 +498,11 @@ def run(op, args, kwargs):
         if is_blocking():
             for out in outs:
                 out.synchronize()
-    except TorchTPURuntimeError as err:
-        from ._errors import op_failed
+    except RuntimeError as err:
+        from ._errors import op_failed, is_runtime_error
 
+        if not is_runtime_error(err):
+            raise
         raise op_failed(op, args, kwargs, err) from err
     n_results = sum(layout is not None for layout in plan.results)
     if plan.written:

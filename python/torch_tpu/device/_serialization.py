@@ -55,8 +55,11 @@ def install() -> None:
 def retype(storage: torch.UntypedStorage, dtype: torch.dtype) -> None:
     """Before a tensor of `dtype` views an untyped tpu storage: its entry becomes one of
     `dtype` elements (the same bytes)."""
-    entry = TABLE._entries.get(storage.data_ptr())
-    if entry is None or entry not in _UNTYPED or dtype == torch.uint8 or entry.nbytes % dtype.itemsize:
+    try:
+        entry = TABLE.entry(storage.data_ptr())
+    except RuntimeError:  # not a buffer-table storage: PyTorch's set_ reports it
+        return
+    if entry not in _UNTYPED or dtype == torch.uint8 or entry.nbytes % dtype.itemsize:
         return
     from . import _storage
 
