@@ -258,7 +258,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         op._schema.name.endswith("_")
         or all(a.kwarg_only for a in op._schema.arguments if a.name in written)
     ):
-        raise Unlowerable(f"{op} writes arguments and returns new tensors, and has no functional variant")
+        raise Unlowerable(f"{op} writes arguments and returns new tensors, and no lowered functional "
+                          "variant applies to these arguments")
     elif written:
         target = _functional(op)
         if target is None or target not in LOWERINGS:
