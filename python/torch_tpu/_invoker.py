@@ -26,6 +26,8 @@ Invoker API (what callers use):
         scalars, None effect tokens, DeviceBuffers); an RNG seed is appended when needed.
     invoker(*args) -> list[torch.Tensor]
         runs and waits; results are torch tensors (zero-copy on CPU), one per module result.
+        With eager tpu tensors as arguments (`torch_tpu.device`), their device buffers are
+        passed and results are tpu tensors, enqueued without waiting (`device/_graph_io.py`).
     invoker.buffers(*args) -> list[DeviceBuffer]
         runs asynchronously; DeviceBuffer arguments go straight to the device program
         (no host round trip) and results stay on the device.
@@ -219,10 +221,18 @@ class ArgumentPlan:
         self._written = set(written)
         self._needs_rng = needs_rng
         self._steps: list[tuple[int, Callable[[Any], Any]]] | None = None
+        # The tpu device index when the graph's tensors are eager tpu tensors (decided on
+        # the first call, like the steps): their device buffers are the arguments.
+        self.device_index: int | None = None
 
     def _plan(self, args: Sequence[Any]) -> list[tuple[int, Callable[[Any], Any]]]:
         client = self._client
         steps: list[tuple[int, Callable[[Any], Any]]] = []
+        from .device._graph_io import device_of
+
+        self.device_index = device_of(args)
+        if self.device_index is not None:
+            return self._device_plan(args)
 
         def resident(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
@@ -235,6 +245,25 @@ class ArgumentPlan:
                     steps.append((index, torch.Tensor.detach))  # a plain tensor: copied, never donated
             elif index in self._resident or isinstance(arg, torch.nn.Parameter):
                 steps.append((index, resident))
+            elif arg is None:
+                token = torch.empty(spec.shape, dtype=spec.dtype)
+                steps.append((index, lambda _, t=token: t))
+            elif isinstance(arg, (bool, int, float, complex)):
+                steps.append((index, lambda value, dtype=spec.dtype: torch.tensor(value, dtype=dtype)))
+        return steps
+
+    def _device_plan(self, args: Sequence[Any]) -> list[tuple[int, Callable[[Any], Any]]]:
+        """Steps for a graph on tpu tensors: each tpu tensor -> its DeviceBuffer read on
+        the device (parameters included: they are device buffers already, so they never
+        enter `RESIDENT_PARAMETERS`); written ones get a fresh buffer, so donating it
+        leaves the storage intact until aot_autograd's epilogue `copy_`s the new value
+        in (the device rebinds the storage, as for any in-place op)."""
+        from .device._graph_io import argument
+
+        steps: list[tuple[int, Callable[[Any], Any]]] = []
+        for index, (spec, arg) in enumerate(zip(self._specs, args)):
+            if isinstance(arg, torch.Tensor) and arg.device.type == "tpu":
+                steps.append((index, argument))
             elif arg is None:
                 token = torch.empty(spec.shape, dtype=spec.dtype)
                 steps.append((index, lambda _, t=token: t))
@@ -268,7 +297,14 @@ class Invoker:
         return self.plan(args)
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
-        return self.executable(*self.plan(args))
+        arguments = self.plan(args)
+        index = self.plan.device_index
+        if index is not None:
+            # tpu tensors in, tpu tensors out: the results stay on the device.
+            from .device._graph_io import result
+
+            return [result(buffer, index) for buffer in self.executable.execute(arguments)]
+        return self.executable(*arguments)
 
     def buffers(self, *args: Any) -> list:
         return self.executable.execute(self.plan(args))
