@@ -292,6 +292,8 @@ class Invoker:
                  resident: Iterable[int] = (), written: Iterable[int] = ()) -> None:
         self.executable = executable
         self.plan = ArgumentPlan(input_specs, executable.client, resident, written, needs_rng)
+        # Results that are CPU tensors in a graph on tpu tensors (`_compile.host_results`).
+        self.host_results: frozenset[int] = frozenset()
 
     def arguments(self, args: Sequence[Any]) -> list:
         return self.plan(args)
@@ -303,7 +305,9 @@ class Invoker:
             # tpu tensors in, tpu tensors out: the results stay on the device.
             from .device._graph_io import result
 
-            return [result(buffer, index) for buffer in self.executable.execute(arguments)]
+            host = self.host_results
+            return [buffer.to_torch() if k in host else result(buffer, index)
+                    for k, buffer in enumerate(self.executable.execute(arguments))]
         return self.executable(*arguments)
 
     def buffers(self, *args: Any) -> list:

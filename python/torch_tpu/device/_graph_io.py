@@ -109,27 +109,18 @@ def result(buffer, index: int) -> torch.Tensor:
 
 def device_of(args) -> int | None:
     """The tpu device index of a graph's tensor arguments, None when none is a tpu
-    tensor. Raises PyTorch's device-mismatch error for tpu tensors mixed with tensors of
-    another device (0-d CPU tensors mix, as in eager)."""
+    tensor. Other tensors may be mixed in where PyTorch allows it (0-d CPU tensors, or a
+    CPU tensor no op combines with a tpu one: Dynamo's fake tensors raise PyTorch's
+    device-mismatch error for the rest while tracing); they are uploaded as arguments."""
     index = None
-    other = None
     for value in args:
-        if not isinstance(value, torch.Tensor):
-            continue
-        if value.device.type == "tpu":
+        if isinstance(value, torch.Tensor) and value.device.type == "tpu":
             this = value.device.index or 0
             if index is not None and this != index:
-                raise _mismatch(f"tpu:{index}", f"tpu:{this}")
+                raise RuntimeError(
+                    f"Expected all tensors to be on the same device, but found at least two devices, "
+                    f"tpu:{index} and tpu:{this}! (a torch.compile'd graph runs on one tpu device: "
+                    "move its inputs to one device)"
+                )
             index = this
-        elif not (value.device.type == "cpu" and value.dim() == 0) and other is None:
-            other = value.device
-    if index is not None and other is not None:
-        raise _mismatch(f"tpu:{index}", str(other))
     return index
-
-
-def _mismatch(a: str, b: str) -> RuntimeError:
-    return RuntimeError(
-        f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}! "
-        "(a torch.compile'd graph on tpu tensors: move every input to the same device)"
-    )
