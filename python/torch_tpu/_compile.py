@@ -107,6 +107,26 @@ def host_results(gm: torch.fx.GraphModule, imported) -> frozenset[int]:
     return frozenset(host)
 
 
+def tpu_index(gm: torch.fx.GraphModule) -> int | None:
+    """The tpu device of a graph traced with tpu tensors (an input or a result), else
+    None: such a graph runs on device buffers (`device/_graph_io.py`), even one whose
+    tpu tensors are all created inside it (`torch.randn(..., device="tpu")`)."""
+    import torch.utils._pytree as pytree
+
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            sources = [node]
+        elif node.op == "output":
+            sources = [a for a in pytree.tree_leaves(node.args[0]) if isinstance(a, torch.fx.Node)]
+        else:
+            continue
+        for source in sources:
+            val = source.meta.get("val")
+            if isinstance(val, torch.Tensor) and val.device.type == "tpu":
+                return val.device.index or 0
+    return None
+
+
 def _fill_placeholder_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if example_inputs is None:
@@ -142,6 +162,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     compiled = CompiledGraph(executable, imported, has_matrix_ops(imported.module.operation),
                              resident=resident_inputs(gm, imported))
     compiled.invoker.host_results = host_results(gm, imported)
+    compiled.invoker.plan.device_index = tpu_index(gm)
     if symbol_bounds is None:
         compiled.set_output_layouts(output_layouts(gm, len(imported.outputs)))
         return compiled

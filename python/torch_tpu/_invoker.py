@@ -222,7 +222,8 @@ class ArgumentPlan:
         self._needs_rng = needs_rng
         self._steps: list[tuple[int, Callable[[Any], Any]]] | None = None
         # The tpu device index when the graph's tensors are eager tpu tensors (decided on
-        # the first call, like the steps): their device buffers are the arguments.
+        # the first call, like the steps; preset by the compiler for a graph that only
+        # creates tpu tensors): their device buffers are the arguments.
         self.device_index: int | None = None
 
     def _plan(self, args: Sequence[Any]) -> list[tuple[int, Callable[[Any], Any]]]:
@@ -230,7 +231,9 @@ class ArgumentPlan:
         steps: list[tuple[int, Callable[[Any], Any]]] = []
         from .device._graph_io import device_of
 
-        self.device_index = device_of(args)
+        found = device_of(args)
+        if found is not None:
+            self.device_index = found
         if self.device_index is not None:
             return self._device_plan(args)
 
@@ -279,8 +282,15 @@ class ArgumentPlan:
         for index, step in steps:
             inputs[index] = step(inputs[index])
         if self._needs_rng:
-            # Seeded from PyTorch's generator, so torch.manual_seed makes runs repeatable.
-            inputs.append(torch.randint(0, 2**62, (2,), dtype=torch.int64).to(torch.uint64))
+            if self.device_index is not None:
+                # A graph on tpu tensors draws from the device's generator, the one eager
+                # tpu random ops use (torch.tpu.manual_seed).
+                from .device._random import key_tensor
+
+                inputs.append(key_tensor(self.device_index))
+            else:
+                # Seeded from PyTorch's generator, so torch.manual_seed makes runs repeatable.
+                inputs.append(torch.randint(0, 2**62, (2,), dtype=torch.int64).to(torch.uint64))
         return inputs
 
 

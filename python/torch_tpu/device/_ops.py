@@ -120,6 +120,7 @@ class Plan:
     multiple: bool  # the op returns a tuple
     written: list  # positions in `operands` of the written storages
     out_names: list
+    needs_rng: bool = False  # takes the device generator's next key last (_random.py)
 
 
 _PLANS: dict = {}
@@ -231,7 +232,7 @@ def _result_layout(val: torch.Tensor):
 
 
 def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
-    from torch_tpu.compiler.importer.single_op import lower_op
+    from torch_tpu.compiler.importer.single_op import lower_op, takes_rng_state
     from torch_tpu.compiler.lowering import LOWERINGS, LoweringError
     from torch_tpu.compiler.lowering.helpers import convert
     from torch_tpu.compiler.lowering.registry import OpRecord
@@ -353,6 +354,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         module = lower_op(record, operand_types, read, write, context=context)
     except LoweringError as err:
         raise Unlowerable(str(err)) from None
+    needs_rng = takes_rng_state(module, len(operand_types))
     mode = current_mode()
     engine = DiagnosticEngine()
     with context:
@@ -368,7 +370,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
     results = [] if written else [layout for layout in layouts]
-    return Plan(executable, results, isinstance(val, (tuple, list)), write_positions, written)
+    return Plan(executable, results, isinstance(val, (tuple, list)), write_positions, written, needs_rng)
 
 
 def _count(x) -> int:
@@ -432,6 +434,10 @@ def run(op, args, kwargs):
 
     plan, operands, index = plan_for(op, args, kwargs)
     buffers = [_operand_buffer(v, index) for v in operands]
+    if plan.needs_rng:
+        from ._random import key_buffer
+
+        buffers.append(key_buffer(index))
     outs = plan.executable.execute(buffers)
     if is_blocking():
         for out in outs:
