@@ -309,7 +309,11 @@ class Invoker:
         return self.plan(args)
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
-        arguments = self.plan(args)
+        return self.run(self.plan(args))
+
+    def run(self, arguments: Sequence[Any]) -> list[torch.Tensor]:
+        """Runs on the executable's arguments (`arguments(args)`, plus any a caller
+        appends: a bounded graph's sizes); results as `invoker(*args)` returns them."""
         index = self.plan.device_index
         if index is not None:
             # tpu tensors in, tpu tensors out: the results stay on the device.

@@ -118,3 +118,40 @@ def test_mixed_devices_raise_pytorch_error():
     fn = torch.compile(lambda a, b: a + b, backend="tpu")
     with pytest.raises(Exception, match="device"):
         fn(torch.randn(3), torch.randn(3).to("tpu"))
+
+
+def test_in_place_graph_rebinds_inputs(no_host_reads):
+    """functionalize="torchtpu": inputs written in place are updated on the device."""
+
+    def fn(x, y):
+        x.add_(y)
+        x[0].mul_(2)
+        return x.sum()
+
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    a_tpu, b_tpu = a.to("tpu"), b.to("tpu")
+    compiled = torch.compile(fn, backend="tpu", options={"functionalize": "torchtpu"})
+    with torch.no_grad():
+        out = compiled(a_tpu, b_tpu)
+        expected = fn(a, b)
+    no_host_reads()
+    assert out.device.type == "tpu"
+    torch.testing.assert_close(out.cpu(), expected)
+    torch.testing.assert_close(a_tpu.cpu(), a)
+
+
+def test_dynamic_sizes_stay_on_device():
+    compiled = torch.compile(lambda x: (x * 2).sum(0), backend="tpu", dynamic=True)
+    for rows in (3, 5, 40):
+        x = torch.randn(rows, 4)
+        out = compiled(x.to("tpu"))
+        assert out.device.type == "tpu"
+        torch.testing.assert_close(out.cpu(), (x * 2).sum(0))
+
+
+def test_graph_creating_tpu_tensors():
+    """A graph whose only tpu tensors are made inside it returns them on the device."""
+    compiled = torch.compile(lambda n: torch.arange(n, device="tpu") * 2.0, backend="tpu")
+    out = compiled(5)
+    assert out.device.type == "tpu"
+    torch.testing.assert_close(out.cpu(), torch.arange(5) * 2.0)
