@@ -263,10 +263,13 @@ class ArgumentPlan:
         in (the device rebinds the storage, as for any in-place op)."""
         from .device._graph_io import argument
 
+        def shared_argument(value: torch.Tensor):
+            return argument(value, shared=True)
+
         steps: list[tuple[int, Callable[[Any], Any]]] = []
         for index, (spec, arg) in enumerate(zip(self._specs, args)):
             if isinstance(arg, torch.Tensor) and arg.device.type == "tpu":
-                steps.append((index, argument))
+                steps.append((index, argument if index in self._written else shared_argument))
             elif arg is None:
                 token = torch.empty(spec.shape, dtype=spec.dtype)
                 steps.append((index, lambda _, t=token: t))

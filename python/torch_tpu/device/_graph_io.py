@@ -69,8 +69,10 @@ def _program(key: tuple, name: str, operand: tuple, result_val: torch.Tensor,
     return executable
 
 
-def argument(t: torch.Tensor):
-    """The DeviceBuffer of `t`'s value with `t`'s shape (what a compiled graph takes)."""
+def argument(t: torch.Tensor, shared: bool = False):
+    """The DeviceBuffer of `t`'s value with `t`'s shape (what a compiled graph takes).
+    `shared`: the program does not write (donate) it, so a 1-D tensor covering its whole
+    storage passes the storage's own buffer (same shape: no program to run)."""
     from ._modes import check_alive
 
     if t.is_conj() or t.is_neg():
@@ -81,6 +83,8 @@ def argument(t: torch.Tensor):
         t = t.clone()  # a dtype view of a storage: its own storage, by the device's kernel
         entry = entry_of(t)
     check_alive(entry)
+    if shared and t.dim() == 1 and t.stride(0) == 1 and t.storage_offset() == 0 and t.numel() == entry.numel:
+        return buffer_of(entry)
     arg = TensorArg(t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(), entry.dtype, entry.numel)
     index = entry.device_index
     executable = _program(("argument", arg, index), "tpu graph argument", ((entry.numel,), entry.dtype),
@@ -97,6 +101,8 @@ def result(buffer, index: int) -> torch.Tensor:
     size = tuple(int(s) for s in buffer.shape)
     dtype = dtypes.torch_dtype(buffer._row)
     stride = contiguous_stride(size)
+    if len(size) == 1:  # already laid out as its storage
+        return _storage.from_buffer(buffer, size, stride, dtype, index)
     numel = int(np.prod(size, dtype=np.int64)) if size else 1
     executable = _program(("result", size, dtype, index), "tpu graph result", (size, dtype),
                           torch.empty(numel, dtype=dtype, device="meta"),
