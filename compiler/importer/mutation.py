@@ -156,11 +156,22 @@ def _as_stored(value: ir.Value, target: ir.RankedTensorType) -> ir.Value:
     return value
 
 
+# In-place ops whose out-of-place form is not found by name (ATen names it otherwise).
+_RENAMED_COUNTERPARTS = {
+    "aten::normal_.default": "normal_functional.default",
+    "aten::bernoulli_.float": "bernoulli.p",
+}
+
+
 def functional_counterpart(target) -> Any:
     """The out-of-place overload computing what an in-place / out= op writes, or None."""
     schema = _schema(target)
     if schema is None:
         return None
+    renamed = _RENAMED_COUNTERPARTS.get(f"{schema.name}.{target._overloadname}")
+    if renamed is not None:
+        packet, overload = renamed.split(".")
+        return getattr(getattr(aten, packet), overload)
     name = schema.name.split("::", 1)[-1]
     overload = target._overloadname
     if name.endswith("_"):

@@ -10,7 +10,10 @@ lowering table `torch.compile` graphs use. The caller describes the op with an
 * `write(result, block_args)`: returns @main's results from the rule's result (it may
   emit ops: the result laid out as a storage, a write into a view of an argument).
 
-so this module knows nothing about storages or devices. Errors are `LoweringError`s
+so this module knows nothing about storages or devices. A rule that draws random
+numbers gets a `tensor<2xui64>` RNG state argument appended to @main after the operands
+(the graph importer's convention, `FxImporter.random_bits`); `takes_rng_state` says
+whether a module has one, and the caller passes the state. Errors are `LoweringError`s
 naming the op by `record.where`.
 """
 
@@ -20,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..context import func, ir
+from ..context import func, ir, stablehlo
 from ..dtypes import dtype_of, tensor_type
 from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
 from ..lowering.registry import OpRecord
@@ -52,6 +55,33 @@ def check_result(record: OpRecord, result: Any) -> None:
                 )
 
 
+class _RandomState:
+    """The threaded RNG state of a one-op module: a `tensor<2xui64>` argument of @main,
+    added on first use, advanced by each `rng_bit_generator` (as in the graph importer)."""
+
+    def __init__(self, block: ir.Block) -> None:
+        self._block = block
+        self._state: ir.Value | None = None
+
+    def random_bits(self, shape, bits: int) -> ir.Value:
+        state_type = tensor_type([2], torch.uint64)
+        if self._state is None:
+            self._state = self._block.add_argument(state_type, ir.Location.name("rng_state"))
+        unsigned = {32: torch.uint32, 64: torch.uint64}[bits]
+        algorithm = ir.Attribute.parse("#stablehlo<rng_algorithm DEFAULT>")
+        op = stablehlo.RngBitGeneratorOp(state_type, tensor_type(list(shape), unsigned), algorithm, self._state)
+        self._state = op.results[0]
+        return op.results[1]
+
+
+def takes_rng_state(module: ir.Module, operand_count: int, func_name: str = "main") -> bool:
+    """Whether `lower_op` appended an RNG state argument to the module's function."""
+    for op in module.body.operations:
+        if isinstance(op.opview, func.FuncOp) and ir.StringAttr(op.attributes["sym_name"]).value == func_name:
+            return len(op.opview.arguments) > operand_count
+    return False
+
+
 def lower_op(
     record: OpRecord,
     operand_types: Sequence[tuple[Sequence[int], torch.dtype]],
@@ -77,7 +107,7 @@ def lower_op(
             block_args = list(block.arguments)
             try:
                 args, kwargs = read(block_args)
-                ctx = LoweringContext(None, loc, None, record=record)
+                ctx = LoweringContext(None, loc, None, record=record, random_source=_RandomState(block))
                 result = normalize_result(lowering.fn(ctx, *args, **kwargs))
                 check_result(record, result)
                 results = write(result, block_args)
@@ -87,6 +117,6 @@ def lower_op(
                 raise LoweringError(f"lowering failed: {type(err).__name__}: {err}", where=record.where) from err
             func.ReturnOp(results)
         fn.attributes["function_type"] = ir.TypeAttr.get(
-            ir.FunctionType.get(types, [r.type for r in results])
+            ir.FunctionType.get([a.type for a in block.arguments], [r.type for r in results])
         )
     return module

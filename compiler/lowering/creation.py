@@ -474,6 +474,12 @@ def _normal_tensors(ctx: LoweringContext, mean, std=1.0, *, generator=None):
     return _normal(ctx, mean, std, generator)
 
 
+@lowers(aten.normal_functional.default)
+def _normal_functional(ctx: LoweringContext, x, mean=0.0, std=1.0, *, generator=None):
+    """`x.normal_(mean, std)`'s value: x's shape and dtype."""
+    return _normal(ctx, mean, std, generator)
+
+
 @lowers(aten.normal.float_float)
 def _normal_float_float(ctx: LoweringContext, mean, std, size, *, generator=None, **kwargs):
     return _normal(ctx, mean, std, generator)

@@ -278,10 +278,13 @@ class LoweringContext:
         importer: Any = None,
         *,
         record: OpRecord | None = None,
+        random_source: Any = None,
     ) -> None:
         self.node = node
         self.loc = loc
         self.importer = importer
+        # Without a graph: what gives random bits (single_op.py's RNG state argument).
+        self.random_source = random_source
         self._record = record
 
     @property
@@ -294,9 +297,10 @@ class LoweringContext:
     def random_bits(self, shape, bits: int = 32) -> ir.Value:
         """Uniform random `ui32`/`ui64` bits of `shape` from the graph's threaded RNG state
         (the importer adds a `tensor<2xui64>` seed argument the caller supplies)."""
-        if self.importer is None:
+        source = self.importer if self.importer is not None else self.random_source
+        if source is None:
             raise self.fail("a random op lowered without a graph has no seed to draw from")
-        return self.importer.random_bits(shape, bits)
+        return source.random_bits(shape, bits)
 
     def meta(self, index: int | None = None):
         val = self.node.meta.get("val") if self._record is None else self._record.val

@@ -88,6 +88,45 @@ def resident_inputs(gm: torch.fx.GraphModule, imported) -> list[int]:
     return [i for i, spec in enumerate(specs) if parameter_name(sources.get(spec.name)) is not None]
 
 
+def host_results(gm: torch.fx.GraphModule, imported) -> frozenset[int]:
+    """Results of the program whose graph output is a CPU tensor (traced with a CPU
+    fake tensor): in a graph on tpu tensors they come back as CPU tensors, as in eager.
+    Outputs that cannot be matched to their FX node (a multi-result node returned whole)
+    count as device results."""
+    import torch.utils._pytree as pytree
+
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    sources = pytree.tree_leaves(output.args[0])
+    if len(sources) != len(imported.outputs):
+        return frozenset()
+    host = set()
+    for spec, source in zip(imported.outputs, sources):
+        val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+        if spec.kind == "tensor" and isinstance(val, torch.Tensor) and val.device.type == "cpu":
+            host.add(spec.index)
+    return frozenset(host)
+
+
+def tpu_index(gm: torch.fx.GraphModule) -> int | None:
+    """The tpu device of a graph traced with tpu tensors (an input or a result), else
+    None: such a graph runs on device buffers (`device/_graph_io.py`), even one whose
+    tpu tensors are all created inside it (`torch.randn(..., device="tpu")`)."""
+    import torch.utils._pytree as pytree
+
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            sources = [node]
+        elif node.op == "output":
+            sources = [a for a in pytree.tree_leaves(node.args[0]) if isinstance(a, torch.fx.Node)]
+        else:
+            continue
+        for source in sources:
+            val = source.meta.get("val")
+            if isinstance(val, torch.Tensor) and val.device.type == "tpu":
+                return val.device.index or 0
+    return None
+
+
 def _fill_placeholder_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if example_inputs is None:
@@ -122,6 +161,8 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     _report_slow_compile(name, imported.node_count, program.seconds, program.timings)
     compiled = CompiledGraph(executable, imported, has_matrix_ops(imported.module.operation),
                              resident=resident_inputs(gm, imported))
+    compiled.invoker.host_results = host_results(gm, imported)
+    compiled.invoker.plan.device_index = tpu_index(gm)
     if symbol_bounds is None:
         compiled.set_output_layouts(output_layouts(gm, len(imported.outputs)))
         return compiled

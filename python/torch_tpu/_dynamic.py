@@ -171,7 +171,7 @@ class DynamicCompiledGraph:
         compiled = self.compiled
         padded, sizes = pad_to_bounds(self._specs, args)
         inputs = compiled.prepare_inputs(padded)
-        results = compiled.executable(*inputs, *sizes)
+        results = compiled.invoker.run([*inputs, *sizes])  # tpu tensors stay on the device
         outputs = compiled.imported.outputs
         leaves = narrow_to_sizes(results, outputs, compiled.imported.num_results)
         leaves = [apply_layout(leaf, layout) if o.kind == "tensor" else leaf

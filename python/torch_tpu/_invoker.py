@@ -26,6 +26,8 @@ Invoker API (what callers use):
         scalars, None effect tokens, DeviceBuffers); an RNG seed is appended when needed.
     invoker(*args) -> list[torch.Tensor]
         runs and waits; results are torch tensors (zero-copy on CPU), one per module result.
+        With eager tpu tensors as arguments (`torch_tpu.device`), their device buffers are
+        passed and results are tpu tensors, enqueued without waiting (`device/_graph_io.py`).
     invoker.buffers(*args) -> list[DeviceBuffer]
         runs asynchronously; DeviceBuffer arguments go straight to the device program
         (no host round trip) and results stay on the device.
@@ -219,10 +221,21 @@ class ArgumentPlan:
         self._written = set(written)
         self._needs_rng = needs_rng
         self._steps: list[tuple[int, Callable[[Any], Any]]] | None = None
+        # The tpu device index when the graph's tensors are eager tpu tensors (decided on
+        # the first call, like the steps; preset by the compiler for a graph that only
+        # creates tpu tensors): their device buffers are the arguments.
+        self.device_index: int | None = None
 
     def _plan(self, args: Sequence[Any]) -> list[tuple[int, Callable[[Any], Any]]]:
         client = self._client
         steps: list[tuple[int, Callable[[Any], Any]]] = []
+        from .device._graph_io import device_of
+
+        found = device_of(args)
+        if found is not None:
+            self.device_index = found
+        if self.device_index is not None:
+            return self._device_plan(args)
 
         def resident(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
@@ -242,6 +255,28 @@ class ArgumentPlan:
                 steps.append((index, lambda value, dtype=spec.dtype: torch.tensor(value, dtype=dtype)))
         return steps
 
+    def _device_plan(self, args: Sequence[Any]) -> list[tuple[int, Callable[[Any], Any]]]:
+        """Steps for a graph on tpu tensors: each tpu tensor -> its DeviceBuffer read on
+        the device (parameters included: they are device buffers already, so they never
+        enter `RESIDENT_PARAMETERS`); written ones get a fresh buffer, so donating it
+        leaves the storage intact until aot_autograd's epilogue `copy_`s the new value
+        in (the device rebinds the storage, as for any in-place op)."""
+        from .device._graph_io import argument
+
+        def shared_argument(value: torch.Tensor):
+            return argument(value, shared=True)
+
+        steps: list[tuple[int, Callable[[Any], Any]]] = []
+        for index, (spec, arg) in enumerate(zip(self._specs, args)):
+            if isinstance(arg, torch.Tensor) and arg.device.type == "tpu":
+                steps.append((index, argument if index in self._written else shared_argument))
+            elif arg is None:
+                token = torch.empty(spec.shape, dtype=spec.dtype)
+                steps.append((index, lambda _, t=token: t))
+            elif isinstance(arg, (bool, int, float, complex)):
+                steps.append((index, lambda value, dtype=spec.dtype: torch.tensor(value, dtype=dtype)))
+        return steps
+
     def __call__(self, args: Sequence[Any]) -> list:
         steps = self._steps
         if steps is None:
@@ -250,8 +285,15 @@ class ArgumentPlan:
         for index, step in steps:
             inputs[index] = step(inputs[index])
         if self._needs_rng:
-            # Seeded from PyTorch's generator, so torch.manual_seed makes runs repeatable.
-            inputs.append(torch.randint(0, 2**62, (2,), dtype=torch.int64).to(torch.uint64))
+            if self.device_index is not None:
+                # A graph on tpu tensors draws from the device's generator, the one eager
+                # tpu random ops use (torch.tpu.manual_seed).
+                from .device._random import key_tensor
+
+                inputs.append(key_tensor(self.device_index))
+            else:
+                # Seeded from PyTorch's generator, so torch.manual_seed makes runs repeatable.
+                inputs.append(torch.randint(0, 2**62, (2,), dtype=torch.int64).to(torch.uint64))
         return inputs
 
 
@@ -263,12 +305,27 @@ class Invoker:
                  resident: Iterable[int] = (), written: Iterable[int] = ()) -> None:
         self.executable = executable
         self.plan = ArgumentPlan(input_specs, executable.client, resident, written, needs_rng)
+        # Results that are CPU tensors in a graph on tpu tensors (`_compile.host_results`).
+        self.host_results: frozenset[int] = frozenset()
 
     def arguments(self, args: Sequence[Any]) -> list:
         return self.plan(args)
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
-        return self.executable(*self.plan(args))
+        return self.run(self.plan(args))
+
+    def run(self, arguments: Sequence[Any]) -> list[torch.Tensor]:
+        """Runs on the executable's arguments (`arguments(args)`, plus any a caller
+        appends: a bounded graph's sizes); results as `invoker(*args)` returns them."""
+        index = self.plan.device_index
+        if index is not None:
+            # tpu tensors in, tpu tensors out: the results stay on the device.
+            from .device._graph_io import result
+
+            host = self.host_results
+            return [buffer.to_torch() if k in host else result(buffer, index)
+                    for k, buffer in enumerate(self.executable.execute(arguments))]
+        return self.executable(*arguments)
 
     def buffers(self, *args: Any) -> list:
         return self.executable.execute(self.plan(args))

@@ -121,6 +121,7 @@ class Plan:
     written: list  # positions in `operands` of the written storages
     out_names: list
     returns_too: bool = False  # writes arguments and returns new tensors (results first)
+    needs_rng: bool = False  # takes the device generator's next key last (_random.py)
 
 
 _PLANS: dict = {}
@@ -232,7 +233,7 @@ def _result_layout(val: torch.Tensor):
 
 
 def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
-    from torch_tpu.compiler.importer.single_op import lower_op
+    from torch_tpu.compiler.importer.single_op import lower_op, takes_rng_state
     from torch_tpu.compiler.lowering import LOWERINGS, LoweringError
     from torch_tpu.compiler.lowering.helpers import convert
     from torch_tpu.compiler.lowering.registry import OpRecord
@@ -371,6 +372,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         module = lower_op(record, operand_types, read, write, context=context)
     except LoweringError as err:
         raise Unlowerable(str(err)) from None
+    needs_rng = takes_rng_state(module, len(operand_types))
     mode = current_mode()
     engine = DiagnosticEngine()
     with context:
@@ -387,7 +389,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         raise Unlowerable(f"XLA rejected the module: {err}") from None
     results = [] if written and returning_writer is None else list(layouts)
     multiple = len(op._schema.returns) > 1 if returning_writer is not None else isinstance(val, (tuple, list))
-    return Plan(executable, results, multiple, write_positions, written, returning_writer is not None)
+    return Plan(executable, results, multiple, write_positions, written, returning_writer is not None,
+                needs_rng)
 
 
 # Functional variants PyTorch does not name `<op>_functional`. native_batch_norm's schema
@@ -495,6 +498,10 @@ def run(op, args, kwargs):
     plan, operands, index = plan_for(op, args, kwargs)
     try:
         buffers = [_operand_buffer(v, index) for v in operands]
+        if plan.needs_rng:
+            from ._random import key_buffer
+
+            buffers.append(key_buffer(index))
         outs = plan.executable.execute(buffers)
         if is_blocking():
             for out in outs:

@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
+from . import _random
 from ._buffers import TABLE
 
 _state = threading.local()
-_seeds: dict[int, int] = {}
 
 
 def _client():
@@ -99,16 +99,17 @@ def synchronize(device: Any = None) -> None:
 
 
 # -- random ---------------------------------------------------------------------------
-# Random ops run through the CPU generator today (their CPU fallback), so seeding the
-# tpu device seeds it; the state functions read and write that generator.
+# Each device has one generator (_random.py), drawn from by eager tpu random ops and by
+# compiled graphs on tpu tensors. Random ops without a lowering run on CPU and draw from
+# the CPU generator, so seeding also seeds that one (reproducible either way).
 def manual_seed(seed: int) -> None:
-    _seeds[current_device()] = int(seed)
+    _random.generator(current_device()).manual_seed(int(seed))
     torch.default_generator.manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
     for index in range(device_count()):
-        _seeds[index] = int(seed)
+        _random.generator(index).manual_seed(int(seed))
     torch.default_generator.manual_seed(int(seed))
 
 
@@ -121,24 +122,25 @@ def seed_all() -> None:
 
 
 def initial_seed() -> int:
-    return _seeds.get(current_device(), torch.initial_seed())
+    return _random.generator(current_device()).seed
 
 
 def get_rng_state(device: Any = "tpu") -> torch.Tensor:
-    return torch.get_rng_state()
+    """The device generator's state: 16 bytes (seed, offset), as CUDA's."""
+    return _random.generator(_index(device)).get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "tpu") -> None:
-    torch.set_rng_state(new_state)
+    _random.generator(_index(device)).set_state(new_state)
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    return [get_rng_state() for _ in range(device_count())]
+    return [get_rng_state(index) for index in range(device_count())]
 
 
 def set_rng_state_all(states) -> None:
-    for state in states:
-        set_rng_state(state)
+    for index, state in enumerate(states):
+        set_rng_state(state, index)
 
 
 # -- streams and events (synchronous: one in-order queue per device) ------------------------
