@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._buffers import StorageEntry, entry_of
+from ._buffers import TABLE, StorageEntry, entry_of
 from . import _storage
 from ._storage import buffer_of, contiguous_stride
 
@@ -120,6 +120,12 @@ class Plan:
     multiple: bool  # the op returns a tuple
     written: list  # positions in `operands` of the written storages
     out_names: list
+    invoker: Any = None  # the shared `_invoker.Invoker` that runs `executable`
+
+    def __post_init__(self) -> None:
+        from .._invoker import Invoker
+
+        self.invoker = Invoker(self.executable, self.executable.signature.args)
 
 
 _PLANS: dict = {}
@@ -392,9 +398,73 @@ def _operand_buffer(value, index: int):
     return client.to_device(np.asarray(value, dtype=dtype), index, copy=True)
 
 
+# The hot path: a signature built from what PyTorch hands the kernel, without dataclasses
+# or recursion, mapped straight to the plan `plan_for` made for it. It is at least as fine
+# as `describe`'s (every field of a TensorArg, the type of each number), so two calls with
+# the same fast signature have the same plan. Arguments it does not cover (tensor lists,
+# 0-d CPU tensors, devices, conjugate views) take `plan_for`; so do signatures whose plan
+# bakes Python numbers in (one plan per value).
+_FAST: dict = {}
+_NUMBERS = (int, float, bool)
+_HASHABLE = (type(None), bool, int, float, str, torch.dtype, torch.memory_format, torch.layout)
+
+
+@functools.lru_cache(maxsize=None)
+def _names_and_scalars(op) -> tuple[tuple[str, ...], frozenset[str]]:
+    return _positional_names(op), _scalar_names(op)
+
+
+def _fast_signature(op, args, kwargs, mode):
+    """(key, operands) for the plan cache's hot path, or None when an argument needs the
+    full description (`describe`)."""
+    names, scalars = _names_and_scalars(op)
+    entries = TABLE._entries
+    key: list = [op, mode]
+    operands: list = []
+    index = None
+    n = len(names)
+    items = [(names[i] if i < n else None, a) for i, a in enumerate(args)]
+    if kwargs:
+        key.append(tuple(kwargs))  # which arguments came by name
+        items.extend(kwargs.items())
+    for name, value in items:
+        kind = type(value)
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "tpu" or value.is_conj() or value.is_neg():
+                return None
+            entry = entries.get(value.untyped_storage().data_ptr())
+            if entry is None:
+                return None
+            if index is None:
+                index = entry.device_index
+            elif index != entry.device_index:
+                return None
+            operands.append(entry)
+            key.append((entry.dtype, entry.numel, value.dtype, value.shape, value.stride(), value.storage_offset()))
+        elif name in scalars and (kind is float or kind is int):
+            operands.append(value)
+            key.append(kind)
+        elif kind in _HASHABLE:
+            key.append((kind, value))
+        elif (kind is list or kind is tuple) and all(type(v) in _NUMBERS for v in value):
+            key.append((tuple(value), tuple(map(type, value))))
+        else:
+            return None
+    if index is None:
+        return None
+    key.append(index)
+    return tuple(key), operands, index
+
+
 def plan_for(op, args, kwargs):
     """(plan, operands, device index) of the op, planning it on first use; raises
     `Unlowerable` when it must run elsewhere."""
+    plan, operands, index, _ = _plan_for(op, args, kwargs)
+    return plan, operands, index
+
+
+def _plan_for(op, args, kwargs):
+    """plan_for, and whether the plan holds for every value of the Python numbers."""
     from .._precision import current_mode
 
     index_box: list = [None]
@@ -419,20 +489,28 @@ def plan_for(op, args, kwargs):
             # Retry with the numbers as constants (a rule that branches on their value,
             # or whose result dtype differs with a 0-d operand).
             _PLANS[key] = BAKE
-            return plan_for(op, args, kwargs)
+            return _plan_for(op, args, kwargs)
         _PLANS[key] = plan
     elif plan is FALLBACK:
         raise Unlowerable(f"{op} runs on CPU")
-    return plan, operands, index
+    return plan, operands, index, not baked
 
 
 def run(op, args, kwargs):
     """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns."""
+    from .._precision import current_mode
     from ._modes import is_blocking
 
-    plan, operands, index = plan_for(op, args, kwargs)
+    fast = _fast_signature(op, args, kwargs, current_mode())
+    plan = _FAST.get(fast[0]) if fast is not None else None
+    if plan is not None:
+        operands, index = fast[1], fast[2]
+    else:
+        plan, operands, index, reusable = _plan_for(op, args, kwargs)
+        if fast is not None and reusable:
+            _FAST[fast[0]] = plan
     buffers = [_operand_buffer(v, index) for v in operands]
-    outs = plan.executable.execute(buffers)
+    outs = plan.invoker.buffers(*buffers)
     if is_blocking():
         for out in outs:
             out.synchronize()
