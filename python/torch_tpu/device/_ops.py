@@ -17,14 +17,17 @@ view of the storage sees the write). An op the table cannot lower runs on CPU
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from .._precision import current_mode
 from ._buffers import TABLE, StorageEntry, entry_of
 from . import _storage
+from ._modes import check_alive, is_blocking
 from ._storage import buffer_of, contiguous_stride
 
 
@@ -373,7 +376,11 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
                                     options=CompileSpec(device_indices=(index,)))
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
-    results = [] if written else [layout for layout in layouts]
+    # (sizes, strides, dtype, storage numel) of each result tensor, ready for new_tensor.
+    results = [] if written else [
+        None if layout is None else (list(layout[0]), list(layout[1]), layout[2], math.prod(layout[0]))
+        for layout in layouts
+    ]
     return Plan(executable, results, isinstance(val, (tuple, list)), write_positions, written)
 
 
@@ -386,12 +393,14 @@ def _count(x) -> int:
 
 
 def _operand_buffer(value, index: int):
+    if type(value) is StorageEntry:
+        buffer = value.buffer
+        if buffer is None:
+            return buffer_of(value)
+        if buffer.is_deleted:
+            check_alive(value)  # raises, naming what to do
+        return buffer
     client = _storage.client()
-    if isinstance(value, StorageEntry):
-        from ._modes import check_alive
-
-        check_alive(value)
-        return buffer_of(value)
     if isinstance(value, torch.Tensor):  # a 0-d CPU tensor
         return client.to_device(value.detach().reshape(()).clone(), index, copy=True)
     dtype = np.float64 if isinstance(value, float) else np.int64
@@ -465,8 +474,6 @@ def plan_for(op, args, kwargs):
 
 def _plan_for(op, args, kwargs):
     """plan_for, and whether the plan holds for every value of the Python numbers."""
-    from .._precision import current_mode
-
     index_box: list = [None]
     sig, operands = describe(op, args, kwargs, index_box, False)
     index = index_box[0] if index_box[0] is not None else 0
@@ -498,9 +505,6 @@ def _plan_for(op, args, kwargs):
 
 def run(op, args, kwargs):
     """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns."""
-    from .._precision import current_mode
-    from ._modes import is_blocking
-
     fast = _fast_signature(op, args, kwargs, current_mode())
     plan = _FAST.get(fast[0]) if fast is not None else None
     if plan is not None:
@@ -518,12 +522,15 @@ def run(op, args, kwargs):
         for position, buffer in zip(plan.written, outs):
             operands[position].buffer = buffer
         return _written_return(op, args, kwargs, plan)
+    if not plan.multiple:
+        layout = plan.results[0]
+        return None if layout is None else _storage.new_tensor(outs[0], layout[3], *layout[:3], index)
     buffers = iter(outs)
     results = [
-        None if layout is None else _storage.from_buffer(next(buffers), layout[0], layout[1], layout[2], index)
+        None if layout is None else _storage.new_tensor(next(buffers), layout[3], *layout[:3], index)
         for layout in plan.results
     ]
-    return tuple(results) if plan.multiple else results[0]
+    return tuple(results)
 
 
 def _written_return(op, args, kwargs, plan):

@@ -80,6 +80,14 @@ def from_buffer(buffer, size, stride, dtype: torch.dtype, index: int) -> torch.T
     return wrap(entry, size, stride)
 
 
+def new_tensor(buffer, numel: int, size: list, stride: list, dtype: torch.dtype, index: int) -> torch.Tensor:
+    """An op's result: a tpu tensor over a new storage holding `buffer` (dense, `numel`
+    elements), the op kernels being registered already (the hot path of every op)."""
+    storage = TABLE.new_storage(StorageEntry(dtype, numel, index, buffer))
+    t = torch._C._acc.create_empty_tensor([0], dtype)
+    return _SET.redispatch(_CPU, t, storage, 0, size, stride)
+
+
 def buffer_of(entry: StorageEntry):
     """The entry's buffer; zeros for a storage never written (`empty` is uninitialised
     memory in PyTorch: zeros are one valid content)."""
