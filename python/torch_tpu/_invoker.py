@@ -242,6 +242,11 @@ class ArgumentPlan:
                 steps.append((index, lambda value, dtype=spec.dtype: torch.tensor(value, dtype=dtype)))
         return steps
 
+    def passes_through(self, count: int) -> bool:
+        """Whether `count` arguments go to the executable exactly as given (planned, no
+        position with a step, no RNG seed): the caller may then skip the plan."""
+        return self._steps == [] and not self._needs_rng and count == len(self._specs)
+
     def __call__(self, args: Sequence[Any]) -> list:
         steps = self._steps
         if steps is None:
@@ -263,15 +268,27 @@ class Invoker:
                  resident: Iterable[int] = (), written: Iterable[int] = ()) -> None:
         self.executable = executable
         self.plan = ArgumentPlan(input_specs, executable.client, resident, written, needs_rng)
+        # Set after the first call when every argument passes through untouched (an eager
+        # device op's DeviceBuffers, a graph of plain tensors): later calls with that many
+        # arguments skip the plan (~3 us of the ~20 us of the smallest call).
+        self._direct_count = -1
 
     def arguments(self, args: Sequence[Any]) -> list:
         return self.plan(args)
 
+    def _arguments(self, args: tuple) -> Sequence[Any]:
+        if len(args) == self._direct_count:
+            return args
+        inputs = self.plan(args)
+        if self.plan.passes_through(len(args)):
+            self._direct_count = len(args)
+        return inputs
+
     def __call__(self, *args: Any) -> list[torch.Tensor]:
-        return self.executable(*self.plan(args))
+        return self.executable(*self._arguments(args))
 
     def buffers(self, *args: Any) -> list:
-        return self.executable.execute(self.plan(args))
+        return self.executable.execute(self._arguments(args))
 
 
 class OutputPlan:
