@@ -57,7 +57,16 @@ class ScalarArg:
 def _scalar_names(op) -> frozenset[str]:
     """Arguments whose Python numbers are run-time operands: `Scalar`s, and `Tensor`s
     (a Python kernel receives the wrapped number of `x * 0.5` as the number)."""
-    return frozenset(a.name for a in op._schema.arguments if str(a.type).rstrip("?") in ("Scalar", "Tensor"))
+    return frozenset(a.name for a in op._schema.arguments if _is_number_or_tensor(a.type))
+
+
+def _is_number_or_tensor(kind) -> bool:
+    # By type class, not by spelling: a `Scalar` argument prints as "number" (div_.Scalar's
+    # `other`, addcdiv_'s `value`), and missing it baked every value into its own plan --
+    # Adam's bias corrections made new plans and modules on every step.
+    if isinstance(kind, torch._C.OptionalType):
+        kind = kind.getElementType()
+    return isinstance(kind, (torch._C.NumberType, torch._C.TensorType))
 
 
 @functools.lru_cache(maxsize=None)

@@ -96,3 +96,25 @@ def test_training_loop_stops_planning_after_its_first_steps():
     for _ in range(5):
         step()
     assert (len(_ops._PLANS), len(_ops._FAST)) == (plans, fast)
+
+
+def test_scalar_arguments_are_run_time_operands_not_one_plan_per_value():
+    """`Scalar` arguments (schema type "number": div_.Scalar's `other`, addcdiv_'s
+    `value`) are operands: new values reuse the plan. Baking them made Adam compile new
+    modules on every step. (add.Scalar's rule needs constants: it is planned per value,
+    and must still be right.)"""
+    x, a, b = torch.randn(6), torch.rand(6) + 0.5, torch.rand(6) + 0.5
+    t, ta, tb = x.to("tpu"), a.to("tpu"), b.to("tpu")
+    for value in (0.3, 0.7, 1.9):
+        t.div_(value)
+        x.div_(value)
+        t.addcdiv_(ta, tb, value=-value)
+        x.addcdiv_(a, b, value=-value)
+        torch.testing.assert_close(torch.ops.aten.add.Scalar(t, value, alpha=value).cpu(),
+                                   torch.ops.aten.add.Scalar(x, value, alpha=value))
+    torch.testing.assert_close(t.cpu(), x)
+    plans = len(_ops._PLANS)
+    for value in (2.5, -4.0):
+        t.div_(value)
+        t.addcdiv_(ta, tb, value=value)
+    assert len(_ops._PLANS) == plans
