@@ -145,7 +145,9 @@ FALLBACK = object()  # the signature runs on CPU
 BAKE = object()  # the signature's rule needs its Python numbers as constants
 
 
-def _meta(sig_leaf):
+def _meta(sig_leaf, numbers=None):
+    """A meta stand-in for a signature leaf; `numbers` (an iterator) gives the value of
+    each run-time number in turn (1 when None)."""
     if isinstance(sig_leaf, TensorArg) and sig_leaf.host:
         return torch.empty((), dtype=sig_leaf.dtype)
     if isinstance(sig_leaf, TensorArg):
@@ -154,10 +156,27 @@ def _meta(sig_leaf):
             raise Unlowerable("a tensor viewed with another dtype than its storage's")
         return base.as_strided(sig_leaf.size, sig_leaf.stride, sig_leaf.offset)
     if isinstance(sig_leaf, ScalarArg):
-        return sig_leaf.kind(1)
+        return sig_leaf.kind(1 if numbers is None else next(numbers))
     if isinstance(sig_leaf, tuple):
-        return [_meta(v) for v in sig_leaf]
+        return [_meta(v, numbers) for v in sig_leaf]
     return sig_leaf
+
+
+def _metadata(val) -> list:
+    vals = list(val) if isinstance(val, (tuple, list)) else [val]
+    return [(v.shape, v.dtype, v.stride()) if isinstance(v, torch.Tensor) else type(v) for v in vals]
+
+
+def _numbers_shape_result(target, f_args, f_kwargs, val) -> bool:
+    """Whether the run-time numbers decide the result's metadata (arange's `end`): the
+    plan's metadata came from stand-ins, so such an op must bake its numbers in. Checked
+    by running the meta kernel again with other, distinct stand-ins."""
+    numbers = iter(range(20, 1000, 7))
+    try:
+        other = target(*[_meta(a, numbers) for a in f_args], **{k: _meta(v, numbers) for k, v in f_kwargs.items()})
+    except Exception:  # noqa: BLE001 - the stand-ins are invalid for it: values matter
+        return True
+    return _metadata(other) != _metadata(val)
 
 
 def _written(op) -> list[str]:
@@ -287,6 +306,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         raise
     except Exception as err:  # noqa: BLE001 - data-dependent or meta-less: CPU runs it
         raise Unlowerable(f"no metadata: {type(err).__name__}: {err}") from None
+    if not bake and _numbers_shape_result(target, f_args, f_kwargs, val):
+        raise Unlowerable("its result's metadata depends on the values of its numbers")
 
     # Positions in `operands` of each tensor / scalar leaf, in describe()'s order.
     flat_sig: list = []

@@ -118,3 +118,11 @@ def test_scalar_arguments_are_run_time_operands_not_one_plan_per_value():
         t.div_(value)
         t.addcdiv_(ta, tb, value=value)
     assert len(_ops._PLANS) == plans
+
+
+def test_numbers_that_decide_the_result_shape_are_baked():
+    """arange's `end` is a Scalar, but it decides the result's size: one plan per value,
+    never a shared plan with a stale size."""
+    for n in (3, 5, 2):
+        torch.testing.assert_close(torch.arange(n, device="tpu").cpu(), torch.arange(n))
+        torch.testing.assert_close(torch.arange(1.0, n + 0.5, 0.5, device="tpu").cpu(), torch.arange(1.0, n + 0.5, 0.5))
