@@ -17,14 +17,17 @@ view of the storage sees the write). An op the table cannot lower runs on CPU
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ._buffers import StorageEntry, entry_of
+from .._precision import current_mode
+from ._buffers import TABLE, StorageEntry, entry_of
 from . import _storage
+from ._modes import check_alive, is_blocking
 from ._storage import buffer_of, contiguous_stride
 
 
@@ -54,7 +57,16 @@ class ScalarArg:
 def _scalar_names(op) -> frozenset[str]:
     """Arguments whose Python numbers are run-time operands: `Scalar`s, and `Tensor`s
     (a Python kernel receives the wrapped number of `x * 0.5` as the number)."""
-    return frozenset(a.name for a in op._schema.arguments if str(a.type).rstrip("?") in ("Scalar", "Tensor"))
+    return frozenset(a.name for a in op._schema.arguments if _is_number_or_tensor(a.type))
+
+
+def _is_number_or_tensor(kind) -> bool:
+    # By type class, not by spelling: a `Scalar` argument prints as "number" (div_.Scalar's
+    # `other`, addcdiv_'s `value`), and missing it baked every value into its own plan --
+    # Adam's bias corrections made new plans and modules on every step.
+    if isinstance(kind, torch._C.OptionalType):
+        kind = kind.getElementType()
+    return isinstance(kind, (torch._C.NumberType, torch._C.TensorType))
 
 
 @functools.lru_cache(maxsize=None)
@@ -122,6 +134,12 @@ class Plan:
     out_names: list
     returns_too: bool = False  # writes arguments and returns new tensors (results first)
     needs_rng: bool = False  # takes the device generator's next key last (_random.py)
+    invoker: Any = None  # the shared `_invoker.Invoker` that runs `executable`
+
+    def __post_init__(self) -> None:
+        from .._invoker import Invoker
+
+        self.invoker = Invoker(self.executable, self.executable.signature.args)
 
 
 _PLANS: dict = {}
@@ -129,7 +147,9 @@ FALLBACK = object()  # the signature runs on CPU
 BAKE = object()  # the signature's rule needs its Python numbers as constants
 
 
-def _meta(sig_leaf):
+def _meta(sig_leaf, numbers=None):
+    """A meta stand-in for a signature leaf; `numbers` (an iterator) gives the value of
+    each run-time number in turn (1 when None)."""
     if isinstance(sig_leaf, TensorArg) and sig_leaf.host:
         return torch.empty((), dtype=sig_leaf.dtype)
     if isinstance(sig_leaf, TensorArg):
@@ -138,10 +158,27 @@ def _meta(sig_leaf):
             raise Unlowerable("a tensor viewed with another dtype than its storage's")
         return base.as_strided(sig_leaf.size, sig_leaf.stride, sig_leaf.offset)
     if isinstance(sig_leaf, ScalarArg):
-        return sig_leaf.kind(1)
+        return sig_leaf.kind(1 if numbers is None else next(numbers))
     if isinstance(sig_leaf, tuple):
-        return [_meta(v) for v in sig_leaf]
+        return [_meta(v, numbers) for v in sig_leaf]
     return sig_leaf
+
+
+def _metadata(val) -> list:
+    vals = list(val) if isinstance(val, (tuple, list)) else [val]
+    return [(v.shape, v.dtype, v.stride()) if isinstance(v, torch.Tensor) else type(v) for v in vals]
+
+
+def _numbers_shape_result(target, f_args, f_kwargs, val) -> bool:
+    """Whether the run-time numbers decide the result's metadata (arange's `end`): the
+    plan's metadata came from stand-ins, so such an op must bake its numbers in. Checked
+    by running the meta kernel again with other, distinct stand-ins."""
+    numbers = iter(range(20, 1000, 7))
+    try:
+        other = target(*[_meta(a, numbers) for a in f_args], **{k: _meta(v, numbers) for k, v in f_kwargs.items()})
+    except Exception:  # noqa: BLE001 - the stand-ins are invalid for it: values matter
+        return True
+    return _metadata(other) != _metadata(val)
 
 
 def _written(op) -> list[str]:
@@ -278,6 +315,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         raise
     except Exception as err:  # noqa: BLE001 - data-dependent or meta-less: CPU runs it
         raise Unlowerable(f"no metadata: {type(err).__name__}: {err}") from None
+    if not bake and _numbers_shape_result(target, f_args, f_kwargs, val):
+        raise Unlowerable("its result's metadata depends on the values of its numbers")
 
     # Positions in `operands` of each tensor / scalar leaf, in describe()'s order.
     flat_sig: list = []
@@ -387,7 +426,11 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
                                     options=CompileSpec(device_indices=(index,)))
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
-    results = [] if written and returning_writer is None else list(layouts)
+    # (sizes, strides, dtype, storage numel) of each result tensor, ready for new_tensor.
+    results = [] if written and returning_writer is None else [
+        None if layout is None else (list(layout[0]), list(layout[1]), layout[2], math.prod(layout[0]))
+        for layout in layouts
+    ]
     multiple = len(op._schema.returns) > 1 if returning_writer is not None else isinstance(val, (tuple, list))
     return Plan(executable, results, multiple, write_positions, written, returning_writer is not None,
                 needs_rng)
@@ -445,23 +488,87 @@ def _count(x) -> int:
 
 
 def _operand_buffer(value, index: int):
+    if type(value) is StorageEntry:
+        buffer = value.buffer
+        if buffer is None:
+            return buffer_of(value)
+        if buffer.is_deleted:
+            check_alive(value, name_line=False)  # raises; the op's error names the line
+        return buffer
     client = _storage.client()
-    if isinstance(value, StorageEntry):
-        from ._modes import check_alive
-
-        check_alive(value, name_line=False)
-        return buffer_of(value)
     if isinstance(value, torch.Tensor):  # a 0-d CPU tensor
         return client.to_device(value.detach().reshape(()).clone(), index, copy=True)
     dtype = np.float64 if isinstance(value, float) else np.int64
     return client.to_device(np.asarray(value, dtype=dtype), index, copy=True)
 
 
+# The hot path: a signature built from what PyTorch hands the kernel, without dataclasses
+# or recursion, mapped straight to the plan `plan_for` made for it. It is at least as fine
+# as `describe`'s (every field of a TensorArg, the type of each number), so two calls with
+# the same fast signature have the same plan. Arguments it does not cover (tensor lists,
+# 0-d CPU tensors, devices, conjugate views) take `plan_for`; so do signatures whose plan
+# bakes Python numbers in (one plan per value).
+_FAST: dict = {}
+_NUMBERS = (int, float, bool)
+_HASHABLE = (type(None), bool, int, float, str, torch.dtype, torch.memory_format, torch.layout)
+
+
+@functools.lru_cache(maxsize=None)
+def _names_and_scalars(op) -> tuple[tuple[str, ...], frozenset[str]]:
+    return _positional_names(op), _scalar_names(op)
+
+
+def _fast_signature(op, args, kwargs, mode):
+    """(key, operands) for the plan cache's hot path, or None when an argument needs the
+    full description (`describe`)."""
+    names, scalars = _names_and_scalars(op)
+    entries = TABLE._entries
+    key: list = [op, mode]
+    operands: list = []
+    index = None
+    n = len(names)
+    items = [(names[i] if i < n else None, a) for i, a in enumerate(args)]
+    if kwargs:
+        key.append(tuple(kwargs))  # which arguments came by name
+        items.extend(kwargs.items())
+    for name, value in items:
+        kind = type(value)
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "tpu" or value.is_conj() or value.is_neg():
+                return None
+            entry = entries.get(value.untyped_storage().data_ptr())
+            if entry is None:
+                return None
+            if index is None:
+                index = entry.device_index
+            elif index != entry.device_index:
+                return None
+            operands.append(entry)
+            key.append((entry.dtype, entry.numel, value.dtype, value.shape, value.stride(), value.storage_offset()))
+        elif name in scalars and (kind is float or kind is int):
+            operands.append(value)
+            key.append(kind)
+        elif kind in _HASHABLE:
+            key.append((kind, value))
+        elif (kind is list or kind is tuple) and all(type(v) in _NUMBERS for v in value):
+            key.append((tuple(value), tuple(map(type, value))))
+        else:
+            return None
+    if index is None:
+        return None
+    key.append(index)
+    return tuple(key), operands, index
+
+
 def plan_for(op, args, kwargs):
     """(plan, operands, device index) of the op, planning it on first use; raises
     `Unlowerable` when it must run elsewhere."""
-    from .._precision import current_mode
+    plan, operands, index, _ = _plan_for(op, args, kwargs)
+    return plan, operands, index
 
+
+def _plan_for(op, args, kwargs):
+    """plan_for, and whether the plan holds for every value of the Python numbers."""
     index_box: list = [None]
     sig, operands = describe(op, args, kwargs, index_box, False)
     index = index_box[0] if index_box[0] is not None else 0
@@ -484,30 +591,35 @@ def plan_for(op, args, kwargs):
             # Retry with the numbers as constants (a rule that branches on their value,
             # or whose result dtype differs with a 0-d operand).
             _PLANS[key] = BAKE
-            return plan_for(op, args, kwargs)
+            return _plan_for(op, args, kwargs)
         _PLANS[key] = plan
     elif plan is FALLBACK:
         raise Unlowerable(f"{op} runs on CPU")
-    return plan, operands, index
+    return plan, operands, index, not baked
 
 
 def run(op, args, kwargs):
     """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns."""
-    from ._modes import is_blocking
-
-    plan, operands, index = plan_for(op, args, kwargs)
+    fast = _fast_signature(op, args, kwargs, current_mode())
+    plan = _FAST.get(fast[0]) if fast is not None else None
+    if plan is not None:
+        operands, index = fast[1], fast[2]
+    else:
+        plan, operands, index, reusable = _plan_for(op, args, kwargs)
+        if fast is not None and reusable:
+            _FAST[fast[0]] = plan
     try:
         buffers = [_operand_buffer(v, index) for v in operands]
         if plan.needs_rng:
             from ._random import key_buffer
 
             buffers.append(key_buffer(index))
-        outs = plan.executable.execute(buffers)
+        outs = plan.invoker.buffers(*buffers)
         if is_blocking():
             for out in outs:
                 out.synchronize()
     except RuntimeError as err:
-        from ._errors import op_failed, is_runtime_error
+        from ._errors import is_runtime_error, op_failed
 
         if not is_runtime_error(err):
             raise
@@ -518,12 +630,15 @@ def run(op, args, kwargs):
             operands[position].buffer = buffer
         if not plan.returns_too:
             return _written_return(op, args, kwargs, plan)
+    if not plan.multiple:
+        layout = plan.results[0]
+        return None if layout is None else _storage.new_tensor(outs[0], layout[3], *layout[:3], index)
     buffers = iter(outs[:n_results])
     results = [
-        None if layout is None else _storage.from_buffer(next(buffers), layout[0], layout[1], layout[2], index)
+        None if layout is None else _storage.new_tensor(next(buffers), layout[3], *layout[:3], index)
         for layout in plan.results
     ]
-    return tuple(results) if plan.multiple else results[0]
+    return tuple(results)
 
 
 def _written_return(op, args, kwargs, plan):

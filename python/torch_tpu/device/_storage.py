@@ -7,12 +7,15 @@ read from (or written into) its storage's host copy with `as_strided`."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from ._buffers import TABLE, StorageEntry, entry_of
 
 _SET = torch.ops.aten.set_.source_Storage_storage_offset
+_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 
 def client():
@@ -61,7 +64,10 @@ def wrap(entry: StorageEntry, size, stride, offset: int = 0) -> torch.Tensor:
 
 def tensor_on(storage: torch.UntypedStorage, dtype: torch.dtype, size, stride, offset: int = 0) -> torch.Tensor:
     t = torch._C._acc.create_empty_tensor([0], dtype)
-    return _SET(t, storage, int(offset), list(size), list(stride))
+    # Straight to the CPU kernel of set_ (what our PrivateUse1 kernel for it does): the
+    # tensor is new, so the autograd and version-counter keys above have nothing to do,
+    # and the Python kernel hop costs ~20 us per op result.
+    return _SET.redispatch(_CPU, t, storage, int(offset), list(size), list(stride))
 
 
 def empty(size, stride, dtype: torch.dtype, index: int) -> torch.Tensor:
@@ -70,8 +76,16 @@ def empty(size, stride, dtype: torch.dtype, index: int) -> torch.Tensor:
 
 
 def from_buffer(buffer, size, stride, dtype: torch.dtype, index: int) -> torch.Tensor:
-    entry = StorageEntry(dtype, int(np.prod(buffer.shape, dtype=np.int64)), index, buffer)
+    entry = StorageEntry(dtype, math.prod(buffer.shape), index, buffer)
     return wrap(entry, size, stride)
+
+
+def new_tensor(buffer, numel: int, size: list, stride: list, dtype: torch.dtype, index: int) -> torch.Tensor:
+    """An op's result: a tpu tensor over a new storage holding `buffer` (dense, `numel`
+    elements), the op kernels being registered already (the hot path of every op)."""
+    storage = TABLE.new_storage(StorageEntry(dtype, numel, index, buffer))
+    t = torch._C._acc.create_empty_tensor([0], dtype)
+    return _SET.redispatch(_CPU, t, storage, 0, size, stride)
 
 
 def buffer_of(entry: StorageEntry):

@@ -130,6 +130,28 @@ def test_device_buffers_pass_through_and_come_back_as_buffers():
     torch.testing.assert_close(host, (a + b) * b)
 
 
+def test_plain_arguments_skip_the_plan_after_the_first_call(monkeypatch):
+    """The eager device's hot path: once a call's arguments all pass through untouched,
+    later calls go straight to the executable; a plan with steps keeps running them."""
+    client = get_client()
+    exe = client.compile(_ADD_MUL, name="add_mul")
+    specs = [_Spec((4,), torch.float32), _Spec((4,), torch.float32)]
+    direct = Invoker(exe, specs)
+    a, b = torch.randn(4), torch.randn(4)
+    direct.buffers(client.to_device(a), client.to_device(b))
+    monkeypatch.setattr(_invoker.ArgumentPlan, "__call__", lambda self, args: pytest.fail("planned again"))
+    torch.testing.assert_close(direct.buffers(client.to_device(a), client.to_device(b))[0].to_torch(), (a + b) * b)
+    monkeypatch.undo()
+    # A parameter is a step (resident upload): the plan runs on every call.
+    stepped = Invoker(exe, specs)
+    p = torch.nn.Parameter(torch.randn(4))
+    stepped(p, b)
+    with torch.no_grad():
+        p.add_(1.0)  # a new version: the plan must upload it again
+    [out] = stepped(p, b)
+    torch.testing.assert_close(out, (p.detach() + b) * b)
+
+
 def test_output_plan_rebuilds_structures_and_constants():
     import torch.utils._pytree as pytree
 

@@ -1,0 +1,128 @@
+"""The eager tpu device's hot path (issue 13): a repeated op goes from its fast signature
+straight to its plan (no description, no meta run, no compile), every distinct layout /
+dtype / argument still gets its own plan, and a training loop stops making plans after
+its first step (single-op modules do not pile up)."""
+
+import pytest
+import torch
+
+import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
+from torch_tpu.device import _ops
+
+
+def _no_slow_path(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached op took the slow path (describe / build)")
+
+    monkeypatch.setattr(_ops, "describe", refuse)
+    monkeypatch.setattr(_ops, "_build_plan", refuse)
+
+
+def test_cached_op_skips_description_and_meta(monkeypatch):
+    x, y = torch.randn(1000), torch.randn(1000)
+    xt, yt = x.to("tpu"), y.to("tpu")
+    (xt + yt).cpu()
+    _no_slow_path(monkeypatch)
+    for _ in range(3):
+        torch.testing.assert_close((xt + yt).cpu(), x + y)
+    # A run-time scalar operand: another value reuses the plan and is honoured.
+    monkeypatch.undo()
+    (xt * 2.0).cpu()
+    _no_slow_path(monkeypatch)
+    torch.testing.assert_close((xt * 3.5).cpu(), x * 3.5)
+
+
+@pytest.mark.parametrize("view", [
+    lambda t: t.view(4, 6).t(),                 # transposed: other strides
+    lambda t: t[4:].view(4, 5),                 # offset into a larger storage
+    lambda t: t.view(4, 6)[:, ::2].reshape(4, 3).expand(2, 4, 3)[1],  # strided
+])
+def test_same_shape_other_layout_gets_its_own_plan(view):
+    base = torch.arange(24, dtype=torch.float32)
+    device = base.to("tpu")
+    a_cpu, a_tpu = view(base), view(device)
+    other_cpu = torch.randn(a_cpu.shape)
+    # Warm a plan for a contiguous operand of the same shape first: the view must not reuse it.
+    contiguous = torch.randn(a_cpu.shape)
+    (contiguous.to("tpu") + other_cpu.to("tpu")).cpu()
+    torch.testing.assert_close((a_tpu + other_cpu.to("tpu")).cpu(), a_cpu + other_cpu)
+
+
+def test_argument_kinds_are_part_of_the_signature():
+    x = torch.randn(3, 4)
+    t = x.to("tpu")
+    torch.testing.assert_close(t.sum(1, keepdim=True).cpu(), x.sum(1, keepdim=True))
+    torch.testing.assert_close(t.sum(1, keepdim=False).cpu(), x.sum(1, keepdim=False))
+    torch.testing.assert_close(t.sum(0).cpu(), x.sum(0))
+    # Same shape, other dtype.
+    xi = torch.arange(12).view(3, 4)
+    torch.testing.assert_close((xi.to("tpu") + 1).cpu(), xi + 1)
+    torch.testing.assert_close((t + 1).cpu(), x + 1)
+    # An int and a float scalar: different result dtypes on an int tensor.
+    torch.testing.assert_close((xi.to("tpu") * 2).cpu(), xi * 2)
+    torch.testing.assert_close((xi.to("tpu") * 2.5).cpu(), xi * 2.5)
+
+
+def test_in_place_op_through_the_hot_path():
+    x = torch.randn(8)
+    t = x.to("tpu")
+    view = t[2:6]
+    for _ in range(3):
+        t.add_(1.0)
+        x.add_(1.0)
+    torch.testing.assert_close(t.cpu(), x)
+    torch.testing.assert_close(view.cpu(), x[2:6])
+
+
+def test_training_loop_stops_planning_after_its_first_steps():
+    """Each new signature makes one plan and one compiled module; repeated steps must add
+    none (neither plans nor fast-path entries), so nothing grows per step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to("tpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    data, target = torch.randn(8, 16).to("tpu"), torch.randn(8, 4).to("tpu")
+
+    def step():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(data), target)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    for _ in range(3):  # momentum buffers appear on the first step, then the signatures settle
+        step()
+    plans, fast = len(_ops._PLANS), len(_ops._FAST)
+    assert fast > 0
+    for _ in range(5):
+        step()
+    assert (len(_ops._PLANS), len(_ops._FAST)) == (plans, fast)
+
+
+def test_scalar_arguments_are_run_time_operands_not_one_plan_per_value():
+    """`Scalar` arguments (schema type "number": div_.Scalar's `other`, addcdiv_'s
+    `value`) are operands: new values reuse the plan. Baking them made Adam compile new
+    modules on every step. (add.Scalar's rule needs constants: it is planned per value,
+    and must still be right.)"""
+    x, a, b = torch.randn(6), torch.rand(6) + 0.5, torch.rand(6) + 0.5
+    t, ta, tb = x.to("tpu"), a.to("tpu"), b.to("tpu")
+    for value in (0.3, 0.7, 1.9):
+        t.div_(value)
+        x.div_(value)
+        t.addcdiv_(ta, tb, value=-value)
+        x.addcdiv_(a, b, value=-value)
+        torch.testing.assert_close(torch.ops.aten.add.Scalar(t, value, alpha=value).cpu(),
+                                   torch.ops.aten.add.Scalar(x, value, alpha=value))
+    torch.testing.assert_close(t.cpu(), x)
+    plans = len(_ops._PLANS)
+    for value in (2.5, -4.0):
+        t.div_(value)
+        t.addcdiv_(ta, tb, value=value)
+    assert len(_ops._PLANS) == plans
+
+
+def test_numbers_that_decide_the_result_shape_are_baked():
+    """arange's `end` is a Scalar, but it decides the result's size: one plan per value,
+    never a shared plan with a stale size."""
+    for n in (3, 5, 2):
+        torch.testing.assert_close(torch.arange(n, device="tpu").cpu(), torch.arange(n))
+        torch.testing.assert_close(torch.arange(1.0, n + 0.5, 0.5, device="tpu").cpu(), torch.arange(1.0, n + 0.5, 0.5))
