@@ -133,3 +133,22 @@ def test_reproducible_run_to_run():
     assert outputs[0] == outputs[1]
     torch.tpu.manual_seed(2024)
     assert eval(outputs[0].strip().splitlines()[-1])[1] == torch.randn(6, device="tpu").cpu().tolist()
+
+
+def test_ops_that_draw_internally_equal_cpu_given_their_random_inputs():
+    """fractional max pooling with explicit window offsets and multi-head attention without
+    dropout read no generator: their tpu results equal CPU's exactly (the OpInfo suite
+    compares only shapes for their random samples)."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    x, samples = torch.randn(1, 2, 5, 5, 5), torch.rand(1, 2, 3)
+    expected = F.fractional_max_pool3d(x, 2, output_size=(3, 3, 3), _random_samples=samples)
+    actual = F.fractional_max_pool3d(x.to("tpu"), 2, output_size=(3, 3, 3), _random_samples=samples.to("tpu"))
+    torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0)
+
+    mha = torch.nn.MultiheadAttention(8, 2, dropout=0.5).eval()
+    q = torch.randn(4, 3, 8)
+    expected, _ = mha(q, q, q)
+    actual, _ = mha.to("tpu")(q.to("tpu"), q.to("tpu"), q.to("tpu"))
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-5, atol=1e-5)
