@@ -21,6 +21,7 @@ from ..dtypes import dtype_of, tensor_type
 from ..process_groups import ProcessGroups
 from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
 from ..fx_locations import node_location
+from .random_state import RandomState
 from .storage_views import rebase_storage_views
 from ..lowering.row_layout import _VIEWS as _VIEW_TARGETS, RowLayout, result_keeps_layout, row_wise_operands
 
@@ -135,21 +136,12 @@ class FxImporter:
         self.func_name = func_name
         self.env: dict[torch.fx.Node, Any] = {}
         self._block: ir.Block | None = None
-        self._rng_state: ir.Value | None = None
+        self._random = RandomState()
 
     # -- random numbers: a threaded rng_bit_generator state seeded by an extra input -------
     def random_bits(self, shape, bits: int) -> ir.Value:
         """Random `ui{bits}` values of `shape`, advancing the graph's RNG state."""
-        from ..dtypes import tensor_type as _tt
-
-        state_type = _tt([2], torch.uint64)
-        if self._rng_state is None:
-            self._rng_state = self._block.add_argument(state_type, ir.Location.name("rng_state"))
-        unsigned = {32: torch.uint32, 64: torch.uint64}[bits]
-        algorithm = ir.Attribute.parse("#stablehlo<rng_algorithm DEFAULT>")
-        op = stablehlo.RngBitGeneratorOp(state_type, _tt(list(shape), unsigned), algorithm, self._rng_state)
-        self._rng_state = op.results[0]
-        return op.results[1]
+        return self._random.random_bits(shape, bits)
 
     def run(self) -> ImportedGraph:
         if self.dynamic is None:
@@ -236,6 +228,7 @@ class FxImporter:
             arg_locs = [ir.Location.name(n.name) for n in placeholders]
             block = fn.body.blocks.append(*arg_types, arg_locs=arg_locs)
             self._block = block
+            self._random.block = block
             with ir.InsertionPoint(block):
                 self._entry_values(fn, placeholders, inputs, block)
             if self.mutation is not None:
@@ -265,7 +258,7 @@ class FxImporter:
                         break
                     count += 1
                     self.env[node] = self._lower(node)
-            if self._rng_state is not None:
+            if self._random.state is not None:
                 inputs.append(InputSpec("rng_state", (2,), torch.uint64, role="rng_state"))
                 if "arg_attrs" in fn.attributes:
                     # The seed argument is added while lowering, after the inputs' attributes

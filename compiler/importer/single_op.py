@@ -27,6 +27,7 @@ from ..context import func, ir, stablehlo
 from ..dtypes import dtype_of, tensor_type
 from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
 from ..lowering.registry import OpRecord
+from .random_state import RandomState
 
 
 def normalize_result(result: Any) -> Any:
@@ -55,23 +56,6 @@ def check_result(record: OpRecord, result: Any) -> None:
                 )
 
 
-class _RandomState:
-    """The threaded RNG state of a one-op module: a `tensor<2xui64>` argument of @main,
-    added on first use, advanced by each `rng_bit_generator` (as in the graph importer)."""
-
-    def __init__(self, block: ir.Block) -> None:
-        self._block = block
-        self._state: ir.Value | None = None
-
-    def random_bits(self, shape, bits: int) -> ir.Value:
-        state_type = tensor_type([2], torch.uint64)
-        if self._state is None:
-            self._state = self._block.add_argument(state_type, ir.Location.name("rng_state"))
-        unsigned = {32: torch.uint32, 64: torch.uint64}[bits]
-        algorithm = ir.Attribute.parse("#stablehlo<rng_algorithm DEFAULT>")
-        op = stablehlo.RngBitGeneratorOp(state_type, tensor_type(list(shape), unsigned), algorithm, self._state)
-        self._state = op.results[0]
-        return op.results[1]
 
 
 def takes_rng_state(module: ir.Module, operand_count: int, func_name: str = "main") -> bool:
@@ -107,7 +91,7 @@ def lower_op(
             block_args = list(block.arguments)
             try:
                 args, kwargs = read(block_args)
-                ctx = LoweringContext(None, loc, None, record=record, random_source=_RandomState(block))
+                ctx = LoweringContext(None, loc, None, record=record, random_source=RandomState(block))
                 result = normalize_result(lowering.fn(ctx, *args, **kwargs))
                 check_result(record, result)
                 results = write(result, block_args)
