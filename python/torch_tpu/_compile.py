@@ -24,6 +24,7 @@ from torch_tpu.runtime.errors import CompileError
 from . import _fallback_reasons as fallback_reasons
 from . import _recovery
 from .core import config
+from ._custom_ops import expand_custom_ops
 from ._dump import ARGUMENT_SOURCES, parameter_name
 from ._errors import TorchTpuCompileError
 from ._fallback_reasons import FallbackReason
@@ -255,9 +256,10 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
     _fill_placeholder_meta(gm, example_inputs)
     # Before partitioning: an as_strided that runs in eager must read the storage root.
     rebase_storage_views(gm)
-    rejected: dict[str, FallbackReason] = {}
+    # Custom ops without a lowering become the ATen ops of their implementation, where it traces.
+    rejected: dict[str, FallbackReason] = expand_custom_ops(gm)
     for node in gm.graph.nodes:
-        if node.op == "call_function" and not is_supported(node):
+        if node.op == "call_function" and not is_supported(node) and node.name not in rejected:
             rejected[node.name] = fallback_reasons.unsupported(node)
         elif node.op == "call_function" and is_collective_node(node):
             rejected[node.name] = FallbackReason(

@@ -9,7 +9,9 @@ A node falls back for one of a few reasons, and each asks for something differen
   documented limit, so there is nothing to report; static dimensions compile;
 * a lowering error: the op's lowering rejected these particular arguments;
 * a collective in a one-device graph (torch_tpu.spmd compiles those);
-* the pass pipeline or XLA rejected the module at this op (`_recovery.py`).
+* the pass pipeline or XLA rejected the module at this op (`_recovery.py`);
+* a custom op without a lowering whose implementation cannot be traced into ATen
+  (`_custom_ops.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ DYNAMIC_SHAPE = "bounded-dynamism limit"
 LOWERING_ERROR = "lowering error"
 COLLECTIVE = "collective"
 COMPILER_REJECTED = "rejected by the pass pipeline or XLA"
+CUSTOM_OP = "untraceable custom op"
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,11 @@ class FallbackReason:
             return (f"torch_tpu: {op} cannot be compiled ({self.detail}); it runs in PyTorch eager and "
                     "the rest of the graph compiled. Set TORCH_TPU_DUMP_DIR to get the module, and "
                     "please report this message to the torch_tpu issue tracker.")
+        if self.kind == CUSTOM_OP:
+            return (f"torch_tpu: custom op {op} has no lowering and {self.detail}; it runs in PyTorch "
+                    "eager. Make its implementation traceable (torch ops on its arguments only: no "
+                    ".item(), .tolist(), numpy or data-dependent Python control flow), or give it a "
+                    "lowering with @torch_tpu.register_lowering (docs/howto/write-a-lowering.md).")
         if self.kind == COLLECTIVE:
             return f"torch_tpu: {op} runs in PyTorch eager: {self.detail}."
         return (f"torch_tpu: {op} cannot be compiled: its lowering rejected these arguments ({self.detail}); "
