@@ -25,6 +25,7 @@ _LAZY = {
     "TorchTpuCompileError": ("torch_tpu._errors", "TorchTpuCompileError"),
     "spmd_safe": ("torch_tpu.spmd", "spmd_safe"),
     "mark_dynamic": ("torch_tpu._dynamic", "mark_dynamic"),
+    "register_lowering": ("torch_tpu._register_lowering", "register_lowering"),
     # The eager device's modes (python/torch_tpu/device/_modes.py; importing them does
     # not register the device).
     "EagerMode": ("torch_tpu.device._modes", "EagerMode"),

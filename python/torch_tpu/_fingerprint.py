@@ -12,6 +12,8 @@ import torch
 import torch.fx
 import xxhash
 
+from ._register_lowering import user_rule_digest
+
 
 class FxGraphFingerprint:
     """Implements the runtime's fingerprint protocol (`cache_fingerprint()`) for an
@@ -80,5 +82,8 @@ def _fingerprint(gm: torch.fx.GraphModule, settings: str) -> tuple[bytes, bytes]
         target = node.target if isinstance(node.target, str) else getattr(node.target, "__qualname__", None) or str(node.target)
         if hasattr(node.target, "name") and callable(node.target.name):
             target = node.target.name()
+        rule = user_rule_digest(node.target)
+        if rule is not None:  # a user's lowering (register_lowering): its code keys the program
+            target = f"{target}@{rule}"
         shapeless.append(f"{node.op}:{target}:{encode(node.args)}:{encode(dict(node.kwargs))}")
     return "\n".join(shapeless).encode(), ",".join(map(str, dims)).encode()

@@ -361,7 +361,8 @@ def test_python_float_changing_per_call_compiles_without_fallback(fallback_log):
 
 @torch.library.custom_op("torchtpu_test::unlowered", mutates_args=())
 def _unlowered(x: torch.Tensor) -> torch.Tensor:
-    return x * 3 + 1
+    # Reads values (.tolist()), so its implementation cannot be traced into the graph.
+    return x.new_tensor([v * 3 + 1 for v in x.tolist()])
 
 
 @_unlowered.register_fake
@@ -369,13 +370,16 @@ def _(x):
     return torch.empty_like(x)
 
 
-def test_fallback_reason_no_lowering(fallback_log):
+def test_fallback_reason_untraceable_custom_op(fallback_log):
     f = torch.compile(lambda x: _unlowered(x.sin()) + 1, backend="tpu")
     x = torch.randn(3)
     torch.testing.assert_close(f(x), _unlowered(x.sin()) + 1)
     assert fallback_log() == [
-        "torch_tpu: torchtpu_test.unlowered.default has no lowering; it runs in PyTorch eager. Please "
-        "report the op name to the torch_tpu issue tracker so it gets a lowering."
+        "torch_tpu: custom op torchtpu_test.unlowered.default has no lowering and its implementation "
+        "cannot be traced: DataDependentOutputException: aten._local_scalar_dense.default; it runs in "
+        "PyTorch eager. Make its implementation traceable (torch ops on its arguments only: no .item(), "
+        ".tolist(), numpy or data-dependent Python control flow), or give it a lowering with "
+        "@torch_tpu.register_lowering (docs/howto/write-a-lowering.md)."
     ]
 
 

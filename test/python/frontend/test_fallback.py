@@ -13,7 +13,8 @@ from torch_tpu.runtime import Executable
 
 @torch.library.custom_op("torchtpu_test::mystery", mutates_args=())
 def mystery(x: torch.Tensor) -> torch.Tensor:
-    return x * 3 + 1
+    # Reads values (numpy), so its implementation cannot be traced into the graph.
+    return torch.from_numpy(x.numpy() * 3 + 1)
 
 
 @mystery.register_fake
@@ -59,7 +60,9 @@ def test_unsupported_op_falls_back(caplog, monkeypatch, tmp_path, executions):
     torch.testing.assert_close(again, model(x + 1))
     messages = [r.getMessage() for r in caplog.records if r.name.startswith("torch_tpu")]
     assert len(messages) == 1, messages
-    assert "torchtpu_test.mystery.default has no lowering; it runs in PyTorch eager" in messages[0]
+    assert ("custom op torchtpu_test.mystery.default has no lowering and its implementation cannot be "
+            "traced: RuntimeError: .numpy() is not supported for tensor subclasses; it runs in PyTorch "
+            "eager") in messages[0]
 
     # The ops around the eager one ran compiled: one program before it (sin, mul) and one
     # after it (relu, add), each called once per call of the model.
@@ -84,5 +87,7 @@ def test_strict_mode_names_op_and_line(monkeypatch, executions):
     assert isinstance(error, torch_tpu.TorchTpuCompileError)
     text = str(error)
     assert text.startswith(f"torch_tpu: torchtpu_test.mystery.default (node mystery) at {__file__}:{MYSTERY_LINE}: "), text
-    assert "no lowering (TORCH_TPU_STRICT=1 forbids falling back to PyTorch eager; unset it" in text
+    assert ("untraceable custom op: its implementation cannot be traced: RuntimeError: .numpy() is not "
+            "supported for tensor subclasses (TORCH_TPU_STRICT=1 forbids falling back to PyTorch eager; "
+            "unset it") in text
     assert not executions  # nothing ran: strict mode fails at compile time
