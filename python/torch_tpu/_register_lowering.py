@@ -56,7 +56,7 @@ def register_lowering(*ops: Any, dynamic: Padding | str | None = None) -> Callab
             if target in _USER_RULES and _same_name(existing.fn, fn):
                 del LOWERINGS[target]
             else:
-                where = getattr(existing.fn, "__module__", existing.family)
+                where = getattr(getattr(existing.fn, "func", existing.fn), "__module__", existing.family)
                 raise ValueError(f"torch_tpu.register_lowering: {target} already has a lowering (in {where}); "
                                  "an op has one lowering")
         lowers(*targets, dynamic=padding)(fn)
