@@ -68,3 +68,20 @@ def test_traced_through_the_public_function():
     a, b = torch.randn(16, 8, dtype=torch.bfloat16), torch.randn(2, 8, 16, dtype=torch.bfloat16)
     check(lambda a, b, o: torch.nn.functional.grouped_mm(a, b, offs=o), a, b, _offs(7, 16),
           ops=[aten._grouped_mm.default], **_tolerance(torch.bfloat16))
+
+
+def test_a_bounded_dynamic_token_dim_compiles_strictly(monkeypatch):
+    # Padding class MASKED: padded token rows lie past offs[-1], so they are in no group.
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    torch._dynamo.reset()
+    w = torch.randn(3, 8, 8, dtype=torch.bfloat16)
+
+    def f(x, offs):
+        return torch.nn.functional.grouped_mm(x, w, offs=offs).float().sum(-1)
+
+    compiled = torch.compile(f, backend="tpu")
+    for n in (3, 6, 11):
+        x = torch.randn(n, 8, dtype=torch.bfloat16)
+        offs = _offs(n // 3, n // 3, n)
+        torch._dynamo.mark_dynamic(x, 0, min=2, max=32)
+        torch.testing.assert_close(compiled(x, offs), f(x, offs), rtol=2e-2, atol=5e-2)
