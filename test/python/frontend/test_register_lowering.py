@@ -116,3 +116,17 @@ def test_registering_again_replaces_and_rekeys_the_cache(user_table):
     assert FxGraphFingerprint(gm, "").cache_fingerprint() == key  # same code, same program
     _register_scaled_add(edited=True)  # same name, other code
     assert FxGraphFingerprint(gm, "").cache_fingerprint() != key
+
+
+def test_the_how_to_example_runs_as_written(user_table, monkeypatch):
+    import re
+    from pathlib import Path
+
+    howto = Path(__file__).resolve().parents[3] / "docs/howto/write-a-lowering.md"
+    (source,) = [b for b in re.findall(r"```python\n(.*?)```", howto.read_text(), re.DOTALL)
+                 if "register_lowering" in b]
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    torch._dynamo.reset()
+    namespace = {"__name__": "howto_write_a_lowering"}
+    exec(compile(source, str(howto), "exec"), namespace)  # asserts compiled == eager itself
+    assert LOWERINGS[torch.ops.howto.scaled_add.default].fn is namespace["lower_scaled_add"]
