@@ -25,7 +25,6 @@ expanded.
 
 from __future__ import annotations
 
-import logging
 import operator
 from typing import Any, Callable
 
@@ -38,7 +37,6 @@ from torch_tpu.compiler.importer import is_supported
 from . import _fallback_reasons as fallback_reasons
 from ._fallback_reasons import FallbackReason
 
-log = logging.getLogger("torch_tpu")
 
 aten = torch.ops.aten
 
