@@ -155,6 +155,11 @@ def capture_aten(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModu
         traced = make_fx(gm, decomposition_table=decomposition_table(), tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs)
     _fill_placeholder_meta(traced, example_inputs)  # Python scalars are traced as constants
+    # Custom ops without a lowering: their traced implementation (an untraceable one fails
+    # the import, and the graph goes through aot_autograd, where it runs in eager).
+    from ._custom_ops import expand_custom_ops
+
+    expand_custom_ops(traced)
     return traced
 
 

@@ -180,3 +180,18 @@ def test_strict_mode_rejects_an_untraceable_custom_op(monkeypatch):
     assert isinstance(info.value.inner_exception, torch_tpu.TorchTpuCompileError)
     assert "torchtpu_customops.numpy_cos.default (node numpy_cos)" in str(info.value.inner_exception)
     assert "untraceable custom op: its implementation cannot be traced" in str(info.value.inner_exception)
+
+
+def test_the_torchtpu_views_path_expands_custom_ops_too(fallbacks, programs, caplog):
+    def f(x):
+        y = x.clone()
+        y[1:] += scaled_softplus(x[1:], 0.5)  # a view written in place
+        return y
+
+    x = torch.randn(3, 4)
+    compiled = torch.compile(f, backend="tpu", options={"functionalize": "torchtpu"})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), f(x))
+    assert fallbacks() == [] and len(programs) == 1
+    # Compiled by the view passes, not handed to aot_autograd's functionalization.
+    assert not [r for r in caplog.records if "functionalize='torchtpu' cannot compile" in r.getMessage()]
