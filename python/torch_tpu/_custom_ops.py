@@ -26,6 +26,7 @@ expanded.
 from __future__ import annotations
 
 import operator
+import re
 from typing import Any, Callable
 
 import torch
@@ -136,8 +137,8 @@ def _expand(gm: torch.fx.GraphModule, node: torch.fx.Node) -> FallbackReason | N
         return None
     implementation = _implementation(node.target)
     if implementation is None:
-        return FallbackReason(fallback_reasons.CUSTOM_OP, "it has no Python (CompositeExplicitAutograd or CPU) "
-                                                          "implementation to trace")
+        return FallbackReason(fallback_reasons.CUSTOM_OP, "it has no Python implementation (CompositeExplicitAutograd "
+                                                          "or CPU kernel) to trace")
     try:
         traced, inputs = _trace(implementation, node)
     except Exception as err:  # noqa: BLE001 - any failure to trace means: run it in eager
@@ -149,11 +150,15 @@ def _expand(gm: torch.fx.GraphModule, node: torch.fx.Node) -> FallbackReason | N
 
 def _implementation(op: torch._ops.OpOverload) -> Callable | None:
     """The op's CPU kernel (its own, or the CompositeExplicitAutograd one the CPU key
-    computes to), called directly: dispatching the op again would only record it again."""
+    computes to), called directly: dispatching the op again would only record it again.
+    None unless it is a Python kernel: a C++ kernel may read the data pointers of the fake
+    tensors it would be traced on (null: a crash, not an error)."""
     if not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in _IMPLEMENTATION_KEYS):
         return None
     cpu = torch._C.DispatchKey.CPU
     kernel = torch._C._dispatch_get_computed_kernel_for_dispatch_key(op.name(), cpu)
+    if not re.search(r"\.py:\d+'?\)?$", repr(kernel)):  # "registered at /path/file.py:123"
+        return None
     keyset = torch._C.DispatchKeySet(cpu)
     return lambda *args, **kwargs: kernel.call_boxed(keyset, *args, **kwargs)
 
