@@ -121,7 +121,6 @@ def expand_custom_ops(gm: torch.fx.GraphModule) -> dict[str, FallbackReason]:
                 node.meta[_UNTRACEABLE] = reason
                 untraceable[node.name] = reason
     if changed:
-        gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()
     return untraceable
@@ -215,13 +214,19 @@ def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, traced: torch.fx.Grap
         const.target = name
     with gm.graph.inserting_before(node):
         result = gm.graph.graph_copy(traced.graph, env)
-    for new in env.values():
-        if isinstance(new, torch.fx.Node) and new not in inputs:
-            # Errors in the expansion name the user's line that called the custom op.
-            for key in ("stack_trace", "nn_module_stack"):
-                if key in node.meta:
-                    new.meta[key] = node.meta[key]
+    inserted = [new for old, new in env.items() if old not in placeholders]
+    for new in inserted:
+        # Errors in the expansion name the user's line that called the custom op.
+        for key in ("stack_trace", "nn_module_stack"):
+            if key in node.meta:
+                new.meta[key] = node.meta[key]
     _replace_uses(node, result)
+    # What the implementation computed and did not use (the empty tensor an in-place
+    # write filled, before functionalization): only the inserted nodes, the rest of the
+    # graph is not ours to prune.
+    for new in reversed(inserted):
+        if not new.users and not new.is_impure():
+            gm.graph.erase_node(new)
 
 
 def _free_attribute(gm: torch.fx.GraphModule, base: str) -> str:
