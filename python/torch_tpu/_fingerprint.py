@@ -80,5 +80,16 @@ def _fingerprint(gm: torch.fx.GraphModule, settings: str) -> tuple[bytes, bytes]
         target = node.target if isinstance(node.target, str) else getattr(node.target, "__qualname__", None) or str(node.target)
         if hasattr(node.target, "name") and callable(node.target.name):
             target = node.target.name()
-        shapeless.append(f"{node.op}:{target}:{encode(node.args)}:{encode(dict(node.kwargs))}")
+        shapeless.append(f"{node.op}:{target}:{encode(node.args)}:{encode(dict(node.kwargs))}{_foreign_identity(node)}")
     return "\n".join(shapeless).encode(), ",".join(map(str, dims)).encode()
+
+
+def _foreign_identity(node: torch.fx.Node) -> str:
+    """A rule defined outside the compiler (a jax_op's StableHLO) keys by what it lowers
+    to: the toolchain fingerprint covers only the compiler's own code."""
+    if getattr(node.target, "namespace", "aten") in ("aten", "prims"):
+        return ""
+    from torch_tpu.compiler.lowering.registry import OpRecord, lowering_identity
+
+    identity = lowering_identity(OpRecord.of_node(node))
+    return f":identity={identity}" if identity else ""
