@@ -92,7 +92,7 @@ def _specialise(module: ir.Module, entry: ir.Operation, arg_types: Sequence[ir.T
     declared = list(fn.type.inputs)
     if len(declared) != len(arg_types):
         raise ForeignModuleError(where, f"the module's entry takes {len(declared)} arguments, the call passes {len(arg_types)}")
-    if declared == list(arg_types):
+    if declared == list(arg_types) and all(_is_static(t) for t in fn.type.results):
         return
     for i, (have, want) in enumerate(zip(declared, arg_types)):
         have_t, want_t = ir.RankedTensorType(have), ir.RankedTensorType(want)
@@ -103,11 +103,12 @@ def _specialise(module: ir.Module, entry: ir.Operation, arg_types: Sequence[ir.T
         )
         if not compatible:
             raise ForeignModuleError(where, f"argument {i} of the module's entry is {have}, the call passes {want}")
-    block = fn.body.blocks[0]
-    for arg, want in zip(block.arguments, arg_types):
-        arg.set_type(want)
-    fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(list(arg_types), list(fn.type.results)))
-    _run(module, "builtin.module(stablehlo-refine-shapes,canonicalize)", where)
+    if _symbol_name(entry) != "main":
+        raise ForeignModuleError(where, f"the entry @{_symbol_name(entry)} has dynamic shapes; only @main is refined")
+    # stablehlo's own refinement: retypes the entry and propagates the shapes through
+    # every op and callee (jax's size arithmetic folds to constants on the way).
+    types = ",".join(str(t) for t in arg_types)
+    _run(module, f"builtin.module(stablehlo-refine-arguments{{types={types}}},stablehlo-refine-shapes,canonicalize)", where)
 
 
 def _run(module: ir.Module, pipeline: str, where: str) -> None:
@@ -119,13 +120,18 @@ def _run(module: ir.Module, pipeline: str, where: str) -> None:
 
 
 def _constant_truth(value: ir.Value) -> bool | None:
+    """The value of an i1 predicate when it is a constant (after refinement and
+    canonicalization fold jax's size arithmetic), else None."""
     owner = value.owner
-    if not isinstance(owner, ir.Operation) or owner.name != "stablehlo.constant":
+    if isinstance(owner, ir.Block):
         return None
-    attr = ir.DenseElementsAttr(owner.attributes["value"])
-    if not attr.is_splat:
+    op = owner.operation
+    if op.name != "stablehlo.constant":
         return None
-    return ir.BoolAttr(attr.get_splat_value()).value if ir.IntegerType(attr.type.element_type).width == 1 else None
+    attr = ir.DenseElementsAttr(op.attributes["value"])
+    if not attr.is_splat or ir.IntegerType(attr.type.element_type).width != 1:
+        return None
+    return ir.IntegerAttr(attr.get_splat_value()).value != 0
 
 
 def _check_shape_assertions(module: ir.Module, where: str) -> None:
@@ -152,13 +158,16 @@ def _check_shape_assertions(module: ir.Module, where: str) -> None:
         op.erase()
 
 
+def _is_static(t: ir.Type) -> bool:
+    try:
+        return ir.RankedTensorType(t).has_static_shape
+    except ValueError:  # not a ranked tensor
+        return False
+
+
 def _check_static_results(entry: ir.Operation, where: str) -> None:
     for i, t in enumerate(entry.opview.type.results):
-        try:
-            static = ir.RankedTensorType(t).has_static_shape
-        except ValueError:  # not a ranked tensor
-            static = False
-        if not static:
+        if not _is_static(t):
             raise ForeignModuleError(where, f"result {i} of the module's entry has no static shape ({t})")
 
 
