@@ -106,7 +106,9 @@ class JaxOp:
             if self._jitted is None:
                 import jax
 
-                self._jitted = jax.jit(self.fn)
+                # keep_unused: the merged call passes every input (jax would drop those
+                # the function ignores, as a gather's backward ignores the gathered array).
+                self._jitted = jax.jit(self.fn, keep_unused=True)
             result = trace(self.fn, self._jitted, self.name, specs)
             if self._single is not None and self._single != result.single:
                 raise JaxOpError(
