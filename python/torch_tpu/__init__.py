@@ -36,7 +36,7 @@ _LAZY = {
 }
 
 # Public submodules, imported on first attribute access (`torch_tpu.spmd.compile_spmd`).
-_SUBMODULES = ("spmd", "runtime", "compiler", "config", "core", "tools", "examples")
+_SUBMODULES = ("spmd", "runtime", "compiler", "config", "core", "tools", "examples", "kernels")
 
 __all__ = ["__version__", *_LAZY, *_SUBMODULES]
 

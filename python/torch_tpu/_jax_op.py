@@ -80,6 +80,11 @@ class JaxOp:
         torch.library.register_autograd(
             f"{_NAMESPACE}::{self.name}", self._autograd_backward, setup_context=self._setup_context, lib=lib
         )
+
+    def _register_lowering(self) -> None:
+        """Adds the op's rule to the lowering table, on the first trace: importing the
+        table costs seconds, which defining a jax_op at import time must not pay; every
+        user of the rule (graph import, eager plans, the CPU path) traces first."""
         from torch_tpu.compiler.lowering.registry import LOWERINGS, Lowering, Padding
 
         # A jax function's shapes are traced static: with a padded (dynamic) operand the op
@@ -105,6 +110,8 @@ class JaxOp:
         with _lock:
             if self._jitted is None:
                 import jax
+
+                self._register_lowering()
 
                 # keep_unused: the merged call passes every input (jax would drop those
                 # the function ignores, as a gather's backward ignores the gathered array).
