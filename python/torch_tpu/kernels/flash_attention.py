@@ -159,21 +159,24 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
                          "(..., seq_q, dim), (..., seq_k, dim), (..., seq_k, dim)")
     block_q = _block(block_q, q.shape[-2], "query")
     block_k = _block(block_k, k.shape[-2], "key")
-    return _op(causal, scale, block_q, block_k, interpret)(q, k, v)
+    name = _op_name(causal, scale, block_q, block_k, interpret)
+    return getattr(torch.ops.torch_tpu, name).default([q, k, v])[0]
 
 
-def _op(causal: bool, scale: float | None, block_q: int, block_k: int, interpret: bool):
-    """One jax_op per static configuration (jax_op's functions take arrays only)."""
+@torch.compiler.assume_constant_result
+def _op_name(causal: bool, scale: float | None, block_q: int, block_k: int, interpret: bool) -> str:
+    """The jax_op of one static configuration (jax_op's functions take arrays only),
+    defined on first use. Dynamo runs this as plain Python and keeps the name as a
+    constant: tracing the lock and the definition would break the graph."""
     from torch_tpu._jax_op import jax_op
 
     key = (causal, scale, block_q, block_k, interpret)
     with _lock:
         op = _ops.get(key)
         if op is None:
-            fn = _LazyAttention(key)
-            op = jax_op(f"flash_attention_{len(_ops)}", fn)
+            op = jax_op(f"flash_attention_{len(_ops)}", _LazyAttention(key))
             _ops[key] = op
-    return op
+    return op.name
 
 
 class _LazyAttention:

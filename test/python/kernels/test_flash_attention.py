@@ -59,6 +59,9 @@ def test_compiled_and_tpu(monkeypatch):
     def attend(q, k, v):
         return flash_attention(q * 1.5, k, v, causal=True, block_q=16, block_k=8)
 
+    explanation = torch._dynamo.explain(attend)(q, k, v)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    torch._dynamo.reset()
     compiled = torch.compile(attend, backend="tpu")
     got = _grads(compiled, q, k, v, grad)
     want = _grads(lambda q, k, v: F.scaled_dot_product_attention(q * 1.5, k, v, is_causal=True), q, k, v, grad)
