@@ -91,6 +91,12 @@ class JaxOp:
         # runs in eager (Padding.EAGER).
         LOWERINGS[self.op] = Lowering(self.op, self._lower, "jax_op", Padding.EAGER, identity=self._identity)
 
+    @property
+    def _lowering_registered(self) -> bool:
+        from torch_tpu.compiler.lowering.registry import LOWERINGS
+
+        return self.op in LOWERINGS
+
     def __call__(self, *tensors: torch.Tensor):
         for i, t in enumerate(tensors):
             if not isinstance(t, torch.Tensor):
@@ -105,13 +111,16 @@ class JaxOp:
     def traced(self, specs: tuple[ArraySpec, ...]) -> Traced:
         """The lowering for one input signature (traced once, then cached)."""
         result = self._traces.get(specs)
-        if result is not None:
+        if result is not None and self._lowering_registered:
             return result
         with _lock:
+            if not self._lowering_registered:
+                self._register_lowering()
+            if result is not None:
+                return result
             if self._jitted is None:
                 import jax
 
-                self._register_lowering()
 
                 # keep_unused: the merged call passes every input (jax would drop those
                 # the function ignores, as a gather's backward ignores the gathered array).
