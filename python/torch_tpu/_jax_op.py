@@ -98,6 +98,9 @@ class JaxOp:
         return self.op in LOWERINGS
 
     def __call__(self, *tensors: torch.Tensor):
+        if not tensors:
+            raise JaxOpError(f"torch_tpu.jax_op '{self.name}': called without tensors; a jax_op takes at least one "
+                             "(its device decides where it runs)")
         for i, t in enumerate(tensors):
             if not isinstance(t, torch.Tensor):
                 raise JaxOpError(

@@ -105,7 +105,6 @@ def trace(fn: Callable, jitted: Any, name: str, specs: Sequence[ArraySpec]) -> T
     """Lowers `fn` (its `jax.jit`, `jitted`) for inputs of `specs`. Raises `JaxOpError`
     naming the op, the function and the user's failing line."""
     import jax
-    import jax.numpy as jnp  # noqa: F401  (dtype conversion)
 
     signature = ", ".join(map(str, specs))
     try:

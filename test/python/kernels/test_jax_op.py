@@ -260,3 +260,23 @@ def test_compile_caches_key_by_the_function_not_the_name(tmp_path):
         assert result.returncode == 0, result.stderr[-3000:]
         errors = [float(v) for v in result.stdout.split()]
         assert max(errors) < 1e-5, (which, errors)
+
+
+def test_export_keeps_the_merged_function():
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return SOFTMAX(self.linear(x))
+
+    model, x = Model(), torch.randn(4, 8)
+    exported = torch_tpu.export(model, (x,))
+    assert "func.func private @jax_op.test_softmax." in exported.text
+    _close(exported(x), model(x).detach())
+
+
+def test_call_without_tensors_is_an_error():
+    with pytest.raises(JaxOpError, match="called without tensors"):
+        SOFTMAX()
