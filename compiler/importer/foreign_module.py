@@ -156,6 +156,8 @@ def _check_shape_assertions(module: ir.Module, where: str) -> None:
         if not truth:
             raise ForeignModuleError(where, f"a shape assertion fails for these operand shapes: {message}")
         op.erase()
+    if found:
+        _run(module, "builtin.module(canonicalize)", where)  # the predicates' now-dead arithmetic
 
 
 def _is_static(t: ir.Type) -> bool:

@@ -69,11 +69,12 @@ class JaxOp:
     # -- the torch op -----------------------------------------------------------------------
     @property
     def op(self) -> torch._ops.OpOverload:
-        return getattr(getattr(torch.ops, _NAMESPACE), self.name).default
+        return self._op
 
     def _define(self) -> None:
         lib = _lib()
         lib.define(f"{self.name}(Tensor[] inputs) -> Tensor[]")
+        self._op = getattr(getattr(torch.ops, _NAMESPACE), self.name).default
         lib.impl(self.name, self._run_cpu, "CPU")
         lib.impl(self.name, self._run_tpu, "PrivateUse1")
         torch.library.register_fake(f"{_NAMESPACE}::{self.name}", self._fake, lib=lib)

@@ -56,6 +56,7 @@ def build(name, sources_and_prefixes, rows=4):
 # CHECK:         call @jax.f.main(%{{.*}}) : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
 # CHECK:         call @jax.f.main(
 # CHECK:       func.func private @jax.f.main(%{{.*}}: tensor<4x8xf32>, %{{.*}}: tensor<8x3xf32>) -> tensor<4x3xf32>
+# CHECK-NOT:     stablehlo.constant
 # CHECK-NOT:     shape_assertion
 # CHECK:         call @jax.f.helper(%{{.*}}) : (tensor<4x8xf32>) -> tensor<4x8xf32>
 # CHECK:       func.func private @jax.f.helper(%{{.*}}: tensor<4x8xf32>) -> tensor<4x8xf32>
