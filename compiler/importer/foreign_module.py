@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..context import func, ir, passmanager
+from ..context import func, ir, passmanager, stablehlo
 
 __all__ = ["ForeignModuleError", "merge_foreign_module", "call_foreign_module", "enclosing_module"]
 
@@ -64,9 +64,19 @@ def _functions(module: ir.Module) -> dict[str, ir.Operation]:
     return {_symbol_name(op.operation): op.operation for op in module.body.operations if op.operation.name == "func.func"}
 
 
+_BYTECODE_MAGIC = b"ML\xefR"
+
+
 def _parse(source: str | bytes, where: str) -> ir.Module:
-    if isinstance(source, str) and not source.strip():
+    """Text, MLIR bytecode, or a StableHLO portable artifact (VHLO bytecode, what
+    `jax.export` serializes: `Exported.mlir_module_serialized`)."""
+    if not source or isinstance(source, str) and not source.strip():
         raise ForeignModuleError(where, "the module is empty")
+    if isinstance(source, bytes) and source.startswith(_BYTECODE_MAGIC):
+        try:
+            return stablehlo.deserialize_portable_artifact(ir.Context.current, source)
+        except (ir.MLIRError, ValueError, RuntimeError):
+            pass  # plain MLIR bytecode, not a portable artifact
     try:
         return ir.Module.parse(source)
     except ir.MLIRError as err:

@@ -86,3 +86,19 @@ def test_rejected_modules(source, message):
         return
     with pytest.raises(ForeignModuleError, match=f"^kernel 'k': .*{message}"):
         _call(source)
+
+
+def test_jax_export_artifact_with_symbolic_shapes():
+    """A `jax.export` portable artifact (VHLO bytecode) with a symbolic batch size: the
+    entry is specialised to the call, jax's real shape assertions hold and are removed;
+    shapes that break them (b >= 1 fails for 0 rows) are an error quoting jax."""
+    jax = pytest.importorskip("jax")
+    from jax import export
+
+    b = export.symbolic_shape("b")
+    exported = export.export(jax.jit(lambda x: jax.numpy.sin(x) * 2))(jax.ShapeDtypeStruct((b[0], 8), "float32"))
+    text = _call(exported.mlir_module_serialized)
+    assert "func.func private @ext.main(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32>" in text
+    assert "shape_assertion" not in text and "jax." not in text.replace("@ext.", "@")
+    with pytest.raises(ForeignModuleError, match="a shape assertion fails .*Expected value >= 1 for dimension variable 'b'"):
+        _call(exported.mlir_module_serialized, shape=(0, 8))
