@@ -281,3 +281,19 @@ def test_export_keeps_the_merged_function():
 def test_call_without_tensors_is_an_error():
     with pytest.raises(JaxOpError, match="called without tensors"):
         SOFTMAX()
+
+
+def test_compiled_with_torchtpu_view_passes(caplog):
+    """functionalize="torchtpu": the view passes run after torchtpu-inline, so a graph
+    holding a jax_op's merged call compiles on that path (no aot_autograd fallback)."""
+
+    def f(x):
+        y = x.clone()
+        y.add_(1)
+        return SOFTMAX(y[:, :4]) * 2
+
+    x = torch.randn(4, 8)
+    with torch.no_grad(), caplog.at_level("WARNING", logger="torch_tpu"):
+        out = torch.compile(f, backend="tpu", options={"functionalize": "torchtpu"})(x)
+    assert "cannot compile" not in caplog.text
+    _close(out, torch.softmax(x[:, :4] + 1, -1) * 2)
