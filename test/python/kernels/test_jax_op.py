@@ -297,3 +297,13 @@ def test_compiled_with_torchtpu_view_passes(caplog):
         out = torch.compile(f, backend="tpu", options={"functionalize": "torchtpu"})(x)
     assert "cannot compile" not in caplog.text
     _close(out, torch.softmax(x[:, :4] + 1, -1) * 2)
+
+
+def test_compiled_shape_changes_specialise():
+    """Shapes are static to a jax_op: when Dynamo's automatic dynamic shapes make a dim
+    symbolic after a size change, the op specialises it (one trace per size) instead of
+    failing."""
+    compiled = torch.compile(lambda x: SOFTMAX(x * 2) + 1, backend="tpu")
+    for rows in (6, 9, 11):
+        x = torch.randn(rows, 8)
+        _close(compiled(x), torch.softmax(x * 2, -1) + 1)
