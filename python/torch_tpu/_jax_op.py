@@ -125,7 +125,6 @@ class JaxOp:
             if self._jitted is None:
                 import jax
 
-
                 # keep_unused: the merged call passes every input (jax would drop those
                 # the function ignores, as a gather's backward ignores the gathered array).
                 self._jitted = jax.jit(self.fn, keep_unused=True)
