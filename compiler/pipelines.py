@@ -126,14 +126,15 @@ def _export(precision: str, bounds: str) -> list[str]:
     "torchtpu-views-pipeline",
     "What options={\"functionalize\": \"torchtpu\"} runs: view semantics resolved, then compiled",
     "For graphs imported with references and views (non-functional import): "
-    "`torchtpu-decompose-views`, `torchtpu-inverse-views` (pure StableHLO out, written "
+    "`torchtpu-inline` (a jax_op's merged functions: the view passes do not look through "
+    "calls), `torchtpu-decompose-views`, `torchtpu-inverse-views` (pure StableHLO out, written "
     "arguments aliased to results), a second `torchtpu-verify`, then precision as in "
     "`torchtpu-compile-pipeline`.",
     (_PRECISION,),
 )
 def _views(precision: str) -> list[str]:
     return [
-        "torchtpu-verify", "torchtpu-decompose-views", "torchtpu-inverse-views", "torchtpu-verify",
+        "torchtpu-verify", "torchtpu-inline", "torchtpu-decompose-views", "torchtpu-inverse-views", "torchtpu-verify",
         _precision_step(precision),
     ]
 

@@ -82,6 +82,10 @@ class Lowering:
     # NotImplemented where the ordinary rule is right (the dynamic dims are not the
     # ones the op works along). Declared at the registration: `lowers(..., dynamic_rule=)`.
     dynamic_rule: Callable | None = None
+    # For a rule whose meaning is not in the compiler's own code (a jax_op's StableHLO):
+    # `identity(record) -> str` names what it lowers to, so compile-cache keys (which
+    # cover the compiler's code, not users') change when it does (`lowering_identity`).
+    identity: Callable | None = None
 
 
 LOWERINGS: dict[Any, Lowering] = {}
@@ -206,6 +210,16 @@ def dynamic_lowering(lowering: Lowering, ctx: "LoweringContext", *args, **kwargs
 
 def lookup(target: Any) -> Lowering | None:
     return LOWERINGS.get(target)
+
+
+def lowering_identity(record: "OpRecord") -> str:
+    """What a compile-cache key must add for `record`'s op besides its name: "" for the
+    compiler's own rules (the toolchain fingerprint covers their code), the rule's
+    `identity` for rules defined outside the compiler."""
+    lowering = LOWERINGS.get(record.target)
+    if lowering is None or lowering.identity is None:
+        return ""
+    return lowering.identity(record)
 
 
 class LoweringError(Exception):

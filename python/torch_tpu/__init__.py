@@ -31,10 +31,13 @@ _LAZY = {
     "EagerMode": ("torch_tpu.device._modes", "EagerMode"),
     "set_eager_mode": ("torch_tpu.device._modes", "set_eager_mode"),
     "get_eager_mode": ("torch_tpu.device._modes", "get_eager_mode"),
+    # JAX functions and Pallas kernels as custom ops (_jax_op.py; jax loads on first call).
+    "jax_op": ("torch_tpu._jax_op", "jax_op"),
+    "JaxOpError": ("torch_tpu._jax_trace", "JaxOpError"),
 }
 
 # Public submodules, imported on first attribute access (`torch_tpu.spmd.compile_spmd`).
-_SUBMODULES = ("spmd", "runtime", "compiler", "config", "core", "tools", "examples")
+_SUBMODULES = ("spmd", "runtime", "compiler", "config", "core", "tools", "examples", "kernels")
 
 __all__ = ["__version__", *_LAZY, *_SUBMODULES]
 

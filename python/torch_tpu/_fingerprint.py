@@ -12,7 +12,6 @@ import torch
 import torch.fx
 import xxhash
 
-from ._register_lowering import user_rule_digest
 
 
 class FxGraphFingerprint:
@@ -82,8 +81,21 @@ def _fingerprint(gm: torch.fx.GraphModule, settings: str) -> tuple[bytes, bytes]
         target = node.target if isinstance(node.target, str) else getattr(node.target, "__qualname__", None) or str(node.target)
         if hasattr(node.target, "name") and callable(node.target.name):
             target = node.target.name()
-        rule = user_rule_digest(node.target)
-        if rule is not None:  # a user's lowering (register_lowering): its code keys the program
-            target = f"{target}@{rule}"
-        shapeless.append(f"{node.op}:{target}:{encode(node.args)}:{encode(dict(node.kwargs))}")
+        shapeless.append(f"{node.op}:{target}:{encode(node.args)}:{encode(dict(node.kwargs))}{_foreign_identity(node)}")
     return "\n".join(shapeless).encode(), ",".join(map(str, dims)).encode()
+
+
+def _foreign_identity(node: torch.fx.Node) -> str:
+    """A rule defined outside the compiler (a jax_op's StableHLO, a user's
+    `register_lowering` rule) keys by what it lowers to: the toolchain fingerprint
+    covers only the compiler's own code."""
+    from torch_tpu.compiler.lowering.registry import OpRecord, lookup, lowering_identity
+
+    if isinstance(node.target, str):
+        return ""
+    lowering = lookup(node.target)
+    if lowering is None or lowering.identity is None:  # the compiler's own rules
+        return ""
+
+    identity = lowering_identity(OpRecord.of_node(node))
+    return f":identity={identity}" if identity else ""

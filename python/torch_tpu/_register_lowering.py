@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any, Callable
 
@@ -10,8 +11,8 @@ import torch
 
 from torch_tpu.compiler.lowering import LOWERINGS, Padding, lowers
 
-# Overload -> a digest of the user's rule, so that the compile cache (keyed by the FX graph,
-# `_fingerprint.py`) never serves a program built by an earlier version of the rule.
+# Overload -> the digest of the user's rule registered for it (its `Lowering.identity` keys
+# the compile cache, so no program an earlier version of the rule built is reused).
 _USER_RULES: dict[Any, str] = {}
 
 
@@ -61,6 +62,10 @@ def register_lowering(*ops: Any, dynamic: Padding | str | None = None) -> Callab
                                  "an op has one lowering")
         lowers(*targets, dynamic=padding)(fn)
         digest = _digest(fn)
+        for target in targets:
+            # The rule's code keys the compile cache (graphs and device ops alike), so an
+            # edited rule never reuses a program an earlier version built.
+            LOWERINGS[target] = dataclasses.replace(LOWERINGS[target], identity=lambda record, d=digest: f"user:{d}")
         _USER_RULES.update((target, digest) for target in targets)
         return fn
 
@@ -101,6 +106,3 @@ def _digest(fn: Callable) -> str:
     return h.hexdigest()[:16]
 
 
-def user_rule_digest(target: Any) -> str | None:
-    """The digest of the user's lowering of `target`, None for a built-in one."""
-    return _USER_RULES.get(target)

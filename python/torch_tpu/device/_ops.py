@@ -273,7 +273,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     from torch_tpu.compiler.importer.single_op import lower_op, takes_rng_state
     from torch_tpu.compiler.lowering import LOWERINGS, LoweringError
     from torch_tpu.compiler.lowering.helpers import convert
-    from torch_tpu.compiler.lowering.registry import OpRecord
+    from torch_tpu.compiler.lowering.registry import OpRecord, lowering_identity
     from torch_tpu.compiler.pipeline import run_pipeline
     from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.runtime import CompileSpec
@@ -420,7 +420,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     import xxhash
 
     client = _storage.client()
-    fingerprint = (xxhash.xxh3_64_intdigest(repr((str(op), sig, bake)).encode()), xxhash.xxh3_64_intdigest(mode.encode()))
+    identity = lowering_identity(record)  # a jax_op's StableHLO: not in the compiler's code
+    fingerprint = (xxhash.xxh3_64_intdigest(repr((str(op), sig, bake, identity)).encode()), xxhash.xxh3_64_intdigest(mode.encode()))
     try:
         executable = client.compile(module, fingerprint=fingerprint, name=str(op),
                                     options=CompileSpec(device_indices=(index,)))
