@@ -244,9 +244,10 @@ def _aot_backend(dynamo_gm: torch.fx.GraphModule, direct: dict | None = None):
 
 def aot_compile(gm: torch.fx.GraphModule, example_inputs, **aot_options):
     """What Dynamo's `AotAutograd` backend helper does with `aot_options`, without the
-    import it makes of `torch._inductor.debug` (~0.4 s, most of inductor, on the first
-    compile of a process: measured in bench/first_call.py) for a logging context that only
-    acts under TORCH_COMPILE_DEBUG=1; with that set, `AotAutograd` itself runs. As there:
+    import it makes of `torch._inductor.debug` (much of inductor: 0.16 s CPU, 0.2-0.35 s wall
+    on the first compile of a process, measured on a 2-core machine; bench/first_call.py)
+    for a logging context that only acts under TORCH_COMPILE_DEBUG=1; with that set,
+    `AotAutograd` itself runs. As there:
     nested inputs are flattened first, the backward compiler and the graphs it makes are
     never traced by Dynamo, and aot_autograd's counters are kept."""
     from torch._dynamo import disable
