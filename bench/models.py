@@ -25,8 +25,13 @@ Dynamo graph breaks. "ours program" is a diagnostic: our compiled XLA program al
 on DeviceBuffers (no Dynamo, no argument conversion), so that ours vs JAX splits into code
 generation (program/JAX) and per-call dispatch overhead (ours - program).
 
-Goals shown next to the figures (never asserted): steady state <= 1.10x JAX;
-conversion + passes <= 15% of the first call.
+Goals shown next to the figures (never asserted): steady state ours/JAX <= 1.03x for the
+MLP and <= 1.00x for the transformer (issue #17), <= 1.10x otherwise; conversion + passes
+<= 15% of the first call.
+
+Fair to JAX: the jitted function takes the weights as arguments (a dict of device arrays),
+exactly as our compiled graph does, never closed-over constants (which would let XLA fold
+them and flatter JAX).
 
 Compile caches: torch_tpu's L2 cache is off (TORCH_TPU_CACHE_L2=0 unless set), so our
 first call is a real compile. Inductor keeps its usual on-disk caches unless
@@ -55,6 +60,8 @@ from _common import (  # noqa: E402
 )
 
 GOAL_STEADY_VS_JAX = 1.10
+# Issue #17's goals per model; other models keep GOAL_STEADY_VS_JAX.
+GOAL_STEADY_VS_JAX_BY_MODEL = {"mlp": 1.03, "gpt": 1.00}
 GOAL_CONVERT_PASSES_PCT = 15.0
 FALLBACK_NEEDLE = "runs in PyTorch eager"
 
@@ -508,6 +515,11 @@ def _phase_split(result: Result):
     return ours.first_call - conv - passes - xla, conv, passes, xla, 100.0 * (conv + passes) / ours.first_call
 
 
+def steady_goal(model: str) -> float:
+    """The steady-state ours/JAX goal of a model."""
+    return GOAL_STEADY_VS_JAX_BY_MODEL.get(model, GOAL_STEADY_VS_JAX)
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
@@ -531,8 +543,9 @@ def print_model(result: Result) -> None:
     ours, jx, prog = c.get("ours"), c.get("jax"), c.get("ours_exe")
     if ours and ours.steady and jx and jx.steady:
         r = ours.steady / jx.steady
+        goal = steady_goal(result.model)
         line = (f"  steady ours/JAX = {r:.2f}x median, {ours.best / jx.best:.2f}x best, {ours.cpu / jx.cpu:.2f}x cpu "
-                f"(goal <= {GOAL_STEADY_VS_JAX:.2f}x: {_met(r <= GOAL_STEADY_VS_JAX)}); "
+                f"(goal <= {goal:.2f}x: {_met(r <= goal)}); "
                 f"ours/eager = {fmt_ratio(ours.steady, eager.steady if eager else None)}")
         print(line)
         if prog and prog.steady:
@@ -578,7 +591,7 @@ def print_summary(results: list[Result], failed: dict[str, str]) -> None:
     cols = [("model", 7), ("eager", 9), ("inductor", 9), ("ours", 9), ("jax", 9), ("ours/jax", 8), ("cpu o/j", 7),
             ("prog/jax", 8), ("ours/eag", 8), ("ours 1st", 9), ("dynamo", 9), ("convert", 9), ("passes", 9),
             ("xla", 9), ("cv+ps%", 6), ("jax 1st", 9), ("fallbk", 6)]
-    goals = {"ours/jax": "<=1.10x", "cv+ps%": "<=15%"}
+    goals = {"ours/jax": "per-mdl", "cv+ps%": "<=15%"}
     print(" ".join(f"{n:>{w}}" if i else f"{n:<{w}}" for i, (n, w) in enumerate(cols)))
     print(" ".join(f"{goals.get(n, ''):>{w}}" if i else f"{'goal':<{w}}" for i, (n, w) in enumerate(cols)))
     for r in results:

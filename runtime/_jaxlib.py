@@ -276,17 +276,39 @@ def to_numpy(array: RawArray, dtype: np.dtype) -> np.ndarray:
 # -- compiling ----------------------------------------------------------------------------
 
 
+_EFFORT_O2 = 29  # xla::ExecutionOptions EffortLevel O2 (jax._src.config.EffortLevel.O2)
+_NO_FDO_PROFILE = -1  # jax._src.compiler._NO_PROFILE_DONT_RETRIEVE
+# Options of ExecutableBuildOptions itself, not XLA debug options: an env override of these
+# names would not reach XLA, so they are set on the build options (as jax does).
+BUILD_OPTION_OVERRIDES = frozenset(
+    {"exec_time_optimization_effort", "memory_fitting_effort", "optimization_level", "memory_fitting_level"}
+)
+
+
 def compile_options(
     num_replicas: int, device_ids: Sequence[int], xla_options: Sequence[tuple[str, str]]
 ) -> Any:
     opts = xla_client.CompileOptions()
     opts.num_replicas = num_replicas
     opts.num_partitions = 1
+    # As jax.jit compiles (jax._src.compiler.get_compile_options, jax 0.10.2), so a program
+    # costs what JAX's would: memory fitting at effort O2 (XLA's EffortLevel; jax's default)
+    # and no XLA-AutoFDO profile lookup (-1: never retrieve one). jax's partitioner flags
+    # (use_spmd_partitioning, use_shardy_partitioner) stay off: these are one-partition
+    # programs (test_runtime_compile_options.py compares the two option sets).
+    opts.executable_build_options.memory_fitting_level = _EFFORT_O2
+    opts.profile_version = _NO_FDO_PROFILE
     opts.device_assignment = xla_client.DeviceAssignment.create(
         np.asarray(list(device_ids), dtype=np.int64).reshape(num_replicas, 1)
     )
-    if xla_options:
-        opts.env_option_overrides = [(k, _xla_option_value(v)) for k, v in xla_options]
+    overrides = []
+    for name, value in xla_options:
+        if name in BUILD_OPTION_OVERRIDES:
+            setattr(opts.executable_build_options, name, _xla_option_value(value))
+        else:
+            overrides.append((name, _xla_option_value(value)))
+    if overrides:
+        opts.env_option_overrides = overrides
     return opts
 
 

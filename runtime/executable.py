@@ -68,7 +68,9 @@ class CompileSpec:
                      aliases (`tf.aliasing_output`) are donated without being listed
     device_indices:  indices into `Client.devices` to run on (default: the first
                      `num_replicas` devices)
-    xla_options:     XLA debug-option overrides, e.g. (("xla_cpu_enable_fast_math", "false"),)
+    xla_options:     XLA debug-option overrides, e.g. (("xla_cpu_enable_fast_math", "false"),),
+                     and build options as jax passes them (exec_time_optimization_effort,
+                     memory_fitting_effort, optimization_level, memory_fitting_level)
     """
 
     num_replicas: int = 1

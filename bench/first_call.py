@@ -1,0 +1,100 @@
+"""First call (trace + compile + one run) of the quickstart model, each in a fresh process,
+as `python -m torch_tpu.examples.quickstart` times it: the client is made first, then
+the first call of `torch.compile(TinyGPT, backend="tpu")` under torch.no_grad is timed.
+
+    .venv/bin/python bench/first_call.py [--rounds 5] [--compare-dynamo-aot-helper]
+
+Reported: median wall and process CPU seconds of the first call over the rounds (CPU time
+is much less disturbed by other processes on a loaded machine), and its split into
+Dynamo + aot_autograd (the rest), conversion, passes and XLA compile (torch_tpu._timing).
+torch_tpu's L2 compile cache is off, so every round compiles.
+
+--compare-dynamo-aot-helper interleaves rounds that run aot_autograd through Dynamo's
+`AotAutograd` helper (what backend="tpu" used before issue #17: it imports
+torch._inductor.debug on the first compile) with rounds of the current backend, so the
+two are measured under the same load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+_CHILD = r"""
+import json, os, sys, time
+os.environ["TORCH_TPU_CACHE_L2"] = "0"
+import torch
+from torch_tpu.examples.quickstart import TinyGPT
+torch.manual_seed(0)
+model = TinyGPT(seq=64).eval()
+ids = torch.randint(0, 512, (4, 64))
+from torch_tpu.runtime import get_client
+get_client()
+if sys.argv[1] == "dynamo-aot-helper":
+    import torch_tpu.backend as backend
+    from torch._dynamo.backends.common import AotAutograd
+    backend.aot_compile = lambda gm, inputs, **options: AotAutograd(**options)(gm, inputs)
+compiled = torch.compile(model, backend="tpu")
+c0, t0 = time.process_time(), time.perf_counter()
+with torch.no_grad():
+    out = compiled(ids)
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+with torch.no_grad():
+    err = (out - model(ids)).abs().max().item()
+from torch_tpu import _timing
+print(json.dumps({"wall": wall, "cpu": cpu, "err": err, "phases": _timing.snapshot()}))
+"""
+
+
+def _one(variant: str) -> dict:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
+    result = subprocess.run([sys.executable, "-c", _CHILD, variant], capture_output=True, text=True, env=env,
+                            timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"{variant}: {result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _summary(name: str, runs: list[dict]) -> str:
+    def med(key):
+        return statistics.median(r[key] for r in runs)
+
+    def phase(key):
+        return statistics.median(r["phases"].get(key, 0.0) for r in runs)
+
+    conv, passes, xla = phase("convert"), phase("passes"), phase("xla_compile")
+    dynamo = statistics.median(r["wall"] - sum(r["phases"].get(k, 0.0) for k in ("convert", "passes", "xla_compile"))
+                               for r in runs)
+    return (f"{name:<20} wall {med('wall'):6.2f} s (best {min(r['wall'] for r in runs):5.2f}), cpu {med('cpu'):6.2f} s; "
+            f"Dynamo+AOT+run {dynamo:5.2f} s, convert {conv * 1e3:5.0f} ms, passes {passes * 1e3:4.0f} ms, "
+            f"XLA {xla:5.2f} s; max|Δ| vs eager {max(r['err'] for r in runs):.1e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--compare-dynamo-aot-helper", action="store_true")
+    args = parser.parse_args(argv)
+    variants = ["current"] + (["dynamo-aot-helper"] if args.compare_dynamo_aot_helper else [])
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
+    for r in range(args.rounds):
+        for v in (variants if r % 2 == 0 else variants[::-1]):  # alternate who goes first
+            runs[v].append(_one(v))
+    print(f"first call of the quickstart model (TinyGPT, batch 4, seq 64), {args.rounds} fresh process(es) each; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPU(s)")
+    for v in variants:
+        print(_summary(v, runs[v]))
+    if len(variants) == 2:
+        for key in ("wall", "cpu"):
+            a = statistics.median(x[key] for x in runs["current"])
+            b = statistics.median(x[key] for x in runs["dynamo-aot-helper"])
+            print(f"current / dynamo-aot-helper ({key}, medians): {a / b:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
