@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -422,8 +423,12 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     client = _storage.client()
     fingerprint = (xxhash.xxh3_64_intdigest(repr((str(op), sig, bake)).encode()), xxhash.xxh3_64_intdigest(mode.encode()))
     try:
+        # The written storages are donated: XLA writes the new value over the old buffer
+        # (`x.add_(1)` in a loop allocates nothing); `run` passes a copy where the old
+        # buffer is still referenced elsewhere (`_donation_safe`).
         executable = client.compile(module, fingerprint=fingerprint, name=str(op),
-                                    options=CompileSpec(device_indices=(index,)))
+                                    options=CompileSpec(device_indices=(index,),
+                                                        donate_argnums=tuple(write_positions)))
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
     # (sizes, strides, dtype, storage numel) of each result tensor, ready for new_tensor.
@@ -500,6 +505,22 @@ def _operand_buffer(value, index: int):
         return client.to_device(value.detach().reshape(()).clone(), index, copy=True)
     dtype = np.float64 if isinstance(value, float) else np.int64
     return client.to_device(np.asarray(value, dtype=dtype), index, copy=True)
+
+
+# References to the DeviceBuffer of a written storage when nothing but the op reads it:
+# its storage entry, the op's list of operand buffers, `_donation_safe`'s parameter and
+# `sys.getrefcount`'s argument (CPython's counts; test_device_donation checks both sides).
+_SOLE_REFERENCES = 4
+
+
+def _donation_safe(buffer) -> bool:
+    """Whether a written storage's buffer may be donated to the op (its memory reused
+    for the new value): only when nothing else can read the old value -- no other
+    reference to the DeviceBuffer (another storage or operand of this op, a compiled
+    graph's argument list, a caller holding it), none to its array, and no host view
+    of its memory (`to_torch` / `to_numpy` export it)."""
+    return (sys.getrefcount(buffer) <= _SOLE_REFERENCES and not buffer._exported
+            and sys.getrefcount(buffer._array) <= 2)
 
 
 # The hot path: a signature built from what PyTorch hands the kernel, without dataclasses
@@ -610,6 +631,9 @@ def run(op, args, kwargs):
             _FAST[fast[0]] = plan
     try:
         buffers = [_operand_buffer(v, index) for v in operands]
+        for position in plan.written:
+            if not _donation_safe(buffers[position]):
+                buffers[position] = buffers[position].copy()
         if plan.needs_rng:
             from ._random import key_buffer
 
