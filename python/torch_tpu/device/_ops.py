@@ -137,10 +137,13 @@ class Plan:
     needs_rng: bool = False  # takes the device generator's next key last (_random.py)
     invoker: Any = None  # the shared `_invoker.Invoker` that runs `executable`
 
+    n_results: int = 0  # result tensors (the first outputs; written storages follow)
+
     def __post_init__(self) -> None:
         from .._invoker import Invoker
 
         self.invoker = Invoker(self.executable, self.executable.signature.args)
+        self.n_results = sum(layout is not None for layout in self.results)
 
 
 _PLANS: dict = {}
@@ -500,11 +503,28 @@ def _operand_buffer(value, index: int):
         if buffer.is_deleted:
             check_alive(value, name_line=False)  # raises; the op's error names the line
         return buffer
-    client = _storage.client()
     if isinstance(value, torch.Tensor):  # a 0-d CPU tensor
-        return client.to_device(value.detach().reshape(()).clone(), index, copy=True)
-    dtype = np.float64 if isinstance(value, float) else np.int64
-    return client.to_device(np.asarray(value, dtype=dtype), index, copy=True)
+        return _storage.client().to_device(value.detach().reshape(()).clone(), index, copy=True)
+    return _scalar_buffer(value, index)
+
+
+# Device buffers of recent Python numbers: a learning rate or `x * 0.5` is uploaded once,
+# not on every op (a host -> device transfer is the costliest part of a small op). The
+# buffers are only read (never written storages, so never donated). Floats are keyed by
+# their bits: 0.0 and -0.0 are equal keys in a dict but different operands.
+_SCALARS: dict = {}
+_SCALARS_MAX = 1024
+
+
+def _scalar_buffer(value, index: int):
+    key = (value.hex() if type(value) is float else value, type(value), index)
+    buffer = _SCALARS.get(key)
+    if buffer is None:
+        if len(_SCALARS) >= _SCALARS_MAX:
+            _SCALARS.clear()  # values that never repeat (`x * step`): keep the cache small
+        dtype = np.float64 if isinstance(value, float) else np.int64
+        buffer = _SCALARS[key] = _storage.client().to_device(np.asarray(value, dtype=dtype), index, copy=True)
+    return buffer
 
 
 # References to the DeviceBuffer of a written storage when nothing but the op reads it:
@@ -548,17 +568,21 @@ def _fast_signature(op, args, kwargs, mode):
     operands: list = []
     index = None
     n = len(names)
-    items = [(names[i] if i < n else None, a) for i, a in enumerate(args)]
     if kwargs:
+        if len(args) > n:
+            return None
         key.append(tuple(kwargs))  # which arguments came by name
-        items.extend(kwargs.items())
-    for name, value in items:
+        names = (*names[: len(args)], *kwargs)
+        args = (*args, *kwargs.values())
+        n = len(names)
+    position = 0
+    for value in args:
         kind = type(value)
-        if isinstance(value, torch.Tensor):
-            if value.device.type != "tpu" or value.is_conj() or value.is_neg():
-                return None
+        if kind is torch.Tensor or isinstance(value, torch.Tensor):
+            # Only tpu storages are in the table (a CPU tensor's address is not a key;
+            # `is_cpu` rules out a coincidence).
             entry = entries.get(value.untyped_storage().data_ptr())
-            if entry is None:
+            if entry is None or value.is_cpu or value.is_conj() or value.is_neg():
                 return None
             if index is None:
                 index = entry.device_index
@@ -566,7 +590,7 @@ def _fast_signature(op, args, kwargs, mode):
                 return None
             operands.append(entry)
             key.append((entry.dtype, entry.numel, value.dtype, value.shape, value.stride(), value.storage_offset()))
-        elif name in scalars and (kind is float or kind is int):
+        elif (kind is float or kind is int) and position < n and names[position] in scalars:
             operands.append(value)
             key.append(kind)
         elif kind in _HASHABLE:
@@ -575,6 +599,7 @@ def _fast_signature(op, args, kwargs, mode):
             key.append((tuple(value), tuple(map(type, value))))
         else:
             return None
+        position += 1
     if index is None:
         return None
     key.append(index)
@@ -648,7 +673,7 @@ def run(op, args, kwargs):
         if not is_runtime_error(err):
             raise
         raise op_failed(op, args, kwargs, err) from err
-    n_results = sum(layout is not None for layout in plan.results)
+    n_results = plan.n_results
     if plan.written:
         for position, buffer in zip(plan.written, outs[n_results:]):
             operands[position].buffer = buffer
