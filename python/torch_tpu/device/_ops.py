@@ -537,10 +537,11 @@ def _donation_safe(buffer) -> bool:
     """Whether a written storage's buffer may be donated to the op (its memory reused
     for the new value): only when nothing else can read the old value -- no other
     reference to the DeviceBuffer (another storage or operand of this op, a compiled
-    graph's argument list, a caller holding it), none to its array, and no host view
-    of its memory (`to_torch` / `to_numpy` export it)."""
-    return (sys.getrefcount(buffer) <= _SOLE_REFERENCES and not buffer._exported
-            and sys.getrefcount(buffer._array) <= 2)
+    graph's argument list, a caller holding it; the runtime wraps each array in one
+    DeviceBuffer) and no host view of its memory (`to_torch` / `to_numpy` export it).
+    Programs already enqueued that read the buffer are ordered before the donating one
+    by PjRT (the buffer's usage events)."""
+    return sys.getrefcount(buffer) <= _SOLE_REFERENCES and not buffer._exported
 
 
 # The hot path: a signature built from what PyTorch hands the kernel, without dataclasses

@@ -120,3 +120,14 @@ def test_donation_in_a_training_step_matches_cpu():
             m(inp).square().mean().backward()
             o.step()
     torch.testing.assert_close(model.weight.cpu(), reference.weight, rtol=1e-5, atol=1e-6)
+
+
+def test_op_enqueued_before_the_donation_reads_the_old_value():
+    x = torch.randn(1 << 20)
+    t = x.to("tpu")
+    for _ in range(3):
+        doubled = t * 2.0  # enqueued (Strict mode): reads t's buffer, maybe still pending
+        t.add_(1.0)  # donates that buffer
+        torch.testing.assert_close(doubled.cpu(), x * 2.0)
+        x = x + 1.0
+    torch.testing.assert_close(t.cpu(), x)
