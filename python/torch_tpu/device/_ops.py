@@ -11,8 +11,9 @@ op whose rule needs them as constants is planned again with them baked in.
 Module arguments are whole storages (flat buffers); the module reads each tensor as a
 view of its storage and returns either new storages (functional ops) or the new value
 of each written storage (in-place and out= ops, which the runtime then *rebinds*: every
-view of the storage sees the write). An op the table cannot lower runs on CPU
-(`_fallback.py`)."""
+view of the storage sees the write; the written storages' old buffers are donated to
+the op when nothing else can read them, `_donation_safe`). An op the table cannot lower
+runs on CPU (`_fallback.py`)."""
 
 from __future__ import annotations
 
