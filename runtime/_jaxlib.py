@@ -273,6 +273,27 @@ def to_numpy(array: RawArray, dtype: np.dtype) -> np.ndarray:
     return np.from_dlpack(_CapsuleHolder(capsule))
 
 
+_ALWAYS_COPY = [_jax.ArrayCopySemantics.ALWAYS_COPY]
+
+
+def array_copy(array: RawArray, device: RawDevice, sharding: Any) -> RawArray:
+    """A new array with its own memory holding `array`'s value, on `device` (enqueued
+    without waiting). `ArrayImpl.clone()` is not a copy: it shares the device memory."""
+    return _jax.batched_copy_array_to_devices_with_sharding(
+        [array], [device_list((device,))], [sharding], _ALWAYS_COPY)[0]
+
+
+def data_pointer(array: RawArray) -> int:
+    """The device address of a single-device array's memory, read from a DLPack capsule
+    that is dropped unconsumed (its deleter releases the external reference at once, so
+    the array can still be donated). `unsafe_buffer_pointer()` would import jax."""
+    capsule = buffer_to_dlpack(array)
+    try:
+        return int(_DLTensor.from_address(_capsule_pointer(capsule, b"dltensor")).data or 0)
+    finally:
+        del capsule
+
+
 # -- compiling ----------------------------------------------------------------------------
 
 

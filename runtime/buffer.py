@@ -147,6 +147,20 @@ class DeviceBuffer:
             raise classify_jaxlib_error(err, f"computing {self.type_string} on {self.device}", "see the error above") from None
         return self
 
+    def copy(self) -> DeviceBuffer:
+        """A new buffer with this one's value, on the same device (a device-side copy,
+        enqueued without waiting): what to pass where a program donates its argument and
+        this buffer must survive the call."""
+        self._check_alive("copy")
+        copied = _jaxlib.array_copy(self._array, self.device._raw, self.device._sharding)
+        return DeviceBuffer(copied, self.shape, self._row, self.device)
+
+    def unsafe_data_pointer(self) -> int:
+        """The address of the buffer's memory on its device (waits for the value); for
+        checking that a donated buffer's memory was reused, never for reading it."""
+        self._check_alive("query")
+        return _jaxlib.data_pointer(self._array)
+
     def delete(self) -> None:
         """Frees the device memory now (tensors already made by to_torch keep theirs alive)."""
         if not _jaxlib.array_is_deleted(self._array):

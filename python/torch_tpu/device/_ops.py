@@ -11,13 +11,15 @@ op whose rule needs them as constants is planned again with them baked in.
 Module arguments are whole storages (flat buffers); the module reads each tensor as a
 view of its storage and returns either new storages (functional ops) or the new value
 of each written storage (in-place and out= ops, which the runtime then *rebinds*: every
-view of the storage sees the write). An op the table cannot lower runs on CPU
-(`_fallback.py`)."""
+view of the storage sees the write; the written storages' old buffers are donated to
+the op when nothing else can read them, `_donation_safe`). An op the table cannot lower
+runs on CPU (`_fallback.py`)."""
 
 from __future__ import annotations
 
 import functools
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,10 +138,13 @@ class Plan:
     needs_rng: bool = False  # takes the device generator's next key last (_random.py)
     invoker: Any = None  # the shared `_invoker.Invoker` that runs `executable`
 
+    n_results: int = 0  # result tensors (the first outputs; written storages follow)
+
     def __post_init__(self) -> None:
         from .._invoker import Invoker
 
         self.invoker = Invoker(self.executable, self.executable.signature.args)
+        self.n_results = sum(layout is not None for layout in self.results)
 
 
 _PLANS: dict = {}
@@ -423,8 +428,12 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     identity = lowering_identity(record)  # a jax_op's StableHLO: not in the compiler's code
     fingerprint = (xxhash.xxh3_64_intdigest(repr((str(op), sig, bake, identity)).encode()), xxhash.xxh3_64_intdigest(mode.encode()))
     try:
+        # The written storages are donated: XLA writes the new value over the old buffer
+        # (`x.add_(1)` in a loop allocates nothing); `run` passes a copy where the old
+        # buffer is still referenced elsewhere (`_donation_safe`).
         executable = client.compile(module, fingerprint=fingerprint, name=str(op),
-                                    options=CompileSpec(device_indices=(index,)))
+                                    options=CompileSpec(device_indices=(index,),
+                                                        donate_argnums=tuple(write_positions)))
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
     # (sizes, strides, dtype, storage numel) of each result tensor, ready for new_tensor.
@@ -496,11 +505,45 @@ def _operand_buffer(value, index: int):
         if buffer.is_deleted:
             check_alive(value, name_line=False)  # raises; the op's error names the line
         return buffer
-    client = _storage.client()
     if isinstance(value, torch.Tensor):  # a 0-d CPU tensor
-        return client.to_device(value.detach().reshape(()).clone(), index, copy=True)
-    dtype = np.float64 if isinstance(value, float) else np.int64
-    return client.to_device(np.asarray(value, dtype=dtype), index, copy=True)
+        return _storage.client().to_device(value.detach().reshape(()).clone(), index, copy=True)
+    return _scalar_buffer(value, index)
+
+
+# Device buffers of recent Python numbers: a learning rate or `x * 0.5` is uploaded once,
+# not on every op (a host -> device transfer is the costliest part of a small op). The
+# buffers are only read (never written storages, so never donated). Floats are keyed by
+# their bits: 0.0 and -0.0 are equal keys in a dict but different operands.
+_SCALARS: dict = {}
+_SCALARS_MAX = 1024
+
+
+def _scalar_buffer(value, index: int):
+    key = (value.hex() if type(value) is float else value, type(value), index)
+    buffer = _SCALARS.get(key)
+    if buffer is None:
+        if len(_SCALARS) >= _SCALARS_MAX:
+            _SCALARS.clear()  # values that never repeat (`x * step`): keep the cache small
+        dtype = np.float64 if isinstance(value, float) else np.int64
+        buffer = _SCALARS[key] = _storage.client().to_device(np.asarray(value, dtype=dtype), index, copy=True)
+    return buffer
+
+
+# References to the DeviceBuffer of a written storage when nothing but the op reads it:
+# its storage entry, the op's list of operand buffers, `_donation_safe`'s parameter and
+# `sys.getrefcount`'s argument (CPython's counts; test_device_donation checks both sides).
+_SOLE_REFERENCES = 4
+
+
+def _donation_safe(buffer) -> bool:
+    """Whether a written storage's buffer may be donated to the op (its memory reused
+    for the new value): only when nothing else can read the old value -- no other
+    reference to the DeviceBuffer (another storage or operand of this op, a compiled
+    graph's argument list, a caller holding it; the runtime wraps each array in one
+    DeviceBuffer) and no host view of its memory (`to_torch` / `to_numpy` export it).
+    Programs already enqueued that read the buffer are ordered before the donating one
+    by PjRT (the buffer's usage events)."""
+    return sys.getrefcount(buffer) <= _SOLE_REFERENCES and not buffer._exported
 
 
 # The hot path: a signature built from what PyTorch hands the kernel, without dataclasses
@@ -528,17 +571,21 @@ def _fast_signature(op, args, kwargs, mode):
     operands: list = []
     index = None
     n = len(names)
-    items = [(names[i] if i < n else None, a) for i, a in enumerate(args)]
     if kwargs:
+        if len(args) > n:
+            return None
         key.append(tuple(kwargs))  # which arguments came by name
-        items.extend(kwargs.items())
-    for name, value in items:
+        names = (*names[: len(args)], *kwargs)
+        args = (*args, *kwargs.values())
+        n = len(names)
+    position = 0
+    for value in args:
         kind = type(value)
-        if isinstance(value, torch.Tensor):
-            if value.device.type != "tpu" or value.is_conj() or value.is_neg():
-                return None
+        if kind is torch.Tensor or isinstance(value, torch.Tensor):
+            # Only tpu storages are in the table (a CPU tensor's address is not a key;
+            # `is_cpu` rules out a coincidence).
             entry = entries.get(value.untyped_storage().data_ptr())
-            if entry is None:
+            if entry is None or value.is_cpu or value.is_conj() or value.is_neg():
                 return None
             if index is None:
                 index = entry.device_index
@@ -546,7 +593,7 @@ def _fast_signature(op, args, kwargs, mode):
                 return None
             operands.append(entry)
             key.append((entry.dtype, entry.numel, value.dtype, value.shape, value.stride(), value.storage_offset()))
-        elif name in scalars and (kind is float or kind is int):
+        elif (kind is float or kind is int) and position < n and names[position] in scalars:
             operands.append(value)
             key.append(kind)
         elif kind in _HASHABLE:
@@ -555,6 +602,7 @@ def _fast_signature(op, args, kwargs, mode):
             key.append((tuple(value), tuple(map(type, value))))
         else:
             return None
+        position += 1
     if index is None:
         return None
     key.append(index)
@@ -611,6 +659,9 @@ def run(op, args, kwargs):
             _FAST[fast[0]] = plan
     try:
         buffers = [_operand_buffer(v, index) for v in operands]
+        for position in plan.written:
+            if not _donation_safe(buffers[position]):
+                buffers[position] = buffers[position].copy()
         if plan.needs_rng:
             from ._random import key_buffer
 
@@ -625,7 +676,7 @@ def run(op, args, kwargs):
         if not is_runtime_error(err):
             raise
         raise op_failed(op, args, kwargs, err) from err
-    n_results = sum(layout is not None for layout in plan.results)
+    n_results = plan.n_results
     if plan.written:
         for position, buffer in zip(plan.written, outs[n_results:]):
             operands[position].buffer = buffer

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
-from rt_helpers import identity_module
+from rt_helpers import add_module, identity_module
 from torch_tpu.runtime import ArgumentError, BufferDeletedError, UnsupportedDtypeError, dtypes
 
 ALL_TORCH_DTYPES = [
@@ -176,3 +176,23 @@ def test_to_torch_keeps_memory_alive_after_buffer_is_dropped(client):
 def test_device_index_out_of_range(client):
     with pytest.raises(ArgumentError, match=r"device index 3 out of range: the cpu client has 1 device\(s\) \(set TORCH_TPU_NUM_CPU_DEVICES"):
         client.to_device(torch.ones(1), device_index=3)
+
+
+
+def test_copy_is_a_device_copy_with_its_own_memory(client):
+    from torch_tpu.runtime import CompileSpec
+
+    original = client.to_device(torch.arange(16, dtype=torch.float32), copy=True)
+    copied = original.copy()
+    assert copied.type_string == original.type_string and copied.device is original.device
+    # Its own memory (ArrayImpl.clone() would share it), so donating the copy leaves the
+    # original's value and buffer intact.
+    assert copied.unsafe_data_pointer() != original.unsafe_data_pointer()
+    exe = client.compile(add_module("16"), options=CompileSpec(donate_argnums=(0,)), name="add")
+    (out,) = exe.execute([copied, torch.ones(16)])
+    assert copied.is_deleted and not original.is_deleted
+    assert torch.equal(out.to_torch(), torch.arange(16, dtype=torch.float32) + 1)
+    assert torch.equal(original.to_torch(), torch.arange(16, dtype=torch.float32))
+    original.delete()
+    with pytest.raises(BufferDeletedError):
+        original.copy()
