@@ -439,7 +439,9 @@ def distributed_client(
     address: str, node_id: int, init_timeout_s: int, heartbeat_timeout_s: int, shutdown_timeout_s: int
 ) -> Any:
     """A process's connection to the coordination service; `.connect()` blocks until every
-    process has connected (or `init_timeout_s` passes)."""
+    process has connected (or `init_timeout_s` passes). A process that misses heartbeats
+    for `heartbeat_timeout_s` makes the service abort all of them (jaxlib's
+    `missed_heartbeat_callback` cannot take a Python function: std::bad_cast)."""
     return _jax.get_distributed_runtime_client(
         address, node_id, init_timeout=init_timeout_s, heartbeat_timeout=heartbeat_timeout_s,
         shutdown_timeout=shutdown_timeout_s, shutdown_on_destruction=False,

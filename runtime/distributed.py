@@ -150,19 +150,16 @@ class DistributedRuntime:
         except _jaxlib.JaxRuntimeError as err:
             if "DEADLINE_EXCEEDED" in str(err) or "timed out" in str(err).lower():
                 return None
-            raise DistributedError(f"the coordination service failed while waiting for {key!r}: {err}") from None
+            raise DistributedError(
+                f"tpu_dist: rank {self.rank} lost the coordination service (served by rank 0 at "
+                f"{self.address}) while waiting for {key!r}: {_first_line(err)}. Rank 0 has probably "
+                "exited or died; see its log"
+            ) from None
 
     def kv_try_get(self, key: str) -> str | None:
         try:
             return self._dclient.key_value_try_get(_KV_PREFIX + key)
         except _jaxlib.JaxRuntimeError:
-            return None
-
-    def live_ranks(self, ranks: Sequence[int]) -> set[int] | None:
-        """Which of `ranks` the coordination service still sees alive (None: unknown)."""
-        try:
-            return {int(r) for r in self._dclient.get_live_nodes(list(ranks))}
-        except Exception:  # noqa: BLE001 - older services lack it; liveness is advice only
             return None
 
     # -- handshake -----------------------------------------------------------------------------
@@ -189,23 +186,34 @@ class DistributedRuntime:
         if missing:
             raise DistributedError(self._missing_message(group, ranks, record, missing, timeout_s))
         if len({r.fingerprint for r in records.values()}) > 1:
+            # Every member sees the mismatch; wait (briefly) until all have read the
+            # records, so a member that raises and exits -- process 0 takes the service
+            # with it -- cannot leave another without its error message.
+            seen = f"hs/{group}/{record.sequence}/seen"
+            self.kv_set(f"{seen}/{record.rank}", "1")
+            wait_until = time.monotonic() + min(timeout_s, 5.0)
+            for rank in ranks:
+                if rank != record.rank:
+                    try:
+                        self.kv_get(f"{seen}/{rank}", max(0.001, wait_until - time.monotonic()))
+                    except DistributedError:
+                        break  # process 0 already left: this rank has every record it needs
             raise DistributedError(_mismatch_message(group, record.sequence, [records[r] for r in ranks]))
 
     def _missing_message(self, group: str, ranks: Sequence[int], mine: CollectiveRecord,
                          missing: list[int], timeout_s: float) -> str:
-        live = self.live_ranks(ranks)
         lines = [
             f"tpu_dist: collective #{mine.sequence} of group {group} ({mine.description}, at {mine.line}) "
-            f"on rank {mine.rank}: rank(s) {missing} did not reach it within {timeout_s:g} s."
+            f"on rank {mine.rank}: rank(s) {missing} did not reach it within {timeout_s:g} s (the "
+            "process died, or it runs other collectives)."
         ]
         for rank in missing:
-            dead = live is not None and rank not in live
             last = self.kv_try_get(f"hs/{group}/last/{rank}")
             where = "no collective yet"
             if last is not None:
                 rec = CollectiveRecord.decode(rank, last)
                 where = f"its last checked collective was #{rec.sequence} ({rec.description}, at {rec.line})"
-            lines.append(f"  rank {rank}: {'is no longer alive (its process died); ' if dead else ''}{where}")
+            lines.append(f"  rank {rank}: {where}")
         lines.append(
             "Every rank must run the same collectives in the same order; a rank that died or is "
             "stuck elsewhere makes the others stop here instead of hanging."
@@ -230,6 +238,10 @@ class DistributedRuntime:
                 self._service.shutdown()
             except Exception as err:  # noqa: BLE001
                 log.info("tpu_dist: coordination service shutdown: %s", err)
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def _mismatch_message(group: str, sequence: int, records: list[CollectiveRecord]) -> str:
@@ -273,7 +285,11 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
         if not 0 <= rank < world_size:
             raise DistributedError(f"rank {rank} is outside 0..{world_size - 1} (world size {world_size})")
         seconds = max(1, int(timeout_s))
-        heartbeat = max(5, min(seconds, 60))
+        # A process that stops heartbeating makes the service abort every other process
+        # (a C++ LOG(FATAL): jaxlib's callback hook cannot be given a Python function).
+        # Longer than the group timeout, so a handshake waiting for a dead process raises
+        # its Python error, naming it, first; capped so a job still ends when one dies.
+        heartbeat = max(10, min(2 * seconds + 5, 120))
         service = None
         if rank == 0:
             try:

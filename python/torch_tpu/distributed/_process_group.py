@@ -18,6 +18,7 @@ BAND/BOR/BXOR = reductions of bit planes (min/max/sum of 0/1 bytes).
 from __future__ import annotations
 
 import datetime
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -192,10 +193,10 @@ class ProcessGroupTPU(dist.ProcessGroup):
     # -- running programs ----------------------------------------------------------------------
 
     def _program(self, kind: str, numel: int, dtype: torch.dtype, ranks: tuple[int, ...], **params: Any):
+        """(program, whether its handshake is still due under `first_call`)."""
         key = (kind, numel, dtype, ranks, tuple(sorted(params.items())))
         program = self._programs.get(key)
-        new = program is None
-        if new:
+        if program is None:
             from torch_tpu.compiler.collective_programs import CollectiveProgramError, collective_module
 
             try:
@@ -207,8 +208,9 @@ class ProcessGroupTPU(dist.ProcessGroup):
             from torch_tpu.runtime.distributed import fingerprint_of
 
             program.fingerprint = fingerprint_of(text, program.description)
+            program.checked = False  # set once a handshake of it succeeded
             self._programs[key] = program
-        return program, new
+        return program, not program.checked
 
     def _collective(self, kind: str, buffer, dtype: torch.dtype, **params: Any):
         """Runs one collective of this group on this rank's flat buffer; returns the output."""
@@ -223,12 +225,12 @@ class ProcessGroupTPU(dist.ProcessGroup):
         stage = config.get("TORCH_TPU_SPMD_HANDSHAKE_STAGE")
         if stage == "off" or (stage == "first_call" and not new):
             return
-        from torch_tpu.device._fallback import user_line
         from torch_tpu.runtime.distributed import CollectiveRecord
 
         rank = self._runtime.rank
         record = CollectiveRecord(rank, sequence, program.fingerprint, program.description, user_line())
         self._runtime.handshake(group, ranks, record, self._timeout_s)
+        program.checked = True
 
     def _issue(self, what: str, tensors: Sequence[torch.Tensor], body: Callable[[], tuple[list, list]]) -> TPUWork:
         """Runs `body` (which enqueues the programs and returns (buffers to wait for,
@@ -519,6 +521,22 @@ class ProcessGroupTPU(dist.ProcessGroup):
         return TPUWork(error=ValueError(
             "tpu_dist recv: a source rank is required (XLA collectives pair a known sender with a receiver)"
         ))
+
+
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/torch_tpu/", "/runtime/", "/compiler/")
+
+
+def user_line() -> str:
+    """The innermost frame outside libraries (torch, its decorators) and torch_tpu: the
+    line of the user's collective call. Collectives issued from C++ (DDP's reducer, on
+    the autograd thread) have none."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith("<") or any(part in name for part in _LIBRARY_PARTS)):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<no Python frame: issued by C++ (e.g. DDP's gradient all-reduce)>"
 
 
 def _merged(works: list[TPUWork], result: list) -> TPUWork:
