@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -259,6 +260,24 @@ def fingerprint_of(text: str, description: str) -> str:
     return hashlib.sha256((description + "\n" + text).encode()).hexdigest()[:16]
 
 
+def _port_in_use(address: str) -> str | None:
+    """Why `address` cannot be listened on, or None. Checked before jaxlib tries: its
+    failed server start sometimes crashes the process (SIGSEGV) instead of raising."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError) as err:
+        return f"cannot resolve it ({err})"
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        try:
+            probe.bind(sockaddr)
+        except OSError as err:
+            return f"the port is in use ({err.strerror})"
+    return None
+
+
 _current: DistributedRuntime | None = None
 _current_lock = threading.Lock()
 
@@ -292,11 +311,17 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
         heartbeat = max(10, min(2 * seconds + 5, 120))
         service = None
         if rank == 0:
+            busy = _port_in_use(address)
+            if busy:
+                raise DistributedError(
+                    f"tpu_dist: rank 0 cannot serve the coordination service at {address}: {busy}. The "
+                    "port (MASTER_PORT + 1) is in use: pick another MASTER_PORT"
+                )
             try:
                 service = _jaxlib.distributed_service(address, world_size, heartbeat, min(seconds, 30))
             except Exception as err:  # noqa: BLE001 - a busy port is a plain RuntimeError
                 raise DistributedError(
-                    f"rank 0 cannot serve the coordination service at {address}: {err}. The port "
+                    f"tpu_dist: rank 0 cannot serve the coordination service at {address}: {err}. The port "
                     "(MASTER_PORT + 1) may be in use: pick another MASTER_PORT"
                 ) from None
         dclient = _jaxlib.distributed_client(address, rank, seconds, heartbeat, min(seconds, 30))
@@ -306,7 +331,7 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
             if service is not None:
                 service.shutdown()
             raise DistributedError(
-                f"rank {rank} could not join the {world_size}-process job at {address} within "
+                f"tpu_dist: rank {rank} could not join the {world_size}-process job at {address} within "
                 f"{seconds} s: {err}. Check that every rank runs with the same MASTER_ADDR, "
                 "MASTER_PORT and WORLD_SIZE and that all of them started"
             ) from None

@@ -19,11 +19,27 @@ class LaunchError(RuntimeError):
     """The process was started without what a tpu_dist job needs."""
 
 
-def coordinator_address() -> str:
+def _tcp_store_endpoint(store) -> tuple[str, int] | None:
+    """(host, port) of the TCPStore under `store` (PrefixStores wrap it), if it is one."""
+    import torch.distributed as dist
+
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    if isinstance(store, dist.TCPStore):
+        return store.host, int(store.port)
+    return None
+
+
+def coordinator_address(store=None) -> str:
+    """MASTER_ADDR:MASTER_PORT+1, or next to the TCPStore of `tcp://` initialisation."""
     missing = [name for name in _NEEDED if not os.environ.get(name)]
+    endpoint = _tcp_store_endpoint(store) if missing and store is not None else None
+    if endpoint is not None:
+        return f"{endpoint[0]}:{endpoint[1] + COORDINATOR_PORT_OFFSET}"
     if missing:
         raise LaunchError(
-            f"tpu_dist: {', '.join(missing)} not set. Launch with `torchrun --nproc_per_node=N "
+            f"tpu_dist: {', '.join(missing)} not set, and the process group's store is not a "
+            "TCPStore to take the address from. Launch with `torchrun --nproc_per_node=N "
             "script.py` (it sets MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE), or set them "
             "yourself before torch.distributed.init_process_group('tpu_dist')"
         )
@@ -37,7 +53,7 @@ def coordinator_address() -> str:
     return f"{os.environ['MASTER_ADDR']}:{port + COORDINATOR_PORT_OFFSET}"
 
 
-def start_runtime(rank: int, world_size: int, timeout: datetime.timedelta | float | None):
+def start_runtime(rank: int, world_size: int, timeout: datetime.timedelta | float | None, store=None):
     """Joins (or returns) this process's multi-process runtime."""
     from torch_tpu.runtime import distributed
 
@@ -48,4 +64,4 @@ def start_runtime(rank: int, world_size: int, timeout: datetime.timedelta | floa
             "launch every rank with the same world size"
         )
     seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout or 300)
-    return distributed.initialize(rank, world_size, coordinator_address(), timeout_s=seconds)
+    return distributed.initialize(rank, world_size, coordinator_address(store), timeout_s=seconds)

@@ -560,5 +560,5 @@ def create_backend(dist_backend_opts, backend_options=None) -> ProcessGroupTPU:
 
     if distributed.current() is None:
         # The default group (all ranks) comes first: its rank is the global rank.
-        _launch.start_runtime(ranks[rank], size, timeout)
+        _launch.start_runtime(ranks[rank], size, timeout, dist_backend_opts.store)
     return ProcessGroupTPU(rank, size, ranks, str(dist_backend_opts.group_id), timeout)

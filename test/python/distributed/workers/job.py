@@ -82,7 +82,14 @@ def check_die():
         "DistributedError", f"rank(s) [{n - 1}] did not reach it within 5 s",
     )
     print(f"rank {r}: die OK", flush=True)
-    os._exit(0)  # no shutdown barrier with a dead rank
+    # Rank 0 serves the coordination service: the survivors leave together, rank 0 last
+    # (its exit makes the service's clients abort), with no shutdown barrier with the dead.
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"die-done-{r}", "1")
+    store.wait([f"die-done-{k}" for k in range(n - 1)], datetime.timedelta(seconds=30))
+    if r == 0:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def main():
