@@ -8,7 +8,7 @@
     .venv/bin/python bench/dist.py [--iters 20] [--max-mb 64] [--steps 10]
 
 Re-launches itself under torchrun (`--nproc_per_node=2`); one process group serves both
-(`init_process_group("cpu:gloo,tpu:tpu_dist")`). Rank 0 prints the table. Nothing is
+(`init_process_group("tpu_dist")`). Rank 0 prints the table. Nothing is
 asserted. On XLA:CPU both backends move the bytes over loopback TCP through gloo: the
 ratio measures tpu_dist's per-call overhead (program dispatch, device buffers) over it.
 """
@@ -83,7 +83,7 @@ def _ddp(args) -> tuple[float, float]:
 def worker(args) -> None:
     import torch.distributed as dist
 
-    dist.init_process_group("cpu:gloo,tpu:tpu_dist")
+    dist.init_process_group("tpu_dist")
     rows = _bandwidth(args)
     ddp_tpu, ddp_gloo = _ddp(args)
     if dist.get_rank() == 0:

@@ -102,9 +102,8 @@ def _check_tpu(tensors: Sequence[torch.Tensor], what: str) -> None:
         if not isinstance(t, torch.Tensor) or t.device.type != "tpu":
             where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(
-                f"tpu_dist {what}: expected tpu tensors, got one on {where}. Move it with .to('tpu'), "
-                "or create the group with a backend per device, e.g. "
-                "init_process_group('cpu:gloo,tpu:tpu_dist')"
+                f"tpu_dist {what}: expected tpu tensors (or only CPU tensors, which go to gloo), "
+                f"got one on {where}. Move it with .to('tpu')"
             )
 
 
@@ -170,12 +169,23 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._programs: dict[tuple, Any] = {}
         self._sequence = 0
         self._lock = threading.RLock()
+        self._store = None
+        self._gloo = None
         from torch_tpu.runtime import distributed
 
         runtime = distributed.current()
         if runtime is None:
             raise RuntimeError("tpu_dist: the distributed runtime is not initialized")
         self._runtime = runtime
+
+    def _cpu_backend(self):
+        """gloo over the same ranks, for CPU tensors (made on the first CPU collective)."""
+        with self._lock:
+            if self._gloo is None:
+                store = dist.PrefixStore("tpu_dist_cpu/", self._store)
+                timeout = datetime.timedelta(seconds=self._timeout_s)
+                self._gloo = dist.ProcessGroupGloo(store, self.rank(), self.size(), timeout)
+            return self._gloo
 
     def getBackendName(self) -> str:  # noqa: N802 - PyTorch's name
         return "tpu_dist"
@@ -550,6 +560,43 @@ def _describe(kind: str, numel: int, dtype: torch.dtype, params: dict, ranks: Se
     return f"{kind}({numel} x {str(dtype).removeprefix('torch.')}{extra}) over ranks {list(ranks)}"
 
 
+# CPU tensors go to a gloo backend of the same ranks, created on first use (every member
+# reaches its first CPU collective together). A Python ProcessGroup replaces PyTorch's
+# per-device backend table ("cpu:gloo,tpu:tpu_dist" would still route CPU tensors here).
+_FORWARDED = (
+    "allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "all_gather_single",
+    "_allgather_base", "allgather_into_tensor_coalesced", "gather", "reduce_scatter",
+    "reduce_scatter_single", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "scatter",
+    "all_to_all_single", "alltoall_base", "alltoall", "send", "recv",
+)
+
+
+def _tensors_in(args) -> list[torch.Tensor]:
+    found = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            found.append(a)
+        elif isinstance(a, (list, tuple)):
+            found.extend(_tensors_in(a))
+    return found
+
+
+def _cpu_forwarding(name: str, method: Callable) -> Callable:
+    def forward(self, *args, **kwargs):
+        tensors = _tensors_in(args)
+        if tensors and all(t.device.type == "cpu" for t in tensors):
+            return getattr(self._cpu_backend(), name)(*args, **kwargs)
+        return method(self, *args, **kwargs)
+
+    forward.__name__ = name
+    forward.__doc__ = method.__doc__
+    return forward
+
+
+for _name in _FORWARDED:
+    setattr(ProcessGroupTPU, _name, _cpu_forwarding(_name, getattr(ProcessGroupTPU, _name)))
+
+
 def create_backend(dist_backend_opts, backend_options=None) -> ProcessGroupTPU:
     """The factory `register_backend(..., extended_api=True)` calls for each new group."""
     rank = dist_backend_opts.group_rank
@@ -561,4 +608,6 @@ def create_backend(dist_backend_opts, backend_options=None) -> ProcessGroupTPU:
     if distributed.current() is None:
         # The default group (all ranks) comes first: its rank is the global rank.
         _launch.start_runtime(ranks[rank], size, timeout, dist_backend_opts.store)
-    return ProcessGroupTPU(rank, size, ranks, str(dist_backend_opts.group_id), timeout)
+    group = ProcessGroupTPU(rank, size, ranks, str(dist_backend_opts.group_id), timeout)
+    group._store = dist_backend_opts.store
+    return group

@@ -156,6 +156,10 @@ def check_collectives(dtypes):
     x = value(r).to(dev)
     dist.broadcast(x, src=members[-1], group=mine)
     check("subgroup broadcast", x, value(members[-1]))
+    # CPU tensors go to gloo through the same group
+    c = value(r)
+    dist.all_reduce(c)
+    check("cpu all_reduce (gloo)", c, sum(value(k) for k in ranks))
     dist.barrier()
     print(f"rank {r}: collectives OK", flush=True)
 
