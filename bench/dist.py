@@ -34,6 +34,20 @@ def _timed(fn, iters: int) -> float:
     return statistics.median(samples)
 
 
+def _timed_pair(a, b, iters: int) -> tuple[float, float]:
+    """Medians of `a` and `b`, alternated call by call (the machine's load hits both)."""
+    for _ in range(3):
+        a()
+        b()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(iters):
+        for fn, out in ((a, samples[0]), (b, samples[1])):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
 def _bandwidth(args) -> list[tuple[int, float, float]]:
     import torch
     import torch.distributed as dist
@@ -45,8 +59,7 @@ def _bandwidth(args) -> list[tuple[int, float, float]]:
         numel = size // 4
         cpu = torch.ones(numel)
         tpu = torch.ones(numel).to("tpu")
-        t_gloo = _timed(lambda: dist.all_reduce(cpu), args.iters)
-        t_tpu = _timed(lambda: dist.all_reduce(tpu), args.iters)
+        t_tpu, t_gloo = _timed_pair(lambda: dist.all_reduce(tpu), lambda: dist.all_reduce(cpu), args.iters)
         factor = 2 * (n - 1) / n
         rows.append((size, size * factor / t_tpu / 1e9, size * factor / t_gloo / 1e9))
         size *= 4
@@ -87,7 +100,7 @@ def worker(args) -> None:
     rows = _bandwidth(args)
     ddp_tpu, ddp_gloo = _ddp(args)
     if dist.get_rank() == 0:
-        print(f"all_reduce bus bandwidth, {dist.get_world_size()} processes (GB/s, median of {args.iters})")
+        print(f"all_reduce bus bandwidth, {dist.get_world_size()} processes (GB/s, median of {args.iters}, alternated)")
         print(f"{'size':>8}  {'tpu_dist':>9}  {'gloo':>9}  {'ratio':>6}")
         for size, bw_tpu, bw_gloo in rows:
             label = f"{size // 1024} KB" if size < 1 << 20 else f"{size >> 20} MB"

@@ -271,6 +271,8 @@ def _port_in_use(address: str) -> str | None:
         return f"cannot resolve it ({err})"
     family, kind, proto, _, sockaddr = infos[0]
     with socket.socket(family, kind, proto) as probe:
+        # As gRPC binds: a port in TIME_WAIT (a job that just ended) is free; a listener is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(sockaddr)
         except OSError as err:

@@ -171,6 +171,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._lock = threading.RLock()
         self._store = None
         self._gloo = None
+        self._group_name = self._group_desc = self._name
         from torch_tpu.runtime import distributed
 
         runtime = distributed.current()
@@ -186,6 +187,22 @@ class ProcessGroupTPU(dist.ProcessGroup):
                 timeout = datetime.timedelta(seconds=self._timeout_s)
                 self._gloo = dist.ProcessGroupGloo(store, self.rank(), self.size(), timeout)
             return self._gloo
+
+    # C++ keeps a group's name on its backends, and a Python group has none: PyTorch's
+    # `_set_group_name` would be lost and `group_name` (DeviceMesh, FSDP2) would raise.
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    @property
+    def group_desc(self) -> str:
+        return self._group_desc
 
     def getBackendName(self) -> str:  # noqa: N802 - PyTorch's name
         return "tpu_dist"
