@@ -319,6 +319,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
         def body():
             outs = []
             for t in tensors:
+                if t.numel() == 0:
+                    continue
                 out = self._collective("all_reduce", _flat_buffer(t), t.dtype, reduce_op=op)
                 if self.rank() == dst:
                     _write(t, _as_tensor(out, t.shape, t.dtype))
@@ -445,7 +447,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
         def body():
             n = self.size()
             if not output_split_sizes and not input_split_sizes:
-                if input.numel() != output.numel() or input.shape[0] % n if input.dim() else True:
+                even = input.dim() > 0 and input.shape[0] % n == 0 and input.numel() == output.numel()
+                if not even:
                     raise ValueError(
                         f"tpu_dist all_to_all_single: input {list(input.shape)} and output "
                         f"{list(output.shape)} must have equal sizes, the first dividing by {n} ranks"
