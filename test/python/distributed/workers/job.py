@@ -3,6 +3,7 @@ Launched by test/python/distributed/test_tpu_dist.py; prints "rank R: <phase> OK
 
 argv: --dtypes float32,int32,bfloat16   collectives x these dtypes
       --ddp                              DDP 5 steps == single-process full batch
+      --tp                               TP MLP (Colwise/Rowwise) 5 steps == single process
       --handshake                        divergence -> DistributedError on every rank
       --die                              the last rank exits; the others raise naming it
 """
@@ -19,6 +20,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(__file__))
 from collectives import check_collectives  # noqa: E402
 from ddp import check_ddp  # noqa: E402
+from tp import check_tp  # noqa: E402
 
 
 def expect_error(name, fn, *needles):
@@ -96,6 +98,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtypes", default="")
     parser.add_argument("--ddp", action="store_true")
+    parser.add_argument("--tp", action="store_true")
     parser.add_argument("--handshake", action="store_true")
     parser.add_argument("--die", action="store_true")
     args = parser.parse_args()
@@ -105,6 +108,8 @@ def main():
         check_collectives([getattr(torch, name) for name in args.dtypes.split(",")])
     if args.ddp:
         check_ddp()
+    if args.tp:
+        check_tp()
     if args.handshake:
         check_handshake()
     if args.die:
