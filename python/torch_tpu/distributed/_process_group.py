@@ -613,8 +613,19 @@ def _cpu_forwarding(name: str, method: Callable) -> Callable:
     return forward
 
 
+def _not_traced(fn: Callable) -> Callable:
+    # PyTorch's C++ (DDP's reducer) calls the group while Dynamo may be tracing a frame
+    # (`torch.compile` of a DDP model): the collective is eager work, never graph.
+    import torch._dynamo
+
+    return torch._dynamo.disable(fn, recursive=True)
+
+
 for _name in _FORWARDED:
-    setattr(ProcessGroupTPU, _name, _cpu_forwarding(_name, getattr(ProcessGroupTPU, _name)))
+    setattr(ProcessGroupTPU, _name, _not_traced(_cpu_forwarding(_name, getattr(ProcessGroupTPU, _name))))
+ProcessGroupTPU.barrier = _not_traced(ProcessGroupTPU.barrier)
+TPUWork.wait = _not_traced(TPUWork.wait)
+TPUWork.get_future = _not_traced(TPUWork.get_future)
 
 
 def create_backend(dist_backend_opts, backend_options=None) -> ProcessGroupTPU:

@@ -1,5 +1,6 @@
-"""DDP (no device_ids) on tpu tensors for 5 steps equals single-process training on the
-full batch, computed on CPU in the same process (run by job.py)."""
+"""DDP (no device_ids) on tpu tensors for 5 steps, eager or with the forward compiled by
+torch.compile(backend="tpu"), equals single-process training on the full batch, computed
+on CPU in the same process (run by job.py)."""
 
 import copy
 
@@ -13,10 +14,12 @@ def make_model():
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
 
 
-def check_ddp():
+def check_ddp(compiled=False):
+    """compiled: the DDP model's forward under torch.compile(backend="tpu")."""
     r, n = dist.get_rank(), dist.get_world_size()
     reference = make_model()
     model = DDP(copy.deepcopy(reference).to("tpu"))
+    run = torch.compile(model, backend="tpu") if compiled else model
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(1)
@@ -30,11 +33,11 @@ def check_ddp():
         # this rank's quarter of the batch, gradients averaged by DDP
         opt.zero_grad()
         mine = slice(4 * r, 4 * r + 4)
-        loss = torch.nn.functional.mse_loss(model(x[mine].to("tpu")), y[mine].to("tpu"))
+        loss = torch.nn.functional.mse_loss(run(x[mine].to("tpu")), y[mine].to("tpu"))
         loss.backward()
         opt.step()
     for (name, p), q in zip(model.module.named_parameters(), reference.parameters()):
         got = p.detach().cpu()
         if not torch.allclose(got, q.detach(), rtol=1e-5, atol=1e-6):
             raise AssertionError(f"{name}: max diff {(got - q).abs().max()}")
-    print(f"rank {r}: DDP OK", flush=True)
+    print(f"rank {r}: {'compiled ' if compiled else ''}DDP OK", flush=True)

@@ -3,6 +3,7 @@ Launched by test/python/distributed/test_tpu_dist.py; prints "rank R: <phase> OK
 
 argv: --dtypes float32,int32,bfloat16   collectives x these dtypes
       --ddp                              DDP 5 steps == single-process full batch
+      --compiled-ddp                     the same with torch.compile(backend="tpu")
       --tp                               TP MLP (Colwise/Rowwise) 5 steps == single process
       --handshake                        divergence -> DistributedError on every rank
       --die                              the last rank exits; the others raise naming it
@@ -98,6 +99,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtypes", default="")
     parser.add_argument("--ddp", action="store_true")
+    parser.add_argument("--compiled-ddp", action="store_true")
     parser.add_argument("--tp", action="store_true")
     parser.add_argument("--handshake", action="store_true")
     parser.add_argument("--die", action="store_true")
@@ -108,6 +110,8 @@ def main():
         check_collectives([getattr(torch, name) for name in args.dtypes.split(",")])
     if args.ddp:
         check_ddp()
+    if args.compiled_ddp:
+        check_ddp(compiled=True)
     if args.tp:
         check_tp()
     if args.handshake:
