@@ -613,23 +613,31 @@ def _cpu_forwarding(name: str, method: Callable) -> Callable:
     return forward
 
 
-def _not_traced(fn: Callable) -> Callable:
-    # PyTorch's C++ (DDP's reducer) calls the group while Dynamo may be tracing a frame
-    # (`torch.compile` of a DDP model): the collective is eager work, never graph.
+for _name in _FORWARDED:
+    setattr(ProcessGroupTPU, _name, _cpu_forwarding(_name, getattr(ProcessGroupTPU, _name)))
+
+_hidden_from_dynamo = False
+
+
+def _hide_from_dynamo() -> None:
+    """PyTorch's C++ (DDP's reducer) calls the group while Dynamo may be tracing a frame
+    (`torch.compile` of a DDP model): a collective is eager work, never graph. Done when
+    the first group is made, not at import (this module loads on every `import torch`,
+    and importing Dynamo costs seconds)."""
+    global _hidden_from_dynamo
+    if _hidden_from_dynamo:
+        return
     import torch._dynamo
 
-    return torch._dynamo.disable(fn, recursive=True)
-
-
-for _name in _FORWARDED:
-    setattr(ProcessGroupTPU, _name, _not_traced(_cpu_forwarding(_name, getattr(ProcessGroupTPU, _name))))
-ProcessGroupTPU.barrier = _not_traced(ProcessGroupTPU.barrier)
-TPUWork.wait = _not_traced(TPUWork.wait)
-TPUWork.get_future = _not_traced(TPUWork.get_future)
+    for cls, names in ((ProcessGroupTPU, (*_FORWARDED, "barrier")), (TPUWork, ("wait", "get_future"))):
+        for name in names:
+            setattr(cls, name, torch._dynamo.disable(getattr(cls, name), recursive=True))
+    _hidden_from_dynamo = True
 
 
 def create_backend(dist_backend_opts, backend_options=None) -> ProcessGroupTPU:
     """The factory `register_backend(..., extended_api=True)` calls for each new group."""
+    _hide_from_dynamo()
     rank = dist_backend_opts.group_rank
     size = dist_backend_opts.group_size
     ranks = list(dist_backend_opts.global_ranks_in_group) or list(range(size))
