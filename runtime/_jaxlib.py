@@ -464,3 +464,43 @@ def add_buffer_donors(module: str | bytes, arg_indices: Sequence[int], source_na
 def platform_of(client: RawClient) -> tuple[str, str]:
     """(platform name, platform version) of a client."""
     return str(client.platform), str(client.platform_version)
+
+
+# -- several processes (torch_tpu.runtime.distributed) ------------------------------------
+
+DistributedRuntimeClient = _jax.DistributedRuntimeClient
+
+
+def distributed_service(address: str, num_nodes: int, heartbeat_timeout_s: int, shutdown_timeout_s: int) -> Any:
+    """The coordination service (run by process 0 only) at `address` ("host:port")."""
+    return _jax.get_distributed_runtime_service(
+        address, num_nodes, heartbeat_timeout=heartbeat_timeout_s, shutdown_timeout=shutdown_timeout_s
+    )
+
+
+def distributed_client(
+    address: str, node_id: int, init_timeout_s: int, heartbeat_timeout_s: int, shutdown_timeout_s: int
+) -> Any:
+    """A process's connection to the coordination service; `.connect()` blocks until every
+    process has connected (or `init_timeout_s` passes). A process that misses heartbeats
+    for `heartbeat_timeout_s` makes the service abort all of them (jaxlib's
+    `missed_heartbeat_callback` cannot take a Python function: std::bad_cast)."""
+    return _jax.get_distributed_runtime_client(
+        address, node_id, init_timeout=init_timeout_s, heartbeat_timeout=heartbeat_timeout_s,
+        shutdown_timeout=shutdown_timeout_s, shutdown_on_destruction=False,
+    )
+
+
+def make_distributed_cpu_client(dclient: Any, node_id: int, num_nodes: int, hostname: str) -> RawClient:
+    """XLA:CPU with one device in this process, its collectives carried by gloo over TCP
+    to the other processes (device ids are global, and not 0..N-1)."""
+    collectives = _jax.make_gloo_tcp_collectives(distributed_client=dclient, hostname=hostname)
+    return xla_client.make_cpu_client(
+        asynchronous=True, distributed_client=dclient, node_id=node_id, num_nodes=num_nodes,
+        collectives=collectives, num_devices=1,
+    )
+
+
+def global_devices(client: RawClient) -> list[tuple[RawDevice, int, int]]:
+    """(device, global id, process index) of every device of every process."""
+    return [(d, int(d.id), int(d.process_index)) for d in client.devices()]

@@ -513,6 +513,24 @@ def get_client(platform: str | None = None, *, num_cpu_devices: int | None = Non
         return client
 
 
+def install_client(platform: str, raw: Any) -> Client:
+    """Makes a client built elsewhere in the runtime (the multi-process client of
+    `runtime.distributed`) the process-wide one of `platform` and the default. Raises if
+    the runtime already made a client of that platform: its buffers would belong to it."""
+    global _default
+    name = normalize_platform(platform)
+    with _clients_lock:
+        if name in _clients or (_default is not None and _default != name):
+            raise PlatformError(
+                f"the {_default or name} runtime client already exists in this process, so it cannot "
+                "become part of a multi-process job: call torch.distributed.init_process_group "
+                "(or torch_tpu.runtime.distributed.initialize) before the first tpu tensor or compile"
+            )
+        client = _clients[name] = Client(name, raw)
+        _default = name
+        return client
+
+
 def synchronize() -> None:
     """Waits for all work of every client created so far."""
     for client in list(_clients.values()):

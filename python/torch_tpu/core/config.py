@@ -215,3 +215,26 @@ declare(
     "`torch_tpu.set_eager_mode` overrides it.",
     "frontend",
 )
+
+# -- tpu_dist (python/torch_tpu/distributed/) --------------------------------------------
+_HANDSHAKE_STAGES = ("first_call", "every_call", "off")
+
+
+def _parse_handshake_stage(text: str) -> str:
+    low = text.strip().lower()
+    if low not in _HANDSHAKE_STAGES:
+        raise ValueError(text)
+    return low
+
+
+HANDSHAKE_STAGE = EnvType("`first_call`, `every_call` or `off`", _parse_handshake_stage, "use first_call, every_call or off")
+declare(
+    "TORCH_TPU_SPMD_HANDSHAKE_STAGE", HANDSHAKE_STAGE, "first_call",
+    "tpu_dist: when the ranks of a group compare a collective before running it (kind, shapes, "
+    "dtypes, reduce op, group, and each rank's Python line, through the coordination service): "
+    "`first_call` before each collective program's first run, `every_call` before every run "
+    "(catches a rank that skips or reorders a collective it ran before), `off` never. A "
+    "mismatch, or a rank that does not arrive within the process group's timeout, raises on "
+    "the waiting ranks instead of hanging.",
+    "frontend",
+)

@@ -15,3 +15,9 @@ def autoload() -> None:
     from torch_tpu.device._registration import register
 
     register()
+    # The `tpu_dist` process-group backend, so `init_process_group("tpu_dist")` needs no
+    # import of ours (torchrun scripts stay plain PyTorch).
+    import torch.distributed
+
+    if torch.distributed.is_available():
+        import torch_tpu.distributed  # noqa: F401  (registers on import)

@@ -1,0 +1,128 @@
+"""tpu_dist vs gloo (issue 15), 2 processes on this machine, in the same job:
+
+* all_reduce bus bandwidth, 1 KB to 64 MB: `tpu_dist` on tpu tensors vs the `gloo`
+  backend on CPU tensors (goal >= 1.0x from 1 MB up). Bus bandwidth = bytes x 2(n-1)/n
+  / time (NCCL's convention), median over `--iters` timed calls after warm-up;
+* a DDP training step (MLP, SGD) on tpu tensors over tpu_dist vs on CPU over gloo.
+
+    .venv/bin/python bench/dist.py [--iters 20] [--max-mb 64] [--steps 10]
+
+Re-launches itself under torchrun (`--nproc_per_node=2`); one process group serves both
+(`init_process_group("tpu_dist")`). Rank 0 prints the table. Nothing is
+asserted. On XLA:CPU both backends move the bytes over loopback TCP through gloo: the
+ratio measures tpu_dist's per-call overhead (program dispatch, device buffers) over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _timed(fn, iters: int) -> float:
+    for _ in range(3):
+        fn()
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def _timed_pair(a, b, iters: int) -> tuple[float, float]:
+    """Medians of `a` and `b`, alternated call by call (the machine's load hits both)."""
+    for _ in range(3):
+        a()
+        b()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(iters):
+        for fn, out in ((a, samples[0]), (b, samples[1])):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
+def _bandwidth(args) -> list[tuple[int, float, float]]:
+    import torch
+    import torch.distributed as dist
+
+    n = dist.get_world_size()
+    rows = []
+    size = 1024
+    while size <= args.max_mb * 1024 * 1024:
+        numel = size // 4
+        cpu = torch.ones(numel)
+        tpu = torch.ones(numel).to("tpu")
+        t_tpu, t_gloo = _timed_pair(lambda: dist.all_reduce(tpu), lambda: dist.all_reduce(cpu), args.iters)
+        factor = 2 * (n - 1) / n
+        rows.append((size, size * factor / t_tpu / 1e9, size * factor / t_gloo / 1e9))
+        size *= 4
+    return rows
+
+
+def _ddp(args) -> tuple[float, float]:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    times = {}
+    for device in ("tpu", "cpu"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+            torch.nn.Linear(1024, 256),
+        ).to(device)
+        model = DDP(model)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x, y = torch.randn(64, 256).to(device), torch.randn(64, 256).to(device)
+
+        def step():
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            float(next(model.parameters()).detach().sum())  # wait for the step
+
+        times[device] = _timed(step, args.steps)
+        dist.barrier()
+    return times["tpu"], times["cpu"]
+
+
+def worker(args) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("tpu_dist")
+    rows = _bandwidth(args)
+    ddp_tpu, ddp_gloo = _ddp(args)
+    if dist.get_rank() == 0:
+        print(f"all_reduce bus bandwidth, {dist.get_world_size()} processes (GB/s, median of {args.iters}, alternated)")
+        print(f"{'size':>8}  {'tpu_dist':>9}  {'gloo':>9}  {'ratio':>6}")
+        for size, bw_tpu, bw_gloo in rows:
+            label = f"{size // 1024} KB" if size < 1 << 20 else f"{size >> 20} MB"
+            print(f"{label:>8}  {bw_tpu:9.3f}  {bw_gloo:9.3f}  {bw_tpu / bw_gloo:5.2f}x")
+        print(f"DDP step (MLP 256-1024-1024-256, batch 64): tpu_dist {ddp_tpu * 1e3:.1f} ms, "
+              f"gloo on CPU {ddp_gloo * 1e3:.1f} ms ({ddp_gloo / ddp_tpu:.2f}x)")
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--max-mb", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    if "RANK" in os.environ:
+        worker(args)
+        return
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29733",
+           os.path.abspath(__file__), *sys.argv[1:]]
+    sys.exit(subprocess.call(cmd))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""`tpu_dist`: torch.distributed on tpu tensors.
+
+    torchrun --nproc_per_node=2 train.py
+    # train.py
+    import torch.distributed as dist
+    dist.init_process_group("tpu_dist")        # registered on `import torch` (autoload)
+    x = torch.ones(4, device="tpu")            # this process's own device
+    dist.all_reduce(x)
+
+Each process's device is its own `tpu:0`; rank 0 serves PjRT's coordination service at
+MASTER_ADDR:MASTER_PORT+1. See docs/explanation/distributed.md.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from ._launch import COORDINATOR_PORT_OFFSET, LaunchError
+from ._process_group import ProcessGroupTPU, TPUWork, create_backend
+
+BACKEND = "tpu_dist"
+
+
+def register() -> None:
+    """Registers the `tpu_dist` backend for tpu tensors (idempotent)."""
+    if BACKEND.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["tpu"])
+
+
+if dist.is_available():
+    register()
+
+__all__ = ["BACKEND", "COORDINATOR_PORT_OFFSET", "LaunchError", "ProcessGroupTPU", "TPUWork", "register"]

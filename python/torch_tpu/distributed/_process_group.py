@@ -1,0 +1,652 @@
+"""`ProcessGroupTPU`: the `tpu_dist` backend, a Python `torch.distributed.ProcessGroup`.
+
+Every collective is a compiled StableHLO collective program
+(`torch_tpu.compiler.collective_programs`, lowered by `torchtpu-lower-collectives`) run
+on the tensors' device buffers, one replica per process of the group. Programs work on
+flat buffers (a dense tensor's elements in order), so all_gather/reduce_scatter/
+all_to_all along dim 0 are the same program for every shape with the same element count;
+they are cached per (collective, element count, dtype, reduce op, src, group).
+
+What XLA:CPU lacks is composed from what it has (see docs/explanation/distributed.md):
+broadcast, scatter = all-gather + slice (exact bits); reduce = all-reduce kept on dst;
+gather = all-gather kept on dst; uneven all_to_all = split sizes exchanged by an
+all-gather, chunks padded to the largest, one all_to_all, then sliced; send/recv = a
+two-replica collective_permute; barrier = a one-element all-reduce, waited for;
+BAND/BOR/BXOR = reductions of bit planes (min/max/sum of 0/1 bytes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from torch_tpu.core import config
+
+from . import _launch
+
+_REDUCE_OPS = {
+    dist.ReduceOp.SUM: "sum",
+    dist.ReduceOp.AVG: "avg",
+    dist.ReduceOp.PRODUCT: "product",
+    dist.ReduceOp.MIN: "min",
+    dist.ReduceOp.MAX: "max",
+    dist.ReduceOp.BAND: "band",
+    dist.ReduceOp.BOR: "bor",
+    dist.ReduceOp.BXOR: "bxor",
+}
+
+# p2p "groups": one sequence counter per (sender, receiver) pair of global ranks.
+_p2p_sequences: dict[tuple[int, int], int] = {}
+_p2p_lock = threading.Lock()
+
+
+class TPUWork(dist.Work):
+    """A collective already enqueued on the device. `wait()` blocks until its outputs are
+    computed and raises its error (an error raised while issuing it, too) -- a plain
+    future-backed Work would only log it."""
+
+    def __init__(self, buffers: Sequence[Any] = (), result: Any = None, error: BaseException | None = None) -> None:
+        super().__init__()
+        self._buffers = list(buffers)
+        self._result = result if result is not None else []
+        self._error = error
+        self._done = False
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        if self._error is not None:
+            raise self._error
+        if not self._done:
+            try:
+                for buffer in self._buffers:
+                    buffer.synchronize()
+            except Exception as err:  # noqa: BLE001 - re-raised with the collective named
+                self._error = RuntimeError(f"tpu_dist: the collective failed on the device: {err}")
+                raise self._error from None
+            self._done = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done or self._error is not None
+
+    def is_success(self) -> bool:
+        return self._done and self._error is None
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def result(self) -> list[torch.Tensor]:
+        return list(self._result)
+
+    def get_future(self) -> torch.futures.Future:
+        future: torch.futures.Future = torch.futures.Future()
+        try:
+            self.wait()
+        except Exception as err:  # noqa: BLE001 - the future carries it
+            future.set_exception(err)
+        else:
+            future.set_result(list(self._result))
+        return future
+
+
+# -- tensors <-> flat device buffers ------------------------------------------------------------
+
+
+def _check_tpu(tensors: Sequence[torch.Tensor], what: str) -> None:
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.device.type != "tpu":
+            where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(
+                f"tpu_dist {what}: expected tpu tensors (or only CPU tensors, which go to gloo), "
+                f"got one on {where}. Move it with .to('tpu')"
+            )
+
+
+def _flat_buffer(t: torch.Tensor):
+    """A DeviceBuffer with `t`'s elements in row-major order, shape (numel,)."""
+    from torch_tpu.device import _storage
+
+    c = t.detach()
+    if t.is_conj() or t.is_neg():
+        c = c.resolve_conj().resolve_neg()
+    c = c.contiguous()
+    entry = _storage.entry_of(c)
+    if c.storage_offset() != 0 or entry.numel != c.numel() or entry.dtype != c.dtype:
+        c = c.clone()
+        entry = _storage.entry_of(c)
+    return _storage.buffer_of(entry)
+
+
+def _as_tensor(buffer, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    from torch_tpu.device import _storage
+
+    size = [int(s) for s in shape]
+    numel = 1
+    for s in size:
+        numel *= s
+    return _storage.new_tensor(buffer, numel, size, list(_storage.contiguous_stride(size)), dtype, 0)
+
+
+def _write(target: torch.Tensor, value: torch.Tensor) -> None:
+    """`target` (any tpu tensor, possibly a view) takes `value`'s elements in place."""
+    from torch_tpu.device import _storage
+
+    entry = _storage.entry_of(target)
+    covers = (
+        target.dtype == entry.dtype and target.storage_offset() == 0 and target.numel() == entry.numel
+        and target.is_contiguous() and value.is_contiguous()
+    )
+    if covers:
+        entry.buffer = _flat_buffer(value)  # rebinding the storage: every view sees it
+        return
+    with torch.no_grad():
+        target.copy_(value.reshape(target.shape))
+
+
+def _element(dtype: torch.dtype) -> str:
+    from torch_tpu.runtime import dtypes
+
+    return dtypes.from_torch(dtype).mlir
+
+
+# -- the process group ----------------------------------------------------------------------------
+
+
+class ProcessGroupTPU(dist.ProcessGroup):
+    """`tpu_dist`: collectives of tpu tensors as XLA collective programs."""
+
+    def __init__(self, rank: int, size: int, global_ranks: Sequence[int], group_name: str,
+                 timeout: datetime.timedelta | None) -> None:
+        super().__init__(rank, size)
+        self._global_ranks = tuple(int(r) for r in global_ranks)
+        self._name = group_name or "default"
+        self._timeout_s = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 300.0
+        self._programs: dict[tuple, Any] = {}
+        self._sequence = 0
+        self._lock = threading.RLock()
+        self._store = None
+        self._gloo = None
+        self._group_name = self._group_desc = self._name
+        from torch_tpu.runtime import distributed
+
+        runtime = distributed.current()
+        if runtime is None:
+            raise RuntimeError("tpu_dist: the distributed runtime is not initialized")
+        self._runtime = runtime
+
+    def _cpu_backend(self):
+        """gloo over the same ranks, for CPU tensors (made on the first CPU collective)."""
+        with self._lock:
+            if self._gloo is None:
+                store = dist.PrefixStore("tpu_dist_cpu/", self._store)
+                timeout = datetime.timedelta(seconds=self._timeout_s)
+                self._gloo = dist.ProcessGroupGloo(store, self.rank(), self.size(), timeout)
+            return self._gloo
+
+    # C++ keeps a group's name on its backends, and a Python group has none: PyTorch's
+    # `_set_group_name` would be lost and `group_name` (DeviceMesh, FSDP2) would raise.
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    @property
+    def group_desc(self) -> str:
+        return self._group_desc
+
+    def getBackendName(self) -> str:  # noqa: N802 - PyTorch's name
+        return "tpu_dist"
+
+    def name(self) -> str:
+        return "tpu_dist"
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupTPU(group {self._name}, ranks {list(self._global_ranks)}, rank {self.rank()})"
+
+    @property
+    def group_ranks(self) -> tuple[int, ...]:
+        return self._global_ranks
+
+    # -- running programs ----------------------------------------------------------------------
+
+    def _program(self, kind: str, numel: int, dtype: torch.dtype, ranks: tuple[int, ...], **params: Any):
+        """(program, whether its handshake is still due under `first_call`)."""
+        key = (kind, numel, dtype, ranks, tuple(sorted(params.items())))
+        program = self._programs.get(key)
+        if program is None:
+            from torch_tpu.compiler.collective_programs import CollectiveProgramError, collective_module
+
+            try:
+                text = collective_module(kind, [numel], _element(dtype), len(ranks), **params)
+            except CollectiveProgramError as err:
+                raise ValueError(f"tpu_dist {kind}: {err}") from None
+            program = self._runtime.compile_group_program(text, ranks, f"tpu_dist.{kind}({numel} x {dtype})")
+            program.description = _describe(kind, numel, dtype, params, ranks)
+            from torch_tpu.runtime.distributed import fingerprint_of
+
+            program.fingerprint = fingerprint_of(text, program.description)
+            program.checked = False  # set once a handshake of it succeeded
+            self._programs[key] = program
+        return program, not program.checked
+
+    def _collective(self, kind: str, buffer, dtype: torch.dtype, **params: Any):
+        """Runs one collective of this group on this rank's flat buffer; returns the output."""
+        with self._lock:
+            self._sequence += 1
+            sequence = self._sequence
+        program, new = self._program(kind, buffer.shape[0], dtype, self._global_ranks, **params)
+        self._maybe_handshake(self._name, self._global_ranks, sequence, program, new)
+        return program.run([buffer])[0]
+
+    def _maybe_handshake(self, group: str, ranks: tuple[int, ...], sequence: int, program, new: bool) -> None:
+        stage = config.get("TORCH_TPU_SPMD_HANDSHAKE_STAGE")
+        if stage == "off" or (stage == "first_call" and not new):
+            return
+        from torch_tpu.runtime.distributed import CollectiveRecord
+
+        rank = self._runtime.rank
+        record = CollectiveRecord(rank, sequence, program.fingerprint, program.description, user_line())
+        self._runtime.handshake(group, ranks, record, self._timeout_s)
+        program.checked = True
+
+    def _issue(self, what: str, tensors: Sequence[torch.Tensor], body: Callable[[], tuple[list, list]]) -> TPUWork:
+        """Runs `body` (which enqueues the programs and returns (buffers to wait for,
+        result tensors)); an error becomes the Work's, raised by `wait()`."""
+        try:
+            _check_tpu(tensors, what)
+            buffers, result = body()
+            return TPUWork(buffers, result)
+        except Exception as err:  # noqa: BLE001 - re-raised by wait()
+            return TPUWork(error=err)
+
+    def _reduce_op(self, op: Any) -> str:
+        # opts.reduceOp is a ReduceOp object; it compares equal to its RedOpType.
+        name = next((n for kind, n in _REDUCE_OPS.items() if op == kind), None)
+        if name is None:
+            raise ValueError(f"tpu_dist: reduce op {op} is not supported (premul_sum: multiply first, then SUM)")
+        return name
+
+    # -- collectives ----------------------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        op = self._reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+
+        def body():
+            outs = []
+            for t in tensors:
+                if t.numel() == 0:
+                    continue
+                out = self._collective("all_reduce", _flat_buffer(t), t.dtype, reduce_op=op)
+                _write(t, _as_tensor(out, t.shape, t.dtype))
+                outs.append(out)
+            return outs, list(tensors)
+
+        return self._issue("all_reduce", tensors, body)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def broadcast(self, tensors, opts=None):
+        src = opts.rootRank if opts is not None else 0
+
+        def body():
+            outs = []
+            for t in tensors:
+                if t.numel() == 0:
+                    continue
+                out = self._collective("broadcast", _flat_buffer(t), t.dtype, src=src)
+                if self.rank() != src:
+                    _write(t, _as_tensor(out, t.shape, t.dtype))
+                outs.append(out)
+            return outs, list(tensors)
+
+        return self._issue("broadcast", tensors, body)
+
+    def reduce(self, tensors, opts=None):
+        op = self._reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        dst = opts.rootRank if opts is not None else 0
+
+        def body():
+            outs = []
+            for t in tensors:
+                if t.numel() == 0:
+                    continue
+                out = self._collective("all_reduce", _flat_buffer(t), t.dtype, reduce_op=op)
+                if self.rank() == dst:
+                    _write(t, _as_tensor(out, t.shape, t.dtype))
+                outs.append(out)
+            return outs, list(tensors)
+
+        return self._issue("reduce", tensors, body)
+
+    def _gathered(self, t: torch.Tensor):
+        """All ranks' `t`, concatenated along a new leading dimension (tpu tensor)."""
+        out = self._collective("all_gather", _flat_buffer(t), t.dtype)
+        return out, _as_tensor(out, [self.size(), *t.shape], t.dtype)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        def body():
+            outs = []
+            for outputs, t in zip(output_lists, inputs):
+                if len(outputs) != self.size():
+                    raise ValueError(f"tpu_dist all_gather: {len(outputs)} output tensors for {self.size()} ranks")
+                out, stacked = self._gathered(t)
+                for i, o in enumerate(outputs):
+                    _write(o, stacked[i])
+                outs.append(out)
+            return outs, list(output_lists)
+
+        return self._issue("all_gather", [*inputs, *[o for lst in output_lists for o in lst]], body)
+
+    def all_gather_single(self, output, input, opts=None):
+        def body():
+            if output.numel() != input.numel() * self.size():
+                raise ValueError(
+                    f"tpu_dist all_gather_into_tensor: output has {output.numel()} elements, expected "
+                    f"{input.numel()} x {self.size()} ranks"
+                )
+            out, stacked = self._gathered(input)
+            _write(output, stacked.reshape(output.shape))
+            return [out], [output]
+
+        return self._issue("all_gather_into_tensor", [output, input], body)
+
+    _allgather_base = all_gather_single
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        works = [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)]
+        return _merged(works, list(outputs))
+
+    def gather(self, output_lists, inputs, opts=None):
+        dst = opts.rootRank if opts is not None else 0
+
+        def body():
+            outs = []
+            for k, t in enumerate(inputs):
+                out, stacked = self._gathered(t)
+                if self.rank() == dst:
+                    for i, o in enumerate(output_lists[k]):
+                        _write(o, stacked[i])
+                outs.append(out)
+            return outs, list(output_lists)
+
+        return self._issue("gather", list(inputs), body)
+
+    def _reduce_scattered(self, flat: torch.Tensor, op: str):
+        out = self._collective("reduce_scatter", _flat_buffer(flat), flat.dtype, reduce_op=op)
+        return out, _as_tensor(out, [flat.numel() // self.size()], flat.dtype)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        op = self._reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+
+        def body():
+            outs = []
+            for o, inputs in zip(outputs, input_lists):
+                if len(inputs) != self.size() or any(i.numel() != o.numel() for i in inputs):
+                    raise ValueError(
+                        f"tpu_dist reduce_scatter: needs {self.size()} inputs of {o.numel()} elements each"
+                    )
+                flat = torch.cat([i.reshape(-1) for i in inputs])
+                out, mine = self._reduce_scattered(flat, op)
+                _write(o, mine.reshape(o.shape))
+                outs.append(out)
+            return outs, list(outputs)
+
+        return self._issue("reduce_scatter", [*outputs, *[i for lst in input_lists for i in lst]], body)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        op = self._reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+
+        def body():
+            if input.numel() != output.numel() * self.size():
+                raise ValueError(
+                    f"tpu_dist reduce_scatter_tensor: input has {input.numel()} elements, expected "
+                    f"{output.numel()} x {self.size()} ranks"
+                )
+            out, mine = self._reduce_scattered(input.reshape(-1), op)
+            _write(output, mine.reshape(output.shape))
+            return [out], [output]
+
+        return self._issue("reduce_scatter_tensor", [output, input], body)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
+        return _merged(works, list(outputs))
+
+    def scatter(self, outputs, input_lists, opts=None):
+        src = opts.rootRank if opts is not None else 0
+
+        def body():
+            outs = []
+            for k, o in enumerate(outputs):
+                if self.rank() == src:
+                    flat = torch.cat([i.reshape(-1) for i in input_lists[k]])
+                else:  # only the source's value travels: any buffer of the right size
+                    flat = torch.empty(o.numel() * self.size(), dtype=o.dtype, device=o.device)
+                out = self._collective("broadcast", _flat_buffer(flat), o.dtype, src=src)
+                mine = _as_tensor(out, [self.size(), o.numel()], o.dtype)[self.rank()]
+                _write(o, mine.reshape(o.shape))
+                outs.append(out)
+            return outs, list(outputs)
+
+        return self._issue("scatter", list(outputs), body)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        def body():
+            n = self.size()
+            if not output_split_sizes and not input_split_sizes:
+                even = input.dim() > 0 and input.shape[0] % n == 0 and input.numel() == output.numel()
+                if not even:
+                    raise ValueError(
+                        f"tpu_dist all_to_all_single: input {list(input.shape)} and output "
+                        f"{list(output.shape)} must have equal sizes, the first dividing by {n} ranks"
+                    )
+                out = self._collective("all_to_all", _flat_buffer(input), input.dtype)
+                _write(output, _as_tensor(out, output.shape, output.dtype))
+                return [out], [output]
+            return self._uneven_all_to_all(output, input, list(output_split_sizes), list(input_split_sizes))
+
+        return self._issue("all_to_all_single", [output, input], body)
+
+    alltoall_base = all_to_all_single
+
+    def _uneven_all_to_all(self, output, input, out_splits, in_splits):
+        n = self.size()
+        row = input[0].numel() if input.dim() > 1 and input.shape[0] else (
+            output[0].numel() if output.dim() > 1 and output.shape[0] else 1)
+        in_splits = in_splits or [input.shape[0] // n] * n
+        out_splits = out_splits or [output.shape[0] // n] * n
+        if len(in_splits) != n or len(out_splits) != n or sum(in_splits) != input.shape[0] or sum(out_splits) != output.shape[0]:
+            raise ValueError(
+                f"tpu_dist all_to_all_single: split sizes {in_splits} / {out_splits} must have {n} entries "
+                f"summing to the input's / output's first dimension ({input.shape[0]} / {output.shape[0]})"
+            )
+        # Every rank's split sizes, so every rank pads its chunks to the same largest size.
+        sizes = torch.tensor(in_splits, dtype=torch.int64).to(input.device)
+        _, all_sizes = self._gathered(sizes)
+        largest = max(1, int(all_sizes.cpu().max()))
+        chunks = []
+        for chunk in torch.split(input.reshape(input.shape[0], -1) if input.dim() else input, in_splits):
+            flat = chunk.reshape(-1)
+            pad = torch.zeros(largest * row - flat.numel(), dtype=input.dtype, device=input.device)
+            chunks.append(torch.cat([flat, pad]))
+        out = self._collective("all_to_all", _flat_buffer(torch.cat(chunks)), input.dtype)
+        received = _as_tensor(out, [n, largest * row], input.dtype)
+        pieces = [received[j, : out_splits[j] * row] for j in range(n)]
+        _write(output, torch.cat(pieces).reshape(output.shape))
+        return [out], [output]
+
+    def alltoall(self, outputs, inputs, opts=None):
+        def body():
+            n = self.size()
+            if len(inputs) != n or len(outputs) != n:
+                raise ValueError(f"tpu_dist all_to_all: needs {n} input and {n} output tensors")
+            dtype = inputs[0].dtype
+            flat_in = torch.cat([i.reshape(-1) for i in inputs])
+            flat_out = torch.empty(sum(o.numel() for o in outputs), dtype=dtype, device=inputs[0].device)
+            work = self.all_to_all_single(
+                flat_out, flat_in, [o.numel() for o in outputs], [i.numel() for i in inputs]
+            )
+            work.wait()
+            for o, piece in zip(outputs, torch.split(flat_out, [o.numel() for o in outputs])):
+                _write(o, piece.reshape(o.shape))
+            return [], list(outputs)
+
+        return self._issue("all_to_all", [*outputs, *inputs], body)
+
+    def barrier(self, opts=None):
+        def body():
+            one = torch.ones(1, dtype=torch.int32, device="tpu:0")
+            out = self._collective("all_reduce", _flat_buffer(one), one.dtype, reduce_op="sum")
+            out.synchronize()
+            return [out], []
+
+        return self._issue("barrier", [], body)
+
+    # -- point to point ----------------------------------------------------------------------------
+
+    def _p2p(self, tensor: torch.Tensor, src: int, dst: int, receiving: bool):
+        """One collective_permute between the two processes (group ranks src -> dst)."""
+        pair = (self._global_ranks[src], self._global_ranks[dst])
+        ranks = tuple(sorted(pair))
+        key = ranks
+        with _p2p_lock:
+            _p2p_sequences[key] = _p2p_sequences.get(key, 0) + 1
+            sequence = _p2p_sequences[key]
+        pairs = ((ranks.index(pair[0]), ranks.index(pair[1])),)
+        program, new = self._program("permute", tensor.numel(), tensor.dtype, ranks, pairs=pairs)
+        self._maybe_handshake(f"p2p-{ranks[0]}-{ranks[1]}", ranks, sequence, program, new)
+        out = program.run([_flat_buffer(tensor)])[0]
+        if receiving:
+            _write(tensor, _as_tensor(out, tensor.shape, tensor.dtype))
+        return out
+
+    def send(self, tensors, dst, tag=0):
+        def body():
+            outs = [self._p2p(t, self.rank(), dst, False) for t in tensors]
+            return outs, list(tensors)
+
+        return self._issue("send", tensors, body)
+
+    def recv(self, tensors, src, tag=0):
+        def body():
+            outs = [self._p2p(t, src, self.rank(), True) for t in tensors]
+            return outs, list(tensors)
+
+        return self._issue("recv", tensors, body)
+
+    def recv_anysource(self, tensors, tag=0):
+        return TPUWork(error=ValueError(
+            "tpu_dist recv: a source rank is required (XLA collectives pair a known sender with a receiver)"
+        ))
+
+
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/torch_tpu/", "/runtime/", "/compiler/")
+
+
+def user_line() -> str:
+    """The innermost frame outside libraries (torch, its decorators) and torch_tpu: the
+    line of the user's collective call. Collectives issued from C++ (DDP's reducer, on
+    the autograd thread) have none."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith("<") or any(part in name for part in _LIBRARY_PARTS)):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<no Python frame: issued by C++ (e.g. DDP's gradient all-reduce)>"
+
+
+def _merged(works: list[TPUWork], result: list) -> TPUWork:
+    buffers = [b for w in works for b in w._buffers]
+    error = next((w._error for w in works if w._error is not None), None)
+    return TPUWork(buffers, result, error)
+
+
+def _describe(kind: str, numel: int, dtype: torch.dtype, params: dict, ranks: Sequence[int]) -> str:
+    extra = "".join(f", {k}={v}" for k, v in sorted(params.items()))
+    return f"{kind}({numel} x {str(dtype).removeprefix('torch.')}{extra}) over ranks {list(ranks)}"
+
+
+# CPU tensors go to a gloo backend of the same ranks, created on first use (every member
+# reaches its first CPU collective together). A Python ProcessGroup replaces PyTorch's
+# per-device backend table ("cpu:gloo,tpu:tpu_dist" would still route CPU tensors here).
+_FORWARDED = (
+    "allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "all_gather_single",
+    "_allgather_base", "allgather_into_tensor_coalesced", "gather", "reduce_scatter",
+    "reduce_scatter_single", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "scatter",
+    "all_to_all_single", "alltoall_base", "alltoall", "send", "recv",
+)
+
+
+def _tensors_in(args) -> list[torch.Tensor]:
+    found = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            found.append(a)
+        elif isinstance(a, (list, tuple)):
+            found.extend(_tensors_in(a))
+    return found
+
+
+def _cpu_forwarding(name: str, method: Callable) -> Callable:
+    def forward(self, *args, **kwargs):
+        tensors = _tensors_in(args)
+        if tensors and all(t.device.type == "cpu" for t in tensors):
+            return getattr(self._cpu_backend(), name)(*args, **kwargs)
+        return method(self, *args, **kwargs)
+
+    forward.__name__ = name
+    forward.__doc__ = method.__doc__
+    return forward
+
+
+for _name in _FORWARDED:
+    setattr(ProcessGroupTPU, _name, _cpu_forwarding(_name, getattr(ProcessGroupTPU, _name)))
+
+_hidden_from_dynamo = False
+
+
+def _hide_from_dynamo() -> None:
+    """PyTorch's C++ (DDP's reducer) calls the group while Dynamo may be tracing a frame
+    (`torch.compile` of a DDP model): a collective is eager work, never graph. Done when
+    the first group is made, not at import (this module loads on every `import torch`,
+    and importing Dynamo costs seconds)."""
+    global _hidden_from_dynamo
+    if _hidden_from_dynamo:
+        return
+    import torch._dynamo
+
+    for cls, names in ((ProcessGroupTPU, (*_FORWARDED, "barrier")), (TPUWork, ("wait", "get_future"))):
+        for name in names:
+            setattr(cls, name, torch._dynamo.disable(getattr(cls, name), recursive=True))
+    _hidden_from_dynamo = True
+
+
+def create_backend(dist_backend_opts, backend_options=None) -> ProcessGroupTPU:
+    """The factory `register_backend(..., extended_api=True)` calls for each new group."""
+    _hide_from_dynamo()
+    rank = dist_backend_opts.group_rank
+    size = dist_backend_opts.group_size
+    ranks = list(dist_backend_opts.global_ranks_in_group) or list(range(size))
+    timeout = dist_backend_opts.timeout
+    from torch_tpu.runtime import distributed
+
+    if distributed.current() is None:
+        # The default group (all ranks) comes first: its rank is the global rank.
+        _launch.start_runtime(ranks[rank], size, timeout, dist_backend_opts.store)
+    group = ProcessGroupTPU(rank, size, ranks, str(dist_backend_opts.group_id), timeout)
+    group._store = dist_backend_opts.store
+    return group

@@ -1,0 +1,358 @@
+"""Several processes, one device each: PjRT's distributed runtime.
+
+`initialize(rank, world_size, address)` connects this process to the others: process 0
+serves jaxlib's coordination service at `address`, every process connects to it, and the
+process-wide client (`get_client()`) becomes a multi-process one whose only addressable
+device is this process's own (`devices[0]`, so the eager device's `tpu:0`), while every
+process's device has a global id the programs can name. On XLA:CPU the collectives go
+over gloo/TCP; on TPU/GPU the same programs use the interconnect.
+
+A collective program is compiled for the processes of a group (`compile_group_program`):
+N replicas, replica i on the device of the group's i-th process, and run by each of them
+with its own buffer. The coordination service's key-value store carries the handshake
+that checks every process is about to run the same program (`handshake`).
+
+torch-free, like the rest of the runtime: `torch_tpu.distributed` is the PyTorch side.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import _jaxlib
+from .buffer import DeviceBuffer
+from .client import Client, install_client
+from .errors import CompileError, PlatformError, TorchTPURuntimeError, classify_jaxlib_error
+from .executable import Signature
+
+log = logging.getLogger("torch_tpu.runtime.distributed")
+
+_KV_PREFIX = "torch_tpu/"
+
+
+class DistributedError(TorchTPURuntimeError):
+    """A failure of the multi-process runtime: connection, a peer that died, a divergence."""
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """What one process published before running a collective program."""
+
+    rank: int
+    sequence: int
+    fingerprint: str
+    description: str
+    line: str
+
+    def encode(self) -> str:
+        return "\x1f".join((str(self.sequence), self.fingerprint, self.description, self.line))
+
+    @classmethod
+    def decode(cls, rank: int, text: str) -> CollectiveRecord:
+        sequence, fingerprint, description, line = text.split("\x1f", 3)
+        return cls(rank, int(sequence), fingerprint, description, line)
+
+
+class GroupProgram:
+    """A compiled program of one group of processes; `run` takes this process's buffers."""
+
+    def __init__(self, runtime: DistributedRuntime, raw: Any, name: str) -> None:
+        self.name = name
+        self._runtime = runtime
+        signature = Signature.of(raw)
+        self.signature = signature
+        device = runtime.client.devices[0]
+        self._device = device
+        self._rows = [r.element_type for r in signature.results]
+        self._shapes = [r.shape for r in signature.results]
+        avals = [_jaxlib.Aval(r.shape, r.dtype) for r in signature.results]
+        self._runner = _jaxlib.make_runner(raw, [_jaxlib.result_handler(a, device._sharding) for a in avals])
+
+    def run(self, buffers: Sequence[DeviceBuffer]) -> list[DeviceBuffer]:
+        """Enqueues the program (asynchronous); the outputs' `synchronize()` waits and
+        raises the program's error."""
+        try:
+            outs = self._runner([b._array for b in buffers])
+        except _jaxlib.JaxRuntimeError as err:
+            raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
+        return [DeviceBuffer(o, self._shapes[k], self._rows[k], self._device) for k, o in enumerate(outs)]
+
+
+class DistributedRuntime:
+    """This process's place in a multi-process job (see the module docstring)."""
+
+    def __init__(self, rank: int, world_size: int, address: str, timeout_s: float,
+                 service: Any, dclient: Any, client: Client) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.address = address
+        self.timeout_s = timeout_s
+        self.client = client
+        self._service = service
+        self._dclient = dclient
+        by_process = {}
+        for raw, device_id, process in _jaxlib.global_devices(client._raw):
+            by_process.setdefault(process, (raw, device_id))
+        missing = [r for r in range(world_size) if r not in by_process]
+        if missing:
+            raise DistributedError(f"the distributed runtime sees no device of process(es) {missing}")
+        self._device_of_rank = [by_process[r] for r in range(world_size)]
+        self._programs: dict[tuple[str, tuple[int, ...]], GroupProgram] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"DistributedRuntime(rank {self.rank} of {self.world_size}, {self.address}, {self.client})"
+
+    def device_id(self, rank: int) -> int:
+        """The global device id of process `rank`'s device (not `rank`: PjRT numbers them)."""
+        return self._device_of_rank[rank][1]
+
+    # -- programs ----------------------------------------------------------------------------
+
+    def compile_group_program(self, text: str, ranks: Sequence[int], name: str) -> GroupProgram:
+        """`text` (StableHLO, replica groups over 0..len(ranks)-1) compiled as len(ranks)
+        replicas, replica i on process ranks[i]'s device. Cached per (text, ranks)."""
+        ranks = tuple(int(r) for r in ranks)
+        if self.rank not in ranks:
+            raise DistributedError(f"{name}: process {self.rank} is not in the group {list(ranks)}")
+        key = (text, ranks)
+        program = self._programs.get(key)
+        if program is not None:
+            return program
+        devices = [self._device_of_rank[r][0] for r in ranks]
+        options = _jaxlib.compile_options(len(ranks), [self._device_of_rank[r][1] for r in ranks], ())
+        try:
+            raw = _jaxlib.compile_and_load(self.client._raw, text, devices, options)
+        except _jaxlib.JaxRuntimeError as err:
+            raise CompileError(f"{name}: XLA cannot compile the collective program: {err}") from None
+        program = GroupProgram(self, raw, name)
+        with self._lock:
+            self._programs.setdefault(key, program)
+        return program
+
+    # -- key-value store ----------------------------------------------------------------------
+
+    def kv_set(self, key: str, value: str) -> None:
+        self._dclient.key_value_set(_KV_PREFIX + key, value, True)
+
+    def kv_get(self, key: str, timeout_s: float) -> str | None:
+        """The value of `key`, waiting up to `timeout_s` for it to be set; None on timeout."""
+        try:
+            return self._dclient.blocking_key_value_get(_KV_PREFIX + key, max(1, int(timeout_s * 1000)))
+        except _jaxlib.JaxRuntimeError as err:
+            if "DEADLINE_EXCEEDED" in str(err) or "timed out" in str(err).lower():
+                return None
+            raise DistributedError(
+                f"tpu_dist: rank {self.rank} lost the coordination service (served by rank 0 at "
+                f"{self.address}) while waiting for {key!r}: {_first_line(err)}. Rank 0 has probably "
+                "exited or died; see its log"
+            ) from None
+
+    def kv_try_get(self, key: str) -> str | None:
+        try:
+            return self._dclient.key_value_try_get(_KV_PREFIX + key)
+        except _jaxlib.JaxRuntimeError:
+            return None
+
+    # -- handshake -----------------------------------------------------------------------------
+
+    def handshake(self, group: str, ranks: Sequence[int], record: CollectiveRecord, timeout_s: float) -> None:
+        """Publishes this process's `record` for the group's collective number
+        `record.sequence` and compares it with every other member's. Raises
+        `DistributedError` naming the ranks, the first differing collective and each rank's
+        source line when they differ, or when a member has not published within
+        `timeout_s` (it died, or it is running something else)."""
+        self.kv_set(f"hs/{group}/{record.sequence}/{record.rank}", record.encode())
+        self.kv_set(f"hs/{group}/last/{record.rank}", record.encode())
+        deadline = time.monotonic() + timeout_s
+        records = {record.rank: record}
+        missing = []
+        for rank in ranks:
+            if rank == record.rank:
+                continue
+            text = self.kv_get(f"hs/{group}/{record.sequence}/{rank}", max(0.001, deadline - time.monotonic()))
+            if text is None:
+                missing.append(rank)
+            else:
+                records[rank] = CollectiveRecord.decode(rank, text)
+        if missing:
+            raise DistributedError(self._missing_message(group, ranks, record, missing, timeout_s))
+        if len({r.fingerprint for r in records.values()}) > 1:
+            # Every member sees the mismatch; wait (briefly) until all have read the
+            # records, so a member that raises and exits -- process 0 takes the service
+            # with it -- cannot leave another without its error message.
+            seen = f"hs/{group}/{record.sequence}/seen"
+            self.kv_set(f"{seen}/{record.rank}", "1")
+            wait_until = time.monotonic() + min(timeout_s, 5.0)
+            for rank in ranks:
+                if rank != record.rank:
+                    try:
+                        self.kv_get(f"{seen}/{rank}", max(0.001, wait_until - time.monotonic()))
+                    except DistributedError:
+                        break  # process 0 already left: this rank has every record it needs
+            raise DistributedError(_mismatch_message(group, record.sequence, [records[r] for r in ranks]))
+
+    def _missing_message(self, group: str, ranks: Sequence[int], mine: CollectiveRecord,
+                         missing: list[int], timeout_s: float) -> str:
+        lines = [
+            f"tpu_dist: collective #{mine.sequence} of group {group} ({mine.description}, at {mine.line}) "
+            f"on rank {mine.rank}: rank(s) {missing} did not reach it within {timeout_s:g} s (the "
+            "process died, or it runs other collectives)."
+        ]
+        for rank in missing:
+            last = self.kv_try_get(f"hs/{group}/last/{rank}")
+            where = "no collective yet"
+            if last is not None:
+                rec = CollectiveRecord.decode(rank, last)
+                where = f"its last checked collective was #{rec.sequence} ({rec.description}, at {rec.line})"
+            lines.append(f"  rank {rank}: {where}")
+        lines.append(
+            "Every rank must run the same collectives in the same order; a rank that died or is "
+            "stuck elsewhere makes the others stop here instead of hanging."
+        )
+        return "\n".join(lines)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Leaves the job: a shutdown barrier with the other processes (bounded by the
+        shutdown timeout), then process 0 stops the coordination service."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._dclient.shutdown()
+        except Exception as err:  # noqa: BLE001 - peers that died make the barrier fail
+            log.info("tpu_dist: distributed client shutdown: %s", err)
+        if self._service is not None:
+            try:
+                self._service.shutdown()
+            except Exception as err:  # noqa: BLE001
+                log.info("tpu_dist: coordination service shutdown: %s", err)
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _mismatch_message(group: str, sequence: int, records: list[CollectiveRecord]) -> str:
+    lines = [f"tpu_dist: the ranks of group {group} diverged at collective #{sequence}:"]
+    for rec in records:
+        lines.append(f"  rank {rec.rank}: {rec.description} at {rec.line}")
+    lines.append(
+        "Every rank must run the same collectives (same kind, shapes, dtypes, group) in the same "
+        "order; fix the rank-dependent branch at the lines above."
+    )
+    return "\n".join(lines)
+
+
+def fingerprint_of(text: str, description: str) -> str:
+    return hashlib.sha256((description + "\n" + text).encode()).hexdigest()[:16]
+
+
+def _port_in_use(address: str) -> str | None:
+    """Why `address` cannot be listened on, or None. Checked before jaxlib tries: its
+    failed server start sometimes crashes the process (SIGSEGV) instead of raising."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError) as err:
+        return f"cannot resolve it ({err})"
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        # As gRPC binds: a port in TIME_WAIT (a job that just ended) is free; a listener is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(sockaddr)
+        except OSError as err:
+            return f"the port is in use ({err.strerror})"
+    return None
+
+
+_current: DistributedRuntime | None = None
+_current_lock = threading.Lock()
+
+
+def current() -> DistributedRuntime | None:
+    """The runtime of `initialize`, or None in a single-process program."""
+    return _current
+
+
+def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 300.0,
+               hostname: str = "127.0.0.1") -> DistributedRuntime:
+    """Joins the job of `world_size` processes whose coordination service is at
+    `address` ("host:port"; process 0 serves it). Makes the multi-process client the
+    process-wide one: call it before anything else uses the runtime."""
+    global _current
+    with _current_lock:
+        if _current is not None:
+            if (_current.rank, _current.world_size, _current.address) != (rank, world_size, address):
+                raise DistributedError(
+                    f"the distributed runtime is already initialized as {_current}; it cannot be "
+                    f"re-initialized as rank {rank} of {world_size} at {address} in the same process"
+                )
+            return _current
+        if not 0 <= rank < world_size:
+            raise DistributedError(f"rank {rank} is outside 0..{world_size - 1} (world size {world_size})")
+        seconds = max(1, int(timeout_s))
+        # A process that stops heartbeating makes the service abort every other process
+        # (a C++ LOG(FATAL): jaxlib's callback hook cannot be given a Python function).
+        # Longer than the group timeout, so a handshake waiting for a dead process raises
+        # its Python error, naming it, first; capped so a job still ends when one dies.
+        heartbeat = max(10, min(2 * seconds + 5, 120))
+        service = None
+        if rank == 0:
+            busy = _port_in_use(address)
+            if busy:
+                raise DistributedError(
+                    f"tpu_dist: rank 0 cannot serve the coordination service at {address}: {busy}. The "
+                    "port (MASTER_PORT + 1) is in use: pick another MASTER_PORT"
+                )
+            try:
+                service = _jaxlib.distributed_service(address, world_size, heartbeat, min(seconds, 30))
+            except Exception as err:  # noqa: BLE001 - a busy port is a plain RuntimeError
+                raise DistributedError(
+                    f"tpu_dist: rank 0 cannot serve the coordination service at {address}: {err}. The port "
+                    "(MASTER_PORT + 1) may be in use: pick another MASTER_PORT"
+                ) from None
+        dclient = _jaxlib.distributed_client(address, rank, seconds, heartbeat, min(seconds, 30))
+        try:
+            dclient.connect()
+        except Exception as err:  # noqa: BLE001
+            if service is not None:
+                service.shutdown()
+            raise DistributedError(
+                f"tpu_dist: rank {rank} could not join the {world_size}-process job at {address} within "
+                f"{seconds} s: {err}. Check that every rank runs with the same MASTER_ADDR, "
+                "MASTER_PORT and WORLD_SIZE and that all of them started"
+            ) from None
+        try:
+            raw = _jaxlib.make_distributed_cpu_client(dclient, rank, world_size, hostname)
+        except Exception as err:  # noqa: BLE001
+            raise PlatformError(f"rank {rank}: the multi-process CPU client failed to start: {err}") from None
+        client = install_client("cpu", raw)
+        runtime = DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient, client)
+        _current = runtime
+        atexit.register(shutdown)
+        log.info("tpu_dist: %s", runtime)
+        return runtime
+
+
+def shutdown() -> None:
+    """Leaves the job (also run at exit)."""
+    global _current
+    with _current_lock:
+        runtime, _current = _current, None
+    if runtime is not None:
+        runtime.shutdown()

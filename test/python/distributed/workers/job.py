@@ -1,0 +1,126 @@
+"""One torchrun job that runs many checks (a job's start-up costs more than its checks).
+Launched by test/python/distributed/test_tpu_dist.py; prints "rank R: <phase> OK" lines.
+
+argv: --dtypes float32,int32,bfloat16   collectives x these dtypes
+      --ddp                              DDP 5 steps == single-process full batch
+      --compiled-ddp                     the same with torch.compile(backend="tpu")
+      --tp                               TP MLP (Colwise/Rowwise) 5 steps == single process
+      --handshake                        divergence -> DistributedError on every rank
+      --die                              the last rank exits; the others raise naming it
+"""
+
+import argparse
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(__file__))
+from collectives import check_collectives  # noqa: E402
+from ddp import check_ddp  # noqa: E402
+from tp import check_tp  # noqa: E402
+
+
+def expect_error(name, fn, *needles):
+    start = time.monotonic()
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001
+        text = f"{type(err).__name__}: {err}"
+        missing = [n for n in needles if n not in text]
+        if missing:
+            raise AssertionError(f"{name}: error lacks {missing}: {text}") from None
+        print(f"rank {dist.get_rank()}: {name} raised after {time.monotonic() - start:.1f}s:\n{text}", flush=True)
+        return
+    raise AssertionError(f"{name}: no error")
+
+
+def check_handshake():
+    r, n = dist.get_rank(), dist.get_world_size()
+    lines = {}
+
+    def diverge():
+        if r == 0:
+            dist.all_reduce(torch.ones(3, device="tpu"))  # rank 0 line
+        else:
+            dist.all_reduce(torch.ones(5, device="tpu"))  # other ranks' line
+
+    here = diverge.__code__.co_firstlineno
+    lines[0], lines[1] = here + 2, here + 4
+    expect_error(
+        "divergence", diverge, "DistributedError", "diverged", "rank 0: all_reduce(3 x float32",
+        "rank 1: all_reduce(5 x float32", f"job.py:{lines[0]}", f"job.py:{lines[1]}",
+    )
+    # every_call: a rank skipping a collective it ran before (no new program) is caught
+    os.environ["TORCH_TPU_SPMD_HANDSHAKE_STAGE"] = "every_call"
+    x = torch.ones(4, device="tpu")
+    dist.all_reduce(x)
+
+    def skip():
+        if r != 1:
+            dist.all_reduce(x)
+        dist.all_gather_into_tensor(torch.zeros(4 * n, device="tpu"), x)
+
+    expect_error("skip", skip, "DistributedError", "rank 0: all_reduce(4 x float32", "rank 1: all_gather(4 x float32")
+    os.environ["TORCH_TPU_SPMD_HANDSHAKE_STAGE"] = "first_call"
+    # the ranks are in step again: nothing ran
+    y = torch.full((2,), float(r), device="tpu")
+    dist.all_reduce(y)
+    assert y.cpu().tolist() == [float(sum(range(n)))] * 2, y
+    print(f"rank {r}: handshake OK", flush=True)
+
+
+def check_die():
+    r, n = dist.get_rank(), dist.get_world_size()
+    group = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=5))
+    dist.barrier()
+    if r == n - 1:
+        print(f"rank {r}: exiting without a word", flush=True)
+        os._exit(0)
+    expect_error(
+        "dead rank", lambda: dist.all_reduce(torch.ones(9, device="tpu"), group=group),
+        "DistributedError", f"rank(s) [{n - 1}] did not reach it within 5 s",
+    )
+    print(f"rank {r}: die OK", flush=True)
+    # Rank 0 serves the coordination service: the survivors leave together, rank 0 last
+    # (its exit makes the service's clients abort), with no shutdown barrier with the dead.
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"die-done-{r}", "1")
+    store.wait([f"die-done-{k}" for k in range(n - 1)], datetime.timedelta(seconds=30))
+    if r == 0:
+        time.sleep(1.0)
+    os._exit(0)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dtypes", default="")
+    parser.add_argument("--ddp", action="store_true")
+    parser.add_argument("--compiled-ddp", action="store_true")
+    parser.add_argument("--tp", action="store_true")
+    parser.add_argument("--handshake", action="store_true")
+    parser.add_argument("--die", action="store_true")
+    args = parser.parse_args()
+    dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=60))
+    assert dist.get_backend() == "tpu_dist"
+    if args.dtypes:
+        check_collectives([getattr(torch, name) for name in args.dtypes.split(",")])
+    if args.ddp:
+        check_ddp()
+    if args.compiled_ddp:
+        check_ddp(compiled=True)
+    if args.tp:
+        check_tp()
+    if args.handshake:
+        check_handshake()
+    if args.die:
+        check_die()
+    dist.destroy_process_group()
+    print(f"rank {dist.get_rank() if dist.is_initialized() else os.environ['RANK']}: JOB OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()
