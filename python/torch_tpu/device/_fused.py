@@ -227,7 +227,7 @@ def record(op, plan, operands, index: int) -> list[Pending]:
             if buffer.is_deleted:
                 from ._modes import check_alive
 
-                check_alive(value)  # raises, naming the line
+                check_alive(value, name_line=False)  # raises; the op's error names the line
             refs.append(trace.external_buffer(buffer))
         elif isinstance(value, torch.Tensor):  # a 0-d CPU tensor: its value now
             refs.append(trace.external_value("tensor", value.detach().reshape(()).clone()))

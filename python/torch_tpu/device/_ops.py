@@ -611,21 +611,22 @@ def run(op, args, kwargs):
         if fast is not None and reusable:
             _FAST[fast[0]] = plan
     mode = get_eager_mode()
-    if mode is EagerMode.FUSED:
-        from ._fused import record
-
-        # Recorded, not run: the results hold pending values of the trace.
-        return bind_results(op, args, kwargs, plan, operands, index, record(op, plan, operands, index))
     try:
-        buffers = [_operand_buffer(v, index) for v in operands]
-        if plan.needs_rng:
-            from ._random import key_buffer
+        if mode is EagerMode.FUSED:
+            from ._fused import record
 
-            buffers.append(key_buffer(index))
-        outs = plan.invoker.buffers(*buffers)
-        if mode is EagerMode.DEBUG:
-            for out in outs:
-                out.synchronize()
+            # Recorded, not run: the results are pending values of the trace.
+            outs = record(op, plan, operands, index)
+        else:
+            buffers = [_operand_buffer(v, index) for v in operands]
+            if plan.needs_rng:
+                from ._random import key_buffer
+
+                buffers.append(key_buffer(index))
+            outs = plan.invoker.buffers(*buffers)
+            if mode is EagerMode.DEBUG:
+                for out in outs:
+                    out.synchronize()
     except RuntimeError as err:
         from ._errors import is_runtime_error, op_failed
 
