@@ -39,13 +39,16 @@ from . import _storage
 from ._buffers import TABLE, Pending, StorageEntry
 
 log = logging.getLogger("torch_tpu")
-_state = threading.local()
-_open: set["Trace"] = set()  # unflushed traces of every thread (synchronize flushes them)
-_open_lock = threading.Lock()
+# One trace for the process, not per thread: autograd runs backward on its own thread, and
+# a trace per thread would flush the forward's trace when backward reads it (and the
+# backward's when the optimizer reads the gradients) -- three programs per step, not one.
+_current: list["Trace | None"] = [None]
+_lock = threading.RLock()  # recording and flushing (a flush may start inside a recording)
 # Trace key -> Future of the fused executable while it compiles, then its Invoker, or
 # _INTERPRET when the fused program could not be built (its ops keep running one by one).
 _PROGRAMS: dict = {}
 _INTERPRET = object()
+_MAX_PROGRAMS = 512  # the compile cache (L1/L2) still holds the evicted executables
 STATS = {"flushes": 0, "fused_runs": 0, "interpreted_runs": 0, "ops": 0}
 
 
@@ -62,8 +65,6 @@ class Trace:
         self._buffer_ref: dict[int, int] = {}  # id(DeviceBuffer) -> its external position
         self.flushed = False
         self.error: BaseException | None = None
-        with _open_lock:
-            _open.add(self)
 
     def __hash__(self) -> int:
         return id(self)
@@ -82,15 +83,17 @@ class Trace:
     # -- flush ------------------------------------------------------------------------------
     def flush(self) -> None:
         """Runs the trace: every live pending storage gets its buffer."""
+        with _lock:
+            self._flush()
+
+    def _flush(self) -> None:
         if self.flushed:
             if self.error is not None:
                 raise self.error
             return
         self.flushed = True
-        with _open_lock:
-            _open.discard(self)
-        if getattr(_state, "trace", None) is self:
-            _state.trace = None
+        if _current[0] is self:
+            _current[0] = None
         live = [(e, b) for e in list(TABLE._entries.values())
                 if (b := e._buffer).__class__ is Pending and b.trace is self]
         STATS["flushes"] += 1
@@ -131,6 +134,8 @@ class Trace:
         key = (self.index, tuple(self.key), tuple(outputs))
         program = _PROGRAMS.get(key)
         if program is None:
+            if len(_PROGRAMS) >= _MAX_PROGRAMS:  # oldest first: a program of a loop is reused, others age out
+                del _PROGRAMS[next(iter(_PROGRAMS))]
             program = _PROGRAMS[key] = self._compile(key, outputs)
             if isinstance(program, Future) and not program.done() and config.get("TORCH_TPU_FUSED_BACKGROUND_COMPILE"):
                 return self._interpret(outputs)  # this time, while the program compiles
@@ -203,18 +208,23 @@ def _loaded(future: Future, n_ops: int):
 
 # -- recording ------------------------------------------------------------------------------------
 def current_trace(index: int) -> Trace:
-    trace = getattr(_state, "trace", None)
+    trace = _current[0]
     if trace is not None and not trace.flushed:
         if trace.index == index and len(trace.ops) < config.get("TORCH_TPU_MAX_FUSED_OPS"):
             return trace
         trace.flush()  # another device, or the bound on recorded ops
-    trace = _state.trace = Trace(index)
+    trace = _current[0] = Trace(index)
     return trace
 
 
 def record(op, plan, operands, index: int) -> list[Pending]:
     """Records `op` (planned as `plan`, reading `operands`) on the current trace; returns
     the pending value of each of the plan's results (new storages, then written ones)."""
+    with _lock:
+        return _record(plan, operands, index)
+
+
+def _record(plan, operands, index: int) -> list[Pending]:
     trace = current_trace(index)
     refs = []
     for value in operands:
@@ -257,10 +267,9 @@ def _kind_of(trace: Trace, ref: int):
 
 
 def flush_all() -> None:
-    """Flushes every unflushed trace (of every thread)."""
-    with _open_lock:
-        traces = sorted(_open, key=id)
-    for trace in traces:
+    """Flushes the trace being recorded, if any."""
+    trace = _current[0]
+    if trace is not None:
         trace.flush()
 
 
