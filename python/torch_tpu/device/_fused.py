@@ -112,6 +112,9 @@ class Trace:
         for entry, pending in live:
             entry._buffer = buffers[position[(pending.op, pending.result)]]
         STATS["ops"] += len(self.ops)
+        # Nothing reads a flushed trace again: free the inputs it held.
+        self.externals.clear()
+        self._buffer_ref.clear()
 
     def _arguments(self) -> list:
         from ._modes import check_alive
