@@ -56,6 +56,10 @@ class StorageEntry:
         if buffer.__class__ is Pending:
             buffer.trace.flush()
             buffer = self._buffer
+            if buffer.__class__ is Pending:
+                raise RuntimeError(
+                    "torch_tpu: internal error: a FUSED-mode value was not computed by its trace's flush; "
+                    "run in EagerMode.STRICT and report this to torch_tpu")
         return buffer
 
     @buffer.setter

@@ -220,11 +220,15 @@ def current_trace(index: int) -> Trace:
     return trace
 
 
-def record(op, plan, operands, index: int) -> list[Pending]:
-    """Records `op` (planned as `plan`, reading `operands`) on the current trace; returns
-    the pending value of each of the plan's results (new storages, then written ones)."""
+def record(op, args, kwargs, plan, operands, index: int):
+    """Records `op` (planned as `plan`, reading `operands`) on the current trace and
+    returns what the op returns, its results and written storages holding pending values.
+    Binding happens under the trace lock: a flush from another thread in between would
+    take a result not yet bound to its storage for dead."""
+    from ._ops import bind_results
+
     with _lock:
-        return _record(plan, operands, index)
+        return bind_results(op, args, kwargs, plan, operands, index, _record(plan, operands, index))
 
 
 def _record(plan, operands, index: int) -> list[Pending]:

@@ -616,7 +616,7 @@ def run(op, args, kwargs):
             from ._fused import record
 
             # Recorded, not run: the results are pending values of the trace.
-            outs = record(op, plan, operands, index)
+            return record(op, args, kwargs, plan, operands, index)
         else:
             buffers = [_operand_buffer(v, index) for v in operands]
             if plan.needs_rng:
