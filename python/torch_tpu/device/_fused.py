@@ -341,9 +341,8 @@ def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
             func.ReturnOp(results)
         main.attributes["function_type"] = ir.TypeAttr.get(
             ir.FunctionType.get(arg_types, [r.type for r in results]))
-        from torch_tpu.runtime import _jaxlib
-
-        return _jaxlib.mlir_text(module, debug_info=True)
+        # With locations: XLA keeps them as op metadata (the user's lines in its errors).
+        return module.operation.get_asm(enable_debug_info=True)
 
 
 def _add_plan(plan, symbol: str):
