@@ -215,6 +215,25 @@ declare(
     "`torch_tpu.set_eager_mode` overrides it.",
     "frontend",
 )
+declare(
+    "TORCH_TPU_DEFER_AND_FUSE", BOOL, False,
+    "1: the eager `tpu` device starts in FUSED mode — ops are recorded and run as one fused "
+    "program at each flush point (`.cpu()`, `.item()`, print, `torch.tpu.synchronize()`, ...). "
+    "Overrides `TPU_LAUNCH_BLOCKING`; `torch_tpu.set_eager_mode` overrides both.",
+    "frontend",
+)
+declare(
+    "TORCH_TPU_MAX_FUSED_OPS", INT, 1000,
+    "FUSED mode: a trace holding this many recorded ops is flushed before the next op is "
+    "recorded (bounds host memory and the size of one program).",
+    "frontend",
+)
+declare(
+    "TORCH_TPU_FUSED_BACKGROUND_COMPILE", BOOL, True,
+    "FUSED mode: 1 runs a trace seen for the first time op by op while its fused program "
+    "compiles in the background (later flushes run the program); 0 waits for the compile.",
+    "frontend",
+)
 
 # -- tpu_dist (python/torch_tpu/distributed/) --------------------------------------------
 _HANDSHAKE_STAGES = ("first_call", "every_call", "off")

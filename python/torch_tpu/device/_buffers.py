@@ -21,18 +21,50 @@ _ALIGN = 64
 _BASE = 1 << 46
 
 
+class Pending:
+    """The value of a storage that a recorded op of a FUSED trace (`_fused.py`) will
+    compute: it stands in an entry's buffer until the trace is flushed."""
+
+    __slots__ = ("trace", "op", "result")
+
+    def __init__(self, trace: Any, op: int, result: int) -> None:
+        self.trace = trace
+        self.op = op  # the recorded op's position in the trace
+        self.result = result  # which result of its plan
+
+
 class StorageEntry:
     """One storage: its element dtype, element count, device index and buffer (None
-    until first written: `empty` allocates nothing)."""
+    until first written: `empty` allocates nothing).
 
-    __slots__ = ("buffer", "device_index", "dtype", "numel", "nbytes", "__weakref__")
+    `buffer` is the one way to read the value: while a FUSED trace holds it as `Pending`,
+    reading `buffer` flushes the trace first, so no reader can see a stale buffer. Only
+    the recorder (`_fused.py`) reads `_buffer`, the raw slot."""
+
+    __slots__ = ("_buffer", "device_index", "dtype", "numel", "nbytes", "__weakref__")
 
     def __init__(self, dtype: torch.dtype, numel: int, device_index: int, buffer: Any = None) -> None:
         self.dtype = dtype
         self.numel = numel
         self.nbytes = numel * dtype.itemsize
         self.device_index = device_index
-        self.buffer = buffer
+        self._buffer = buffer
+
+    @property
+    def buffer(self) -> Any:
+        buffer = self._buffer
+        if buffer.__class__ is Pending:
+            buffer.trace.flush()
+            buffer = self._buffer
+            if buffer.__class__ is Pending:
+                raise RuntimeError(
+                    "torch_tpu: internal error: a FUSED-mode value was not computed by its trace's flush; "
+                    "run in EagerMode.STRICT and report this to torch_tpu")
+        return buffer
+
+    @buffer.setter
+    def buffer(self, value: Any) -> None:
+        self._buffer = value
 
 
 class BufferTable:
@@ -75,8 +107,8 @@ class BufferTable:
             entry = self._entries.pop(address, None)
             if entry is not None:
                 self.allocated_bytes[entry.device_index] -= entry.nbytes
-        if entry is not None and entry.buffer is not None:
-            entry.buffer = None  # the runtime frees the array with its last reference
+        if entry is not None and entry._buffer is not None:
+            entry._buffer = None  # the runtime frees the array with its last reference
 
     def entry(self, address: int) -> StorageEntry:
         entry = self._entries.get(address)

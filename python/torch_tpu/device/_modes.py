@@ -4,7 +4,9 @@ STRICT (default): ops are enqueued and the host runs ahead, as on CUDA; it waits
 where a value is needed on the host (`.cpu()`, `.item()`, `print`, `torch.tpu.synchronize()`).
 DEBUG: every op waits for its results, so a failure is raised at the Python line of the
 op that failed (`TPU_LAUNCH_BLOCKING=1`, or `set_eager_mode(EagerMode.DEBUG)`).
-FUSED (deferred, fused execution) is named but not built yet: selecting it is an error."""
+FUSED (`_fused.py`): ops are recorded and each flush point (a host read, `synchronize`,
+leaving FUSED mode) runs the recorded ops as one fused program
+(`TORCH_TPU_DEFER_AND_FUSE=1`, or `set_eager_mode(EagerMode.FUSED)`)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from torch_tpu.core import config
 
 class EagerMode(enum.Enum):
     """How the eager tpu device runs ops: STRICT (asynchronous, the default), DEBUG (each
-    op waits for its result), FUSED (deferred and fused; not built yet)."""
+    op waits for its result), FUSED (recorded, run as one fused program at each flush)."""
 
     STRICT = "strict"
     DEBUG = "debug"
@@ -28,6 +30,8 @@ _state = threading.local()
 
 
 def _default() -> EagerMode:
+    if config.get("TORCH_TPU_DEFER_AND_FUSE"):
+        return EagerMode.FUSED
     return EagerMode.DEBUG if config.get("TPU_LAUNCH_BLOCKING") else EagerMode.STRICT
 
 
@@ -43,15 +47,12 @@ def get_eager_mode() -> EagerMode:
     return _global[0]
 
 
-def _check(mode: EagerMode) -> EagerMode:
-    mode = EagerMode(mode)
-    if mode is EagerMode.FUSED:
-        raise NotImplementedError(
-            "torch_tpu: EagerMode.FUSED (deferred, fused execution) is not built yet; use "
-            "EagerMode.STRICT (asynchronous, the default) or EagerMode.DEBUG (synchronous), or "
-            "torch.compile(model, backend='tpu') to fuse ops today"
-        )
-    return mode
+def _leaving(previous: EagerMode, new: EagerMode | None) -> None:
+    """Leaving FUSED mode is a flush point: recorded ops run before ops of the new mode."""
+    if previous is EagerMode.FUSED and new is not EagerMode.FUSED:
+        from ._fused import flush_all
+
+        flush_all()
 
 
 class _ModeScope(contextlib.AbstractContextManager):
@@ -63,6 +64,9 @@ class _ModeScope(contextlib.AbstractContextManager):
         self._global = previous_global
 
     def __exit__(self, *exc) -> None:
+        previous = get_eager_mode()
+        restored = self._thread if self._thread is not None else (self._global or _default())
+        _leaving(previous, restored)
         _state.mode = self._thread
         _global[0] = self._global
 
@@ -70,7 +74,8 @@ class _ModeScope(contextlib.AbstractContextManager):
 def set_eager_mode(mode: EagerMode) -> _ModeScope:
     """Sets the eager mode of the process (`set_eager_mode(EagerMode.DEBUG)`), or of a
     block (`with set_eager_mode(EagerMode.DEBUG): ...`)."""
-    mode = _check(mode)
+    mode = EagerMode(mode)
+    _leaving(get_eager_mode(), mode)
     scope = _ModeScope(getattr(_state, "mode", None), _global[0])
     _state.mode = None
     _global[0] = mode

@@ -29,7 +29,7 @@ import torch
 from .._precision import current_mode
 from ._buffers import TABLE, StorageEntry, entry_of
 from . import _storage
-from ._modes import check_alive, is_blocking
+from ._modes import EagerMode, check_alive, get_eager_mode
 from ._storage import buffer_of, contiguous_stride
 
 
@@ -137,7 +137,8 @@ class Plan:
     returns_too: bool = False  # writes arguments and returns new tensors (results first)
     needs_rng: bool = False  # takes the device generator's next key last (_random.py)
     invoker: Any = None  # the shared `_invoker.Invoker` that runs `executable`
-
+    module: Any = None  # the lowered module (a FUSED trace stitches it into its program)
+    fingerprint: Any = None  # the compile cache's key of `module` (a FUSED trace's key holds it)
     n_results: int = 0  # result tensors (the first outputs; written storages follow)
 
     def __post_init__(self) -> None:
@@ -443,7 +444,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     ]
     multiple = len(op._schema.returns) > 1 if returning_writer is not None else isinstance(val, (tuple, list))
     return Plan(executable, results, multiple, write_positions, written, returning_writer is not None,
-                needs_rng)
+                needs_rng, module=module, fingerprint=fingerprint)
 
 
 # Functional variants PyTorch does not name `<op>_functional`. native_batch_norm's schema
@@ -657,7 +658,13 @@ def run(op, args, kwargs):
         plan, operands, index, reusable = _plan_for(op, args, kwargs)
         if fast is not None and reusable:
             _FAST[fast[0]] = plan
+    mode = get_eager_mode()
     try:
+        if mode is EagerMode.FUSED:
+            from ._fused import record
+
+            # Recorded, not run: the results are pending values of the trace.
+            return record(op, args, kwargs, plan, operands, index)
         buffers = [_operand_buffer(v, index) for v in operands]
         for position in plan.written:
             if not _donation_safe(buffers[position]):
@@ -667,7 +674,7 @@ def run(op, args, kwargs):
 
             buffers.append(key_buffer(index))
         outs = plan.invoker.buffers(*buffers)
-        if is_blocking():
+        if mode is EagerMode.DEBUG:
             for out in outs:
                 out.synchronize()
     except RuntimeError as err:
@@ -676,6 +683,12 @@ def run(op, args, kwargs):
         if not is_runtime_error(err):
             raise
         raise op_failed(op, args, kwargs, err) from err
+    return bind_results(op, args, kwargs, plan, operands, index, outs)
+
+
+def bind_results(op, args, kwargs, plan, operands, index, outs):
+    """What the op returns, its written storages rebound: `outs` are the plan's results
+    (DeviceBuffers, or a FUSED trace's pending values), new storages first."""
     n_results = plan.n_results
     if plan.written:
         for position, buffer in zip(plan.written, outs[n_results:]):

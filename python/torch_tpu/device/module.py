@@ -94,7 +94,11 @@ class device(contextlib.ContextDecorator):
 
 
 def synchronize(device: Any = None) -> None:
-    """Waits for every enqueued op and transfer (of every device: one client)."""
+    """Runs the ops FUSED mode recorded, then waits for every enqueued op and transfer
+    (of every device: one client)."""
+    from ._fused import flush_all
+
+    flush_all()
     _client().synchronize()
 
 

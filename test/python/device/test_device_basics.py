@@ -161,6 +161,7 @@ def test_second_process_compiles_nothing(tmp_path):
 
 
 # -- modes ----------------------------------------------------------------------------
+@pytest.mark.strict_only("checks the default mode and switching away from it")
 def test_modes_global_and_scoped():
     assert get_eager_mode() is EagerMode.STRICT
     with set_eager_mode(EagerMode.DEBUG):
@@ -172,14 +173,27 @@ def test_modes_global_and_scoped():
         assert get_eager_mode() is EagerMode.DEBUG
     finally:
         set_eager_mode(EagerMode.STRICT)
-    with pytest.raises(NotImplementedError, match="FUSED .* not built yet"):
-        set_eager_mode(EagerMode.FUSED)
+    with set_eager_mode(EagerMode.FUSED):
+        assert get_eager_mode() is EagerMode.FUSED
+        y = torch.ones(2, device="tpu") + 1
+    # Leaving FUSED mode ran the recorded op.
+    from torch_tpu.device._buffers import Pending, entry_of
+
+    assert get_eager_mode() is EagerMode.STRICT and type(entry_of(y)._buffer) is not Pending
+    torch.testing.assert_close(y.cpu(), torch.full((2,), 2.0))
     assert torch_tpu.EagerMode is EagerMode and torch_tpu.get_eager_mode() is EagerMode.STRICT
 
 
+@pytest.mark.strict_only("checks how the environment selects the mode")
 def test_launch_blocking_env_selects_debug():
     out = _run("import torch_tpu; print(torch_tpu.get_eager_mode().name)", TPU_LAUNCH_BLOCKING="1")
     assert out.stdout.strip() == "DEBUG", out.stderr
+
+
+@pytest.mark.strict_only("checks how the environment selects the mode")
+def test_defer_and_fuse_env_selects_fused():
+    out = _run("import torch_tpu; print(torch_tpu.get_eager_mode().name)", TORCH_TPU_DEFER_AND_FUSE="1")
+    assert out.stdout.strip() == "FUSED", out.stderr
 
 
 # -- torch.tpu ---------------------------------------------------------------------------

@@ -40,7 +40,7 @@ OPTIMIZERS = {
 }
 
 
-@pytest.mark.parametrize("mode", [EagerMode.STRICT, EagerMode.DEBUG])
+@pytest.mark.parametrize("mode", [EagerMode.STRICT, EagerMode.DEBUG, EagerMode.FUSED])
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
 def test_mlp_losses_equal_cpu(mode, opt):
     model = _mlp()

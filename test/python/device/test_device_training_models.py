@@ -66,7 +66,7 @@ def _train_gpt(model, device):
 MODELS = {"cnn_batchnorm_adamw": (_cnn, _train_cnn), "tiny_gpt_adamw": (_gpt, _train_gpt)}
 
 
-@pytest.mark.parametrize("mode", [EagerMode.STRICT, EagerMode.DEBUG])
+@pytest.mark.parametrize("mode", [EagerMode.STRICT, EagerMode.DEBUG, EagerMode.FUSED])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_losses_equal_cpu(monkeypatch, name, mode):
     build, train = MODELS[name]

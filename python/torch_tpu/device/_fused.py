@@ -1,0 +1,409 @@
+"""FUSED eager mode (DeferAndFuse): ops on tpu tensors are recorded into a trace instead
+of run, and a flush runs the whole trace as ONE program.
+
+Recording reuses the single-op plans (`_ops.py`): an op appends (plan, where each operand
+comes from, the user's line) to the current trace, and its results -- new storages and
+the new value of each written storage -- are `Pending` values held in the entries'
+buffer slots (`_buffers.py`). Metadata comes from the plan, so pending tensors are
+ordinary tpu tensors to PyTorch. Operands are *values*, not storages: an operand is a
+previous op's result, or an external input of the trace (a storage's buffer as it was
+when the op was recorded, a Python number, a 0-d CPU tensor, an RNG key), so a storage
+rebound later (a host write, another in-place op) cannot change what a recorded op read.
+
+A flush (reading `StorageEntry.buffer` of a pending storage: `.cpu()`, `.item()`, print,
+a CPU fallback, a compiled graph's argument; or `torch.tpu.synchronize()`, leaving FUSED
+mode, `TORCH_TPU_MAX_FUSED_OPS`) stitches the plans' lowered modules into one module:
+each plan's function becomes a private function of it, `@main` takes the external inputs
+and calls them in order (each call located at the user's line), and returns only the
+values still held by a live storage (dead intermediates are not outputs: XLA removes
+them). Python numbers stay operands, so the program's cache key is the op sequence (plan
+fingerprints), the wiring of operands and which values are live: a steady loop compiles
+its traces once. The first time a key is seen, its ops run one by one through their own
+plans while the fused program compiles in the background; later flushes run the program.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+import torch
+
+from torch_tpu.core import config
+
+from . import _storage
+from ._buffers import TABLE, Pending, StorageEntry
+
+log = logging.getLogger("torch_tpu")
+# One trace for the process, not per thread: autograd runs backward on its own thread, and
+# a trace per thread would flush the forward's trace when backward reads it (and the
+# backward's when the optimizer reads the gradients) -- three programs per step, not one.
+_current: list["Trace | None"] = [None]
+_lock = threading.RLock()  # recording and flushing (a flush may start inside a recording)
+# Trace key -> Future of the fused executable while it compiles, then its Invoker, or
+# _INTERPRET when the fused program could not be built (its ops keep running one by one).
+_PROGRAMS: dict = {}
+_INTERPRET = object()
+_MAX_PROGRAMS = 512  # the compile cache (L1/L2) still holds the evicted executables
+STATS = {"flushes": 0, "fused_runs": 0, "interpreted_runs": 0, "ops": 0}
+
+
+class Trace:
+    """The ops recorded on one device since the last flush."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.ops: list[tuple[Any, tuple, tuple[str, int]]] = []  # (plan, operand refs, user line)
+        self.key: list[tuple] = []  # per op: (plan fingerprint, operand refs)
+        # External inputs: ("buffer", DeviceBuffer) | ("number", value) | ("tensor", 0-d CPU tensor) |
+        # ("key", RNG key words). A ref is an int (an external input) or (op, result).
+        self.externals: list[tuple[str, Any]] = []
+        self._buffer_ref: dict[int, int] = {}  # id(DeviceBuffer) -> its external position
+        self.flushed = False
+        self.error: BaseException | None = None
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def external_buffer(self, buffer) -> int:
+        ref = self._buffer_ref.get(id(buffer))
+        if ref is None:
+            ref = self._buffer_ref[id(buffer)] = len(self.externals)
+            self.externals.append(("buffer", buffer))
+        return ref
+
+    def external_value(self, kind: str, value) -> int:
+        self.externals.append((kind, value))
+        return len(self.externals) - 1
+
+    # -- flush ------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Runs the trace: every live pending storage gets its buffer."""
+        with _lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.flushed:
+            if self.error is not None:
+                raise self.error
+            return
+        self.flushed = True
+        if _current[0] is self:
+            _current[0] = None
+        live = [(e, b) for e in list(TABLE._entries.values())
+                if (b := e._buffer).__class__ is Pending and b.trace is self]
+        STATS["flushes"] += 1
+        if not live:
+            return  # nothing recorded is observable any more
+        outputs = sorted({(b.op, b.result) for _, b in live})
+        try:
+            buffers = self._run(outputs)
+        except BaseException as err:
+            self.error = err
+            failed = Pending(self, -1, -1)  # reading it raises the trace's error again
+            for entry, _ in live:
+                entry._buffer = failed
+            raise
+        position = {ref: i for i, ref in enumerate(outputs)}
+        for entry, pending in live:
+            entry._buffer = buffers[position[(pending.op, pending.result)]]
+        STATS["ops"] += len(self.ops)
+        # Nothing reads a flushed trace again: free the inputs it held.
+        self.externals.clear()
+        self._buffer_ref.clear()
+
+    def _arguments(self) -> list:
+        from ._modes import check_alive
+
+        client = _storage.client()
+        args = []
+        for kind, value in self.externals:
+            if kind == "buffer":
+                if value.is_deleted:
+                    check_alive(StorageEntry(torch.uint8, 0, self.index, value))  # raises, naming the line
+                args.append(value)
+            elif kind == "number":
+                dtype = np.float64 if isinstance(value, float) else np.int64
+                args.append(client.to_device(np.asarray(value, dtype=dtype), self.index, copy=True))
+            else:  # a 0-d CPU tensor or an RNG key
+                args.append(client.to_device(value, self.index, copy=True))
+        return args
+
+    def _run(self, outputs: list[tuple[int, int]]) -> list:
+        key = (self.index, tuple(self.key), tuple(outputs))
+        program = _PROGRAMS.get(key)
+        if program is None:
+            if len(_PROGRAMS) >= _MAX_PROGRAMS:  # oldest first: a program of a loop is reused, others age out
+                del _PROGRAMS[next(iter(_PROGRAMS))]
+            program = _PROGRAMS[key] = self._compile(key, outputs)
+            if isinstance(program, Future) and not program.done() and config.get("TORCH_TPU_FUSED_BACKGROUND_COMPILE"):
+                return self._interpret(outputs)  # this time, while the program compiles
+        if isinstance(program, Future):
+            if not program.done() and config.get("TORCH_TPU_FUSED_BACKGROUND_COMPILE"):
+                return self._interpret(outputs)
+            program = _PROGRAMS[key] = _loaded(program, len(self.ops))
+        if program is _INTERPRET:
+            return self._interpret(outputs)
+        args = self._arguments()
+        try:
+            outs = program.buffers(*args)
+        except RuntimeError as err:
+            raise _program_failed(self, err) from err
+        STATS["fused_runs"] += 1
+        return outs
+
+    def _compile(self, key, outputs):
+        import xxhash
+
+        from torch_tpu.runtime import CompileSpec
+
+        try:
+            text = _stitch(self, outputs)
+        except Exception as err:  # noqa: BLE001 - a plan the stitcher cannot take: run op by op
+            log.warning("torch_tpu: FUSED: cannot build one program for a trace of %d ops (%s: %s); "
+                        "its ops run one by one", len(self.ops), type(err).__name__, err)
+            return _INTERPRET
+        fingerprint = (xxhash.xxh3_64_intdigest(repr(("fused",) + key).encode()),
+                       xxhash.xxh3_64_intdigest(repr(self.ops[0][0].fingerprint[1]).encode()))
+        return _storage.client().compile_async(text, fingerprint=fingerprint, name=f"fused trace of {len(self.ops)} ops",
+                                               options=CompileSpec(device_indices=(self.index,)))
+
+    def _interpret(self, outputs: list[tuple[int, int]]) -> list:
+        """Runs the recorded ops one by one through their own plans."""
+        args = self._arguments()
+        wanted = set(outputs)
+        last_use: dict[tuple[int, int], int] = {}
+        for i, (_, refs, _) in enumerate(self.ops):
+            for ref in refs:
+                if type(ref) is tuple:
+                    last_use[ref] = i
+        values: dict[tuple[int, int], Any] = {}
+        for i, (plan, refs, where) in enumerate(self.ops):
+            operands = [args[r] if type(r) is int else values[r] for r in refs]
+            for position in plan.written:
+                # The plan donates the storages it writes (`_ops._build_plan`): only an
+                # intermediate nothing else reads may be given up; an external buffer (the
+                # storage's value before the trace, held by others too) is copied.
+                ref = refs[position]
+                if type(ref) is int or ref in wanted or last_use[ref] != i or refs.count(ref) != 1:
+                    operands[position] = operands[position].copy()
+            try:
+                outs = plan.invoker.buffers(*operands)
+            except RuntimeError as err:
+                raise _op_failed(plan, where, err) from err
+            for j, out in enumerate(outs):
+                if (i, j) in wanted or last_use.get((i, j), -1) > i:
+                    values[(i, j)] = out
+            for ref in refs:  # drop values no later op reads (device memory stays bounded)
+                if type(ref) is tuple and last_use[ref] == i and ref not in wanted:
+                    values.pop(ref, None)
+        STATS["interpreted_runs"] += 1
+        return [values[ref] for ref in outputs]
+
+
+def _loaded(future: Future, n_ops: int):
+    from .._invoker import Invoker
+
+    try:
+        executable = future.result()
+    except Exception as err:  # noqa: BLE001 - XLA rejected the fused module: run op by op
+        log.warning("torch_tpu: FUSED: compiling a trace of %d ops failed (%s); its ops run one by one", n_ops, err)
+        return _INTERPRET
+    return Invoker(executable, executable.signature.args)
+
+
+# -- recording ------------------------------------------------------------------------------------
+def current_trace(index: int) -> Trace:
+    trace = _current[0]
+    if trace is not None and not trace.flushed:
+        if trace.index == index and len(trace.ops) < config.get("TORCH_TPU_MAX_FUSED_OPS"):
+            return trace
+        trace.flush()  # another device, or the bound on recorded ops
+    trace = _current[0] = Trace(index)
+    return trace
+
+
+def record(op, args, kwargs, plan, operands, index: int):
+    """Records `op` (planned as `plan`, reading `operands`) on the current trace and
+    returns what the op returns, its results and written storages holding pending values.
+    Binding happens under the trace lock: a flush from another thread in between would
+    take a result not yet bound to its storage for dead."""
+    from ._ops import bind_results
+
+    with _lock:
+        return bind_results(op, args, kwargs, plan, operands, index, _record(plan, operands, index))
+
+
+def _record(plan, operands, index: int) -> list[Pending]:
+    trace = current_trace(index)
+    refs = []
+    for value in operands:
+        if type(value) is StorageEntry:
+            buffer = value._buffer
+            if buffer.__class__ is Pending and buffer.trace is trace and buffer.op >= 0:
+                refs.append((buffer.op, buffer.result))
+                continue
+            buffer = _storage.buffer_of(value)  # flushes another trace; zeros for `empty`
+            if buffer.is_deleted:
+                from ._modes import check_alive
+
+                check_alive(value, name_line=False)  # raises; the op's error names the line
+            refs.append(trace.external_buffer(buffer))
+        elif isinstance(value, torch.Tensor):  # a 0-d CPU tensor: its value now
+            refs.append(trace.external_value("tensor", value.detach().reshape(()).clone()))
+        else:
+            refs.append(trace.external_value("number", value))
+    if plan.needs_rng:
+        from ._random import generator
+
+        refs.append(trace.external_value("key", generator(index).next_key()))
+    refs = tuple(refs)
+    position = len(trace.ops)
+    trace.ops.append((plan, refs, user_frame()))
+    trace.key.append((plan.fingerprint, tuple(r if type(r) is tuple else _kind_of(trace, r) for r in refs)))
+    n = sum(layout is not None for layout in plan.results) + len(plan.written)
+    return [Pending(trace, position, j) for j in range(n)]
+
+
+def _kind_of(trace: Trace, ref: int):
+    """An external operand in the key: which external it is for buffers (the aliasing of
+    operands matters), only its kind for values (numbers are run-time operands)."""
+    kind, value = trace.externals[ref]
+    if kind == "buffer":
+        return ref
+    if kind == "number":
+        return type(value).__name__
+    return kind
+
+
+def flush_all() -> None:
+    """Flushes the trace being recorded, if any."""
+    trace = _current[0]
+    if trace is not None:
+        trace.flush()
+
+
+_INTERNAL: dict[str, bool] = {}
+
+
+def user_frame() -> tuple[str, int]:
+    """(file, line) of the innermost frame outside torch and torch_tpu: the user's line
+    (`_fallback.user_line`'s rule, without building a traceback: this runs per op)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        internal = _INTERNAL.get(name)
+        if internal is None:
+            internal = _INTERNAL[name] = (
+                "/torch/" in name or "/torch_tpu/" in name or "/runtime/" in name or "/compiler/" in name
+                or name.startswith("<"))
+        if not internal:
+            return name, frame.f_lineno
+        frame = frame.f_back
+    return "<unknown>", 0
+
+
+# -- one module ------------------------------------------------------------------------------------
+def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
+    """The fused module's text: each distinct plan's function as a private function, and
+    @main calling them in order."""
+    from torch_tpu.compiler.context import func, ir
+
+    from .._compile import _shared_context
+
+    context = _shared_context()
+    with context, ir.Location.unknown():
+        module = ir.Module.create()
+        symbols: dict[int, tuple[str, Any]] = {}  # id(plan) -> (symbol, function type)
+        with ir.InsertionPoint(module.body):
+            for plan, _, _ in trace.ops:
+                if id(plan) not in symbols:
+                    symbols[id(plan)] = _add_plan(plan, f"op{len(symbols)}")
+        # @main's argument types: each external's type where an op first reads it.
+        arg_types: list = [None] * len(trace.externals)
+        for plan, refs, _ in trace.ops:
+            inputs = symbols[id(plan)][1].inputs
+            for ref, t in zip(refs, inputs):
+                if type(ref) is int and arg_types[ref] is None:
+                    arg_types[ref] = t
+        if any(t is None for t in arg_types):
+            raise ValueError("an external input no op reads")
+        with ir.InsertionPoint(module.body):
+            main = func.FuncOp("main", ir.FunctionType.get(arg_types, []))
+        block = main.body.blocks.append(*arg_types)
+        values: dict[tuple[int, int], Any] = {}
+        with ir.InsertionPoint(block):
+            for i, (plan, refs, (filename, line)) in enumerate(trace.ops):
+                symbol, ftype = symbols[id(plan)]
+                operands = [block.arguments[r] if type(r) is int else values[r] for r in refs]
+                with ir.Location.file(filename, line, 0):
+                    call = func.CallOp(list(ftype.results), ir.FlatSymbolRefAttr.get(symbol), operands)
+                for j, result in enumerate(call.results):
+                    values[(i, j)] = result
+            results = [values[ref] for ref in outputs]
+            func.ReturnOp(results)
+        main.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(arg_types, [r.type for r in results]))
+        # With locations: XLA keeps them as op metadata (the user's lines in its errors).
+        return module.operation.get_asm(enable_debug_info=True)
+
+
+def _add_plan(plan, symbol: str):
+    """Clones the plan's functions into the module being built (at the insertion point),
+    renamed under `symbol` and private; returns (symbol, @main's function type)."""
+    from torch_tpu.compiler.context import func, ir
+
+    functions = [op for op in plan.module.body.operations if isinstance(op.opview, func.FuncOp)]
+    renames = {}
+    for fn in functions:
+        name = ir.StringAttr(fn.attributes["sym_name"]).value
+        renames[name] = symbol if name == "main" else f"{symbol}_{name}"
+    main_type = None
+    for fn in functions:
+        clone = fn.operation.clone()
+        name = ir.StringAttr(clone.attributes["sym_name"]).value
+        for old, new in renames.items():
+            ir.SymbolTable.replace_all_symbol_uses(old, new, clone)
+        clone.attributes["sym_name"] = ir.StringAttr.get(renames[name])
+        clone.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        for attr in ("arg_attrs", "res_attrs"):
+            if attr in clone.attributes:
+                del clone.attributes[attr]
+        if name == "main":
+            main_type = ir.FunctionType(ir.TypeAttr(clone.attributes["function_type"]).value)
+    if main_type is None:
+        raise ValueError(f"the plan module of {plan.executable} has no @main")
+    return symbol, main_type
+
+
+# -- errors -------------------------------------------------------------------------------------
+def _op_failed(plan, where, err):
+    from ._errors import is_runtime_error
+
+    if not is_runtime_error(err):
+        return err
+    message = (f"torch_tpu: {getattr(plan.executable, 'name', 'an op')} recorded at {where[0]}:{where[1]} "
+               f"failed in FUSED mode: {err}")
+    try:
+        return type(err)(message)
+    except TypeError:
+        return RuntimeError(message)
+
+
+def _program_failed(trace: Trace, err):
+    from ._errors import is_runtime_error
+
+    if not is_runtime_error(err):
+        return err
+    lines = sorted({f"{f}:{n}" for _, _, (f, n) in trace.ops})
+    shown = ", ".join(lines[:5]) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
+    message = (f"torch_tpu: a fused program of {len(trace.ops)} ops recorded at {shown} failed: {err}; "
+               "run in EagerMode.DEBUG (torch_tpu.set_eager_mode) to raise it at the op that failed")
+    try:
+        return type(err)(message)
+    except TypeError:
+        return RuntimeError(message)

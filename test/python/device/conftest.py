@@ -1,0 +1,41 @@
+"""Runs the eager-device test modules in each eager mode that applies: Strict (the
+default) and FUSED (ops recorded and run as one program at each flush point, issue 14).
+
+A module listed in FUSED_MODULES gets every test twice (`[strict]`, `[fused]`) unless the
+test parametrises `mode` itself (it lists the modes it runs in); a test whose subject only
+exists in Strict mode is marked `@pytest.mark.strict_only("why")` and skipped in FUSED.
+The FUSED run also sets TORCH_TPU_DEFER_AND_FUSE=1, so subprocesses a test starts run
+FUSED too."""
+
+import pytest
+
+from torch_tpu.device import EagerMode, set_eager_mode
+
+FUSED_MODULES = {
+    "test_device_basics", "test_device_training", "test_device_training_models", "test_device_random",
+    "test_device_compile", "test_device_serialization", "test_device_autocast",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "strict_only(reason): the test's subject exists only in Strict mode")
+
+
+def pytest_generate_tests(metafunc):
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if module in FUSED_MODULES and "mode" not in metafunc.fixturenames:
+        metafunc.parametrize("eager_mode", ["strict", "fused"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def eager_mode(request, monkeypatch):
+    name = getattr(request, "param", "strict")
+    if name != "fused":
+        yield name
+        return
+    marker = request.node.get_closest_marker("strict_only")
+    if marker is not None:
+        pytest.skip(f"Strict-only: {marker.args[0]}")
+    monkeypatch.setenv("TORCH_TPU_DEFER_AND_FUSE", "1")
+    with set_eager_mode(EagerMode.FUSED):
+        yield name

@@ -1,0 +1,259 @@
+"""FUSED eager mode (issue 14): ops on tpu tensors are recorded and each flush point runs
+them as one program. Recording, liveness (only live values are outputs), aliasing
+through views and in-place writes, flush points, the steady-loop cache (0 compiles
+after warm-up), background compile, and errors naming the user's line."""
+
+import copy
+import inspect
+
+import pytest
+import torch
+
+import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
+from torch_tpu.device import EagerMode, set_eager_mode
+from torch_tpu.device import _fused
+from torch_tpu.device._buffers import Pending, entry_of
+from torch_tpu.runtime import _jaxlib, get_client
+from torch_tpu.runtime.errors import ExecutionError
+
+
+def _pending(t: torch.Tensor) -> bool:
+    return type(entry_of(t)._buffer) is Pending
+
+
+def _next_line() -> int:
+    return inspect.currentframe().f_back.f_lineno + 1
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    """FUSED mode, waiting for each new program's compile (deterministic counts)."""
+    monkeypatch.setenv("TORCH_TPU_FUSED_BACKGROUND_COMPILE", "0")
+    with set_eager_mode(EagerMode.FUSED):
+        yield
+
+
+def test_ops_are_recorded_until_a_flush(fused):
+    x = torch.randn(4, 5)
+    y = x.to("tpu")
+    runs = dict(_fused.STATS)
+    z = (y + 1) * 2
+    w = z.sum(0)
+    assert _pending(z) and _pending(w) and not _pending(y)
+    assert z.shape == (4, 5) and w.shape == (5,) and z.stride() == (5, 1) and w.dtype == torch.float32
+    assert _fused.STATS["flushes"] == runs["flushes"]
+    torch.testing.assert_close(w.cpu(), ((x + 1) * 2).sum(0))
+    assert _fused.STATS["flushes"] == runs["flushes"] + 1
+    assert not _pending(z) and not _pending(w)  # both live: both were outputs
+    torch.testing.assert_close(z.cpu(), (x + 1) * 2)
+    assert _fused.STATS["flushes"] == runs["flushes"] + 1  # already there: no new flush
+
+
+def test_dead_intermediates_are_not_outputs(fused):
+    y = torch.randn(64).to("tpu")  # an external input of the trace
+    a = y + 1
+    b = a * 2
+    c = b - 1
+    del a, b
+    c.cpu()
+    key = next(reversed(_fused._PROGRAMS))
+    assert key[2] == ((2, 0),)  # only c, the third op's result
+
+
+def test_writes_through_views_and_into_external_storages(fused):
+    base_cpu = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    base = base_cpu.to("tpu")
+    row = base[1]
+    col = base[:, 2]
+    row.mul_(10)
+    col.add_(1)
+    base.t()[3:5].sub_(0.5)
+    view_sum = row.sum()
+    expected = base_cpu.clone()
+    expected[1].mul_(10)
+    expected[:, 2].add_(1)
+    expected.t()[3:5].sub_(0.5)
+    assert _pending(base)
+    torch.testing.assert_close(base.cpu(), expected)
+    torch.testing.assert_close(row.cpu(), expected[1])
+    torch.testing.assert_close(view_sum.cpu(), expected[1].sum())
+
+
+def test_a_recorded_op_reads_the_value_of_its_time(fused):
+    x = torch.ones(3, device="tpu")
+    y = x * 2
+    x.copy_(torch.full((3,), 5.0))  # a host write rebinds x's storage: y read the old value
+    z = x + 1
+    x.add_(1)  # in place after z was recorded
+    torch.testing.assert_close(y.cpu(), torch.full((3,), 2.0))
+    torch.testing.assert_close(z.cpu(), torch.full((3,), 6.0))
+    torch.testing.assert_close(x.cpu(), torch.full((3,), 6.0))
+    s = torch.zeros((), dtype=torch.float32)
+    a = x * s  # a 0-d CPU tensor: its value when recorded
+    s.fill_(100.0)
+    torch.testing.assert_close(a.cpu(), torch.zeros(3))
+
+
+@pytest.mark.parametrize("point", ["item", "bool", "tolist", "print", "synchronize", "leave", "fallback",
+                                   "data_dependent", "save"])
+def test_flush_points(fused, point, tmp_path, capsys):
+    y = torch.tensor([1.0, -2.0, 3.0], device="tpu")
+    z = y * 2
+    assert _pending(z)
+    if point == "item":
+        assert z[0].item() == 2.0
+    elif point == "bool":
+        assert bool(z[0] > 0)
+    elif point == "tolist":
+        assert z.tolist() == [2.0, -4.0, 6.0]
+    elif point == "print":
+        print(z)
+        assert "tensor([ 2., -4.,  6.], device='tpu:0')" in capsys.readouterr().out
+    elif point == "synchronize":
+        torch.tpu.synchronize()
+    elif point == "leave":
+        set_eager_mode(EagerMode.STRICT)
+    elif point == "fallback":  # aten.mode has no lowering: it runs on CPU, reading z's value
+        values, _ = torch.mode(z.reshape(1, 3))
+        assert values.cpu().tolist() == [-4.0]
+    elif point == "data_dependent":
+        assert torch.nonzero(z > 0).cpu().flatten().tolist() == [0, 2]
+    elif point == "save":
+        torch.save(z, tmp_path / "z.pt")
+        torch.testing.assert_close(torch.load(tmp_path / "z.pt", map_location="cpu"), torch.tensor([2.0, -4.0, 6.0]))
+    assert not _pending(z)
+    torch.testing.assert_close(z.cpu(), torch.tensor([2.0, -4.0, 6.0]))
+
+
+def test_max_fused_ops_bounds_a_trace(fused, monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_MAX_FUSED_OPS", "4")
+    y = torch.zeros(8, device="tpu")
+    flushes = _fused.STATS["flushes"]
+    for _ in range(10):
+        y = y + 1
+    assert _fused.STATS["flushes"] == flushes + 2  # traces of 4, 4, then 2 pending
+    torch.testing.assert_close(y.cpu(), torch.full((8,), 10.0))
+
+
+def test_compiled_graph_flushes_first(fused):
+    x = torch.randn(5, 3)
+    y = x.to("tpu") * 3  # pending when the graph takes it
+
+    @torch.compile(backend="tpu")
+    def f(a):
+        return torch.sin(a) + 1
+
+    torch.testing.assert_close(f(y).cpu(), torch.sin(x * 3) + 1)
+
+
+def _mlp_step(model, opt, x, target):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), target)
+    loss.backward()
+    opt.step()
+    return loss.item()  # the same flush point every step
+
+
+def test_steady_training_loop_compiles_nothing(fused):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    cpu_model = copy.deepcopy(model)
+    model = model.to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-2)
+    x, target = torch.randn(6, 8), torch.randn(6, 4)
+    tx, ttarget = x.to("tpu"), target.to("tpu")
+    for _ in range(3):  # warm-up: plans and fused programs compile
+        got = _mlp_step(model, opt, tx, ttarget)
+        assert got == pytest.approx(_mlp_step(cpu_model, cpu_opt, x, target), rel=1e-4, abs=1e-6)
+    stats = get_client().cache.stats
+    compiles, fused_runs, flushes = stats.compiles, _fused.STATS["fused_runs"], _fused.STATS["flushes"]
+    for _ in range(4):
+        got = _mlp_step(model, opt, tx, ttarget)
+        assert got == pytest.approx(_mlp_step(cpu_model, cpu_opt, x, target), rel=1e-4, abs=1e-6)
+    assert stats.compiles == compiles  # AdamW's step counts and bias corrections are operands
+    # One program per step: forward, backward (autograd's thread) and the optimizer share
+    # the trace that loss.item() flushes.
+    assert _fused.STATS["flushes"] == flushes + 4
+    assert _fused.STATS["fused_runs"] == fused_runs + 4
+
+
+def test_one_trace_serves_every_thread(fused):
+    import threading
+
+    x = torch.randn(8).to("tpu")
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("y", x * 2))
+    worker.start()
+    worker.join()
+    flushes = _fused.STATS["flushes"]
+    z = out["y"] + 1  # reads the worker's pending value without a flush
+    assert _pending(z) and _fused.STATS["flushes"] == flushes
+    torch.testing.assert_close(z.cpu(), x.cpu() * 2 + 1)
+    assert _fused.STATS["flushes"] == flushes + 1
+
+
+def test_first_trace_runs_op_by_op_while_it_compiles(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_FUSED_BACKGROUND_COMPILE", "1")
+    y = torch.randn(32, device="tpu")
+    with set_eager_mode(EagerMode.FUSED):
+        interpreted = _fused.STATS["interpreted_runs"]
+        # A trace no test records elsewhere (a fresh cache key).
+        z = ((y * 3.5).cos() + 0.25).exp2().sqrt()
+        expected = ((y.cpu() * 3.5).cos() + 0.25).exp2().sqrt()
+        torch.testing.assert_close(z.cpu(), expected)
+        assert _fused.STATS["interpreted_runs"] == interpreted + 1
+        key = next(reversed(_fused._PROGRAMS))
+        _fused._PROGRAMS[key].result()  # the background compile finishes
+        runs = _fused.STATS["fused_runs"]
+        z = ((y * 1.5).cos() + 0.75).exp2().sqrt()
+        torch.testing.assert_close(z.cpu(), ((y.cpu() * 1.5).cos() + 0.75).exp2().sqrt())
+        assert _fused.STATS["fused_runs"] == runs + 1
+
+
+def test_fused_program_carries_the_user_lines(fused):
+    y = torch.randn(4, device="tpu")
+    trace = _fused.current_trace(0)
+    line = _next_line()
+    z = torch.tanh(y) * 2
+    text = _fused._stitch(trace, [(len(trace.ops) - 1, 0)])
+    assert f'"{__file__}":{line}' in text
+    z.cpu()
+
+
+def test_failure_in_a_fused_program_names_the_lines(fused, monkeypatch):
+    y = torch.randn(4).to("tpu")
+    torch.erf(y).cpu()  # compiles the fused program of this trace (erf of an external input)
+    key = next(reversed(_fused._PROGRAMS))
+
+    def runner(arrays):
+        raise _jaxlib.JaxRuntimeError("INTERNAL: injected execution failure")
+
+    monkeypatch.setattr(_fused._PROGRAMS[key].executable, "_runner", runner)
+    line = _next_line()
+    z = torch.erf(y)
+    with pytest.raises(ExecutionError) as info:
+        z.cpu()
+    message = str(info.value)
+    assert f"{__file__}:{line}" in message and "injected execution failure" in message
+    assert "EagerMode.DEBUG" in message
+    with pytest.raises(ExecutionError):  # the lost value keeps raising, never reads garbage
+        z.cpu()
+
+
+def test_failure_while_running_op_by_op_names_the_op_and_line(monkeypatch):
+    from torch_tpu.device import _ops
+
+    monkeypatch.setenv("TORCH_TPU_FUSED_BACKGROUND_COMPILE", "1")
+    y = torch.randn(3, 7, device="tpu")
+    plan, _, _ = _ops.plan_for(torch.ops.aten.atan.default, (y,), {})
+
+    def runner(arrays):
+        raise _jaxlib.JaxRuntimeError("INTERNAL: injected execution failure")
+
+    monkeypatch.setattr(plan.executable, "_runner", runner)
+    with set_eager_mode(EagerMode.FUSED):
+        line = _next_line()
+        z = torch.atan(y).mul(0.123456)  # a fresh trace: it runs op by op
+        with pytest.raises(ExecutionError, match=rf"atan.* recorded at {__file__}:{line} failed"):
+            z.cpu()
