@@ -115,7 +115,7 @@ class BufferTable:
             storage._swap_data_ptr_(torch._C._construct_storage_from_data_pointer(address, device, 0))
         storage._swap_data_ptr_(torch._C._construct_storage_from_data_pointer(address, device, entry.nbytes))
         self._watch[address] = weakref.ref(storage, lambda _, address=address: self._free(address))
-        old._buffer = None
+        # The old buffer goes with its last reference (a FUSED trace may still read it).
 
     def _device(self, index: int) -> torch.device:
         device = self._devices.get(index)

@@ -228,9 +228,13 @@ def test_untyped_storage_resize_frees_and_regrows_in_place(mode):
         before = torch.tpu.memory_allocated()
         full = torch.arange(6.0, device="tpu") * 2  # FUSED: still pending when resized
         view = full[2:]
+        doubled = full * 2  # FUSED: reads the storage after it is freed, at the flush
         storage = full.untyped_storage()
         storage.resize_(0)
         assert storage.nbytes() == 0 and full.untyped_storage().nbytes() == 0
+        assert doubled.cpu().tolist() == [0.0, 4.0, 8.0, 12.0, 16.0, 20.0]
+        del doubled
+        gc.collect()
         assert torch.tpu.memory_allocated() == before
         assert storage.resize_(24) is storage and view.untyped_storage().nbytes() == 24
         assert torch.tpu.memory_allocated() == before + 24
