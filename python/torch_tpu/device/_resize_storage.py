@@ -5,7 +5,8 @@ PyTorch 2.13 sends a PrivateUse1 storage resize to the C++ hook
 `PrivateUse1HooksInterface::resizePrivateUse1Bytes` (THPStorage_resize_ in
 torch/csrc/StorageMethods.cpp); the Python hooks class `torch._C._acc.PrivateUse1Hooks`
 exposes only is_available / has_primary_context / is_built, so from Python that call
-always fails ("resizePrivateUse1Bytes ... not implemented"). No aten op sits on that
+always fails (NotImplementedError: "... implement `resizePrivateUse1Bytes` at the same
+time for PrivateUse1"). No aten op sits on that
 path (it is a Python method of the storage object, not a dispatcher op), so the one
 place to intercept it is the method itself: `install()` puts a Python `resize_` on
 `torch.UntypedStorage` that handles tpu storages and hands every other device to
