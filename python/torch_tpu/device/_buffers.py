@@ -95,6 +95,28 @@ class BufferTable:
         self._watch[address] = weakref.ref(storage, lambda _, address=address: self._free(address))
         return storage
 
+    def resize(self, storage: torch.UntypedStorage, entry: StorageEntry) -> None:
+        """Rebinds `storage` (kept as an object: its views stay its views) to `entry`, of
+        another size, at a new address of that size; the old entry's buffer is freed."""
+        old_address = storage.data_ptr()
+        with self._lock:
+            address = self._cursor
+            self._cursor += max(_ALIGN, -(-entry.nbytes // _ALIGN) * _ALIGN)
+            old = self._entries.pop(old_address)
+            self._watch.pop(old_address, None)  # dropping the reference drops its callback
+            self._entries[address] = entry
+            index = entry.device_index
+            self.allocated_bytes[index] += entry.nbytes - old.nbytes
+            self.peak_bytes[index] = max(self.peak_bytes.get(index, 0), self.allocated_bytes[index])
+        device = self._device(entry.device_index)
+        # _swap_data_ptr_ moves the data pointer and byte count between two storages when
+        # one is empty: empty the storage first, then give it the new pointer and size.
+        if storage.nbytes():
+            storage._swap_data_ptr_(torch._C._construct_storage_from_data_pointer(address, device, 0))
+        storage._swap_data_ptr_(torch._C._construct_storage_from_data_pointer(address, device, entry.nbytes))
+        self._watch[address] = weakref.ref(storage, lambda _, address=address: self._free(address))
+        # The old buffer goes with its last reference (a FUSED trace may still read it).
+
     def _device(self, index: int) -> torch.device:
         device = self._devices.get(index)
         if device is None:

@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from . import _autocast, _copy, _fallback, _ops, _serialization
+from . import _autocast, _copy, _fallback, _ops, _resize_storage, _serialization
 
 aten = torch.ops.aten
 _lock = threading.Lock()
@@ -137,6 +137,7 @@ def register() -> None:
         # torch.load views untyped storages with the saved dtype: retype them first.
         impl.impl(aten.set_.source_Storage_storage_offset, _set_storage, "PrivateUse1")
         _serialization.install()
+        _resize_storage.install()
         own = {
             aten.empty.memory_format: _copy.empty_memory_format,
             aten.empty_strided.default: _copy.empty_strided,

@@ -214,6 +214,46 @@ def test_memory_stats_follow_storages():
     torch.tpu.empty_cache()
 
 
+@pytest.mark.parametrize("mode", [EagerMode.STRICT, EagerMode.FUSED])
+def test_untyped_storage_resize_frees_and_regrows_in_place(mode):
+    """FSDP2's free_storage / alloc_storage: `untyped_storage().resize_` on tpu storages
+    (PyTorch sends it to a PrivateUse1 hook Python cannot implement) behaves like a CPU
+    storage's: same storage object and views, prefix kept, new bytes zero here, 0 frees."""
+    import gc
+
+    previous = get_eager_mode()
+    set_eager_mode(mode)
+    try:
+        gc.collect()
+        before = torch.tpu.memory_allocated()
+        full = torch.arange(6.0, device="tpu") * 2  # FUSED: still pending when resized
+        view = full[2:]
+        doubled = full * 2  # FUSED: reads the storage after it is freed, at the flush
+        storage = full.untyped_storage()
+        storage.resize_(0)
+        assert storage.nbytes() == 0 and full.untyped_storage().nbytes() == 0
+        assert doubled.cpu().tolist() == [0.0, 4.0, 8.0, 12.0, 16.0, 20.0]
+        del doubled
+        gc.collect()
+        assert torch.tpu.memory_allocated() == before
+        assert storage.resize_(24) is storage and view.untyped_storage().nbytes() == 24
+        assert torch.tpu.memory_allocated() == before + 24
+        full.copy_(torch.arange(6.0, device="tpu") + 1)  # views see writes after re-growth
+        assert view.cpu().tolist() == [3.0, 4.0, 5.0, 6.0]
+        storage.resize_(32)  # the kept prefix, then uninitialised bytes
+        assert torch.empty(0, device="tpu").set_(storage, 0, (6,), (1,)).cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        storage.resize_(8)
+        assert torch.empty(0, device="tpu").set_(storage, 0, (2,), (1,)).cpu().tolist() == [1.0, 2.0]
+        cpu = torch.arange(3.0).untyped_storage()  # other devices keep PyTorch's resize_
+        cpu.resize_(4)
+        assert cpu.nbytes() == 4 and torch.empty(0).set_(cpu, 0, (1,), (1,)).item() == 0.0
+        del full, view, storage
+        gc.collect()
+        assert torch.tpu.memory_allocated() == before
+    finally:
+        set_eager_mode(previous)
+
+
 def test_seed_streams_events_device_context():
     torch.tpu.manual_seed(123)
     a = torch.randn(4, device="tpu").cpu()

@@ -66,9 +66,11 @@ def _expect_phases(output: str, ranks, phases) -> None:
             assert f"rank {r}: {phase} OK" in output, f"rank {r} did not finish {phase}:\n{output[-6000:]}"
 
 
-def test_two_ranks_collectives_ddp_tp_handshake():
-    out = torchrun(2, "--dtypes", "float32,int32,bfloat16", "--ddp", "--compiled-ddp", "--tp", "--handshake")
-    _expect_phases(out, range(2), ["collectives", "DDP", "compiled DDP", "TP", "handshake", "JOB"])
+def test_two_ranks_collectives_ddp_fsdp_tp_handshake():
+    out = torchrun(2, "--dtypes", "float32,int32,bfloat16", "--ddp", "--compiled-ddp", "--fsdp",
+                   "--compiled-collectives", "--tp", "--handshake")
+    _expect_phases(out, range(2), ["collectives", "DDP", "compiled DDP", "FSDP2", "compiled collectives", "TP",
+                                   "handshake", "JOB"])
     # the divergence names both ranks' lines on each rank
     assert out.count("diverged at collective") == 4  # two scenarios x two ranks
 

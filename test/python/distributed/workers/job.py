@@ -4,6 +4,8 @@ Launched by test/python/distributed/test_tpu_dist.py; prints "rank R: <phase> OK
 argv: --dtypes float32,int32,bfloat16   collectives x these dtypes
       --ddp                              DDP 5 steps == single-process full batch
       --compiled-ddp                     the same with torch.compile(backend="tpu")
+      --fsdp                             FSDP2 tiny GPT 5 steps == single process
+      --compiled-collectives              compiled _c10d_functional collectives run as tpu_dist programs
       --tp                               TP MLP (Colwise/Rowwise) 5 steps == single process
       --handshake                        divergence -> DistributedError on every rank
       --die                              the last rank exits; the others raise naming it
@@ -20,7 +22,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
 from collectives import check_collectives  # noqa: E402
+from compiled_collectives import check_compiled_collectives  # noqa: E402
 from ddp import check_ddp  # noqa: E402
+from fsdp import check_fsdp  # noqa: E402
 from tp import check_tp  # noqa: E402
 
 
@@ -100,6 +104,8 @@ def main():
     parser.add_argument("--dtypes", default="")
     parser.add_argument("--ddp", action="store_true")
     parser.add_argument("--compiled-ddp", action="store_true")
+    parser.add_argument("--fsdp", action="store_true")
+    parser.add_argument("--compiled-collectives", action="store_true")
     parser.add_argument("--tp", action="store_true")
     parser.add_argument("--handshake", action="store_true")
     parser.add_argument("--die", action="store_true")
@@ -112,6 +118,10 @@ def main():
         check_ddp()
     if args.compiled_ddp:
         check_ddp(compiled=True)
+    if args.fsdp:
+        check_fsdp()
+    if args.compiled_collectives:
+        check_compiled_collectives()
     if args.tp:
         check_tp()
     if args.handshake:
