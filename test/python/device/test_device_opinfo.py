@@ -93,9 +93,16 @@ _FUSED_ALL = os.environ.get("TORCH_TPU_TEST_OPINFO_FUSED") == "all"
 
 
 @pytest.mark.parametrize("op", list(_params({**XFAIL, **FUSED_XFAIL}, None if _FUSED_ALL else FUSED_SUBSET)))
-def test_device_op_fused(op):
+def test_device_op_fused(op, monkeypatch):
+    from torch_tpu.device import _fused
+
+    # Each sample is a trace seen once: with the background compile it would only run op
+    # by op while its program compiles. Waiting runs the fused program itself.
+    monkeypatch.setenv("TORCH_TPU_FUSED_BACKGROUND_COMPILE", "0")
+    interpreted = _fused.STATS["interpreted_runs"]
     with set_eager_mode(EagerMode.FUSED):
         _check(op)
+    assert _fused.STATS["interpreted_runs"] == interpreted, "a trace ran op by op: its fused program was not built"
 
 
 def _check(op):
