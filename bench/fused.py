@@ -11,7 +11,9 @@
   FUSED with the background compile (ops run one by one while the fused program
   compiles) vs FUSED waiting for the compile vs Strict;
 * (d) host memory (RSS) growth over `--memory-steps` FUSED training steps after warm-up
-  (goal < 50 MB).
+  (goal < 50 MB). Measured (`--skip chain,gpt,first`, 2-core machine shared with other
+  runs, before the fused program donated written buffers): +52.6 MB over 1,000 steps from
+  785 MB, 2 fused programs cached (the step's traces compile once).
 
     .venv/bin/python bench/fused.py [--rounds 5] [--steps 3] [--memory-steps 1000] [--skip chain,gpt,first,memory]
 
