@@ -13,8 +13,10 @@ as a user gets them; with TORCH_TPU_STRICT=1 only device-run entries pass.
 
 FUSED mode (issue 14): `test_device_op_fused` runs the entries of FUSED_SUBSET with the
 ops recorded and run as one program at the `.to("cpu")` flush; with
-TORCH_TPU_TEST_OPINFO_FUSED=all it runs every entry (not in CI: as heavy as the Strict run).
-FUSED-only failures are listed in device_opinfo_xfail.FUSED_XFAIL, strict as well.
+TORCH_TPU_TEST_OPINFO_FUSED=all it runs every entry (not in CI: as heavy as the Strict run):
+662 passed, 15 xfailed of 677 in 826 s on the loaded 2-core machine, as in Strict, every
+trace run as its fused program. FUSED-only failures would be listed in
+device_opinfo_xfail.FUSED_XFAIL (strict as well); there are none.
 """
 
 from __future__ import annotations
