@@ -20,6 +20,12 @@ them). Python numbers stay operands, so the program's cache key is the op sequen
 fingerprints), the wiring of operands and which values are live: a steady loop compiles
 its traces once. The first time a key is seen, its ops run one by one through their own
 plans while the fused program compiles in the background; later flushes run the program.
+
+The fused program donates every external buffer a recorded op writes (the storage's
+value before the trace; its new value is an output): XLA writes the new value over it, so
+a FUSED `p.add_(g)` / optimizer step keeps the parameter's memory. At each run a buffer
+that something else still reads (`_donation_safe`, the rule of op-by-op runs) is passed
+as a copy, so the program -- and its cache key -- stays the same in a steady loop.
 """
 
 from __future__ import annotations
@@ -116,15 +122,46 @@ class Trace:
         self.externals.clear()
         self._buffer_ref.clear()
 
-    def _arguments(self) -> list:
+    def written_externals(self) -> tuple[int, ...]:
+        """The external buffers a recorded op writes (what the fused program donates);
+        a function of the trace's key."""
+        return tuple(sorted({refs[p] for plan, refs, _ in self.ops for p in plan.written if type(refs[p]) is int}))
+
+    def aliases(self, outputs: list[tuple[int, int]]) -> dict[int, int]:
+        """{written external: output position}: each written external buffer's storage's
+        value at the end of the trace (following its chain of recorded writes), where that
+        value is an output. The fused program writes it over the external's memory (a
+        storage keeps its address across steps); a function of the trace's key. Without
+        an alias, XLA may give a donated buffer to any output of its shape."""
+        position = {ref: i for i, ref in enumerate(outputs)}
+        final: dict = {}  # a written value -> the value its storage holds next
+        starts = []
+        for i, (plan, refs, _) in enumerate(self.ops):
+            for k, p in enumerate(plan.written):
+                new = (i, plan.n_results + k)
+                if type(refs[p]) is int:
+                    starts.append((refs[p], new))
+                else:
+                    final[refs[p]] = new
+        aliases: dict[int, int] = {}
+        for ref, value in starts:
+            while value in final:
+                value = final[value]
+            if value in position and position[value] not in aliases.values() and ref not in aliases:
+                aliases[ref] = position[value]
+        return aliases
+
+    def _arguments(self, donated: tuple[int, ...] = ()) -> list:
         from ._modes import check_alive
 
         client = _storage.client()
         args = []
-        for kind, value in self.externals:
+        for ref, (kind, value) in enumerate(self.externals):
             if kind == "buffer":
                 if value.is_deleted:
                     check_alive(StorageEntry(torch.uint8, 0, self.index, value))  # raises, naming the line
+                if ref in donated and not _donation_safe(value):
+                    value = value.copy()  # the program may write over what it is given
                 args.append(value)
             elif kind == "number":
                 dtype = np.float64 if isinstance(value, float) else np.int64
@@ -148,7 +185,7 @@ class Trace:
             program = _PROGRAMS[key] = _loaded(program, len(self.ops))
         if program is _INTERPRET:
             return self._interpret(outputs)
-        args = self._arguments()
+        args = self._arguments(self.written_externals())
         try:
             outs = program.buffers(*args)
         except RuntimeError as err:
@@ -170,7 +207,8 @@ class Trace:
         fingerprint = (xxhash.xxh3_64_intdigest(repr(("fused",) + key).encode()),
                        xxhash.xxh3_64_intdigest(repr(self.ops[0][0].fingerprint[1]).encode()))
         return _storage.client().compile_async(text, fingerprint=fingerprint, name=f"fused trace of {len(self.ops)} ops",
-                                               options=CompileSpec(device_indices=(self.index,)))
+                                               options=CompileSpec(device_indices=(self.index,),
+                                                                   donate_argnums=self.written_externals()))
 
     def _interpret(self, outputs: list[tuple[int, int]]) -> list:
         """Runs the recorded ops one by one through their own plans."""
@@ -203,6 +241,19 @@ class Trace:
                     values.pop(ref, None)
         STATS["interpreted_runs"] += 1
         return [values[ref] for ref in outputs]
+
+
+# References to an external buffer in `Trace._arguments` when nothing else reads it: the
+# trace's `externals` entry, the loop's `value`, `_donation_safe`'s parameter and
+# `sys.getrefcount`'s argument (CPython's counts; test_device_fused checks both sides).
+# A storage still holding it, another trace's operand list or a caller adds one.
+_SOLE_REFERENCES = 4
+
+
+def _donation_safe(buffer) -> bool:
+    """Whether the fused program may write over `buffer` (`_ops._donation_safe`'s rule):
+    no other reference to the DeviceBuffer and no host view of its memory."""
+    return sys.getrefcount(buffer) <= _SOLE_REFERENCES and not buffer._exported
 
 
 def _loaded(future: Future, n_ops: int):
@@ -312,6 +363,7 @@ def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
     """The fused module's text: each distinct plan's function as a private function, and
     @main calling them in order."""
     from torch_tpu.compiler.context import func, ir
+    from torch_tpu.core.attributes import ALIASING_OUTPUT
 
     from .._compile import _shared_context
 
@@ -348,6 +400,12 @@ def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
             func.ReturnOp(results)
         main.attributes["function_type"] = ir.TypeAttr.get(
             ir.FunctionType.get(arg_types, [r.type for r in results]))
+        aliases = {i: o for i, o in trace.aliases(outputs).items() if arg_types[i] == results[o].type}
+        if aliases:
+            i32 = ir.IntegerType.get_signless(32)
+            main.attributes["arg_attrs"] = ir.ArrayAttr.get([
+                ir.DictAttr.get({ALIASING_OUTPUT: ir.IntegerAttr.get(i32, aliases[i])} if i in aliases else {})
+                for i in range(len(arg_types))])
         # With locations: XLA keeps them as op metadata (the user's lines in its errors).
         return module.operation.get_asm(enable_debug_info=True)
 
