@@ -36,6 +36,10 @@ def eager_mode(request, monkeypatch):
     marker = request.node.get_closest_marker("strict_only")
     if marker is not None:
         pytest.skip(f"Strict-only: {marker.args[0]}")
-    monkeypatch.setenv("TORCH_TPU_DEFER_AND_FUSE", "1")
+    # The variable is set inside the scope: the process's default mode is read from the
+    # environment the first time it is asked for, and asked for on entering the scope,
+    # which restores it on exit -- read under the variable, it would leak FUSED into
+    # every later test.
     with set_eager_mode(EagerMode.FUSED):
+        monkeypatch.setenv("TORCH_TPU_DEFER_AND_FUSE", "1")
         yield name
