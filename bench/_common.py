@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["time_first_call", "interleaved_timings", "Timing", "calls_for_budget", "fmt_s", "fmt_ratio", "LogCounter"]
+__all__ = ["tiny_gpt_training_step", "time_first_call", "interleaved_timings", "Timing", "calls_for_budget", "fmt_s", "fmt_ratio", "LogCounter"]
 
 
 def time_first_call(fn: Callable[[], object], sync: Callable[[object], object] = lambda r: r) -> tuple[float, object]:
@@ -118,3 +118,30 @@ class LogCounter(logging.Handler):
 
     def clear(self) -> None:
         self.messages.clear()
+
+
+def tiny_gpt_training_step(device: str, compiled: bool = False, optimizer: str = "Adam") -> Callable[[], object]:
+    """One training step of the quickstart's tiny GPT on `device` (`torch.compile(backend=
+    "tpu")` of the model when `compiled`), with `torch.optim.<optimizer>`; the step returns
+    its loss tensor (not synchronised)."""
+    import torch
+    import torch.nn.functional as F
+
+    from torch_tpu.examples.quickstart import TinyGPT
+
+    torch.manual_seed(0)
+    model = TinyGPT().to(device)
+    opt = getattr(torch.optim, optimizer)(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 512, (4, 64)).to(device)
+    target = torch.randint(0, 512, (4, 64)).to(device)
+    forward = torch.compile(model, backend="tpu") if compiled else model
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = forward(ids)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step

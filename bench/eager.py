@@ -28,6 +28,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _common import tiny_gpt_training_step  # noqa: E402
+
 
 def _round_medians(contenders: dict, rounds: int, calls: int) -> dict[str, float]:
     per_round: dict[str, list[float]] = {k: [] for k in contenders}
@@ -92,27 +94,7 @@ def bench_small_op(rounds: int, calls: int, gap_s: float) -> dict[str, float]:
 
 
 def _gpt_step(device: str, compiled: bool = False):
-    import torch
-    import torch.nn.functional as F
-
-    from torch_tpu.examples.quickstart import TinyGPT
-
-    torch.manual_seed(0)
-    model = TinyGPT().to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, 512, (4, 64)).to(device)
-    target = torch.randint(0, 512, (4, 64)).to(device)
-    forward = torch.compile(model, backend="tpu") if compiled else model
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        logits = forward(ids)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return step
+    return tiny_gpt_training_step(device, compiled, optimizer="Adam")
 
 
 def bench_gpt(rounds: int, steps: int) -> dict[str, float]:

@@ -37,7 +37,7 @@ import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import interleaved_timings  # noqa: E402
+from _common import interleaved_timings, tiny_gpt_training_step  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,27 +88,9 @@ def bench_chain(rounds: int, calls: int) -> dict[str, float]:
 
 # -- (b) the tiny-GPT step ----------------------------------------------------------------
 def _gpt_step(device: str, compiled: bool = False):
-    import torch
-    import torch.nn.functional as F
-
-    from torch_tpu.examples.quickstart import TinyGPT
-
-    torch.manual_seed(0)
-    model = TinyGPT().to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, 512, (4, 64)).to(device)
-    target = torch.randint(0, 512, (4, 64)).to(device)
-    forward = torch.compile(model, backend="tpu") if compiled else model
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        logits = forward(ids)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-        loss.backward()
-        optimizer.step()
-        return loss.item()  # the step's value on the host: all its work done (FUSED: the flush)
-
-    return step
+    step = tiny_gpt_training_step(device, compiled, optimizer="AdamW")
+    # The step's value on the host: all its work done (FUSED: the flush).
+    return lambda: step().item()
 
 
 def bench_gpt(rounds: int, steps: int) -> tuple[dict[str, float], float, dict]:
