@@ -253,7 +253,9 @@ _SOLE_REFERENCES = 4
 def _donation_safe(buffer) -> bool:
     """Whether the fused program may write over `buffer` (`_ops._donation_safe`'s rule):
     no other reference to the DeviceBuffer and no host view of its memory."""
-    return sys.getrefcount(buffer) <= _SOLE_REFERENCES and not buffer._exported
+    from ._ops import hook_references
+
+    return sys.getrefcount(buffer) <= _SOLE_REFERENCES + hook_references() and not buffer._exported
 
 
 def _loaded(future: Future, n_ops: int):

@@ -544,7 +544,21 @@ def _donation_safe(buffer) -> bool:
     DeviceBuffer) and no host view of its memory (`to_torch` / `to_numpy` export it).
     Programs already enqueued that read the buffer are ordered before the donating one
     by PjRT (the buffer's usage events)."""
-    return sys.getrefcount(buffer) <= _SOLE_REFERENCES and not buffer._exported
+    return sys.getrefcount(buffer) <= _SOLE_REFERENCES + hook_references() and not buffer._exported
+
+
+def hook_references() -> int:
+    """References a frame-evaluation hook adds to each call's arguments: 0 normally, 1 while
+    Dynamo's hook stays installed (seen after a compiled call that raised). Measured on a
+    probe held as an unshared buffer is held when it is counted -- a local and a list, then
+    a parameter -- so the donation checks count only real holders."""
+    probe = object()
+    holder = [probe]
+    return _references(holder[0]) - _SOLE_REFERENCES
+
+
+def _references(value) -> int:
+    return sys.getrefcount(value)
 
 
 # The hot path: a signature built from what PyTorch hands the kernel, without dataclasses

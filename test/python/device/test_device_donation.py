@@ -131,3 +131,20 @@ def test_op_enqueued_before_the_donation_reads_the_old_value():
         torch.testing.assert_close(doubled.cpu(), x * 2.0)
         x = x + 1.0
     torch.testing.assert_close(t.cpu(), x)
+
+
+def test_donation_survives_a_failed_compiled_call():
+    """A compiled call that raises can leave Dynamo's frame-evaluation hook installed,
+    which adds a reference to every call's arguments: the donation check measures that,
+    or no in-place op would donate again in the process (seen in CI after
+    test_device_compile's device-mismatch test)."""
+    fn = torch.compile(lambda a, b: a + b, backend="tpu")
+    with pytest.raises(Exception, match="device"):
+        fn(torch.randn(3), torch.randn(3).to("tpu"))
+    x = torch.zeros(4096, device="tpu")
+    x.add_(1.0)
+    first = _pointer(x)
+    for _ in range(3):
+        x.add_(1.0)
+        assert _pointer(x) == first
+    torch.testing.assert_close(x.cpu(), torch.full((4096,), 4.0))
