@@ -248,11 +248,8 @@ class ArgumentPlan:
                     steps.append((index, torch.Tensor.detach))  # a plain tensor: copied, never donated
             elif index in self._resident or isinstance(arg, torch.nn.Parameter):
                 steps.append((index, resident))
-            elif arg is None:
-                token = torch.empty(spec.shape, dtype=spec.dtype)
-                steps.append((index, lambda _, t=token: t))
-            elif isinstance(arg, (bool, int, float, complex)):
-                steps.append((index, lambda value, dtype=spec.dtype: torch.tensor(value, dtype=dtype)))
+            elif arg is None or isinstance(arg, (bool, int, float, complex)):
+                steps.append((index, _non_tensor_step(spec, arg)))
         return steps
 
     def _device_plan(self, args: Sequence[Any]) -> list[tuple[int, Callable[[Any], Any]]]:
@@ -270,11 +267,8 @@ class ArgumentPlan:
         for index, (spec, arg) in enumerate(zip(self._specs, args)):
             if isinstance(arg, torch.Tensor) and arg.device.type == "tpu":
                 steps.append((index, argument if index in self._written else shared_argument))
-            elif arg is None:
-                token = torch.empty(spec.shape, dtype=spec.dtype)
-                steps.append((index, lambda _, t=token: t))
-            elif isinstance(arg, (bool, int, float, complex)):
-                steps.append((index, lambda value, dtype=spec.dtype: torch.tensor(value, dtype=dtype)))
+            elif arg is None or isinstance(arg, (bool, int, float, complex)):
+                steps.append((index, _non_tensor_step(spec, arg)))
         return steps
 
     def passes_through(self, count: int) -> bool:
@@ -378,3 +372,13 @@ class OutputPlan:
             leaves = [apply_layout(leaf, layout) if layout is not None else leaf
                       for leaf, layout in zip(leaves, self._layouts)]
         return self._unflatten(leaves, self._tree)
+
+
+def _non_tensor_step(spec, arg) -> Callable[[Any], Any]:
+    """The step of a non-tensor argument, shared by the host and device plans: None (a
+    token) becomes one preallocated empty tensor, a Python number a 0-d tensor of the
+    parameter's dtype."""
+    if arg is None:
+        token = torch.empty(spec.shape, dtype=spec.dtype)
+        return lambda _, t=token: t
+    return lambda value, dtype=spec.dtype: torch.tensor(value, dtype=dtype)
