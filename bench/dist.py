@@ -2,7 +2,10 @@
 
 * all_reduce bus bandwidth, 1 KB to 64 MB: `tpu_dist` on tpu tensors vs the `gloo`
   backend on CPU tensors (goal >= 1.0x from 1 MB up). Bus bandwidth = bytes x 2(n-1)/n
-  / time (NCCL's convention), median over `--iters` timed calls after warm-up;
+  / time (NCCL's convention), median over `--iters` timed calls after warm-up. The
+  `program` column is the same XLA collective program run alone on a device buffer
+  (no torch_tpu Python around it): what jaxlib's XLA:CPU gloo collectives cost for the
+  bytes. `faults` are minor page faults per call (fresh memory the call touched);
 * a DDP training step (MLP, SGD) on tpu tensors over tpu_dist vs on CPU over gloo.
 
     .venv/bin/python bench/dist.py [--iters 20] [--max-mb 64] [--steps 10]
@@ -34,21 +37,40 @@ def _timed(fn, iters: int) -> float:
     return statistics.median(samples)
 
 
-def _timed_pair(a, b, iters: int) -> tuple[float, float]:
-    """Medians of `a` and `b`, alternated call by call (the machine's load hits both)."""
+def _timed_alternated(fns, iters: int) -> list[tuple[float, float]]:
+    """(median seconds, minor page faults per call) of each of `fns`, alternated call by
+    call (the machine's load hits all of them)."""
+    import resource
+
     for _ in range(3):
-        a()
-        b()
-    samples: tuple[list[float], list[float]] = ([], [])
+        for fn in fns:
+            fn()
+    samples: list[list[float]] = [[] for _ in fns]
+    faults = [0] * len(fns)
     for _ in range(iters):
-        for fn, out in ((a, samples[0]), (b, samples[1])):
+        for k, fn in enumerate(fns):
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = time.perf_counter()
             fn()
-            out.append(time.perf_counter() - t0)
-    return statistics.median(samples[0]), statistics.median(samples[1])
+            samples[k].append(time.perf_counter() - t0)
+            faults[k] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    return [(statistics.median(s), f / iters) for s, f in zip(samples, faults)]
 
 
-def _bandwidth(args) -> list[tuple[int, float, float]]:
+def _program_alone(tensor):
+    """The all_reduce program tpu_dist runs for `tensor`, run alone on a device buffer
+    that stays the same (its output dropped): the XLA program's own time."""
+    import torch.distributed as dist
+
+    from torch_tpu.distributed import _process_group
+
+    group = dist.distributed_c10d._get_default_group()
+    program, _ = group._program("all_reduce", tensor.numel(), tensor.dtype, group.group_ranks, reduce_op="sum")
+    buffer = _process_group._flat_buffer(tensor)
+    return lambda: program.run([buffer])[0].synchronize()
+
+
+def _bandwidth(args) -> list[tuple]:
     import torch
     import torch.distributed as dist
 
@@ -59,9 +81,13 @@ def _bandwidth(args) -> list[tuple[int, float, float]]:
         numel = size // 4
         cpu = torch.ones(numel)
         tpu = torch.ones(numel).to("tpu")
-        t_tpu, t_gloo = _timed_pair(lambda: dist.all_reduce(tpu), lambda: dist.all_reduce(cpu), args.iters)
+        dist.all_reduce(tpu)  # the program exists (and its handshake is done) before it runs alone
+        (t_tpu, f_tpu), (t_prog, _), (t_gloo, f_gloo) = _timed_alternated(
+            [lambda: dist.all_reduce(tpu), _program_alone(torch.ones(numel).to("tpu")), lambda: dist.all_reduce(cpu)],
+            args.iters,
+        )
         factor = 2 * (n - 1) / n
-        rows.append((size, size * factor / t_tpu / 1e9, size * factor / t_gloo / 1e9))
+        rows.append((size, *(size * factor / t / 1e9 for t in (t_tpu, t_prog, t_gloo)), f_tpu, f_gloo))
         size *= 4
     return rows
 
@@ -101,10 +127,12 @@ def worker(args) -> None:
     ddp_tpu, ddp_gloo = _ddp(args)
     if dist.get_rank() == 0:
         print(f"all_reduce bus bandwidth, {dist.get_world_size()} processes (GB/s, median of {args.iters}, alternated)")
-        print(f"{'size':>8}  {'tpu_dist':>9}  {'gloo':>9}  {'ratio':>6}")
-        for size, bw_tpu, bw_gloo in rows:
+        print(f"{'size':>8}  {'tpu_dist':>9}  {'program':>9}  {'gloo':>9}  {'ratio':>6}  {'program/gloo':>12}"
+              f"  {'faults tpu_dist':>15}  {'faults gloo':>11}")
+        for size, bw_tpu, bw_prog, bw_gloo, f_tpu, f_gloo in rows:
             label = f"{size // 1024} KB" if size < 1 << 20 else f"{size >> 20} MB"
-            print(f"{label:>8}  {bw_tpu:9.3f}  {bw_gloo:9.3f}  {bw_tpu / bw_gloo:5.2f}x")
+            print(f"{label:>8}  {bw_tpu:9.3f}  {bw_prog:9.3f}  {bw_gloo:9.3f}  {bw_tpu / bw_gloo:5.2f}x  "
+                  f"{bw_prog / bw_gloo:11.2f}x  {f_tpu:15.0f}  {f_gloo:11.0f}")
         print(f"DDP step (MLP 256-1024-1024-256, batch 64): tpu_dist {ddp_tpu * 1e3:.1f} ms, "
               f"gloo on CPU {ddp_gloo * 1e3:.1f} ms ({ddp_gloo / ddp_tpu:.2f}x)")
     dist.destroy_process_group()

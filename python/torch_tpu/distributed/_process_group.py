@@ -107,10 +107,23 @@ def _check_tpu(tensors: Sequence[torch.Tensor], what: str) -> None:
             )
 
 
+def _covers(t: torch.Tensor, entry) -> bool:
+    """Whether `t` is its whole storage, elements in order: its storage's buffer is its
+    flat value, and rebinding the storage writes it (every view sees the write)."""
+    return (
+        t.dtype == entry.dtype and t.storage_offset() == 0 and t.numel() == entry.numel and t.is_contiguous()
+    )
+
+
 def _flat_buffer(t: torch.Tensor):
-    """A DeviceBuffer with `t`'s elements in row-major order, shape (numel,)."""
+    """A DeviceBuffer with `t`'s elements in row-major order, shape (numel,): the storage's
+    own buffer when `t` covers it (no copy: DDP's buckets, parameters, gradients), else
+    a device copy of the elements."""
     from torch_tpu.device import _storage
 
+    entry = _storage.entry_of(t)
+    if _covers(t, entry) and not (t.is_conj() or t.is_neg()):
+        return _storage.buffer_of(entry)
     c = t.detach()
     if t.is_conj() or t.is_neg():
         c = c.resolve_conj().resolve_neg()
@@ -137,15 +150,25 @@ def _write(target: torch.Tensor, value: torch.Tensor) -> None:
     from torch_tpu.device import _storage
 
     entry = _storage.entry_of(target)
-    covers = (
-        target.dtype == entry.dtype and target.storage_offset() == 0 and target.numel() == entry.numel
-        and target.is_contiguous() and value.is_contiguous()
-    )
-    if covers:
+    if _covers(target, entry) and value.is_contiguous():
         entry.buffer = _flat_buffer(value)  # rebinding the storage: every view sees it
         return
     with torch.no_grad():
         target.copy_(value.reshape(target.shape))
+
+
+def _write_result(target: torch.Tensor, buffer) -> None:
+    """`target` takes a program's flat output `buffer` (its elements in order) in place:
+    a tensor that covers its storage is rebound to the buffer without making a tensor of
+    it (the per-call path of all_reduce/broadcast); a view gets a device copy."""
+    from torch_tpu.device import _storage
+
+    entry = _storage.entry_of(target)
+    if _covers(target, entry):
+        entry.buffer = buffer
+        return
+    with torch.no_grad():
+        target.copy_(_as_tensor(buffer, target.shape, target.dtype))
 
 
 def _element(dtype: torch.dtype) -> str:
@@ -287,7 +310,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
                 if t.numel() == 0:
                     continue
                 out = self._collective("all_reduce", _flat_buffer(t), t.dtype, reduce_op=op)
-                _write(t, _as_tensor(out, t.shape, t.dtype))
+                _write_result(t, out)
                 outs.append(out)
             return outs, list(tensors)
 
@@ -306,7 +329,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
                     continue
                 out = self._collective("broadcast", _flat_buffer(t), t.dtype, src=src)
                 if self.rank() != src:
-                    _write(t, _as_tensor(out, t.shape, t.dtype))
+                    _write_result(t, out)
                 outs.append(out)
             return outs, list(tensors)
 
@@ -323,7 +346,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
                     continue
                 out = self._collective("all_reduce", _flat_buffer(t), t.dtype, reduce_op=op)
                 if self.rank() == dst:
-                    _write(t, _as_tensor(out, t.shape, t.dtype))
+                    _write_result(t, out)
                 outs.append(out)
             return outs, list(tensors)
 
@@ -454,7 +477,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
                         f"{list(output.shape)} must have equal sizes, the first dividing by {n} ranks"
                     )
                 out = self._collective("all_to_all", _flat_buffer(input), input.dtype)
-                _write(output, _as_tensor(out, output.shape, output.dtype))
+                _write_result(output, out)
                 return [out], [output]
             return self._uneven_all_to_all(output, input, list(output_split_sizes), list(input_split_sizes))
 
@@ -530,7 +553,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._maybe_handshake(f"p2p-{ranks[0]}-{ranks[1]}", ranks, sequence, program, new)
         out = program.run([_flat_buffer(tensor)])[0]
         if receiving:
-            _write(tensor, _as_tensor(out, tensor.shape, tensor.dtype))
+            _write_result(tensor, out)
         return out
 
     def send(self, tensors, dst, tag=0):

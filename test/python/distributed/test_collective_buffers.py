@@ -1,0 +1,89 @@
+"""How tpu_dist hands tensors to its collective programs and takes the results back
+(single process: no collective runs). A tensor that is its whole storage -- DDP's
+gradient buckets, parameters, a freshly made tensor -- goes in as its storage's own
+buffer and takes the output by rebinding the storage: no device copy on either side.
+Any other tensor (a slice, a transposed or conjugated view, a dtype view) goes through a
+copy of its elements and takes the result through a device `copy_`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_tpu  # noqa: F401 - registers the tpu device
+from torch_tpu.device import _storage
+from torch_tpu.distributed import _process_group as pg
+
+BASE = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+
+
+def _covering_tensors():
+    t = BASE.to("tpu")
+    return {
+        "fresh": t,
+        "reshaped view of the whole storage": t.view(24),
+        "int bucket": torch.arange(7, dtype=torch.int32).to("tpu"),
+    }
+
+
+def _partial_views():
+    t = BASE.to("tpu")
+    return {
+        "column": (t[:, 2], BASE[:, 2]),
+        "offset slice": (t[1:3], BASE[1:3]),
+        "transposed": (t.t(), BASE.t()),
+        "conjugated complex": (torch.complex(BASE, -BASE).to("tpu").conj(), torch.complex(BASE, -BASE).conj()),
+        "negated view": (torch.complex(BASE, BASE).to("tpu").conj().imag, torch.complex(BASE, BASE).conj().imag),
+    }
+
+
+@pytest.mark.parametrize("name", list(_covering_tensors()))
+def test_a_tensor_covering_its_storage_goes_in_without_a_copy(name):
+    t = _covering_tensors()[name]
+    buffer = pg._flat_buffer(t)
+    assert buffer is _storage.entry_of(t).buffer  # the storage's own buffer, not a copy
+    assert torch.equal(pg._as_tensor(buffer, t.shape, t.dtype).cpu(), t.cpu())
+
+
+@pytest.mark.parametrize("name", list(_partial_views()))
+def test_a_partial_view_goes_in_as_its_own_elements_in_order(name):
+    view, want = _partial_views()[name]
+    buffer = pg._flat_buffer(view)
+    assert buffer is not _storage.entry_of(view).buffer
+    assert buffer.shape == (view.numel(),)
+    got = pg._as_tensor(buffer, view.shape, view.dtype).cpu()
+    assert torch.equal(got, want.resolve_conj().resolve_neg())
+
+
+def test_a_result_rebinds_a_covering_tensor_and_every_view_sees_it():
+    t = BASE.to("tpu")
+    column = t[:, 2]  # a view made before the write
+    result = pg._flat_buffer((BASE * 10).to("tpu"))
+    pg._write_result(t, result)
+    assert _storage.entry_of(t).buffer is result  # rebound: no device copy
+    assert torch.equal(t.cpu(), BASE * 10)
+    assert torch.equal(column.cpu(), (BASE * 10)[:, 2])
+
+
+def test_a_result_is_copied_into_a_partial_view_and_leaves_the_rest():
+    t = BASE.to("tpu")
+    before = _storage.entry_of(t).buffer
+    column = t[:, 2]
+    result = pg._flat_buffer(torch.full((4,), -1.0).to("tpu"))
+    pg._write_result(column, result)
+    want = BASE.clone()
+    want[:, 2] = -1.0
+    assert torch.equal(t.cpu(), want)
+    assert _storage.entry_of(t).buffer is not result
+    assert before is not result
+
+
+def test_a_dtype_mismatched_result_is_not_rebound():
+    # A tensor whose dtype differs from its storage's (a dtype view) never takes the
+    # buffer as is: rebinding would relabel the storage's bytes.
+    t = torch.arange(4, dtype=torch.int32).to("tpu")
+    view = t.view(torch.float32)
+    entry = _storage.entry_of(view)
+    if entry.dtype == view.dtype:
+        pytest.skip("this build stores dtype views in their own dtype")
+    assert not pg._covers(view, entry)
