@@ -12,8 +12,10 @@
 
 Re-launches itself under torchrun (`--nproc_per_node=2`); one process group serves both
 (`init_process_group("tpu_dist")`). Rank 0 prints the table. Nothing is
-asserted. On XLA:CPU both backends move the bytes over loopback TCP through gloo: the
-ratio measures tpu_dist's per-call overhead (program dispatch, device buffers) over it.
+asserted. On XLA:CPU both backends move the bytes over loopback TCP with gloo's ring
+all-reduce; torch's gloo reduces in place, XLA's program into a new output buffer (see
+docs/explanation/distributed.md, "Performance"): `program/gloo` is that difference,
+`ratio` adds tpu_dist's Python path.
 """
 
 from __future__ import annotations
