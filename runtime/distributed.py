@@ -73,14 +73,18 @@ class GroupProgram:
         self._device = device
         self._rows = [r.element_type for r in signature.results]
         self._shapes = [r.shape for r in signature.results]
-        avals = [_jaxlib.Aval(r.shape, r.dtype) for r in signature.results]
-        self._runner = _jaxlib.make_runner(raw, [_jaxlib.result_handler(a, device._sharding) for a in avals])
+        self._raw = raw
 
     def run(self, buffers: Sequence[DeviceBuffer]) -> list[DeviceBuffer]:
         """Enqueues the program (asynchronous); the outputs' `synchronize()` waits and
         raises the program's error."""
         try:
-            outs = self._runner([b._array for b in buffers])
+            # Taken apart into single-device arrays (this process's replica): wrapped by
+            # result handlers instead (~8 us cheaper), they would keep the program's
+            # N-device placement, and PjRT refuses to copy such an array onto one device
+            # (`DeviceBuffer.copy()`, which an in-place op on a still-held buffer needs:
+            # "CopyArrays only supports destination device list of the same size").
+            outs = [replicas[0] for replicas in _jaxlib.execute_replicated(self._raw, [b._array for b in buffers])]
         except _jaxlib.JaxRuntimeError as err:
             raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
         return [DeviceBuffer(o, self._shapes[k], self._rows[k], self._device) for k, o in enumerate(outs)]

@@ -156,6 +156,17 @@ def check_collectives(dtypes):
     x = value(r).to(dev)
     dist.broadcast(x, src=members[-1], group=mine)
     check("subgroup broadcast", x, value(members[-1]))
+    # an in-place op on a collective's output whose buffer something else still holds
+    # copies it on the device first (the output was once an N-device array PjRT would
+    # not copy: "CopyArrays only supports destination device list of the same size")
+    from torch_tpu.device import _storage
+
+    x = value(r).to(dev)
+    dist.all_reduce(x)
+    held = _storage.entry_of(x).buffer  # noqa: F841 - the second holder
+    x.add_(1)
+    check("in-place op on an all_reduce output still held", x, sum(value(k) for k in ranks) + 1)
+    check("the held output keeps its value", _as_cpu(held, x), sum(value(k) for k in ranks))
     # CPU tensors go to gloo through the same group
     c = value(r)
     dist.all_reduce(c)
@@ -171,3 +182,9 @@ def _fold(xs, fn):
     return acc
 
 
+
+
+def _as_cpu(buffer, like):
+    from torch_tpu.distributed._process_group import _as_tensor
+
+    return _as_tensor(buffer, like.shape, like.dtype).cpu()
