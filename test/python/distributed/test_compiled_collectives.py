@@ -1,13 +1,45 @@
 """Compiled graphs with collectives in real `torchrun` jobs (2 processes, XLA:CPU): the
 graph compiles whole, its collectives as thin stages of its program or embedded under
 `torch_tpu.spmd_safe` (workers/compiled_collectives.py), and a compiled DDP step equals
-single-process training."""
+single-process training; a job launched as two torchrun "nodes" on this machine."""
 
 from __future__ import annotations
 
-from test_tpu_dist import _expect_phases, torchrun
+import subprocess
+import sys
+
+from test_tpu_dist import WORKERS, _env, _expect_phases, _free_port_pair, torchrun
 
 
 def test_compiled_graph_collectives_are_stages_of_one_program():
     out = torchrun(2, "--compiled-collectives", "--compiled-ddp")
     _expect_phases(out, range(2), ["compiled collectives", "spmd_safe compiled collectives", "compiled DDP", "JOB"])
+
+
+def test_two_nodes_on_one_machine():
+    """`--nnodes 2 --node_rank k`, one process per node, two torchrun launches with a
+    static rendezvous at 127.0.0.1: the processes find each other and all_reduce across
+    "nodes"."""
+    port = _free_port_pair()
+    launches = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}",
+             "--nproc_per_node=1", "--rdzv-backend=static", "--master_addr=127.0.0.1", f"--master_port={port}",
+             str(WORKERS / "job.py"), "--nodes"],
+            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for node in range(2)
+    ]
+    outputs = []
+    try:
+        for proc in launches:
+            outputs.append(proc.communicate(timeout=180)[0])
+    finally:
+        for proc in launches:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for node, (proc, out) in enumerate(zip(launches, outputs)):
+        assert proc.returncode == 0, f"node {node}:\n{out[-6000:]}"
+        assert f"rank {node}: nodes OK (node {node}, local rank 0, nodes [0.0, 1.0])" in out, out[-6000:]
+        assert f"rank {node}: JOB OK" in out, out[-6000:]

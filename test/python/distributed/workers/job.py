@@ -9,6 +9,7 @@ argv: --dtypes float32,int32,bfloat16   collectives x these dtypes
       --tp                               TP MLP (Colwise/Rowwise) 5 steps == single process
       --handshake                        divergence -> DistributedError on every rank
       --die                              the last rank exits; the others raise naming it
+      --nodes                            all_reduce across the ranks of a --nnodes job (one launch per node)
 """
 
 import argparse
@@ -99,6 +100,20 @@ def check_die():
     os._exit(0)
 
 
+def check_nodes():
+    """A job launched as several torchrun "nodes" (--nnodes/--node_rank): each node's
+    process has LOCAL_RANK 0 and its own tpu:0; the global ranks still reduce together."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    node, local = int(os.environ["GROUP_RANK"]), int(os.environ["LOCAL_RANK"])
+    x = torch.full((3,), float(r + 1), device="tpu")
+    dist.all_reduce(x)
+    expect = float(n * (n + 1) // 2)
+    assert x.cpu().tolist() == [expect] * 3, (x, expect)
+    g = torch.zeros(n, device="tpu")
+    dist.all_gather_into_tensor(g, torch.tensor([float(node)], device="tpu"))
+    print(f"rank {r}: nodes OK (node {node}, local rank {local}, nodes {g.cpu().tolist()})", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtypes", default="")
@@ -109,6 +124,7 @@ def main():
     parser.add_argument("--tp", action="store_true")
     parser.add_argument("--handshake", action="store_true")
     parser.add_argument("--die", action="store_true")
+    parser.add_argument("--nodes", action="store_true")
     args = parser.parse_args()
     dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=60))
     assert dist.get_backend() == "tpu_dist"
@@ -128,6 +144,8 @@ def main():
         check_handshake()
     if args.die:
         check_die()
+    if args.nodes:
+        check_nodes()
     dist.destroy_process_group()
     print(f"rank {dist.get_rank() if dist.is_initialized() else os.environ['RANK']}: JOB OK", flush=True)
 
