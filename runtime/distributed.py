@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
+import queue
 import socket
 import threading
 import time
@@ -82,6 +83,7 @@ class GroupProgram:
         try:
             outs = self._runner([b._array for b in buffers])
         except _jaxlib.JaxRuntimeError as err:
+            self._runtime.raise_reported_divergence()
             raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
         return [DeviceBuffer(o, self._shapes[k], self._rows[k], self._device) for k, o in enumerate(outs)]
 
@@ -108,6 +110,11 @@ class DistributedRuntime:
         self._programs: dict[tuple[str, tuple[int, ...]], GroupProgram] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._published: queue.SimpleQueue | None = None
+        # Per group, the collective number of the last divergence this process raised:
+        # an older "diverged" mark is one it has reported already.
+        self._raised_divergence: dict[str, int] = {}
+        self._publisher: threading.Thread | None = None
 
     def __repr__(self) -> str:
         return f"DistributedRuntime(rank {self.rank} of {self.world_size}, {self.address}, {self.client})"
@@ -165,12 +172,51 @@ class DistributedRuntime:
 
     # -- handshake -----------------------------------------------------------------------------
 
+    def publish(self, group: str, record: CollectiveRecord) -> None:
+        """Publishes `record` without comparing it (a collective whose program was checked
+        before, under `first_call`): a member whose program at this collective number is new
+        -- because a rank skipped, added or reordered a collective -- then compares against
+        what this process ran there. The key-value writes run on a background thread; the
+        caller only queues the record."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._publisher is None:
+                self._published = queue.SimpleQueue()
+                self._publisher = threading.Thread(target=self._publish_loop, name="tpu_dist-records", daemon=True)
+                self._publisher.start()
+        self._published.put((group, record))
+
+    def _publish_loop(self) -> None:
+        assert self._published is not None
+        while True:
+            batch = [self._published.get()]
+            while not self._published.empty():  # drain: one "last" write per group and batch
+                batch.append(self._published.get())
+            last: dict[str, CollectiveRecord] = {}
+            for item in batch:
+                if item is None:
+                    return
+                group, record = item
+                try:
+                    self.kv_set(f"hs/{group}/{record.sequence}/{record.rank}", record.encode())
+                except Exception as err:  # noqa: BLE001 - the service left (shutdown, rank 0 exited)
+                    log.debug("tpu_dist: publishing collective #%d failed: %s", record.sequence, err)
+                    return
+                last[group] = record
+            for group, record in last.items():
+                try:
+                    self.kv_set(f"hs/{group}/last/{record.rank}", record.encode())
+                except Exception:  # noqa: BLE001
+                    return
+
     def handshake(self, group: str, ranks: Sequence[int], record: CollectiveRecord, timeout_s: float) -> None:
         """Publishes this process's `record` for the group's collective number
         `record.sequence` and compares it with every other member's. Raises
         `DistributedError` naming the ranks, the first differing collective and each rank's
-        source line when they differ, or when a member has not published within
-        `timeout_s` (it died, or it is running something else)."""
+        source line when they differ (also when another member found the group diverged at
+        an earlier collective while this one waited), or when a member has not published
+        within `timeout_s` (it died, or it is running something else)."""
         self.kv_set(f"hs/{group}/{record.sequence}/{record.rank}", record.encode())
         self.kv_set(f"hs/{group}/last/{record.rank}", record.encode())
         deadline = time.monotonic() + timeout_s
@@ -179,7 +225,7 @@ class DistributedRuntime:
         for rank in ranks:
             if rank == record.rank:
                 continue
-            text = self.kv_get(f"hs/{group}/{record.sequence}/{rank}", max(0.001, deadline - time.monotonic()))
+            text = self._await_record(group, ranks, record.rank, f"hs/{group}/{record.sequence}/{rank}", deadline)
             if text is None:
                 missing.append(rank)
             else:
@@ -187,19 +233,62 @@ class DistributedRuntime:
         if missing:
             raise DistributedError(self._missing_message(group, ranks, record, missing, timeout_s))
         if len({r.fingerprint for r in records.values()}) > 1:
-            # Every member sees the mismatch; wait (briefly) until all have read the
-            # records, so a member that raises and exits -- process 0 takes the service
-            # with it -- cannot leave another without its error message.
-            seen = f"hs/{group}/{record.sequence}/seen"
-            self.kv_set(f"{seen}/{record.rank}", "1")
-            wait_until = time.monotonic() + min(timeout_s, 5.0)
-            for rank in ranks:
-                if rank != record.rank:
-                    try:
-                        self.kv_get(f"{seen}/{rank}", max(0.001, wait_until - time.monotonic()))
-                    except DistributedError:
-                        break  # process 0 already left: this rank has every record it needs
-            raise DistributedError(_mismatch_message(group, record.sequence, [records[r] for r in ranks]))
+            message = _mismatch_message(group, record.sequence, [records[r] for r in ranks])
+            # Members that wait at a later collective (they ran this one without checking
+            # it: first_call) read this instead of waiting out their timeout.
+            self.kv_set(f"hs/{group}/diverged", f"{record.sequence}\x1f{message}")
+            # ... and members whose collective has no partner (`raise_reported_divergence`).
+            self.kv_set("hs/diverged", f"{group}\x1f{record.sequence}\x1f{message}")
+            self._raised_divergence[group] = record.sequence
+            self._leave_together(group, ranks, record.rank, record.sequence, timeout_s)
+            raise DistributedError(message)
+
+    def _await_record(self, group: str, ranks: Sequence[int], me: int, key: str, deadline: float) -> str | None:
+        """The value of `key` (another member's record) by `deadline`, None if it never
+        came; raises the group's divergence when a member reports one meanwhile."""
+        while True:
+            left = deadline - time.monotonic()
+            text = self.kv_get(key, max(0.001, min(left, 0.5)))
+            if text is not None:
+                return text
+            diverged = self.kv_try_get(f"hs/{group}/diverged")
+            if diverged is not None:
+                sequence, message = diverged.split("\x1f", 1)
+                if int(sequence) > self._raised_divergence.get(group, 0):
+                    self._raised_divergence[group] = int(sequence)
+                    self._leave_together(group, ranks, me, int(sequence), left)
+                    raise DistributedError(message)
+            if time.monotonic() >= deadline:
+                return None
+
+    def raise_reported_divergence(self) -> None:
+        """Raises the divergence a member reported (the job-wide mark a failed handshake
+        leaves) if this process has not raised it yet. Called when a collective program
+        fails: a collective whose peer skipped it has no partner, and fails only when the
+        rank that found the divergence leaves the job (its connections close); its error
+        is then the divergence, not the transport's."""
+        mark = self.kv_try_get("hs/diverged")
+        if mark is None:
+            return
+        group, sequence, message = mark.split("\x1f", 2)
+        if int(sequence) > self._raised_divergence.get(group, 0):
+            self._raised_divergence[group] = int(sequence)
+            self.kv_set(f"hs/{group}/{sequence}/seen/{self.rank}", "1")
+            raise DistributedError(message)
+
+    def _leave_together(self, group: str, ranks: Sequence[int], me: int, sequence: int, timeout_s: float) -> None:
+        """Every member sees the mismatch; wait (briefly) until all have read it, so a
+        member that raises and exits -- process 0 takes the service with it -- cannot leave
+        another without its error message."""
+        seen = f"hs/{group}/{sequence}/seen"
+        self.kv_set(f"{seen}/{me}", "1")
+        wait_until = time.monotonic() + min(max(timeout_s, 0.001), 5.0)
+        for rank in ranks:
+            if rank != me:
+                try:
+                    self.kv_get(f"{seen}/{rank}", max(0.001, wait_until - time.monotonic()))
+                except DistributedError:
+                    break  # process 0 already left: this rank has every record it needs
 
     def _missing_message(self, group: str, ranks: Sequence[int], mine: CollectiveRecord,
                          missing: list[int], timeout_s: float) -> str:
@@ -230,6 +319,9 @@ class DistributedRuntime:
             if self._closed:
                 return
             self._closed = True
+        if self._publisher is not None:
+            self._published.put(None)
+            self._publisher.join(timeout=2.0)
         try:
             self._dclient.shutdown()
         except Exception as err:  # noqa: BLE001 - peers that died make the barrier fail

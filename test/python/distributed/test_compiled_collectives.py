@@ -11,9 +11,12 @@ import sys
 from test_tpu_dist import WORKERS, _env, _expect_phases, _free_port_pair, torchrun
 
 
-def test_compiled_graph_collectives_are_stages_of_one_program():
-    out = torchrun(2, "--compiled-collectives", "--compiled-ddp")
-    _expect_phases(out, range(2), ["compiled collectives", "spmd_safe compiled collectives", "compiled DDP", "JOB"])
+def test_compiled_graph_collectives_are_stages_of_one_program_and_first_call_catches_a_skip():
+    # --skip-first-call goes last: it leaves rank 0 with an unpaired all_reduce and ends the job
+    out = torchrun(2, "--compiled-collectives", "--compiled-ddp", "--skip-first-call")
+    _expect_phases(out, range(2), ["compiled collectives", "spmd_safe compiled collectives", "compiled DDP",
+                                   "skip under first_call"])
+    assert out.count("diverged at collective #3") == 2, out[-6000:]
 
 
 def test_two_nodes_on_one_machine():

@@ -10,6 +10,8 @@ argv: --dtypes float32,int32,bfloat16   collectives x these dtypes
       --handshake                        divergence -> DistributedError on every rank
       --die                              the last rank exits; the others raise naming it
       --nodes                            all_reduce across the ranks of a --nnodes job (one launch per node)
+      --skip-first-call                  first_call: rank 1 skips an all_reduce that ran before -> every
+                                         rank raises naming it (last: rank 0's unpaired all_reduce stays)
 """
 
 import argparse
@@ -100,6 +102,35 @@ def check_die():
     os._exit(0)
 
 
+def check_skip_first_call():
+    r, n = dist.get_rank(), dist.get_world_size()
+    os.environ["TORCH_TPU_SPMD_HANDSHAKE_STAGE"] = "first_call"
+    group = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=20))
+    x = torch.ones(4, device="tpu")
+    dist.all_reduce(x, group=group)  # checked: its first run
+    dist.all_reduce(x, group=group)  # the same program: not compared, only published
+
+    def skip():
+        if r != 1:
+            dist.all_reduce(x, group=group)  # rank 0 line
+        out = torch.zeros(4 * n, device="tpu")
+        dist.all_gather_into_tensor(out, x, group=group)  # rank 1 line: a new program
+
+    here = skip.__code__.co_firstlineno
+    start = time.monotonic()
+    expect_error(
+        "skip under first_call", skip, "DistributedError", "diverged at collective #3",
+        "rank 0: all_reduce(4 x float32, reduce_op=sum) over ranks [0, 1] at ", f"job.py:{here + 2}",
+        "rank 1: all_gather(4 x float32) over ranks [0, 1] at ", f"job.py:{here + 4}",
+    )
+    assert time.monotonic() - start < 20, "not within the group's timeout"
+    print(f"rank {r}: skip under first_call OK", flush=True)
+    # Rank 1 found the divergence and leaves (as a failed script does); rank 0's third
+    # all_reduce, which had no partner, then fails and raises the divergence instead.
+    # Neither waits for the shutdown barrier; rank 0 serves the coordination service.
+    os._exit(0)
+
+
 def check_nodes():
     """A job launched as several torchrun "nodes" (--nnodes/--node_rank): each node's
     process has LOCAL_RANK 0 and its own tpu:0; the global ranks still reduce together."""
@@ -125,6 +156,7 @@ def main():
     parser.add_argument("--handshake", action="store_true")
     parser.add_argument("--die", action="store_true")
     parser.add_argument("--nodes", action="store_true")
+    parser.add_argument("--skip-first-call", action="store_true")
     args = parser.parse_args()
     dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=60))
     assert dist.get_backend() == "tpu_dist"
@@ -146,6 +178,8 @@ def main():
         check_die()
     if args.nodes:
         check_nodes()
+    if args.skip_first_call:
+        check_skip_first_call()
     dist.destroy_process_group()
     print(f"rank {dist.get_rank() if dist.is_initialized() else os.environ['RANK']}: JOB OK", flush=True)
 
