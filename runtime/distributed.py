@@ -372,6 +372,21 @@ def _port_in_use(address: str) -> str | None:
     return None
 
 
+def local_address(address: str) -> str:
+    """The address the other processes reach this one at (gloo's listening host on
+    XLA:CPU): the local end of the route to the coordinator at `address` -- loopback when
+    it runs on this machine, this host's interface towards it on another (a fixed
+    127.0.0.1 would send every other host to itself)."""
+    host, _, port = address.rpartition(":")
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.connect(sockaddr)  # UDP: sends nothing, only picks the route
+            return probe.getsockname()[0]
+    except (OSError, ValueError):
+        return "127.0.0.1"  # no route: joining the coordinator reports the real problem
+
+
 _current: DistributedRuntime | None = None
 _current_lock = threading.Lock()
 
@@ -382,7 +397,7 @@ def current() -> DistributedRuntime | None:
 
 
 def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 300.0,
-               hostname: str = "127.0.0.1") -> DistributedRuntime:
+               hostname: str | None = None) -> DistributedRuntime:
     """Joins the job of `world_size` processes whose coordination service is at
     `address` ("host:port"; process 0 serves it). Makes the multi-process client the
     process-wide one: call it before anything else uses the runtime."""
@@ -430,7 +445,7 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
                 "MASTER_PORT and WORLD_SIZE and that all of them started"
             ) from None
         try:
-            raw = _jaxlib.make_distributed_cpu_client(dclient, rank, world_size, hostname)
+            raw = _jaxlib.make_distributed_cpu_client(dclient, rank, world_size, hostname or local_address(address))
         except Exception as err:  # noqa: BLE001
             raise PlatformError(f"rank {rank}: the multi-process CPU client failed to start: {err}") from None
         client = install_client("cpu", raw)

@@ -47,3 +47,23 @@ def test_two_nodes_on_one_machine():
         assert proc.returncode == 0, f"node {node}:\n{out[-6000:]}"
         assert f"rank {node}: nodes OK (node {node}, local rank 0, nodes [0.0, 1.0])" in out, out[-6000:]
         assert f"rank {node}: JOB OK" in out, out[-6000:]
+
+
+def test_processes_on_other_hosts_get_a_reachable_address():
+    """gloo (XLA:CPU's cross-process collectives) listens at the address each process
+    advertises: loopback only when the coordinator is on this machine; towards another
+    host, this host's own interface (a fixed 127.0.0.1 sent every other host to itself)."""
+    import socket
+
+    import pytest
+
+    from torch_tpu.runtime.distributed import local_address
+
+    assert local_address("127.0.0.1:29500") == "127.0.0.1"
+    assert local_address("localhost:29500") == "127.0.0.1"
+    remote = local_address("203.0.113.7:29500")  # TEST-NET-3: another host
+    if remote == "127.0.0.1":
+        pytest.skip("this machine has no route off the host")
+    assert not remote.startswith("127.")
+    with socket.socket() as s:  # an address of this host: it can be listened on
+        s.bind((remote, 0))
