@@ -4,6 +4,7 @@ one program (`torch_tpu._dist_graph`), or one program with the collectives embed
 `torch_tpu.spmd_safe` -- and its results equal eager's."""
 
 import contextlib
+import time
 
 import torch
 import torch.distributed as dist
@@ -112,3 +113,38 @@ def check_compiled_collectives():
     if program.thin or program.stage_kinds != ["collective"] or missing or "torchtpu.outlined" in text:
         raise AssertionError(f"expected one program with the collectives embedded; lacks {missing}: {text}")
     print(f"rank {r}: spmd_safe compiled collectives OK", flush=True)
+
+
+def check_compiled_divergence():
+    """A compiled graph's collective stage goes through the handshake on its first run:
+    ranks whose graphs exchange different shapes raise, each naming both ranks' collective
+    and source line, and nothing ran (the ranks stay in step)."""
+    from torch_tpu.runtime.distributed import DistributedError
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    group = dist.group.WORLD
+    torch._dynamo.reset()
+
+    def reduce(x):
+        return funcol.all_reduce(x * 2, "sum", group)
+
+    line = reduce.__code__.co_firstlineno + 1
+    compiled = torch.compile(reduce, backend="tpu", fullgraph=True)
+    start = time.monotonic()
+    try:
+        compiled(torch.ones(2 + r, device="tpu"))
+    except DistributedError as err:
+        text = str(err)
+        needles = ["diverged at collective", f"compiled_collectives.py:{line}",
+                   "rank 0: all_reduce(tensor<2xf32>) in a compiled graph",
+                   "rank 1: all_reduce(tensor<3xf32>) in a compiled graph"]
+        missing = [s for s in needles if s not in text]
+        if missing:
+            raise AssertionError(f"the divergence error lacks {missing}: {text}") from None
+        print(f"rank {r}: compiled divergence raised after {time.monotonic() - start:.1f}s:\n{text}", flush=True)
+    else:
+        raise AssertionError("ranks compiled different collectives and no error was raised")
+    y = torch.full((2,), float(r), device="tpu")
+    dist.all_reduce(y)  # in step again
+    assert y.cpu().tolist() == [float(sum(range(n)))] * 2, y
+    print(f"rank {r}: compiled divergence OK", flush=True)
