@@ -37,6 +37,9 @@ from .executable import Signature
 log = logging.getLogger("torch_tpu.runtime.distributed")
 
 _KV_PREFIX = "torch_tpu/"
+# Published records older than this many collectives of a group are deleted: a member that
+# far behind has diverged already, and the store must not grow with a job's length.
+RECORD_WINDOW = 4096
 
 
 class DistributedError(TorchTPURuntimeError):
@@ -194,12 +197,16 @@ class DistributedRuntime:
             while not self._published.empty():  # drain: one "last" write per group and batch
                 batch.append(self._published.get())
             last: dict[str, CollectiveRecord] = {}
+            stop = None in batch  # shutdown: write what came before it, then leave
             for item in batch:
                 if item is None:
-                    return
+                    break
                 group, record = item
                 try:
                     self.kv_set(f"hs/{group}/{record.sequence}/{record.rank}", record.encode())
+                    if record.sequence > RECORD_WINDOW:
+                        self._dclient.key_value_delete(
+                            f"{_KV_PREFIX}hs/{group}/{record.sequence - RECORD_WINDOW}/{record.rank}")
                 except Exception as err:  # noqa: BLE001 - the service left (shutdown, rank 0 exited)
                     log.debug("tpu_dist: publishing collective #%d failed: %s", record.sequence, err)
                     return
@@ -209,6 +216,8 @@ class DistributedRuntime:
                     self.kv_set(f"hs/{group}/last/{record.rank}", record.encode())
                 except Exception:  # noqa: BLE001
                     return
+            if stop:
+                return
 
     def handshake(self, group: str, ranks: Sequence[int], record: CollectiveRecord, timeout_s: float) -> None:
         """Publishes this process's `record` for the group's collective number
