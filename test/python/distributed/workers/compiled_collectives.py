@@ -114,6 +114,22 @@ def check_compiled_collectives():
         raise AssertionError(f"expected one program with the collectives embedded; lacks {missing}: {text}")
     print(f"rank {r}: spmd_safe compiled collectives OK", flush=True)
 
+    # subgroups: each rank's own one-rank group (the partition [[0], [1], ...], declared:
+    # PyTorch records no sibling groups of `new_group` on ranks outside them) and the world
+    singles = [dist.new_group([k]) for k in range(n)]
+    torch_tpu.spmd.declare_partition([[k] for k in range(n)])
+    torch._dynamo.reset()
+
+    def mixed(v):
+        return funcol.all_reduce(v, "sum", singles[r]) * 10 + funcol.all_reduce(v, "max", group)
+
+    with _recording() as seen:
+        out = torch.compile(mixed, backend="tpu", fullgraph=True)(x).cpu()
+    torch.testing.assert_close(out, x.cpu() * 10 + (torch.arange(6.0).reshape(2, 3) + 10 * (n - 1)))
+    if seen["eager"] or len(seen["programs"]) != 1 or seen["programs"][0].stage_kinds.count("collective") != 2:
+        raise AssertionError(f"the subgroup graph was split or ran eager collectives: {seen}")
+    print(f"rank {r}: compiled subgroup collectives OK", flush=True)
+
 
 def check_compiled_divergence():
     """A compiled graph's collective stage goes through the handshake on its first run:
