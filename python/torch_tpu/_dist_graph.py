@@ -168,7 +168,7 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str):
 
         kinds = ", ".join(_collective_names(module))
         program = _group_program(runtime, module_text, everyone, name,
-                                 f"graph {name} with its collectives embedded ({kinds})")
+                                 f"graph {name} with its collectives embedded ({kinds}) [compiled]")
         from torch_tpu.compiler.context import ir
 
         entry = _functions(module)[imported.func_name]
@@ -218,13 +218,14 @@ def _collective_names(module: Any) -> list[str]:
 
 
 def _describe_collective(function: Any) -> str:
-    """`all_reduce(tensor<2x3xf32>) at model.py:12`: the collective of an outlined
-    function and the user's source line (the op's location)."""
+    """`all_reduce(tensor<2x3xf32>) [compiled from model.py:12]`: the collective of an
+    outlined function and the user's source line of it (the op's location); the
+    handshake adds the line of the compiled graph's call."""
     ops = _collective_ops(function)
     if not ops:
-        return "collective"
+        return "collective [compiled]"
     op = ops[0]
     types = ", ".join(str(v.type) for v in op.operands)
-    text = f"{op.name.removeprefix('stablehlo.')}({types}) in a compiled graph"
+    text = f"{op.name.removeprefix('stablehlo.')}({types})"
     found = _LOCATION.search(str(op.location))
-    return f"{text} at {found.group(1)}:{found.group(2)}" if found else text
+    return f"{text} [compiled from {found.group(1)}:{found.group(2)}]" if found else f"{text} [compiled]"
