@@ -15,7 +15,8 @@ from test_tpu_dist import WORKERS, _env, _expect_phases, _free_port_pair, torchr
 def test_compiled_graph_collectives_are_stages_of_one_program_and_first_call_catches_a_skip():
     # --skip-first-call goes last: it leaves rank 0 with an unpaired all_reduce and ends the job
     # (the compiled DDP step runs in test_tpu_dist.py's two-rank job, with these checks too)
-    out = torchrun(2, "--compiled-collectives", "--compiled-divergence", "--skip-first-call", timeout=300)
+    out = torchrun(2, "--compiled-collectives", "--compiled-embedded", "--compiled-divergence", "--skip-first-call",
+                   timeout=300)
     _expect_phases(out, range(2), ["compiled collectives", "spmd_safe compiled collectives",
                                    "compiled subgroup collectives", "compiled divergence", "skip under first_call"])
     assert out.count("diverged at collective #3") == 2, out[-6000:]

@@ -99,6 +99,14 @@ def check_compiled_collectives():
         raise AssertionError(f"the stage's description lacks the user's line: {seen['compiled_runs'][0]}")
     print(f"rank {r}: compiled collectives OK", flush=True)
 
+
+def check_compiled_embedded_and_subgroups():
+    r, n = dist.get_rank(), dist.get_world_size()
+    group = dist.group.WORLD
+    x = (torch.arange(6.0).reshape(2, 3) + 10 * r).to("tpu")
+    w = torch.linspace(-1, 1, 9).reshape(3, 3).to("tpu")
+    eager = _step(group, n)(x, w)
+
     # spmd_safe: one program, the collectives embedded in it
     torch._dynamo.reset()
     with torch_tpu.spmd_safe(), _recording() as seen:

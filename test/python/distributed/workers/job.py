@@ -6,6 +6,7 @@ argv: --dtypes float32,int32,bfloat16   collectives x these dtypes
       --compiled-ddp                     the same with torch.compile(backend="tpu")
       --fsdp                             FSDP2 tiny GPT 5 steps == single process
       --compiled-collectives             compiled graphs with _c10d_functional collectives: one program
+      --compiled-embedded                the same under torch_tpu.spmd_safe (embedded); subgroup collectives
       --compiled-divergence              compiled graphs exchanging different shapes -> error on every rank
       --tp                               TP MLP (Colwise/Rowwise) 5 steps == single process
       --handshake                        divergence -> DistributedError on every rank
@@ -26,7 +27,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
 from collectives import check_collectives  # noqa: E402
-from compiled_collectives import check_compiled_collectives, check_compiled_divergence  # noqa: E402
+from compiled_collectives import (  # noqa: E402
+    check_compiled_collectives, check_compiled_divergence, check_compiled_embedded_and_subgroups,
+)
 from ddp import check_ddp  # noqa: E402
 from fsdp import check_fsdp  # noqa: E402
 from tp import check_tp  # noqa: E402
@@ -153,6 +156,7 @@ def main():
     parser.add_argument("--compiled-ddp", action="store_true")
     parser.add_argument("--fsdp", action="store_true")
     parser.add_argument("--compiled-collectives", action="store_true")
+    parser.add_argument("--compiled-embedded", action="store_true")
     parser.add_argument("--compiled-divergence", action="store_true")
     parser.add_argument("--tp", action="store_true")
     parser.add_argument("--handshake", action="store_true")
@@ -172,6 +176,8 @@ def main():
         check_fsdp()
     if args.compiled_collectives:
         check_compiled_collectives()
+    if args.compiled_embedded:
+        check_compiled_embedded_and_subgroups()
     if args.compiled_divergence:
         check_compiled_divergence()
     if args.tp:
