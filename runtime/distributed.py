@@ -20,7 +20,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
-import queue
 import socket
 import threading
 import time
@@ -37,9 +36,6 @@ from .executable import Signature
 log = logging.getLogger("torch_tpu.runtime.distributed")
 
 _KV_PREFIX = "torch_tpu/"
-# Published records older than this many collectives of a group are deleted: a member that
-# far behind has diverged already, and the store must not grow with a job's length.
-RECORD_WINDOW = 4096
 
 
 class DistributedError(TorchTPURuntimeError):
@@ -86,7 +82,7 @@ class GroupProgram:
         try:
             outs = self._runner([b._array for b in buffers])
         except _jaxlib.JaxRuntimeError as err:
-            self._runtime.raise_reported_divergence()
+            self._runtime.raise_reported_divergence(getattr(self, "description", self.name))
             raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
         return [DeviceBuffer(o, self._shapes[k], self._rows[k], self._device) for k, o in enumerate(outs)]
 
@@ -113,11 +109,9 @@ class DistributedRuntime:
         self._programs: dict[tuple[str, tuple[int, ...]], GroupProgram] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self._published: queue.SimpleQueue | None = None
         # Per group, the collective number of the last divergence this process raised:
         # an older "diverged" mark is one it has reported already.
         self._raised_divergence: dict[str, int] = {}
-        self._publisher: threading.Thread | None = None
 
     def __repr__(self) -> str:
         return f"DistributedRuntime(rank {self.rank} of {self.world_size}, {self.address}, {self.client})"
@@ -175,50 +169,6 @@ class DistributedRuntime:
 
     # -- handshake -----------------------------------------------------------------------------
 
-    def publish(self, group: str, record: CollectiveRecord) -> None:
-        """Publishes `record` without comparing it (a collective whose program was checked
-        before, under `first_call`): a member whose program at this collective number is new
-        -- because a rank skipped, added or reordered a collective -- then compares against
-        what this process ran there. The key-value writes run on a background thread; the
-        caller only queues the record."""
-        with self._lock:
-            if self._closed:
-                return
-            if self._publisher is None:
-                self._published = queue.SimpleQueue()
-                self._publisher = threading.Thread(target=self._publish_loop, name="tpu_dist-records", daemon=True)
-                self._publisher.start()
-        self._published.put((group, record))
-
-    def _publish_loop(self) -> None:
-        assert self._published is not None
-        while True:
-            batch = [self._published.get()]
-            while not self._published.empty():  # drain: one "last" write per group and batch
-                batch.append(self._published.get())
-            last: dict[str, CollectiveRecord] = {}
-            stop = None in batch  # shutdown: write what came before it, then leave
-            for item in batch:
-                if item is None:
-                    break
-                group, record = item
-                try:
-                    self.kv_set(f"hs/{group}/{record.sequence}/{record.rank}", record.encode())
-                    if record.sequence > RECORD_WINDOW:
-                        self._dclient.key_value_delete(
-                            f"{_KV_PREFIX}hs/{group}/{record.sequence - RECORD_WINDOW}/{record.rank}")
-                except Exception as err:  # noqa: BLE001 - the service left (shutdown, rank 0 exited)
-                    log.debug("tpu_dist: publishing collective #%d failed: %s", record.sequence, err)
-                    return
-                last[group] = record
-            for group, record in last.items():
-                try:
-                    self.kv_set(f"hs/{group}/last/{record.rank}", record.encode())
-                except Exception:  # noqa: BLE001
-                    return
-            if stop:
-                return
-
     def handshake(self, group: str, ranks: Sequence[int], record: CollectiveRecord, timeout_s: float) -> None:
         """Publishes this process's `record` for the group's collective number
         `record.sequence` and compares it with every other member's. Raises
@@ -234,27 +184,40 @@ class DistributedRuntime:
         for rank in ranks:
             if rank == record.rank:
                 continue
-            text = self._await_record(group, ranks, record.rank, f"hs/{group}/{record.sequence}/{rank}", deadline)
+            text = self._await_record(group, ranks, record, rank, deadline)
             if text is None:
                 missing.append(rank)
             else:
                 records[rank] = CollectiveRecord.decode(rank, text)
         if missing:
-            raise DistributedError(self._missing_message(group, ranks, record, missing, timeout_s))
+            message = self._missing_message(group, ranks, record, missing, timeout_s)
+            self._report(group, record.sequence, message)
+            raise DistributedError(message)
         if len({r.fingerprint for r in records.values()}) > 1:
             message = _mismatch_message(group, record.sequence, [records[r] for r in ranks])
-            # Members that wait at a later collective (they ran this one without checking
-            # it: first_call) read this instead of waiting out their timeout.
-            self.kv_set(f"hs/{group}/diverged", f"{record.sequence}\x1f{message}")
-            # ... and members whose collective has no partner (`raise_reported_divergence`).
-            self.kv_set("hs/diverged", f"{group}\x1f{record.sequence}\x1f{message}")
-            self._raised_divergence[group] = record.sequence
+            self._report(group, record.sequence, message)
             self._leave_together(group, ranks, record.rank, record.sequence, timeout_s)
             raise DistributedError(message)
 
-    def _await_record(self, group: str, ranks: Sequence[int], me: int, key: str, deadline: float) -> str | None:
-        """The value of `key` (another member's record) by `deadline`, None if it never
-        came; raises the group's divergence when a member reports one meanwhile."""
+    def _report(self, group: str, sequence: int, message: str) -> None:
+        """Leaves the finding where the other members look: members waiting in a
+        handshake of the group read `hs/<group>/diverged` instead of waiting out their
+        timeout; a member whose collective program fails -- it had no partner: the finding
+        rank skipped it, and left -- reads the job-wide `hs/diverged`
+        (`raise_reported_divergence`)."""
+        self._raised_divergence[group] = sequence
+        try:
+            self.kv_set(f"hs/{group}/diverged", f"{sequence}\x1f{message}")
+            self.kv_set("hs/diverged", f"{group}\x1f{sequence}\x1f{message}")
+        except Exception as err:  # noqa: BLE001 - the service left with rank 0: raise the finding anyway
+            log.info("tpu_dist: could not report collective #%d of group %s: %s", sequence, group, err)
+
+    def _await_record(self, group: str, ranks: Sequence[int], mine: CollectiveRecord, rank: int,
+                      deadline: float) -> str | None:
+        """Member `rank`'s record of collective `mine.sequence` by `deadline`, None if it
+        never came. Raises what a member found at an earlier collective of the group (one
+        this process ran unchecked) when it is reported meanwhile."""
+        key = f"hs/{group}/{mine.sequence}/{rank}"
         while True:
             left = deadline - time.monotonic()
             text = self.kv_get(key, max(0.001, min(left, 0.5)))
@@ -263,19 +226,19 @@ class DistributedRuntime:
             diverged = self.kv_try_get(f"hs/{group}/diverged")
             if diverged is not None:
                 sequence, message = diverged.split("\x1f", 1)
-                if int(sequence) > self._raised_divergence.get(group, 0):
+                if self._raised_divergence.get(group, 0) < int(sequence) < mine.sequence:
                     self._raised_divergence[group] = int(sequence)
-                    self._leave_together(group, ranks, me, int(sequence), left)
+                    self._leave_together(group, ranks, mine.rank, int(sequence), left)
                     raise DistributedError(message)
             if time.monotonic() >= deadline:
                 return None
 
-    def raise_reported_divergence(self) -> None:
-        """Raises the divergence a member reported (the job-wide mark a failed handshake
-        leaves) if this process has not raised it yet. Called when a collective program
-        fails: a collective whose peer skipped it has no partner, and fails only when the
-        rank that found the divergence leaves the job (its connections close); its error
-        is then the divergence, not the transport's."""
+    def raise_reported_divergence(self, running: str = "") -> None:
+        """Raises what a member's failed handshake reported (the job-wide mark), if this
+        process has not raised it yet. Called when a collective program fails: a
+        collective whose peer skipped it has no partner, and fails only when the rank that
+        found the problem leaves the job (its connections close); its error is then that
+        finding, with what this rank was running (`running`), not the transport's."""
         mark = self.kv_try_get("hs/diverged")
         if mark is None:
             return
@@ -283,6 +246,8 @@ class DistributedRuntime:
         if int(sequence) > self._raised_divergence.get(group, 0):
             self._raised_divergence[group] = int(sequence)
             self.kv_set(f"hs/{group}/{sequence}/seen/{self.rank}", "1")
+            if running:
+                message += f"\nRank {self.rank} was running {running}, which found no partner."
             raise DistributedError(message)
 
     def _leave_together(self, group: str, ranks: Sequence[int], me: int, sequence: int, timeout_s: float) -> None:
@@ -328,9 +293,6 @@ class DistributedRuntime:
             if self._closed:
                 return
             self._closed = True
-        if self._publisher is not None:
-            self._published.put(None)
-            self._publisher.join(timeout=2.0)
         try:
             self._dclient.shutdown()
         except Exception as err:  # noqa: BLE001 - peers that died make the barrier fail

@@ -250,17 +250,12 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
     def _maybe_handshake(self, group: str, ranks: tuple[int, ...], sequence: int, program, new: bool) -> None:
         stage = config.get("TORCH_TPU_SPMD_HANDSHAKE_STAGE")
-        if stage == "off":
+        if stage == "off" or (stage == "first_call" and not new):
             return
         from torch_tpu.runtime.distributed import CollectiveRecord
 
         rank = self._runtime.rank
         record = CollectiveRecord(rank, sequence, program.fingerprint, program.description, user_line())
-        if stage == "first_call" and not new:
-            # Not compared, but published (in the background) for a member whose program
-            # at this number is new: a rank that skipped a collective meets this record.
-            self._runtime.publish(group, record)
-            return
         self._runtime.handshake(group, ranks, record, self._timeout_s)
         program.checked = True
 
