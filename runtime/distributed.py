@@ -86,6 +86,7 @@ class GroupProgram:
             # "CopyArrays only supports destination device list of the same size").
             outs = [replicas[0] for replicas in _jaxlib.execute_replicated(self._raw, [b._array for b in buffers])]
         except _jaxlib.JaxRuntimeError as err:
+            self._runtime.raise_reported_divergence(getattr(self, "description", self.name))
             raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
         return [DeviceBuffer(o, self._shapes[k], self._rows[k], self._device) for k, o in enumerate(outs)]
 
@@ -112,6 +113,9 @@ class DistributedRuntime:
         self._programs: dict[tuple[str, tuple[int, ...]], GroupProgram] = {}
         self._lock = threading.Lock()
         self._closed = False
+        # Per group, the collective number of the last divergence this process raised:
+        # an older "diverged" mark is one it has reported already.
+        self._raised_divergence: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"DistributedRuntime(rank {self.rank} of {self.world_size}, {self.address}, {self.client})"
@@ -173,8 +177,9 @@ class DistributedRuntime:
         """Publishes this process's `record` for the group's collective number
         `record.sequence` and compares it with every other member's. Raises
         `DistributedError` naming the ranks, the first differing collective and each rank's
-        source line when they differ, or when a member has not published within
-        `timeout_s` (it died, or it is running something else)."""
+        source line when they differ (also when another member found the group diverged at
+        an earlier collective while this one waited), or when a member has not published
+        within `timeout_s` (it died, or it is running something else)."""
         self.kv_set(f"hs/{group}/{record.sequence}/{record.rank}", record.encode())
         self.kv_set(f"hs/{group}/last/{record.rank}", record.encode())
         deadline = time.monotonic() + timeout_s
@@ -183,27 +188,85 @@ class DistributedRuntime:
         for rank in ranks:
             if rank == record.rank:
                 continue
-            text = self.kv_get(f"hs/{group}/{record.sequence}/{rank}", max(0.001, deadline - time.monotonic()))
+            text = self._await_record(group, ranks, record, rank, deadline)
             if text is None:
                 missing.append(rank)
             else:
                 records[rank] = CollectiveRecord.decode(rank, text)
         if missing:
-            raise DistributedError(self._missing_message(group, ranks, record, missing, timeout_s))
+            message = self._missing_message(group, ranks, record, missing, timeout_s)
+            self._report(group, record.sequence, message)
+            raise DistributedError(message)
         if len({r.fingerprint for r in records.values()}) > 1:
-            # Every member sees the mismatch; wait (briefly) until all have read the
-            # records, so a member that raises and exits -- process 0 takes the service
-            # with it -- cannot leave another without its error message.
-            seen = f"hs/{group}/{record.sequence}/seen"
-            self.kv_set(f"{seen}/{record.rank}", "1")
-            wait_until = time.monotonic() + min(timeout_s, 5.0)
-            for rank in ranks:
-                if rank != record.rank:
-                    try:
-                        self.kv_get(f"{seen}/{rank}", max(0.001, wait_until - time.monotonic()))
-                    except DistributedError:
-                        break  # process 0 already left: this rank has every record it needs
-            raise DistributedError(_mismatch_message(group, record.sequence, [records[r] for r in ranks]))
+            message = _mismatch_message(group, record.sequence, [records[r] for r in ranks])
+            self._report(group, record.sequence, message)
+            self._leave_together(group, ranks, record.rank, record.sequence, timeout_s)
+            raise DistributedError(message)
+
+    def _report(self, group: str, sequence: int, message: str) -> None:
+        """Leaves the finding where the other members look: members waiting in a
+        handshake of the group read `hs/<group>/diverged` instead of waiting out their
+        timeout; a member whose collective program fails -- it had no partner: the finding
+        rank skipped it, and left -- reads the job-wide `hs/diverged`
+        (`raise_reported_divergence`)."""
+        self._raised_divergence[group] = sequence
+        try:
+            self.kv_set(f"hs/{group}/diverged", f"{sequence}\x1f{message}")
+            self.kv_set("hs/diverged", f"{group}\x1f{sequence}\x1f{message}")
+        except Exception as err:  # noqa: BLE001 - the service left with rank 0: raise the finding anyway
+            log.info("tpu_dist: could not report collective #%d of group %s: %s", sequence, group, err)
+
+    def _await_record(self, group: str, ranks: Sequence[int], mine: CollectiveRecord, rank: int,
+                      deadline: float) -> str | None:
+        """Member `rank`'s record of collective `mine.sequence` by `deadline`, None if it
+        never came. Raises what a member found at an earlier collective of the group (one
+        this process ran unchecked) when it is reported meanwhile."""
+        key = f"hs/{group}/{mine.sequence}/{rank}"
+        while True:
+            left = deadline - time.monotonic()
+            text = self.kv_get(key, max(0.001, min(left, 0.5)))
+            if text is not None:
+                return text
+            diverged = self.kv_try_get(f"hs/{group}/diverged")
+            if diverged is not None:
+                sequence, message = diverged.split("\x1f", 1)
+                if self._raised_divergence.get(group, 0) < int(sequence) < mine.sequence:
+                    self._raised_divergence[group] = int(sequence)
+                    self._leave_together(group, ranks, mine.rank, int(sequence), left)
+                    raise DistributedError(message)
+            if time.monotonic() >= deadline:
+                return None
+
+    def raise_reported_divergence(self, running: str = "") -> None:
+        """Raises what a member's failed handshake reported (the job-wide mark), if this
+        process has not raised it yet. Called when a collective program fails: a
+        collective whose peer skipped it has no partner, and fails only when the rank that
+        found the problem leaves the job (its connections close); its error is then that
+        finding, with what this rank was running (`running`), not the transport's."""
+        mark = self.kv_try_get("hs/diverged")
+        if mark is None:
+            return
+        group, sequence, message = mark.split("\x1f", 2)
+        if int(sequence) > self._raised_divergence.get(group, 0):
+            self._raised_divergence[group] = int(sequence)
+            self.kv_set(f"hs/{group}/{sequence}/seen/{self.rank}", "1")
+            if running:
+                message += f"\nRank {self.rank} was running {running}, which found no partner."
+            raise DistributedError(message)
+
+    def _leave_together(self, group: str, ranks: Sequence[int], me: int, sequence: int, timeout_s: float) -> None:
+        """Every member sees the mismatch; wait (briefly) until all have read it, so a
+        member that raises and exits -- process 0 takes the service with it -- cannot leave
+        another without its error message."""
+        seen = f"hs/{group}/{sequence}/seen"
+        self.kv_set(f"{seen}/{me}", "1")
+        wait_until = time.monotonic() + min(max(timeout_s, 0.001), 5.0)
+        for rank in ranks:
+            if rank != me:
+                try:
+                    self.kv_get(f"{seen}/{rank}", max(0.001, wait_until - time.monotonic()))
+                except DistributedError:
+                    break  # process 0 already left: this rank has every record it needs
 
     def _missing_message(self, group: str, ranks: Sequence[int], mine: CollectiveRecord,
                          missing: list[int], timeout_s: float) -> str:
@@ -284,6 +347,21 @@ def _port_in_use(address: str) -> str | None:
     return None
 
 
+def local_address(address: str) -> str:
+    """The address the other processes reach this one at (gloo's listening host on
+    XLA:CPU): the local end of the route to the coordinator at `address` -- loopback when
+    it runs on this machine, this host's interface towards it on another (a fixed
+    127.0.0.1 would send every other host to itself)."""
+    host, _, port = address.rpartition(":")
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.connect(sockaddr)  # UDP: sends nothing, only picks the route
+            return probe.getsockname()[0]
+    except (OSError, ValueError):
+        return "127.0.0.1"  # no route: joining the coordinator reports the real problem
+
+
 _current: DistributedRuntime | None = None
 _current_lock = threading.Lock()
 
@@ -294,7 +372,7 @@ def current() -> DistributedRuntime | None:
 
 
 def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 300.0,
-               hostname: str = "127.0.0.1") -> DistributedRuntime:
+               hostname: str | None = None) -> DistributedRuntime:
     """Joins the job of `world_size` processes whose coordination service is at
     `address` ("host:port"; process 0 serves it). Makes the multi-process client the
     process-wide one: call it before anything else uses the runtime."""
@@ -342,7 +420,7 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
                 "MASTER_PORT and WORLD_SIZE and that all of them started"
             ) from None
         try:
-            raw = _jaxlib.make_distributed_cpu_client(dclient, rank, world_size, hostname)
+            raw = _jaxlib.make_distributed_cpu_client(dclient, rank, world_size, hostname or local_address(address))
         except Exception as err:  # noqa: BLE001
             raise PlatformError(f"rank {rank}: the multi-process CPU client failed to start: {err}") from None
         client = install_client("cpu", raw)

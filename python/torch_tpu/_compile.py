@@ -141,8 +141,11 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     """Compiles a graph every node of which has a lowering. Raises LoweringError. A graph
     with symbolic sizes compiles at bounds (`symbol_bounds`, else from its ShapeEnv and
     TORCH_TPU_DYNAMIC_BOUND) and returns a `_dynamic.DynamicCompiledGraph`."""
-    from . import _dynamic
+    from . import _dist_graph, _dynamic
 
+    if symbol_bounds is None and _dist_graph.applies(gm):
+        # In a tpu_dist job: one program, its collectives in it (thin stages or embedded).
+        return _dist_graph.compile_distributed_graph(gm, name)
     if symbol_bounds is None and has_symbolic_shapes(gm):
         symbol_bounds = _dynamic.initial_bounds(gm)
 
@@ -258,10 +261,14 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
     rebase_storage_views(gm)
     # Custom ops without a lowering become the ATen ops of their implementation, where it traces.
     rejected: dict[str, FallbackReason] = expand_custom_ops(gm)
+    from . import _dist_graph
+
+    # In a tpu_dist job the collectives compile into the graph's program (_dist_graph.py).
+    in_program = _dist_graph.applies(gm)
     for node in gm.graph.nodes:
         if node.op == "call_function" and not is_supported(node) and node.name not in rejected:
             rejected[node.name] = fallback_reasons.unsupported(node)
-        elif node.op == "call_function" and is_collective_node(node):
+        elif node.op == "call_function" and is_collective_node(node) and not in_program:
             rejected[node.name] = FallbackReason(
                 fallback_reasons.COLLECTIVE,
                 "collectives run through torch.distributed in a one-device graph (see torch_tpu.spmd)",

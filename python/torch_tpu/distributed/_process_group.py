@@ -282,6 +282,18 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._runtime.handshake(group, ranks, record, self._timeout_s)
         program.checked = True
 
+    def run_program(self, program, buffers: Sequence[Any]) -> list:
+        """Runs a collective program compiled elsewhere -- a stage of a compiled graph
+        (`torch_tpu._dist_graph`), which every member runs -- as this group's next
+        collective: it takes the next sequence number and goes through the handshake as
+        the group's own programs do (`program` carries `fingerprint`, `description`,
+        `checked`)."""
+        with self._lock:
+            self._sequence += 1
+            sequence = self._sequence
+        self._maybe_handshake(self._name, self._global_ranks, sequence, program, not program.checked)
+        return program.run(buffers)
+
     def _issue(self, what: str, tensors: Sequence[torch.Tensor], body: Callable[[], tuple[list, list]]) -> TPUWork:
         """Runs `body` (which enqueues the programs and returns (buffers to wait for,
         result tensors)); an error becomes the Work's, raised by `wait()`."""

@@ -5,10 +5,15 @@ argv: --dtypes float32,int32,bfloat16   collectives x these dtypes
       --ddp                              DDP 5 steps == single-process full batch
       --compiled-ddp                     the same with torch.compile(backend="tpu")
       --fsdp                             FSDP2 tiny GPT 5 steps == single process
-      --compiled-collectives              compiled _c10d_functional collectives run as tpu_dist programs
+      --compiled-collectives             compiled graphs with _c10d_functional collectives: one program
+      --compiled-embedded                the same under torch_tpu.spmd_safe (embedded); subgroup collectives
+      --compiled-divergence              compiled graphs exchanging different shapes -> error on every rank
       --tp                               TP MLP (Colwise/Rowwise) 5 steps == single process
       --handshake                        divergence -> DistributedError on every rank
       --die                              the last rank exits; the others raise naming it
+      --nodes                            all_reduce across the ranks of a --nnodes job (one launch per node)
+      --skip-first-call                  first_call: rank 1 skips an all_reduce that ran before -> every
+                                         rank raises (last: the job ends with it)
 """
 
 import argparse
@@ -22,7 +27,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
 from collectives import check_collectives  # noqa: E402
-from compiled_collectives import check_compiled_collectives  # noqa: E402
+from compiled_collectives import (  # noqa: E402
+    check_compiled_collectives, check_compiled_divergence, check_compiled_embedded_and_subgroups,
+)
 from ddp import check_ddp  # noqa: E402
 from fsdp import check_fsdp  # noqa: E402
 from tp import check_tp  # noqa: E402
@@ -99,6 +106,54 @@ def check_die():
     os._exit(0)
 
 
+def check_skip_first_call():
+    """first_call: rank 1 skips an all_reduce whose program ran before. Only rank 1's next
+    collective (a new program) is checked; rank 0 runs its all_reduce unchecked, which
+    finds no partner. Rank 1 raises after the group's timeout, naming its collective and
+    rank 0's last checked one; when it leaves, rank 0's all_reduce fails and raises the
+    same finding with what it was running (docs/explanation/distributed.md)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    os.environ["TORCH_TPU_SPMD_HANDSHAKE_STAGE"] = "first_call"
+    group = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=5))
+    x = torch.ones(4, device="tpu")
+    dist.all_reduce(x, group=group)  # checked: its first run
+    dist.all_reduce(x, group=group)  # the same program: not checked again
+
+    def skip():
+        if r != 1:
+            dist.all_reduce(x, group=group)  # rank 0 line
+        out = torch.zeros(4 * n, device="tpu")
+        dist.all_gather_into_tensor(out, x, group=group)  # rank 1 line: a new program
+
+    here = skip.__code__.co_firstlineno
+    start = time.monotonic()
+    needles = ["DistributedError", "collective #3 of group", "all_gather(4 x float32) over ranks [0, 1], at ",
+               f"job.py:{here + 4}", "on rank 1: rank(s) [0] did not reach it within 5 s",
+               "rank 0: its last checked collective was #1 (all_reduce(4 x float32, reduce_op=sum)"]
+    if r == 0:
+        needles.append("Rank 0 was running all_reduce(4 x float32, reduce_op=sum) over ranks [0, 1], which found no")
+    expect_error("skip under first_call", skip, *needles)
+    assert time.monotonic() - start < 20, "not within the group's timeout"
+    print(f"rank {r}: skip under first_call OK", flush=True)
+    # Rank 1 leaves (as a failed script does), which is what lets rank 0's all_reduce fail.
+    # Neither waits for the shutdown barrier; rank 0 serves the coordination service.
+    os._exit(0)
+
+
+def check_nodes():
+    """A job launched as several torchrun "nodes" (--nnodes/--node_rank): each node's
+    process has LOCAL_RANK 0 and its own tpu:0; the global ranks still reduce together."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    node, local = int(os.environ["GROUP_RANK"]), int(os.environ["LOCAL_RANK"])
+    x = torch.full((3,), float(r + 1), device="tpu")
+    dist.all_reduce(x)
+    expect = float(n * (n + 1) // 2)
+    assert x.cpu().tolist() == [expect] * 3, (x, expect)
+    g = torch.zeros(n, device="tpu")
+    dist.all_gather_into_tensor(g, torch.tensor([float(node)], device="tpu"))
+    print(f"rank {r}: nodes OK (node {node}, local rank {local}, nodes {g.cpu().tolist()})", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtypes", default="")
@@ -106,9 +161,13 @@ def main():
     parser.add_argument("--compiled-ddp", action="store_true")
     parser.add_argument("--fsdp", action="store_true")
     parser.add_argument("--compiled-collectives", action="store_true")
+    parser.add_argument("--compiled-embedded", action="store_true")
+    parser.add_argument("--compiled-divergence", action="store_true")
     parser.add_argument("--tp", action="store_true")
     parser.add_argument("--handshake", action="store_true")
     parser.add_argument("--die", action="store_true")
+    parser.add_argument("--nodes", action="store_true")
+    parser.add_argument("--skip-first-call", action="store_true")
     args = parser.parse_args()
     dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=60))
     assert dist.get_backend() == "tpu_dist"
@@ -122,12 +181,20 @@ def main():
         check_fsdp()
     if args.compiled_collectives:
         check_compiled_collectives()
+    if args.compiled_embedded:
+        check_compiled_embedded_and_subgroups()
+    if args.compiled_divergence:
+        check_compiled_divergence()
     if args.tp:
         check_tp()
     if args.handshake:
         check_handshake()
     if args.die:
         check_die()
+    if args.nodes:
+        check_nodes()
+    if args.skip_first_call:
+        check_skip_first_call()
     dist.destroy_process_group()
     print(f"rank {dist.get_rank() if dist.is_initialized() else os.environ['RANK']}: JOB OK", flush=True)
 

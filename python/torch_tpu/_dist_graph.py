@@ -1,0 +1,231 @@
+"""Compiled graphs with collectives in a `tpu_dist` job: one program per graph, the
+collectives in it.
+
+A `torch.compile(backend="tpu")` graph whose `_c10d_functional` collectives work on tpu
+tensors, in a process of a `tpu_dist` job, compiles whole (it is not split at its
+collectives): imported with the process-group facts (`_process_groups.py`), run through
+the compile pipeline, then the SPMD pipeline (`torch_tpu.spmd`):
+
+* thin (the default): `torchtpu-outline-collectives` cuts the program into compute stages
+  and collective stages. A compute stage is an ordinary program of this process's device;
+  a collective stage is a group program over every process of the job (replica r on rank
+  r's device, replica groups = the ranks of the PyTorch group's complete partition, as
+  the eager `tpu_dist` programs), byte-identical on every rank.
+* under `torch_tpu.spmd_safe` (read when the graph compiles): one program with the
+  collectives embedded, run as a group program over every process, so XLA may overlap
+  communication with compute.
+
+Every program holding collectives runs as the next collective of the job's default
+process group: it takes the group's next sequence number and goes through the handshake
+(`TORCH_TPU_SPMD_HANDSHAKE_STAGE`) as the group's own collectives do, so compiled and
+eager collectives are checked in one sequence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from torch_tpu.compiler.lowering.collectives import is_collective_node
+
+# A collective stage's source location as the importer records it: `"file.py":12:3`.
+_LOCATION = re.compile(r'"([^"]+)":(\d+)(?::\d+)?')
+
+
+def applies(gm: torch.fx.GraphModule) -> bool:
+    """Whether `gm` compiles here: it holds `_c10d_functional` collectives, runs on tpu
+    tensors and this process is part of a `tpu_dist` job. Graphs with symbolic sizes keep
+    their collectives in eager (the bounded-dynamism path pads buffers, and collectives over
+    padded buffers are not masked)."""
+    from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
+    from torch_tpu.runtime import distributed
+
+    if distributed.current() is None:
+        return False
+    if not any(node.op == "call_function" and is_collective_node(node) for node in gm.graph.nodes):
+        return False
+    from ._compile import tpu_index
+
+    return tpu_index(gm) is not None and not has_symbolic_shapes(gm)
+
+
+@dataclass
+class _Step:
+    """One program of the sequence: `kind` "compute" (this device) or "collective"
+    (a group program over every process); `args`: where each argument comes from."""
+
+    kind: str
+    program: Any
+    args: tuple
+    name: str
+
+
+class DistributedGraphProgram:
+    """The executable of a compiled graph with collectives: `execute(buffers)` enqueues
+    its stages in order and returns the graph's results as DeviceBuffers (what the
+    invoker's device path calls). `steps` lists the stages ("compute" / "collective"),
+    `module_text` the program after the SPMD pipeline (the collectives visible)."""
+
+    def __init__(self, client: Any, steps: list[_Step], outputs: tuple, module_text: str, thin: bool) -> None:
+        self.client = client
+        self.steps = steps
+        self.outputs = outputs
+        self.module_text = module_text
+        self.thin = thin
+
+    @property
+    def stage_kinds(self) -> list[str]:
+        return [s.kind for s in self.steps]
+
+    def execute(self, args: Sequence[Any]) -> list[Any]:
+        group = world_group()
+        results: list[list[Any]] = []
+
+        def fetch(ref) -> Any:
+            return args[ref.index] if ref.stage < 0 else results[ref.stage][ref.index]
+
+        for step in self.steps:
+            values = [fetch(ref) for ref in step.args]
+            if step.kind == "compute":
+                results.append(step.program.execute(values))
+            else:
+                results.append(group.run_program(step.program, [self._on_device(v) for v in values]))
+        return [self._on_device(fetch(ref)) for ref in self.outputs]
+
+    def __call__(self, *args: Any) -> list[Any]:
+        return [b.to_torch() for b in self.execute(args)]
+
+    def _on_device(self, value: Any) -> Any:
+        # A group program takes device buffers; a graph input that is not one (a Python
+        # scalar's 0-d tensor, an RNG key) is uploaded to this process's device.
+        return value if hasattr(value, "_array") else self.client.to_device(value)
+
+
+def world_group():
+    """The job's default process group (a `ProcessGroupTPU`)."""
+    import torch.distributed as dist
+
+    group = dist.distributed_c10d._get_default_group()
+    # PyTorch hands a Python process group back as is: the default group is the backend.
+    return group if hasattr(group, "run_program") else group._get_backend(torch.device("tpu"))
+
+
+def compile_distributed_graph(gm: torch.fx.GraphModule, name: str):
+    """`gm` (see `applies`) compiled as a `CompiledGraph` whose executable is a
+    `DistributedGraphProgram`. Raises LoweringError / TorchTpuCompileError as
+    `compile_whole_graph` does, so the caller's fallback handling is the same."""
+    from torch_tpu.compiler.diagnostics import DiagnosticEngine
+    from torch_tpu.compiler.importer import import_graph
+    from torch_tpu.compiler.outlined import split_outlined
+    from torch_tpu.compiler.passes.set_precision import has_matrix_ops
+    from torch_tpu.compiler.pipeline import run_pipeline
+    from torch_tpu.runtime import distributed
+
+    from ._compile import CompiledGraph, host_results, pipeline_for, resident_inputs, tpu_index
+    from ._errors import TorchTpuCompileError
+    from ._invoker import client, shared_context
+    from ._output_layout import output_layouts
+    from ._precision import current_mode
+    from ._process_groups import process_groups_of
+    from .spmd import is_spmd_safe, spmd_pipeline
+
+    runtime = distributed.current()
+    local = client()
+    imported = import_graph(gm, context=shared_context(), process_groups=process_groups_of(gm))
+    module = imported.module.operation
+    thin = not is_spmd_safe()
+    on_cpu = local.platform == "cpu"
+    # XLA:CPU has no collective-broadcast and no and/or/xor all-reduce (as the eager programs).
+    spmd = spmd_pipeline(thin=thin, broadcast="all_gather" if on_cpu else "collective_broadcast",
+                         bitwise="bytes" if on_cpu else "native")
+    for pipeline, what in ((pipeline_for(current_mode()), "the compiler pipeline"), (spmd, "the SPMD pipeline")):
+        engine = DiagnosticEngine()
+        if not run_pipeline(module, pipeline, engine):
+            raise TorchTpuCompileError(
+                f"torch_tpu: {what} failed on graph {name}:\n{engine.format()}", engine.diagnostics
+            )
+    module_text = module.get_asm(enable_debug_info=False)
+    everyone = tuple(range(runtime.world_size))
+    if thin:
+        outlined = split_outlined(module)
+        functions = _functions(module)
+        steps = []
+        for stage in outlined.stages:
+            label = f"{name}:{stage.name}"
+            if stage.kind == "compute":
+                program = local.compile(stage.text, name=label)
+            else:
+                program = _group_program(runtime, stage.text, everyone, label,
+                                         _describe_collective(functions[stage.name]))
+            steps.append(_Step(stage.kind, program, stage.args, stage.name))
+        outputs = outlined.outputs
+    else:
+        from torch_tpu.compiler.outlined import ValueRef
+
+        kinds = ", ".join(_collective_names(module))
+        program = _group_program(runtime, module_text, everyone, name,
+                                 f"graph {name} with its collectives embedded ({kinds}) [compiled]")
+        from torch_tpu.compiler.context import ir
+
+        entry = _functions(module)[imported.func_name]
+        signature = ir.FunctionType(ir.TypeAttr(entry.attributes["function_type"]).value)
+        steps = [_Step("collective", program, tuple(ValueRef(-1, i) for i in range(len(signature.inputs))), name)]
+        outputs = tuple(ValueRef(0, k) for k in range(len(signature.results)))
+    executable = DistributedGraphProgram(local, steps, outputs, module_text, thin)
+    compiled = CompiledGraph(executable, imported, has_matrix_ops(module), resident=resident_inputs(gm, imported))
+    compiled.invoker.host_results = host_results(gm, imported)
+    compiled.invoker.plan.device_index = tpu_index(gm)
+    compiled.set_output_layouts(output_layouts(gm, len(imported.outputs)))
+    return compiled
+
+
+def _group_program(runtime: Any, text: str, ranks: tuple[int, ...], name: str, description: str):
+    """A group program over `ranks` with what the handshake compares: the fingerprint of
+    its text (identical on every rank that runs the same collective) and a description."""
+    from torch_tpu.runtime.distributed import fingerprint_of
+
+    program = runtime.compile_group_program(text, ranks, name)
+    if not hasattr(program, "fingerprint"):  # cached per (text, ranks): set once
+        program.description = description
+        program.fingerprint = fingerprint_of(text, f"compiled over ranks {list(ranks)}")
+        program.checked = False
+    return program
+
+
+def _functions(module: Any) -> dict[str, Any]:
+    from torch_tpu.compiler.context import ir
+
+    return {
+        ir.StringAttr(op.operation.attributes["sym_name"]).value: op.operation
+        for op in module.regions[0].blocks[0].operations
+        if op.operation.name == "func.func"
+    }
+
+
+def _collective_ops(op: Any) -> list[Any]:
+    from torch_tpu.compiler.passes.base import ops_named
+    from torch_tpu.compiler.passes.outline_collectives import COLLECTIVE_OPS
+
+    return ops_named(op, *COLLECTIVE_OPS)
+
+
+def _collective_names(module: Any) -> list[str]:
+    return [op.name.removeprefix("stablehlo.") for op in _collective_ops(module)]
+
+
+def _describe_collective(function: Any) -> str:
+    """`all_reduce(tensor<2x3xf32>) [compiled from model.py:12]`: the collective of an
+    outlined function and the user's source line of it (the op's location); the
+    handshake adds the line of the compiled graph's call."""
+    ops = _collective_ops(function)
+    if not ops:
+        return "collective [compiled]"
+    op = ops[0]
+    types = ", ".join(str(v.type) for v in op.operands)
+    text = f"{op.name.removeprefix('stablehlo.')}({types})"
+    found = _LOCATION.search(str(op.location))
+    return f"{text} [compiled from {found.group(1)}:{found.group(2)}]" if found else f"{text} [compiled]"
