@@ -49,7 +49,7 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def torchrun(nproc: int, *args: str, timeout: float = 240) -> str:
+def torchrun(nproc: int, *args: str, timeout: float = 480) -> str:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
         "--master_addr=127.0.0.1", f"--master_port={_free_port_pair()}", str(WORKERS / "job.py"), *args,
