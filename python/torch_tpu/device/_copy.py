@@ -34,7 +34,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
     dtype = dtype or self.dtype
     target = torch.device(device) if device is not None else self.device
     memory_format = memory_format or torch.preserve_format
-    if target.type == "tpu" and self.device.type == "tpu" and (target.index or 0) == (self.device.index or 0):
+    if target.type == "tpu" and self.device.type == "tpu" and _storage.device_index(target) == self.device.index:
         try:
             return _ops.run(aten._to_copy.default, (self,), {"dtype": dtype, "memory_format": memory_format})
         except _ops.Unlowerable:

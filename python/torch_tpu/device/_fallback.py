@@ -90,7 +90,7 @@ def run_on_cpu(op, args, kwargs, reason: str):
             return view
         if isinstance(x, torch.device) and x.type == "tpu":
             if index is None:
-                index = x.index or 0
+                index = _storage.device_index(x)  # "tpu": the current device
             return torch.device("cpu")
         return x
 

@@ -108,7 +108,7 @@ def describe(op, args, kwargs, index_box: list, bake: bool):
         if isinstance(value, torch.device) and value.type == "tpu":
             # A factory's device: the plan's device index; the metadata runs on meta.
             if index_box[0] is None:
-                index_box[0] = value.index or 0
+                index_box[0] = _storage.device_index(value)  # "tpu": the current device
             return torch.device("meta")
         if top_name in scalars and type(value) in (float, int):
             operands.append(value)

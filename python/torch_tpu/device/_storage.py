@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ._buffers import TABLE, StorageEntry, entry_of
+from ._device_index import empty_tensor
 
 _SET = torch.ops.aten.set_.source_Storage_storage_offset
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -63,7 +64,8 @@ def wrap(entry: StorageEntry, size, stride, offset: int = 0) -> torch.Tensor:
 
 
 def tensor_on(storage: torch.UntypedStorage, dtype: torch.dtype, size, stride, offset: int = 0) -> torch.Tensor:
-    t = torch._C._acc.create_empty_tensor([0], dtype)
+    index = storage.device.index
+    t = torch._C._acc.create_empty_tensor([0], dtype) if not index else empty_tensor(dtype, index)
     # Straight to the CPU kernel of set_ (what our PrivateUse1 kernel for it does): the
     # tensor is new, so the autograd and version-counter keys above have nothing to do,
     # and the Python kernel hop costs ~20 us per op result.
@@ -84,7 +86,8 @@ def new_tensor(buffer, numel: int, size: list, stride: list, dtype: torch.dtype,
     """An op's result: a tpu tensor over a new storage holding `buffer` (dense, `numel`
     elements), the op kernels being registered already (the hot path of every op)."""
     storage = TABLE.new_storage(StorageEntry(dtype, numel, index, buffer))
-    t = torch._C._acc.create_empty_tensor([0], dtype)
+    # create_empty_tensor makes tensors on tpu:0 only (_device_index.py).
+    t = torch._C._acc.create_empty_tensor([0], dtype) if not index else empty_tensor(dtype, index)
     return _SET.redispatch(_CPU, t, storage, 0, size, stride)
 
 
