@@ -109,12 +109,19 @@ def storage_to_host(entry: StorageEntry) -> torch.Tensor:
     return entry.buffer.to_torch().clone()
 
 
+def bytes_as(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A flat host storage's bytes as `dtype` elements (a dtype view's reading of it); a
+    tail too short for one element (3 bytes under an int32 view) is no part of any."""
+    data = flat.view(torch.uint8)
+    return data[: data.numel() - data.numel() % dtype.itemsize].view(dtype)
+
+
 def to_host(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor with `t`'s value, sizes and strides."""
     entry = entry_of(t)
     flat = storage_to_host(entry)
     if t.dtype != entry.dtype:
-        flat = flat.view(torch.uint8).view(t.dtype)
+        flat = bytes_as(flat, t.dtype)
     host = flat.as_strided(t.shape, t.stride(), t.storage_offset())
     # Lazy conjugation and negation are bits of the tensor, not of its storage.
     if t.is_conj():
@@ -142,7 +149,7 @@ def write_host_value(t: torch.Tensor, value: torch.Tensor) -> None:
         flat = value.to(t.dtype).expand(t.shape).contiguous().reshape(-1)
     else:
         flat = storage_to_host(entry)
-        target = flat if t.dtype == entry.dtype else flat.view(torch.uint8).view(t.dtype)
+        target = flat if t.dtype == entry.dtype else bytes_as(flat, t.dtype)
         target.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(value)
     entry.buffer = upload(flat, entry.device_index)
 

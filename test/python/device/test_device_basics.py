@@ -80,6 +80,41 @@ def test_views_see_writes():
     _same_on_both(writes)
 
 
+# Reads and in-place writes through dtype views (`x.view(torch.int32)`), run on the device
+# (TORCH_TPU_STRICT=1 forbids the CPU): same itemsize, narrower and wider views, offset views,
+# a storage tail no view element covers, bool and complex.
+_F32 = torch.linspace(-3, 3, 12)
+_BYTES = torch.arange(11, dtype=torch.uint8)
+_DTYPE_VIEWS = {
+    "f32_as_i32_read": (_F32, lambda x: x.view(torch.int32) + 1),
+    "f32_as_i32_write": (_F32, lambda x: x.view(torch.int32).add_(7)),
+    "f32_as_u8_offset_read": (_F32, lambda x: x.view(torch.uint8)[5:13].clone()),
+    "f32_as_u8_offset_write": (_F32, lambda x: x.view(torch.uint8)[5:13].fill_(3)),
+    "f32_sign_bytes_strided_write": (_F32, lambda x: x[2:].view(torch.uint8).view(-1, 4)[:, 3].bitwise_xor_(0x80)),
+    "f32_as_i16_offset_write": (_F32, lambda x: x.view(torch.int16)[3:9].mul_(3)),
+    "bf16_as_i16_read": (torch.randn(6).to(torch.bfloat16), lambda x: x.view(torch.int16) & 0x00FF),
+    "bf16_as_i16_write": (torch.randn(6).to(torch.bfloat16), lambda x: x.view(torch.int16).bitwise_and_(0x7FFF)),
+    "i16_as_bf16_write": (torch.arange(-4, 4, dtype=torch.int16) * 1000, lambda x: x.view(torch.bfloat16).mul_(2)),
+    "u8_as_i32_tail_read": (_BYTES, lambda x: x[4:8].view(torch.int32) + 1),
+    "u8_as_i32_tail_write": (_BYTES, lambda x: x[4:8].view(torch.int32).sub_(5)),
+    "u8_as_f16_offset_write": (_BYTES, lambda x: x[2:10].view(torch.float16).neg_()),
+    "u8_as_bool": (torch.tensor([0, 1, 1, 0], dtype=torch.uint8), lambda x: x.view(torch.bool).logical_not()),
+    "f32_as_c64_read": (_F32, lambda x: x.view(torch.complex64) * 2),
+    "f32_as_c64_write": (_F32, lambda x: x.view(torch.complex64).mul_(1j)),
+}
+
+
+@pytest.mark.parametrize("case", list(_DTYPE_VIEWS))
+def test_dtype_views_run_on_the_device(case, monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    base, fn = _DTYPE_VIEWS[case]
+    cpu, tpu = base.clone(), base.clone().to("tpu")
+    expected, got = fn(cpu), fn(tpu)
+    assert got.device.type == "tpu"
+    torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0, equal_nan=True)
+
+
 def test_out_variant_and_inplace_promotion():
     def ops(x):
         torch.add(x[0], x[1], out=x[2])
