@@ -101,6 +101,9 @@ def buffer_of(entry: StorageEntry):
 
 def storage_to_host(entry: StorageEntry) -> torch.Tensor:
     """The storage's elements as a new flat CPU tensor (waits for the value)."""
+    from ._host_copies import land
+
+    land()  # a blocking read comes after earlier non_blocking ones, as in CUDA's stream order
     if entry.buffer is None:
         return torch.zeros(entry.numel, dtype=entry.dtype)
     from ._modes import check_alive

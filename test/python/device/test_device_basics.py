@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -136,6 +137,81 @@ def test_copies_both_ways():
     assert x.to("cpu", non_blocking=True).device.type == "cpu"
     torch.testing.assert_close(src.t().to("tpu").cpu(), src.t())
     assert src.t().to("tpu").stride() == src.t().stride()
+
+
+def test_non_blocking_copy_to_host_lands_at_synchronization_points():
+    from torch_tpu.device import _host_copies
+
+    x = torch.randn(64, 32).to("tpu")
+    expected = x.cpu()
+    y = x.to("cpu", non_blocking=True)
+    assert y.device.type == "cpu" and y.shape == x.shape and y.stride() == x.stride()
+    assert any(job.dst is y for job in _host_copies._pending)  # returned before copying
+    x.add_(1)  # a later in-place write to the source: the copy keeps the earlier value
+    torch.tpu.synchronize()
+    assert not _host_copies._pending
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+
+    # Into an existing tensor, with a dtype conversion and a transposed source; an Event
+    # recorded after it: query() lands what is ready and turns True without synchronize().
+    z = torch.empty(32, 64, dtype=torch.float64)
+    z.copy_(x.t(), non_blocking=True)
+    event = torch.tpu.Event()
+    event.record()
+    deadline = time.monotonic() + 60
+    while not event.query():
+        assert time.monotonic() < deadline, "Event.query() never turned True"
+    torch.testing.assert_close(z, (expected + 1).t().double(), rtol=0, atol=0)
+
+    # A blocking read of any tpu value comes after earlier non_blocking copies, and a copy
+    # from a tensor a pending copy writes reads the landed value (CUDA's stream order).
+    w = x.to("cpu", non_blocking=True)
+    x.sum().item()
+    torch.testing.assert_close(w, expected + 1, rtol=0, atol=0)
+    v = (x * 2).to("cpu", non_blocking=True)
+    torch.testing.assert_close(v.to("tpu").cpu(), (expected + 1) * 2, rtol=0, atol=0)
+    event = torch.tpu.Event()
+    u = x[::2, 1].to("cpu", non_blocking=True)
+    event.record()
+    event.synchronize()
+    torch.testing.assert_close(u, (expected + 1)[::2, 1], rtol=0, atol=0)
+
+
+def test_non_blocking_copy_to_host_waits_in_debug_mode():
+    from torch_tpu.device import _host_copies
+
+    x = torch.arange(6.0).to("tpu")
+    with set_eager_mode(EagerMode.DEBUG):
+        y = x.to("cpu", non_blocking=True)
+        assert not _host_copies._pending
+    torch.testing.assert_close(y, torch.arange(6.0))
+
+
+def test_non_blocking_copy_to_device_never_waits_for_the_device(monkeypatch):
+    from torch_tpu.device import _storage
+
+    x = torch.zeros(6, 4).to("tpu")
+    cpu = torch.zeros(6, 4)
+    src = torch.randn(2, 4)
+    row = torch.randn(4)
+    originals = src.clone(), row.clone()
+
+    def read_back(*args):
+        raise AssertionError("a host -> device copy read the device value back")
+
+    monkeypatch.setattr(_storage, "storage_to_host", read_back)
+    for t in (x, cpu):
+        t[1:3].copy_(src, non_blocking=True)  # a view of the storage
+        t[:, 2].copy_(row[:1].double(), non_blocking=True)  # broadcast and a dtype conversion
+        t.t()[3].copy_(torch.tensor(5.0), non_blocking=True)
+    whole = src.to("tpu", non_blocking=True)
+    src.add_(1)  # the sources may change right after the calls
+    row.add_(1)
+    monkeypatch.undo()
+    torch.tpu.synchronize()
+    torch.testing.assert_close(x.cpu(), cpu, rtol=0, atol=0)
+    torch.testing.assert_close(whole.cpu(), originals[0], rtol=0, atol=0)
+    assert cpu[1, 0] == originals[0][0, 0] and cpu[0, 2] == originals[1][0]
 
 
 def test_device_mismatch_error():
