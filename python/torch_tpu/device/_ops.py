@@ -343,7 +343,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     from torch_tpu.compiler.importer.single_op import lower_op, takes_rng_state
     from torch_tpu.compiler.lowering import LOWERINGS, LoweringError
     from torch_tpu.compiler.lowering.helpers import convert
-    from torch_tpu.compiler.lowering.registry import OpRecord, lowering_identity
+    from torch_tpu.compiler.lowering.registry import METADATA_RULES, OpRecord, lowering_identity
     from torch_tpu.compiler.pipeline import run_pipeline
     from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.runtime import CompileSpec
@@ -378,14 +378,16 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     # The functional op's arguments: out= arguments dropped.
     f_args = tuple(a for i, a in enumerate(sig_args) if not (is_out and i < len(names) and names[i] in written))
     f_kwargs = {k: v for k, v in sig_kwargs if not (is_out and k in written)}
+    # The op's meta kernel, or the lowering's own rule where that kernel takes less.
+    metadata_of = METADATA_RULES.get(target, target)
     try:
         meta_args, meta_kwargs = [_meta(a) for a in f_args], {k: _meta(v) for k, v in f_kwargs.items()}
-        val = target(*meta_args, **meta_kwargs)
+        val = metadata_of(*meta_args, **meta_kwargs)
     except Unlowerable:
         raise
     except Exception as err:  # noqa: BLE001 - data-dependent or meta-less: CPU runs it
         raise Unlowerable(f"no metadata: {type(err).__name__}: {err}") from None
-    if not bake and _numbers_shape_result(target, f_args, f_kwargs, val):
+    if not bake and _numbers_shape_result(metadata_of, f_args, f_kwargs, val):
         raise Unlowerable("its result's metadata depends on the values of its numbers")
 
     # Positions in `operands` of each tensor / scalar leaf, in describe()'s order.

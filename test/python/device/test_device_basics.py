@@ -116,6 +116,37 @@ def test_dtype_views_run_on_the_device(case, monkeypatch):
     torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0, equal_nan=True)
 
 
+_GROUPED_MM = {  # (mat_a, mat_b, offs): PyTorch's four layouts, in float32
+    "rows": ((6, 4), (3, 4, 8), [2, 4, 6]),
+    "columns": ((3, 8, 4), (4, 8), [4, 6, 8]),
+    "contraction": ((8, 12), (12, 8), [4, 8, 12]),
+    "batched": ((3, 8, 4), (3, 4, 8), None),
+}
+
+
+@pytest.mark.parametrize("layout", list(_GROUPED_MM))
+def test_grouped_mm_float32_runs_on_the_device(layout, monkeypatch):
+    # PyTorch's meta kernel of _grouped_mm takes bfloat16 only; the plan's metadata comes
+    # from the lowering's own rule (registry.METADATA_RULES), so float32 is not a fallback.
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    a_shape, b_shape, offs = _GROUPED_MM[layout]
+    a, b = torch.randn(a_shape), torch.randn(b_shape)
+    offs = None if offs is None else torch.tensor(offs, dtype=torch.int32)
+    expected = torch._grouped_mm(a, b, offs)
+    got = torch._grouped_mm(a.to("tpu"), b.to("tpu"), None if offs is None else offs.to("tpu"))
+    assert got.device.type == "tpu" and got.dtype == torch.float32
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_grouped_mm_misaligned_strides_raise_pytorchs_error():
+    # The rule keeps PyTorch's checks: the CPU runs the op and raises its own error.
+    a, b, offs = torch.randn(6, 5), torch.randn(3, 5, 8), torch.tensor([2, 4, 6], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="multiple of 16 bytes"):
+        torch._grouped_mm(a, b, offs)
+    with pytest.raises(RuntimeError, match="multiple of 16 bytes"):
+        torch._grouped_mm(a.to("tpu"), b.to("tpu"), offs.to("tpu"))
+
+
 def test_out_variant_and_inplace_promotion():
     def ops(x):
         torch.add(x[0], x[1], out=x[2])
