@@ -24,7 +24,7 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
                 return _ops.run(aten.copy_.default, (self, src), {})
             except _ops.Unlowerable:
                 pass
-        write_host_value(self, to_host(src))
+        _from_host_into(self, to_host(src))  # another device, or lazy conj/neg bits
         return self
     if self.device.type == "tpu":
         _from_host_into(self, src)
