@@ -78,7 +78,7 @@ def enqueue(dst: torch.Tensor, src: torch.Tensor) -> None:
     with _lock:
         _pending.append(_Job(dst, buffer, entry.dtype, layout))
         if len(_pending) > _MAX_PENDING:
-            land(_pending[:1])
+            _land_first()
 
 
 def snapshot() -> list[_Job]:
@@ -109,12 +109,20 @@ def land(jobs: list[_Job] | None = None) -> None:
                 raise RuntimeError(f"torch_tpu: a non_blocking copy to the host failed: {err}") from err
 
 
+def _land_first() -> None:
+    job = _pending.pop(0)
+    try:
+        _land(job)
+    except Exception as err:
+        raise RuntimeError(f"torch_tpu: a non_blocking copy to the host failed: {err}") from err
+
+
 def land_ready(jobs: list[_Job]) -> bool:
     """Lands, in order, the leading jobs whose values the device has computed (never
     waits); whether every job of `jobs` has landed (Event.query)."""
     with _lock:
         while _pending and _pending[0].buffer.is_ready():
-            land(_pending[:1])
+            _land_first()
         waiting = {id(job) for job in _pending}
     return not any(id(job) in waiting for job in jobs)
 
