@@ -208,6 +208,20 @@ def test_non_blocking_copy_to_host_lands_at_synchronization_points():
     torch.testing.assert_close(u, (expected + 1)[::2, 1], rtol=0, atol=0)
 
 
+def test_non_blocking_copies_to_host_are_bounded(monkeypatch):
+    # Copies nobody synchronizes must not pile up: past the bound the oldest lands.
+    from torch_tpu.device import _host_copies
+
+    monkeypatch.setattr(_host_copies, "_MAX_PENDING", 2)
+    x = torch.arange(4.0).to("tpu")
+    copies = [(x + k).to("cpu", non_blocking=True) for k in range(3)]
+    assert len(_host_copies._pending) == 2
+    torch.testing.assert_close(copies[0], torch.arange(4.0))  # landed without a synchronization
+    torch.tpu.synchronize()
+    for k, copy in enumerate(copies):
+        torch.testing.assert_close(copy, torch.arange(4.0) + k)
+
+
 def test_non_blocking_copy_to_host_waits_in_debug_mode():
     from torch_tpu.device import _host_copies
 
