@@ -29,6 +29,9 @@ _lock = threading.RLock()
 
 
 class _Job:
+    """One copy: the destination, the source's buffer at the call and how to read the
+    source's elements from it (dtype, sizes, strides, offset, lazy conj/neg bits)."""
+
     __slots__ = ("dst", "buffer", "storage_dtype", "layout", "address")
 
     def __init__(self, dst: torch.Tensor, buffer: Any, storage_dtype: torch.dtype, layout: tuple) -> None:
@@ -106,7 +109,7 @@ def land(jobs: list[_Job] | None = None) -> None:
                 _land(job)
             except Exception as err:
                 _pending[:0] = batch[k + 1:]  # the rest still land at the next point
-                raise RuntimeError(f"torch_tpu: a non_blocking copy to the host failed: {err}") from err
+                raise _failed(err) from err
 
 
 def _land_first() -> None:
@@ -114,7 +117,13 @@ def _land_first() -> None:
     try:
         _land(job)
     except Exception as err:
-        raise RuntimeError(f"torch_tpu: a non_blocking copy to the host failed: {err}") from err
+        raise _failed(err) from err
+
+
+def _failed(err: Exception) -> RuntimeError:
+    return RuntimeError(
+        f"torch_tpu: a non_blocking copy to the host failed, reported at this synchronization point: {err} "
+        "-- run in Debug mode (TPU_LAUNCH_BLOCKING=1) to raise it at the op that computed the value")
 
 
 def land_ready(jobs: list[_Job]) -> bool:

@@ -222,6 +222,17 @@ def test_non_blocking_copies_to_host_are_bounded(monkeypatch):
         torch.testing.assert_close(copy, torch.arange(4.0) + k)
 
 
+def test_non_blocking_copy_failure_is_raised_at_synchronization():
+    from torch_tpu.device import _host_copies
+
+    x = torch.arange(4.0).to("tpu") * 2
+    x.to("cpu", non_blocking=True)
+    _host_copies._pending[-1].buffer.delete()  # the value can no longer be read, as after a device failure
+    with pytest.raises(RuntimeError, match="non_blocking copy to the host failed.*Debug mode"):
+        torch.tpu.synchronize()
+    assert not _host_copies._pending
+
+
 def test_non_blocking_copy_to_host_waits_in_debug_mode():
     from torch_tpu.device import _host_copies
 
