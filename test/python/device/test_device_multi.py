@@ -54,6 +54,12 @@ def test_training_on_tpu1_matches_cpu(fused):
             assert p.device == torch.device("tpu:1") and p.grad.device == torch.device("tpu:1")
             torch.testing.assert_close(p.cpu(), q, rtol=1e-4, atol=1e-5)
 
+        # A graph across the devices: the gradient flows back through the copy.
+        a = torch.randn(3, requires_grad=True, device="tpu:0")
+        (a.to("tpu:1") * torch.arange(3.0, device="tpu:1")).sum().backward()
+        assert a.grad.device == torch.device("tpu:0")
+        torch.testing.assert_close(a.grad.cpu(), torch.arange(3.0))
+
         # "tpu" alone is the current device in factories and Tensor.tpu().
         with torch.tpu.device(1):
             assert torch.ones(2, device="tpu").device == torch.device("tpu:1")
