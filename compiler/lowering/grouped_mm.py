@@ -30,7 +30,7 @@ import torch
 from ..context import ir, stablehlo
 from .helpers import broadcast_to, compare, convert, dtype, full, iota, reduce, reshape, select, shape_of
 from .linear import dot_general
-from .registry import LoweringContext, Padding, lowers
+from .registry import LoweringContext, Padding, lowers, metadata_rule
 
 aten = torch.ops.aten
 
@@ -122,3 +122,35 @@ def _grouped_mm(ctx: LoweringContext, a, b, offs=None, bias=None, out_dtype=None
     if bias is not None:
         raise ctx.fail("grouped_mm with a bias is not supported (PyTorch's kernels reject it too)")
     return convert(out, result)
+
+
+@metadata_rule(aten._grouped_mm.default)
+def grouped_mm_metadata(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """The result of `_grouped_mm` on meta tensors, for every floating dtype the CPU kernel
+    and this lowering take (PyTorch's meta kernel rejects all but bfloat16): PyTorch's
+    checks with the 16-byte stride alignment counted in the operands' own element size,
+    then PyTorch's output rule."""
+    from torch._meta_registrations import _create_grouped_mm_output_tensor
+
+    torch._check(mat_a.dtype == mat_b.dtype and mat_a.dtype.is_floating_point,
+                 lambda: f"grouped_mm operands must share a floating dtype, got {mat_a.dtype} and {mat_b.dtype}")
+    torch._check(mat_a.dim() in (2, 3) and mat_b.dim() in (2, 3),
+                 lambda: f"Multiplicands must be 2D or 3D but got mat_a.dim()={mat_a.dim()} and mat_b.dim()={mat_b.dim()}")
+    if mat_a.dim() == 3 or mat_b.dim() == 3:
+        torch._check(mat_a.size(-1) == mat_b.size(-2), lambda: "contraction dimension of mat_a and mat_b must match")
+    for name, mat in (("mat_a", mat_a), ("mat_b", mat_b)):
+        alignment = 16 // mat.element_size()
+        rows, cols = mat.stride()[-2:]
+        if rows == 1 and cols >= max(1, mat.shape[-2]):
+            torch._check(cols % alignment == 0, lambda: f"{name}: strides should be multiple of 16 bytes")
+        elif cols == 1 and rows >= max(1, mat.shape[-1]):
+            torch._check(rows % alignment == 0, lambda: f"{name}: strides should be multiple of 16 bytes")
+        else:
+            torch._check(False, lambda: f"Invalid strides/sizes, got {mat.stride()} for strides and {mat.shape} for sizes.")
+    if mat_a.dim() == 2 or mat_b.dim() == 2:
+        torch._check(offs is not None and offs.dim() == 1 and offs.dtype == torch.int32,
+                     lambda: "grouped_mm with a 2D operand needs 1D int32 offsets")
+    else:
+        torch._check(offs is None, lambda: "Offsets tensor provided, but is not needed for 3D/3D multiplicand layouts.")
+    torch._check(bias is None, lambda: "Bias tensor provided, but it is not supported yet.")
+    return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)

@@ -89,6 +89,20 @@ class Lowering:
 
 
 LOWERINGS: dict[Any, Lowering] = {}
+# Result-metadata rules for overloads whose PyTorch meta kernel accepts less than their
+# lowering and CPU kernel do (aten._grouped_mm's meta kernel takes bfloat16 only): called
+# like the op on meta tensors, they return its result's metadata. The eager device plans
+# an op with them instead of the meta kernel.
+METADATA_RULES: dict[Any, Callable] = {}
+
+
+def metadata_rule(*ops: Any) -> Callable[[Callable], Callable]:
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            METADATA_RULES[op] = fn
+        return fn
+
+    return register
 
 
 def _overloads(op: Any) -> list:

@@ -1,49 +1,91 @@
 """Moving values between CPU and tpu tensors: `copy_` (both directions, one
 PrivateUse1 kernel: PyTorch dispatches a copy with any tpu argument here), `_to_copy`
-(which receives the CPU tensor of `.to("tpu")`), `_local_scalar_dense` (`.item()`)."""
+(which receives the CPU tensor of `.to("tpu")`), `_local_scalar_dense` (`.item()`).
+
+`non_blocking=True`: host -> device copies never wait for the device (the source is read
+during the call, so changing it afterwards is safe; the transfer and the write are
+enqueued); device -> host copies return at once and land later (`_host_copies.py`)."""
 
 from __future__ import annotations
 
 import torch
 
-from . import _ops, _storage
+from . import _host_copies, _ops, _storage
+from ._modes import is_blocking
 from ._storage import from_host, to_host, write_host_value
 
 aten = torch.ops.aten
 
 
 def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-    # non_blocking: host->device copies are already enqueued asynchronously and
-    # device->host copies must wait for the value; the flag changes nothing observable.
     if self.device.type == "tpu" and src.device.type == "tpu":
-        if (self.device.index or 0) == (src.device.index or 0) and not (src.is_conj() or src.is_neg()):
+        if self.device.index == src.device.index and not (src.is_conj() or src.is_neg()):
             try:
                 return _ops.run(aten.copy_.default, (self, src), {})
             except _ops.Unlowerable:
                 pass
-        write_host_value(self, to_host(src))
+        _from_host_into(self, to_host(src))  # another device, or lazy conj/neg bits
         return self
     if self.device.type == "tpu":
-        write_host_value(self, src)
+        _from_host_into(self, src)
+        return self
+    if non_blocking and not is_blocking():
+        _host_copies.enqueue(self, src)
         return self
     self.copy_(to_host(src))
     return self
+
+
+def _from_host_into(self: torch.Tensor, src: torch.Tensor) -> None:
+    """Host -> device, blocking or not: `src` is read during the call (so it may change
+    right after), the transfer and the write are enqueued. A tensor covering its whole
+    storage gets a new buffer; any other view is written on the device by the copy_ op
+    (reading the storage back to the host would wait for the device's pending work)."""
+    _host_copies.land_into(src)
+    entry = _storage.entry_of(self)
+    covers = (self.dtype == entry.dtype and self.storage_offset() == 0 and self.numel() == entry.numel
+              and self.is_contiguous())
+    if not covers and not (self.is_conj() or self.is_neg()):
+        staged = from_host(src, entry.device_index)
+        try:
+            _ops.run(aten.copy_.default, (self, staged), {})
+            return
+        except _ops.Unlowerable:
+            pass
+    write_host_value(self, src)
 
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     dtype = dtype or self.dtype
     target = torch.device(device) if device is not None else self.device
     memory_format = memory_format or torch.preserve_format
-    if target.type == "tpu" and self.device.type == "tpu" and (target.index or 0) == (self.device.index or 0):
+    if target.type == "tpu" and self.device.type == "tpu" and _storage.device_index(target) == self.device.index:
         try:
             return _ops.run(aten._to_copy.default, (self,), {"dtype": dtype, "memory_format": memory_format})
         except _ops.Unlowerable:
             pass
-    host = to_host(self) if self.device.type == "tpu" else self
+    if self.device.type == "tpu" and target.type == "cpu" and non_blocking and not is_blocking():
+        host = _host_like(self, dtype, memory_format)
+        _host_copies.enqueue(host, self)
+        return host
+    if self.device.type == "tpu":
+        host = to_host(self)
+    else:
+        _host_copies.land_into(self)
+        host = self
     host = host.to(dtype=dtype, memory_format=memory_format, copy=True)
     if target.type == "tpu":
         return from_host(host, _storage.device_index(target))
     return host.to(target)
+
+
+def _host_like(t: torch.Tensor, dtype: torch.dtype, memory_format) -> torch.Tensor:
+    """An uninitialised CPU tensor laid out as `t.to("cpu", dtype, memory_format=...)`'s
+    result: preserve_format keeps a dense tensor's strides."""
+    if memory_format is torch.preserve_format and _ops._dense_order(tuple(t.shape), t.stride()) is not None:
+        return torch.empty_strided(t.shape, t.stride(), dtype=dtype)
+    like = torch.empty_strided(t.shape, t.stride(), dtype=dtype, device="meta")  # PyTorch's rule for the rest
+    return torch.empty_like(like, device="cpu", memory_format=memory_format)
 
 
 def _copy_from_and_resize(self, dst):

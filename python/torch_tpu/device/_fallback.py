@@ -81,7 +81,7 @@ def run_on_cpu(op, args, kwargs, reason: str):
                 host_of[key] = _storage.storage_to_host(entry)
             flat = host_of[key]
             if x.dtype != flat.dtype:
-                flat = flat.view(torch.uint8).view(x.dtype)
+                flat = _storage.bytes_as(flat, x.dtype)
             view = flat.as_strided(x.shape, x.stride(), x.storage_offset())
             if x.is_conj():
                 view = view.conj()
@@ -90,7 +90,7 @@ def run_on_cpu(op, args, kwargs, reason: str):
             return view
         if isinstance(x, torch.device) and x.type == "tpu":
             if index is None:
-                index = x.index or 0
+                index = _storage.device_index(x)  # "tpu": the current device
             return torch.device("cpu")
         return x
 

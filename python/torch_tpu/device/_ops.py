@@ -108,7 +108,7 @@ def describe(op, args, kwargs, index_box: list, bake: bool):
         if isinstance(value, torch.device) and value.type == "tpu":
             # A factory's device: the plan's device index; the metadata runs on meta.
             if index_box[0] is None:
-                index_box[0] = value.index or 0
+                index_box[0] = _storage.device_index(value)  # "tpu": the current device
             return torch.device("meta")
         if top_name in scalars and type(value) in (float, int):
             operands.append(value)
@@ -159,9 +159,10 @@ def _meta(sig_leaf, numbers=None):
     if isinstance(sig_leaf, TensorArg) and sig_leaf.host:
         return torch.empty((), dtype=sig_leaf.dtype)
     if isinstance(sig_leaf, TensorArg):
-        base = torch.empty(sig_leaf.storage_numel, dtype=sig_leaf.storage_dtype, device="meta")
-        if sig_leaf.dtype != sig_leaf.storage_dtype:
-            raise Unlowerable("a tensor viewed with another dtype than its storage's")
+        # A dtype view (`x.view(torch.int32)`) reads its storage's bytes as its own dtype's
+        # elements (`_viewed_storage`): its sizes, strides and offset count those.
+        numel = sig_leaf.storage_numel * sig_leaf.storage_dtype.itemsize // sig_leaf.dtype.itemsize
+        base = torch.empty(numel, dtype=sig_leaf.dtype, device="meta")
         return base.as_strided(sig_leaf.size, sig_leaf.stride, sig_leaf.offset)
     if isinstance(sig_leaf, ScalarArg):
         return sig_leaf.kind(1 if numbers is None else next(numbers))
@@ -213,12 +214,61 @@ def _dense_order(size, stride) -> list[int] | None:
     return order + unit
 
 
+def _reinterpret(flat, to: torch.dtype):
+    """A flat array's bytes as a flat array of `to` elements (stablehlo.bitcast_convert;
+    a narrower source's length is a multiple of the ratio). Bool is one byte in PyTorch
+    but i1 in StableHLO: it goes through uint8; complex through its (real, imag) pairs."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    from torch_tpu.compiler.ir import concatenate, slice_in_dim
+    from torch_tpu.compiler.lowering.helpers import convert, dtype, reshape, shape_of
+    from torch_tpu.compiler.lowering.view_like import reinterpret_bits
+
+    src = dtype(flat)
+    if src == to:
+        return flat
+    if src is torch.bool:
+        flat = convert(flat, torch.uint8)
+    elif src.is_complex:
+        n = shape_of(flat)[0]
+        parts = [reshape(op(flat).result, [n, 1]) for op in (stablehlo.RealOp, stablehlo.ImagOp)]
+        flat = reshape(concatenate(parts, 1), [2 * n])
+    target = torch.uint8 if to is torch.bool else to.to_real() if to.is_complex else to
+    flat = reinterpret_bits(flat, target)
+    if to is torch.bool:
+        return convert(flat, torch.bool)
+    if to.is_complex:
+        pairs = reshape(flat, [shape_of(flat)[0] // 2, 2])
+        real, imag = (reshape(slice_in_dim(pairs, 1, k, k + 1), [shape_of(pairs)[0]]) for k in (0, 1))
+        return stablehlo.ComplexOp(real, imag).result
+    return flat
+
+
+def _viewed_storage(storage, arg: TensorArg):
+    """(the storage read as `arg.dtype` elements, `arg` described over that, how many
+    storage elements it covers) for a dtype view; the storage itself otherwise. Elements
+    narrower than the view's past the last whole view element (a 3-byte tail under an
+    int32 view) are no part of any view element: they are left out, and kept on writes."""
+    from dataclasses import replace
+
+    from torch_tpu.compiler.ir import slice_in_dim
+
+    if arg.dtype == arg.storage_dtype:
+        return storage, arg, arg.storage_numel
+    ratio = arg.dtype.itemsize // arg.storage_dtype.itemsize
+    covered = arg.storage_numel - arg.storage_numel % ratio if ratio > 1 else arg.storage_numel
+    head = storage if covered == arg.storage_numel else slice_in_dim(storage, 0, 0, covered)
+    numel = covered * arg.storage_dtype.itemsize // arg.dtype.itemsize
+    return _reinterpret(head, arg.dtype), replace(arg, storage_dtype=arg.dtype, storage_numel=numel), covered
+
+
 def _read_view(storage, arg: TensorArg):
     """The value of a tensor described by `arg` from its flat storage value."""
     from torch_tpu.compiler.lowering.helpers import reshape, transpose
     from torch_tpu.compiler.ir import slice_in_dim
     from torch_tpu.compiler.lowering.view_like import strided_positions, take_static
 
+    storage, arg, _ = _viewed_storage(storage, arg)
     numel = int(np.prod(arg.size, dtype=np.int64)) if arg.size else 1
     if numel == 0:
         return reshape(slice_in_dim(storage, 0, 0, 0), list(arg.size))
@@ -248,7 +298,21 @@ def _as_storage(value, size, stride):
 
 
 def _write_into(storage, value, arg: TensorArg):
-    """The storage after writing `value` into the view `arg` of it."""
+    """The storage after writing `value` into the view `arg` of it; a dtype view writes
+    its elements' bytes (the inverse bitcast of `_viewed_storage`)."""
+    from torch_tpu.compiler.ir import concatenate, slice_in_dim
+
+    viewed, viewed_arg, covered = _viewed_storage(storage, arg)
+    written = _write_into_same_dtype(viewed, value, viewed_arg)
+    if viewed_arg is arg:
+        return written
+    written = _reinterpret(written, arg.storage_dtype)
+    if covered < arg.storage_numel:
+        written = concatenate([written, slice_in_dim(storage, 0, covered, arg.storage_numel)], 0)
+    return written
+
+
+def _write_into_same_dtype(storage, value, arg: TensorArg):
     from torch_tpu.compiler.lowering.helpers import broadcast_to, convert, reshape
     from torch_tpu.compiler.ir import concatenate
     from torch_tpu.compiler.lowering.view_like import strided_positions, take_static
@@ -279,7 +343,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     from torch_tpu.compiler.importer.single_op import lower_op, takes_rng_state
     from torch_tpu.compiler.lowering import LOWERINGS, LoweringError
     from torch_tpu.compiler.lowering.helpers import convert
-    from torch_tpu.compiler.lowering.registry import OpRecord, lowering_identity
+    from torch_tpu.compiler.lowering.registry import METADATA_RULES, OpRecord, lowering_identity
     from torch_tpu.compiler.pipeline import run_pipeline
     from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.runtime import CompileSpec
@@ -314,14 +378,16 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     # The functional op's arguments: out= arguments dropped.
     f_args = tuple(a for i, a in enumerate(sig_args) if not (is_out and i < len(names) and names[i] in written))
     f_kwargs = {k: v for k, v in sig_kwargs if not (is_out and k in written)}
+    # The op's meta kernel, or the lowering's own rule where that kernel takes less.
+    metadata_of = METADATA_RULES.get(target, target)
     try:
         meta_args, meta_kwargs = [_meta(a) for a in f_args], {k: _meta(v) for k, v in f_kwargs.items()}
-        val = target(*meta_args, **meta_kwargs)
+        val = metadata_of(*meta_args, **meta_kwargs)
     except Unlowerable:
         raise
     except Exception as err:  # noqa: BLE001 - data-dependent or meta-less: CPU runs it
         raise Unlowerable(f"no metadata: {type(err).__name__}: {err}") from None
-    if not bake and _numbers_shape_result(target, f_args, f_kwargs, val):
+    if not bake and _numbers_shape_result(metadata_of, f_args, f_kwargs, val):
         raise Unlowerable("its result's metadata depends on the values of its numbers")
 
     # Positions in `operands` of each tensor / scalar leaf, in describe()'s order.

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ._buffers import TABLE, StorageEntry, entry_of
+from ._device_index import empty_tensor
 
 _SET = torch.ops.aten.set_.source_Storage_storage_offset
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -63,7 +64,8 @@ def wrap(entry: StorageEntry, size, stride, offset: int = 0) -> torch.Tensor:
 
 
 def tensor_on(storage: torch.UntypedStorage, dtype: torch.dtype, size, stride, offset: int = 0) -> torch.Tensor:
-    t = torch._C._acc.create_empty_tensor([0], dtype)
+    index = storage.device.index
+    t = torch._C._acc.create_empty_tensor([0], dtype) if not index else empty_tensor(dtype, index)
     # Straight to the CPU kernel of set_ (what our PrivateUse1 kernel for it does): the
     # tensor is new, so the autograd and version-counter keys above have nothing to do,
     # and the Python kernel hop costs ~20 us per op result.
@@ -84,7 +86,8 @@ def new_tensor(buffer, numel: int, size: list, stride: list, dtype: torch.dtype,
     """An op's result: a tpu tensor over a new storage holding `buffer` (dense, `numel`
     elements), the op kernels being registered already (the hot path of every op)."""
     storage = TABLE.new_storage(StorageEntry(dtype, numel, index, buffer))
-    t = torch._C._acc.create_empty_tensor([0], dtype)
+    # create_empty_tensor makes tensors on tpu:0 only (_device_index.py).
+    t = torch._C._acc.create_empty_tensor([0], dtype) if not index else empty_tensor(dtype, index)
     return _SET.redispatch(_CPU, t, storage, 0, size, stride)
 
 
@@ -98,6 +101,9 @@ def buffer_of(entry: StorageEntry):
 
 def storage_to_host(entry: StorageEntry) -> torch.Tensor:
     """The storage's elements as a new flat CPU tensor (waits for the value)."""
+    from ._host_copies import land
+
+    land()  # a blocking read comes after earlier non_blocking ones, as in CUDA's stream order
     if entry.buffer is None:
         return torch.zeros(entry.numel, dtype=entry.dtype)
     from ._modes import check_alive
@@ -106,12 +112,19 @@ def storage_to_host(entry: StorageEntry) -> torch.Tensor:
     return entry.buffer.to_torch().clone()
 
 
+def bytes_as(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A flat host storage's bytes as `dtype` elements (a dtype view's reading of it); a
+    tail too short for one element (3 bytes under an int32 view) is no part of any."""
+    data = flat.view(torch.uint8)
+    return data[: data.numel() - data.numel() % dtype.itemsize].view(dtype)
+
+
 def to_host(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor with `t`'s value, sizes and strides."""
     entry = entry_of(t)
     flat = storage_to_host(entry)
     if t.dtype != entry.dtype:
-        flat = flat.view(torch.uint8).view(t.dtype)
+        flat = bytes_as(flat, t.dtype)
     host = flat.as_strided(t.shape, t.stride(), t.storage_offset())
     # Lazy conjugation and negation are bits of the tensor, not of its storage.
     if t.is_conj():
@@ -139,7 +152,7 @@ def write_host_value(t: torch.Tensor, value: torch.Tensor) -> None:
         flat = value.to(t.dtype).expand(t.shape).contiguous().reshape(-1)
     else:
         flat = storage_to_host(entry)
-        target = flat if t.dtype == entry.dtype else flat.view(torch.uint8).view(t.dtype)
+        target = flat if t.dtype == entry.dtype else bytes_as(flat, t.dtype)
         target.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(value)
     entry.buffer = upload(flat, entry.device_index)
 

@@ -95,11 +95,13 @@ class device(contextlib.ContextDecorator):
 
 def synchronize(device: Any = None) -> None:
     """Runs the ops FUSED mode recorded, then waits for every enqueued op and transfer
-    (of every device: one client)."""
+    (of every device: one client), non_blocking copies to the host included."""
     from ._fused import flush_all
+    from ._host_copies import land
 
     flush_all()
     _client().synchronize()
+    land()
 
 
 # -- random ---------------------------------------------------------------------------
@@ -181,19 +183,32 @@ class Stream:
 
 
 class Event:
+    """Marks a point in the device's one queue. `synchronize()` waits for the work before
+    it, non_blocking copies to the host included; `query()` says whether those copies have
+    landed."""
+
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self._recorded = False
+        self._copies: list = []
 
     def record(self, stream: Stream | None = None) -> None:
+        from ._host_copies import snapshot
+
         self._recorded = True
+        self._copies = snapshot()
 
     def wait(self, stream: Stream | None = None) -> None:
         pass
 
     def query(self) -> bool:
-        return True
+        from ._host_copies import land_ready
+
+        return land_ready(self._copies)
 
     def synchronize(self) -> None:
+        from ._host_copies import land
+
+        land(self._copies)
         synchronize()
 
     def elapsed_time(self, end: "Event") -> float:

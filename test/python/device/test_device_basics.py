@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -80,6 +81,72 @@ def test_views_see_writes():
     _same_on_both(writes)
 
 
+# Reads and in-place writes through dtype views (`x.view(torch.int32)`), run on the device
+# (TORCH_TPU_STRICT=1 forbids the CPU): same itemsize, narrower and wider views, offset views,
+# a storage tail no view element covers, bool and complex.
+_F32 = torch.linspace(-3, 3, 12)
+_BYTES = torch.arange(11, dtype=torch.uint8)
+_DTYPE_VIEWS = {
+    "f32_as_i32_read": (_F32, lambda x: x.view(torch.int32) + 1),
+    "f32_as_i32_write": (_F32, lambda x: x.view(torch.int32).add_(7)),
+    "f32_as_u8_offset_read": (_F32, lambda x: x.view(torch.uint8)[5:13].clone()),
+    "f32_as_u8_offset_write": (_F32, lambda x: x.view(torch.uint8)[5:13].fill_(3)),
+    "f32_sign_bytes_strided_write": (_F32, lambda x: x[2:].view(torch.uint8).view(-1, 4)[:, 3].bitwise_xor_(0x80)),
+    "f32_as_i16_offset_write": (_F32, lambda x: x.view(torch.int16)[3:9].mul_(3)),
+    "bf16_as_i16_read": (torch.randn(6).to(torch.bfloat16), lambda x: x.view(torch.int16) & 0x00FF),
+    "bf16_as_i16_write": (torch.randn(6).to(torch.bfloat16), lambda x: x.view(torch.int16).bitwise_and_(0x7FFF)),
+    "i16_as_bf16_write": (torch.arange(-4, 4, dtype=torch.int16) * 1000, lambda x: x.view(torch.bfloat16).mul_(2)),
+    "u8_as_i32_tail_read": (_BYTES, lambda x: x[4:8].view(torch.int32) + 1),
+    "u8_as_i32_tail_write": (_BYTES, lambda x: x[4:8].view(torch.int32).sub_(5)),
+    "u8_as_f16_offset_write": (_BYTES, lambda x: x[2:10].view(torch.float16).neg_()),
+    "u8_as_bool": (torch.tensor([0, 1, 1, 0], dtype=torch.uint8), lambda x: x.view(torch.bool).logical_not()),
+    "f32_as_c64_read": (_F32, lambda x: x.view(torch.complex64) * 2),
+    "f32_as_c64_write": (_F32, lambda x: x.view(torch.complex64).mul_(1j)),
+}
+
+
+@pytest.mark.parametrize("case", list(_DTYPE_VIEWS))
+def test_dtype_views_run_on_the_device(case, monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    base, fn = _DTYPE_VIEWS[case]
+    cpu, tpu = base.clone(), base.clone().to("tpu")
+    expected, got = fn(cpu), fn(tpu)
+    assert got.device.type == "tpu"
+    torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0, equal_nan=True)
+
+
+_GROUPED_MM = {  # (mat_a, mat_b, offs): PyTorch's four layouts, in float32
+    "rows": ((6, 4), (3, 4, 8), [2, 4, 6]),
+    "columns": ((3, 8, 4), (4, 8), [4, 6, 8]),
+    "contraction": ((8, 12), (12, 8), [4, 8, 12]),
+    "batched": ((3, 8, 4), (3, 4, 8), None),
+}
+
+
+@pytest.mark.parametrize("layout", list(_GROUPED_MM))
+def test_grouped_mm_float32_runs_on_the_device(layout, monkeypatch):
+    # PyTorch's meta kernel of _grouped_mm takes bfloat16 only; the plan's metadata comes
+    # from the lowering's own rule (registry.METADATA_RULES), so float32 is not a fallback.
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    a_shape, b_shape, offs = _GROUPED_MM[layout]
+    a, b = torch.randn(a_shape), torch.randn(b_shape)
+    offs = None if offs is None else torch.tensor(offs, dtype=torch.int32)
+    expected = torch._grouped_mm(a, b, offs)
+    got = torch._grouped_mm(a.to("tpu"), b.to("tpu"), None if offs is None else offs.to("tpu"))
+    assert got.device.type == "tpu" and got.dtype == torch.float32
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_grouped_mm_misaligned_strides_raise_pytorchs_error():
+    # The rule keeps PyTorch's checks: the CPU runs the op and raises its own error.
+    a, b, offs = torch.randn(6, 5), torch.randn(3, 5, 8), torch.tensor([2, 4, 6], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="multiple of 16 bytes"):
+        torch._grouped_mm(a, b, offs)
+    with pytest.raises(RuntimeError, match="multiple of 16 bytes"):
+        torch._grouped_mm(a.to("tpu"), b.to("tpu"), offs.to("tpu"))
+
+
 def test_out_variant_and_inplace_promotion():
     def ops(x):
         torch.add(x[0], x[1], out=x[2])
@@ -101,6 +168,106 @@ def test_copies_both_ways():
     assert x.to("cpu", non_blocking=True).device.type == "cpu"
     torch.testing.assert_close(src.t().to("tpu").cpu(), src.t())
     assert src.t().to("tpu").stride() == src.t().stride()
+
+
+def test_non_blocking_copy_to_host_lands_at_synchronization_points():
+    from torch_tpu.device import _host_copies
+
+    x = torch.randn(64, 32).to("tpu")
+    expected = x.cpu()
+    y = x.to("cpu", non_blocking=True)
+    assert y.device.type == "cpu" and y.shape == x.shape and y.stride() == x.stride()
+    assert any(job.dst is y for job in _host_copies._pending)  # returned before copying
+    x.add_(1)  # a later in-place write to the source: the copy keeps the earlier value
+    torch.tpu.synchronize()
+    assert not _host_copies._pending
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+
+    # Into an existing tensor, with a dtype conversion and a transposed source; an Event
+    # recorded after it: query() lands what is ready and turns True without synchronize().
+    z = torch.empty(32, 64, dtype=torch.float64)
+    z.copy_(x.t(), non_blocking=True)
+    event = torch.tpu.Event()
+    event.record()
+    deadline = time.monotonic() + 60
+    while not event.query():
+        assert time.monotonic() < deadline, "Event.query() never turned True"
+    torch.testing.assert_close(z, (expected + 1).t().double(), rtol=0, atol=0)
+
+    # A blocking read of any tpu value comes after earlier non_blocking copies, and a copy
+    # from a tensor a pending copy writes reads the landed value (CUDA's stream order).
+    w = x.to("cpu", non_blocking=True)
+    x.sum().item()
+    torch.testing.assert_close(w, expected + 1, rtol=0, atol=0)
+    v = (x * 2).to("cpu", non_blocking=True)
+    torch.testing.assert_close(v.to("tpu").cpu(), (expected + 1) * 2, rtol=0, atol=0)
+    event = torch.tpu.Event()
+    u = x[::2, 1].to("cpu", non_blocking=True)
+    event.record()
+    event.synchronize()
+    torch.testing.assert_close(u, (expected + 1)[::2, 1], rtol=0, atol=0)
+
+
+def test_non_blocking_copies_to_host_are_bounded(monkeypatch):
+    # Copies nobody synchronizes must not pile up: past the bound the oldest lands.
+    from torch_tpu.device import _host_copies
+
+    monkeypatch.setattr(_host_copies, "_MAX_PENDING", 2)
+    x = torch.arange(4.0).to("tpu")
+    copies = [(x + k).to("cpu", non_blocking=True) for k in range(3)]
+    assert len(_host_copies._pending) == 2
+    torch.testing.assert_close(copies[0], torch.arange(4.0))  # landed without a synchronization
+    torch.tpu.synchronize()
+    for k, copy in enumerate(copies):
+        torch.testing.assert_close(copy, torch.arange(4.0) + k)
+
+
+def test_non_blocking_copy_failure_is_raised_at_synchronization():
+    from torch_tpu.device import _host_copies
+
+    x = torch.arange(4.0).to("tpu") * 2
+    x.to("cpu", non_blocking=True)
+    _host_copies._pending[-1].buffer.delete()  # the value can no longer be read, as after a device failure
+    with pytest.raises(RuntimeError, match="non_blocking copy to the host failed.*Debug mode"):
+        torch.tpu.synchronize()
+    assert not _host_copies._pending
+
+
+def test_non_blocking_copy_to_host_waits_in_debug_mode():
+    from torch_tpu.device import _host_copies
+
+    x = torch.arange(6.0).to("tpu")
+    with set_eager_mode(EagerMode.DEBUG):
+        y = x.to("cpu", non_blocking=True)
+        assert not _host_copies._pending
+    torch.testing.assert_close(y, torch.arange(6.0))
+
+
+def test_non_blocking_copy_to_device_never_waits_for_the_device(monkeypatch):
+    from torch_tpu.device import _storage
+
+    x = torch.zeros(6, 4).to("tpu")
+    cpu = torch.zeros(6, 4)
+    src = torch.randn(2, 4)
+    row = torch.randn(4)
+    originals = src.clone(), row.clone()
+
+    def read_back(*args):
+        raise AssertionError("a host -> device copy read the device value back")
+
+    monkeypatch.setattr(_storage, "storage_to_host", read_back)
+    for t in (x, cpu):
+        t[1:3].copy_(src, non_blocking=True)  # a view of the storage
+        t[:, 2].copy_(row[:1].double(), non_blocking=True)  # broadcast and a dtype conversion
+        t.t()[3].copy_(torch.tensor(5.0), non_blocking=True)
+    whole = src.to("tpu", non_blocking=True)
+    src.add_(1)  # the sources may change right after the calls
+    row.add_(1)
+    monkeypatch.undo()
+    torch.tpu.synchronize()
+    torch.testing.assert_close(x.cpu(), cpu, rtol=0, atol=0)
+    torch.testing.assert_close(whole.cpu(), originals[0], rtol=0, atol=0)
+    assert cpu[1, 0] == originals[0][0, 0] and cpu[0, 2] == originals[1][0]
 
 
 def test_device_mismatch_error():
