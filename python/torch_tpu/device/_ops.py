@@ -136,7 +136,8 @@ class Plan:
     out_names: list
     returns_too: bool = False  # writes arguments and returns new tensors (results first)
     needs_rng: bool = False  # takes the device generator's next key last (_random.py)
-    invoker: Any = None  # the shared `_invoker.Invoker` that runs `executable`
+    invoker: Any = None  # the shared `_invoker.Invoker` that runs `executable` (FUSED traces)
+    launch: Any = None  # the executable's launcher for the plan's own buffers (`run`'s hot path)
     module: Any = None  # the lowered module (a FUSED trace stitches it into its program)
     fingerprint: Any = None  # the compile cache's key of `module` (a FUSED trace's key holds it)
     n_results: int = 0  # result tensors (the first outputs; written storages follow)
@@ -145,6 +146,10 @@ class Plan:
         from .._invoker import Invoker
 
         self.invoker = Invoker(self.executable, self.executable.signature.args)
+        # Every operand `run` passes is a live DeviceBuffer of the plan's device whose
+        # shape and dtype the plan's key fixes: the launcher skips the invoker's argument
+        # plan and the executable's per-argument checks (Executable.buffer_launcher).
+        self.launch = self.executable.buffer_launcher()
         self.n_results = sum(layout is not None for layout in self.results)
 
 
@@ -687,7 +692,7 @@ def run(op, args, kwargs):
             from ._random import key_buffer
 
             buffers.append(key_buffer(index))
-        outs = plan.invoker.buffers(*buffers)
+        outs = plan.launch(buffers)
         if mode is EagerMode.DEBUG:
             for out in outs:
                 out.synchronize()
