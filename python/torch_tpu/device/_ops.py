@@ -442,9 +442,10 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
                                                         donate_argnums=tuple(write_positions)))
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
-    # (sizes, strides, dtype, storage numel) of each result tensor, ready for new_tensor.
+    # (sizes, strides, dtype, storage numel, row-major) of each result tensor, ready for new_tensor.
     results = [] if written and returning_writer is None else [
-        None if layout is None else (list(layout[0]), list(layout[1]), layout[2], math.prod(layout[0]))
+        None if layout is None else (list(layout[0]), list(layout[1]), layout[2], math.prod(layout[0]),
+                                     tuple(layout[1]) == contiguous_stride(layout[0]))
         for layout in layouts
     ]
     multiple = len(op._schema.returns) > 1 if returning_writer is not None else isinstance(val, (tuple, list))
@@ -716,10 +717,13 @@ def bind_results(op, args, kwargs, plan, operands, index, outs):
             return _written_return(op, args, kwargs, plan)
     if not plan.multiple:
         layout = plan.results[0]
-        return None if layout is None else _storage.new_tensor(outs[0], layout[3], *layout[:3], index)
+        if layout is None:
+            return None
+        size, stride, dtype, numel, contiguous = layout
+        return _storage.new_tensor(outs[0], numel, size, stride, dtype, index, contiguous)
     buffers = iter(outs[:n_results])
     results = [
-        None if layout is None else _storage.new_tensor(next(buffers), layout[3], *layout[:3], index)
+        None if layout is None else _storage.new_tensor(next(buffers), layout[3], *layout[:3], index, layout[4])
         for layout in plan.results
     ]
     return tuple(results)
