@@ -81,7 +81,10 @@ class BufferTable:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def new_storage(self, entry: StorageEntry) -> torch.UntypedStorage:
+    def new_storage(self, entry: StorageEntry, into: torch.UntypedStorage | None = None) -> torch.UntypedStorage:
+        """A storage at a new address for `entry`. `into`: a new tensor's own storage,
+        still empty (no data pointer), that takes the address and size instead (cheaper
+        than a `set_` of the tensor onto a new storage: see `_storage.new_tensor`)."""
         with self._lock:
             address = self._cursor
             self._cursor += max(_ALIGN, -(-entry.nbytes // _ALIGN) * _ALIGN)
@@ -90,6 +93,11 @@ class BufferTable:
             self.allocated_bytes[index] = self.allocated_bytes.get(index, 0) + entry.nbytes
             self.peak_bytes[index] = max(self.peak_bytes.get(index, 0), self.allocated_bytes[index])
         storage = torch._C._construct_storage_from_data_pointer(address, self._device(entry.device_index), entry.nbytes)
+        if into is not None:
+            # Moves the pointer and byte count into `into`; the constructed storage is left
+            # empty and dies here. `into` is the one watched.
+            into._swap_data_ptr_(storage)
+            storage = into
         # A plain weak reference with a callback, kept by address (weakref.finalize costs
         # ~3x more, and this runs for every op result).
         self._watch[address] = weakref.ref(storage, lambda _, address=address: self._free(address))

@@ -26,7 +26,13 @@ class EagerMode(enum.Enum):
     FUSED = "fused"
 
 
-_state = threading.local()
+class _ThreadState(threading.local):
+    # A class-level default: reading an unset thread-local attribute with getattr(...,
+    # None) builds and discards an AttributeError (~1 us on every op).
+    mode: EagerMode | None = None
+
+
+_state = _ThreadState()
 
 
 def _default() -> EagerMode:

@@ -136,7 +136,8 @@ class Plan:
     out_names: list
     returns_too: bool = False  # writes arguments and returns new tensors (results first)
     needs_rng: bool = False  # takes the device generator's next key last (_random.py)
-    invoker: Any = None  # the shared `_invoker.Invoker` that runs `executable`
+    invoker: Any = None  # the shared `_invoker.Invoker` that runs `executable` (FUSED traces)
+    launch: Any = None  # the executable's launcher for the plan's own buffers (`run`'s hot path)
     module: Any = None  # the lowered module (a FUSED trace stitches it into its program)
     fingerprint: Any = None  # the compile cache's key of `module` (a FUSED trace's key holds it)
     n_results: int = 0  # result tensors (the first outputs; written storages follow)
@@ -145,6 +146,10 @@ class Plan:
         from .._invoker import Invoker
 
         self.invoker = Invoker(self.executable, self.executable.signature.args)
+        # Every operand `run` passes is a live DeviceBuffer of the plan's device whose
+        # shape and dtype the plan's key fixes: the launcher skips the invoker's argument
+        # plan and the executable's per-argument checks (Executable.buffer_launcher).
+        self.launch = self.executable.buffer_launcher()
         self.n_results = sum(layout is not None for layout in self.results)
 
 
@@ -503,9 +508,10 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
                                                         donate_argnums=tuple(write_positions)))
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
-    # (sizes, strides, dtype, storage numel) of each result tensor, ready for new_tensor.
+    # (sizes, strides, dtype, storage numel, row-major) of each result tensor, ready for new_tensor.
     results = [] if written and returning_writer is None else [
-        None if layout is None else (list(layout[0]), list(layout[1]), layout[2], math.prod(layout[0]))
+        None if layout is None else (list(layout[0]), list(layout[1]), layout[2], math.prod(layout[0]),
+                                     tuple(layout[1]) == contiguous_stride(layout[0]))
         for layout in layouts
     ]
     multiple = len(op._schema.returns) > 1 if returning_writer is not None else isinstance(val, (tuple, list))
@@ -643,12 +649,22 @@ def _names_and_scalars(op) -> tuple[tuple[str, ...], frozenset[str]]:
     return _positional_names(op), _scalar_names(op)
 
 
+# id(op) -> (op, argument names, run-time scalar names). Keys hold id(op), not op: an
+# OpOverload hashes in Python (~0.4 us, twice per op: this table and `_FAST`). The entry
+# holds the op itself, so its id is never reused for another object.
+_OP_NAMES: dict[int, tuple] = {}
+
+
 def _fast_signature(op, args, kwargs, mode):
     """(key, operands) for the plan cache's hot path, or None when an argument needs the
     full description (`describe`)."""
-    names, scalars = _names_and_scalars(op)
+    op_id = id(op)
+    known = _OP_NAMES.get(op_id)
+    if known is None:
+        known = _OP_NAMES[op_id] = (op, *_names_and_scalars(op))
+    _, names, scalars = known
     entries = TABLE._entries
-    key: list = [op, mode]
+    key: list = [op_id, mode]
     operands: list = []
     index = None
     n = len(names)
@@ -753,7 +769,7 @@ def run(op, args, kwargs):
             from ._random import key_buffer
 
             buffers.append(key_buffer(index))
-        outs = plan.invoker.buffers(*buffers)
+        outs = plan.launch(buffers)
         if mode is EagerMode.DEBUG:
             for out in outs:
                 out.synchronize()
@@ -777,10 +793,13 @@ def bind_results(op, args, kwargs, plan, operands, index, outs):
             return _written_return(op, args, kwargs, plan)
     if not plan.multiple:
         layout = plan.results[0]
-        return None if layout is None else _storage.new_tensor(outs[0], layout[3], *layout[:3], index)
+        if layout is None:
+            return None
+        size, stride, dtype, numel, contiguous = layout
+        return _storage.new_tensor(outs[0], numel, size, stride, dtype, index, contiguous)
     buffers = iter(outs[:n_results])
     results = [
-        None if layout is None else _storage.new_tensor(next(buffers), layout[3], *layout[:3], index)
+        None if layout is None else _storage.new_tensor(next(buffers), layout[3], *layout[:3], index, layout[4])
         for layout in plan.results
     ]
     return tuple(results)

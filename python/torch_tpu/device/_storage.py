@@ -17,6 +17,7 @@ from ._device_index import empty_tensor
 
 _SET = torch.ops.aten.set_.source_Storage_storage_offset
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_create_empty = torch._C._acc.create_empty_tensor
 
 
 def client():
@@ -82,12 +83,27 @@ def from_buffer(buffer, size, stride, dtype: torch.dtype, index: int) -> torch.T
     return wrap(entry, size, stride)
 
 
-def new_tensor(buffer, numel: int, size: list, stride: list, dtype: torch.dtype, index: int) -> torch.Tensor:
+def new_tensor(buffer, numel: int, size: list, stride: list, dtype: torch.dtype, index: int,
+               contiguous: bool | None = None) -> torch.Tensor:
     """An op's result: a tpu tensor over a new storage holding `buffer` (dense, `numel`
-    elements), the op kernels being registered already (the hot path of every op)."""
-    storage = TABLE.new_storage(StorageEntry(dtype, numel, index, buffer))
+    elements), the op kernels being registered already (the hot path of every op).
+    `contiguous`: whether `stride` is `size`'s row-major stride (computed when None)."""
+    entry = StorageEntry(dtype, numel, index, buffer)
+    if contiguous is None:
+        contiguous = tuple(stride) == contiguous_stride(size)
+    if contiguous and numel and not index:
+        # (Not for no elements: create_empty_tensor gives a size-0 dim stride 0, where
+        # PyTorch's row-major stride counts it as 1.)
+        # The tensor is made with its sizes (row-major strides) and an empty storage on
+        # tpu:0 (create_empty_tensor's only device, _device_index.py), which then takes the
+        # new address: ~4 us, where the set_ below costs ~10 (a boxed call parsing its
+        # arguments by schema).
+        t = _create_empty(size, dtype)
+        TABLE.new_storage(entry, into=t.untyped_storage())
+        return t
+    storage = TABLE.new_storage(entry)
     # create_empty_tensor makes tensors on tpu:0 only (_device_index.py).
-    t = torch._C._acc.create_empty_tensor([0], dtype) if not index else empty_tensor(dtype, index)
+    t = _create_empty([0], dtype) if not index else empty_tensor(dtype, index)
     return _SET.redispatch(_CPU, t, storage, 0, size, stride)
 
 

@@ -126,3 +126,60 @@ def test_numbers_that_decide_the_result_shape_are_baked():
     for n in (3, 5, 2):
         torch.testing.assert_close(torch.arange(n, device="tpu").cpu(), torch.arange(n))
         torch.testing.assert_close(torch.arange(1.0, n + 0.5, 0.5, device="tpu").cpu(), torch.arange(1.0, n + 0.5, 0.5))
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (2, 3), (5, 1), (1, 5), (0,), (3, 0), (2, 0, 4)])
+def test_op_results_have_pytorchs_sizes_strides_and_own_storage(shape):
+    """An op's row-major result takes its storage address by a data-pointer swap into the
+    new tensor's own storage (`_storage.new_tensor`); size-0 results and other layouts
+    take `set_`. Either way: PyTorch's sizes and strides, the device, and a storage in
+    the buffer table that lives exactly as long as the tensor and its views."""
+    from torch_tpu.device._buffers import TABLE
+
+    a = torch.randn(shape)
+    t = a.to("tpu")
+    before = len(TABLE)
+    r = t * 2
+    expected = a * 2
+    assert (r.shape, r.stride(), r.storage_offset()) == (expected.shape, expected.stride(), 0)
+    assert r.device == torch.device("tpu", 0) and r.untyped_storage().device == r.device
+    torch.testing.assert_close(r.cpu(), expected)
+    assert len(TABLE) == before + 1
+    view = r.view(-1)[1:] if r.numel() > 1 else r.view(-1)
+    del r
+    assert len(TABLE) == before + 1  # the view keeps the storage (and its buffer)
+    torch.testing.assert_close(view.cpu(), expected.reshape(-1)[1:] if expected.numel() > 1 else expected.reshape(-1))
+    del view
+    assert len(TABLE) == before  # freed with its last tensor
+
+
+def test_permuted_result_layout_keeps_its_strides():
+    """A dense non-row-major result (an elementwise op on a transposed operand keeps its
+    layout, as on CPU) is built with `set_`, not the row-major shortcut."""
+    a = torch.randn(3, 4).t()
+    r = a.to("tpu") + 1
+    expected = a + 1
+    assert r.stride() == expected.stride() != (3, 1)
+    torch.testing.assert_close(r.cpu(), expected)
+
+
+def test_eager_mode_is_read_from_another_thread_without_a_set_mode():
+    """The eager mode's thread-local has a class default: a thread that never set a mode
+    reads the process's mode (and an op there runs)."""
+    import threading
+
+    from torch_tpu.device import EagerMode, get_eager_mode, set_eager_mode
+
+    seen = []
+    x = torch.randn(4)
+
+    def worker():
+        seen.append(get_eager_mode())
+        seen.append((x.to("tpu") + 1).cpu())
+
+    with set_eager_mode(EagerMode.DEBUG):
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+    assert seen[0] is EagerMode.DEBUG
+    torch.testing.assert_close(seen[1], x + 1)

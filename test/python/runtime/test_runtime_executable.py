@@ -17,6 +17,7 @@ from torch_tpu.runtime import (
     DeviceOutOfMemoryError,
     fingerprint,
 )
+from torch_tpu.runtime.errors import TorchTPURuntimeError
 
 TWO_RESULTS = """
 module @two {
@@ -290,3 +291,33 @@ def test_compile_async_and_stats(client):
     assert client.cache.stats.compiles == 3
     assert client.compile(add_module("2")) is exes[1]
     assert client.cache.stats.l1_hits == 1
+
+
+def test_buffer_launcher_runs_donates_and_still_rejects_bad_buffers(client):
+    """`buffer_launcher()` (the eager device's hot path) skips the per-argument
+    conversion of `execute`, not its guarantees: results are DeviceBuffers of the
+    program's result types, a donated buffer shared with torch is copied first (the
+    torch tensor keeps its value), and a buffer of the wrong size or a deleted one is
+    still an error raised as the runtime's class, never a crash."""
+    exe = client.compile(ALIASED, name="accumulate")
+    launch = exe.buffer_launcher()
+    acc = client.to_device(torch.zeros(4), copy=True)
+    x = client.to_device(torch.arange(4, dtype=torch.float32), copy=True)
+    for _ in range(2):
+        (acc,) = launch([acc, x])
+    assert acc.type_string == "tensor<4xf32>" and acc.device is exe.devices[0]
+    assert torch.equal(acc.to_torch(), torch.arange(4, dtype=torch.float32) * 2)
+    viewed = acc.to_torch()  # exported: donating it would write into this tensor
+    (out,) = launch([acc, x])
+    assert torch.equal(out.to_torch(), torch.arange(4, dtype=torch.float32) * 3)
+    assert torch.equal(viewed, torch.arange(4, dtype=torch.float32) * 2)
+    assert not acc.is_deleted  # the copy was donated, not the exported buffer
+    wrong = client.to_device(torch.zeros(5), copy=True)
+    with pytest.raises(TorchTPURuntimeError, match="accumulate"):
+        launch([wrong, x])
+    with pytest.raises(ArgumentError, match="takes 2 arguments"):
+        launch([x])
+    gone = client.to_device(torch.zeros(4), copy=True)
+    gone.delete()
+    with pytest.raises(TorchTPURuntimeError, match="accumulate"):
+        launch([gone, x])
