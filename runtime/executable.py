@@ -247,10 +247,37 @@ class Executable:
         mismatch = self._mismatch
         align_mask = ALIGNMENT - 1
 
-        torch_dtype: list[Any] = []  # filled on the first torch tensor (imports nothing)
         view = row.torch_view_as
+        # torch.Tensor and this parameter's torch dtype, set on the first tensor seen (this
+        # module never imports torch): a plain tensor, the common host argument, is then
+        # recognised by one identity check before any other kind is considered.
+        tensor_class: list[Any] = [None, None]
+
+        def is_tensor(value: Any) -> bool:
+            cls = _tensor_type()
+            if cls is None or not isinstance(value, cls):
+                return False
+            if tensor_class[0] is None:
+                tensor_class[1] = torch_dtypes()[i]
+                tensor_class[0] = cls
+            return True
 
         def convert(value: Any, device: Any, replica: int | None = None) -> Any:
+            if type(value) is tensor_class[0] or (type(value) is not DeviceBuffer and is_tensor(value)):
+                if value.dtype is not tensor_class[1]:
+                    raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
+                t = value
+                if not t.is_cpu or t.requires_grad or not t.is_contiguous() or t.is_neg() or t.is_conj():
+                    t = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
+                host = t.numpy() if view is None else t.view(_view_dtype(view)).numpy().view(np_dtype)
+                if host.shape != shape:
+                    raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
+                # Zero-copy: the array aliases the tensor's memory, which must not change until
+                # the results are ready (`__call__` waits for them; `execute` says so). Never
+                # for a donated parameter (XLA would write into the caller's tensor: `alias_ok`
+                # is false there) nor an unaligned pointer (XLA:CPU would copy anyway).
+                semantics = zero_copy if (alias_ok and not (t.data_ptr() & align_mask)) else copy
+                return put(aval, device._sharding, [host], device._raw_list, True, False, semantics, True)
             if type(value) is DeviceBuffer:
                 if value.shape != shape or value._row is not row:
                     raise mismatch(i, f"DeviceBuffer {value.type_string}", replica)
@@ -274,20 +301,6 @@ class Executable:
                     # Its memory is shared with a torch tensor / NumPy array: donate a copy.
                     return clone(array)
                 return array
-            tensor_type = _tensor_type()
-            if tensor_type is not None and isinstance(value, tensor_type):
-                if not torch_dtype:
-                    torch_dtype.append(torch_dtypes()[i])
-                if value.dtype is not torch_dtype[0]:
-                    raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
-                t = value
-                if not t.is_cpu or t.requires_grad or not t.is_contiguous() or t.is_neg() or t.is_conj():
-                    t = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
-                host = t.numpy() if view is None else t.view(_view_dtype(view)).numpy().view(np_dtype)
-                if host.shape != shape:
-                    raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
-                semantics = zero_copy if (alias_ok and not (t.data_ptr() & align_mask)) else copy
-                return put(aval, device._sharding, [host], device._raw_list, True, False, semantics, True)
             if isinstance(value, np.ndarray):
                 if value.dtype != np_dtype or value.shape != shape:
                     raise mismatch(i, f"a {dtypes.type_string(value.shape, value.dtype)} NumPy array", replica)
@@ -327,13 +340,12 @@ class Executable:
         if len(args) != self._nargs:
             self._check_arity(len(args))
         device = self.devices[0]
-        converters = self._converters
-        arrays = [converters[i](a, device) for i, a in enumerate(args)]
+        arrays = [convert(a, device) for convert, a in zip(self._converters, args)]
         try:
             outs = self._runner(arrays)
         except _jaxlib.JaxRuntimeError as err:
             raise self._failed(err) from None
-        from_dlpack = _from_dlpack()
+        from_dlpack = _torch_state.get("from_dlpack") or _from_dlpack()
         to_dlpack = _jaxlib.buffer_to_dlpack
         try:
             return [from_dlpack(to_dlpack(o)) for o in outs]

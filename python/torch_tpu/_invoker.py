@@ -323,6 +323,10 @@ class Invoker:
         return inputs
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
+        if len(args) == self._direct_count and self.plan.device_index is None:
+            # Host tensors passing through untouched: straight to the executable (two
+            # Python frames fewer on the smallest call).
+            return self.executable(*args)
         return self.run(self._arguments(args))
 
     def run(self, arguments: Sequence[Any]) -> list[torch.Tensor]:

@@ -142,6 +142,14 @@ def test_plain_arguments_skip_the_plan_after_the_first_call(monkeypatch):
     monkeypatch.setattr(_invoker.ArgumentPlan, "__call__", lambda self, args: pytest.fail("planned again"))
     torch.testing.assert_close(direct.buffers(client.to_device(a), client.to_device(b))[0].to_torch(), (a + b) * b)
     monkeypatch.undo()
+    # Host tensors: after the first call, `invoker(...)` is the executable's call itself.
+    [first] = direct(a, b)
+    monkeypatch.setattr(_invoker.ArgumentPlan, "__call__", lambda self, args: pytest.fail("planned again"))
+    monkeypatch.setattr(_invoker.Invoker, "run", lambda self, arguments: pytest.fail("ran through the plan"))
+    [again] = direct(b, a)
+    torch.testing.assert_close(first, (a + b) * b)
+    torch.testing.assert_close(again, (b + a) * a)
+    monkeypatch.undo()
     # A parameter is a step (resident upload): the plan runs on every call.
     stepped = Invoker(exe, specs)
     p = torch.nn.Parameter(torch.randn(4))

@@ -139,6 +139,48 @@ def test_donated_argument_is_consumed_and_host_tensor_untouched(client):
     assert torch.equal(out, 1 + x) and torch.equal(t, torch.ones(4))
 
 
+def test_host_tensors_are_imported_zero_copy_except_where_donated(client):
+    """An aligned CPU tensor becomes a device array over its own memory (no copy); at a
+    donated position it is copied (XLA may write the donated buffer)."""
+    from torch_tpu.runtime import _jaxlib
+
+    plain = client.compile(add_module("4"), name="add")
+    donated = client.compile(ALIASED, name="accumulate")
+    t = torch.arange(4, dtype=torch.float32)
+    assert t.data_ptr() % 64 == 0
+    for _ in range(2):  # the first tensor primes the converter; the second takes its fast path
+        array = plain._converters[0](t, plain.devices[0])
+        assert _jaxlib.data_pointer(array) == t.data_ptr()
+        array = donated._converters[0](t, donated.devices[0])
+        assert _jaxlib.data_pointer(array) != t.data_ptr()
+    (out,) = donated(t, t)
+    assert torch.equal(out, 2 * t) and torch.equal(t, torch.arange(4, dtype=torch.float32))
+
+
+def test_every_kind_of_host_tensor_after_the_first_call(client):
+    """The converter recognises a plain tensor by identity after the first one; tensors
+    of other kinds (subclasses, requiring grad, strided, negated or conjugated views)
+    still convert, and dtype and shape are still checked."""
+    exe = client.compile(add_module(), name="add.mlir")
+    a = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    assert torch.equal(exe(a, a)[0], 2 * a)
+    kinds = {
+        "parameter": torch.nn.Parameter(a.clone()),
+        "requires_grad": a.clone().requires_grad_(),
+        "strided": a.t().contiguous().t(),
+        "negated view": torch._neg_view(-a),
+        "unaligned": torch.arange(-1, 6, dtype=torch.float32)[1:].reshape(2, 3),
+    }
+    for name, value in kinds.items():
+        (out,) = exe(value, a)
+        assert torch.equal(out, 2 * a), name
+        assert not out.requires_grad, name
+    with pytest.raises(ArgumentError, match=r"argument 0: expected tensor<2x3xf32>, got a torch\.int32 tensor"):
+        exe(a.int(), a)
+    with pytest.raises(ArgumentError, match=r"argument 1: expected tensor<2x3xf32>, got a torch\.float32 tensor of shape \[6\]"):
+        exe(a, a.reshape(6))
+
+
 def test_donated_buffer_cannot_be_reused(client):
     exe = client.compile(ALIASED, name="accumulate")
     acc = client.to_device(torch.zeros(4), copy=True)
