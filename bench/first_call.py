@@ -2,7 +2,7 @@
 as `python -m torch_tpu.examples.quickstart` times it: the client is made first, then
 the first call of `torch.compile(TinyGPT, backend="tpu")` under torch.no_grad is timed.
 
-    .venv/bin/python bench/first_call.py [--rounds 5] [--compare-dynamo-aot-helper]
+    .venv/bin/python bench/first_call.py [--rounds 5] [--compare-dynamo-aot-helper] [--baseline PATH]
 
 Reported: median wall and process CPU seconds of the first call over the rounds (CPU time
 is much less disturbed by other processes on a loaded machine), and its split into
@@ -13,6 +13,12 @@ torch_tpu's L2 compile cache is off, so every round compiles.
 `AotAutograd` helper (what backend="tpu" used before issue #17: it imports
 torch._inductor.debug on the first compile) with rounds of the current backend, so the
 two are measured under the same load.
+
+--baseline PATH times another source tree of torch_tpu (a `git worktree add PATH <commit>`
+checkout) with this venv, in rounds alternating with the current tree, so both run under
+the same load: `git worktree add /tmp/wt-base 2e8e26c` is the state issue #17 was filed in.
+Wall time counts what the user waits for; CPU time (all threads of the process) shows
+work moved to a background thread that wall time would hide.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ import sys
 _CHILD = r"""
 import json, os, sys, time
 os.environ["TORCH_TPU_CACHE_L2"] = "0"
+if sys.argv[2]:
+    # Another source tree: the editable install maps the packages through its finder.
+    import __editable___torch_tpu_0_1_0_finder as finder
+    for package, path in list(finder.MAPPING.items()):
+        finder.MAPPING[package] = os.path.join(sys.argv[2], os.path.relpath(path, sys.argv[3]))
 import torch
 from torch_tpu.examples.quickstart import TinyGPT
 torch.manual_seed(0)
@@ -46,14 +57,19 @@ wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 with torch.no_grad():
     err = (out - model(ids)).abs().max().item()
 from torch_tpu import _timing
-print(json.dumps({"wall": wall, "cpu": cpu, "err": err, "phases": _timing.snapshot()}))
+import torch_tpu.backend
+print(json.dumps({"wall": wall, "cpu": cpu, "err": err, "phases": _timing.snapshot(),
+                  "source": torch_tpu.backend.__file__}))
 """
 
 
-def _one(variant: str) -> dict:
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _one(variant: str, tree: str = "") -> dict:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
-    result = subprocess.run([sys.executable, "-c", _CHILD, variant], capture_output=True, text=True, env=env,
-                            timeout=600)
+    result = subprocess.run([sys.executable, "-c", _CHILD, variant, tree, _ROOT], capture_output=True, text=True,
+                            env=env, timeout=600)
     if result.returncode != 0:
         raise RuntimeError(f"{variant}: {result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -78,21 +94,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--compare-dynamo-aot-helper", action="store_true")
+    parser.add_argument("--baseline", metavar="PATH", help="another source tree of torch_tpu to time alongside")
     args = parser.parse_args(argv)
     variants = ["current"] + (["dynamo-aot-helper"] if args.compare_dynamo_aot_helper else [])
+    variants += ["baseline"] if args.baseline else []
+    trees = {"baseline": os.path.abspath(args.baseline)} if args.baseline else {}
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(args.rounds):
         for v in (variants if r % 2 == 0 else variants[::-1]):  # alternate who goes first
-            runs[v].append(_one(v))
+            runs[v].append(_one("current" if v == "baseline" else v, trees.get(v, "")))
+    for v in variants:
+        expected = os.path.join(trees.get(v, _ROOT), "python", "torch_tpu", "backend.py")
+        if any(r["source"] != expected for r in runs[v]):
+            raise RuntimeError(f"{v}: ran {runs[v][0]['source']}, not {expected}")
     print(f"first call of the quickstart model (TinyGPT, batch 4, seq 64), {args.rounds} fresh process(es) each; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPU(s)")
     for v in variants:
         print(_summary(v, runs[v]))
-    if len(variants) == 2:
+    for other in variants[1:]:
         for key in ("wall", "cpu"):
             a = statistics.median(x[key] for x in runs["current"])
-            b = statistics.median(x[key] for x in runs["dynamo-aot-helper"])
-            print(f"current / dynamo-aot-helper ({key}, medians): {a / b:.2f}x")
+            b = statistics.median(x[key] for x in runs[other])
+            print(f"current / {other} ({key}, medians): {a / b:.2f}x")
     return 0
 
 

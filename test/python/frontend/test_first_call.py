@@ -87,3 +87,87 @@ def test_compile_debug_keeps_dynamos_aot_logging(tmp_path):
         TORCH_COMPILE_DEBUG="1", TORCH_COMPILE_DEBUG_DIR=str(tmp_path),
     )
     assert "inductor.debug imported: True" in out, out
+
+
+# -- the decomposition table for tracing (compiler/lowering/decompositions.py) --------------
+
+def test_tracing_table_leaves_out_only_entries_that_run_the_ops_own_composite_kernel():
+    import functools
+
+    from torch_tpu.compiler.lowering.decompositions import (
+        EAGER_RESULT_DTYPE, decomposition_table, tracing_decompositions,
+    )
+
+    full, tracing = decomposition_table(), tracing_decompositions()
+    assert set(tracing) <= set(full)
+    composite = torch._C.DispatchKey.CompositeImplicitAutograd
+    left_out = set(full) - set(tracing)
+    assert left_out, "the full table has CompositeImplicitAutograd entries"
+    for op in left_out:
+        entry = full[op]
+        runs_own_kernel = (
+            isinstance(entry, functools.partial) and entry.keywords.get("kernel") is op
+            and entry.func.__name__ == "_special_op_to_decompose_cia"
+        ) or op.py_kernels.get(composite) is entry
+        assert runs_own_kernel and op._can_decompose(), op
+    for op, entry in tracing.items():
+        if op not in EAGER_RESULT_DTYPE:
+            assert entry is full[op], op
+    # A fresh dict each time: make_fx adds entries to the table it is given.
+    assert tracing_decompositions() is not tracing
+
+
+def _composite_ops(x, w, y):
+    # CompositeImplicitAutograd ops without a lowering of their own, and aliasing ones.
+    a = torch.nn.functional.cosine_similarity(x, y, dim=-1)
+    b = torch.einsum("ij,jk->ik", x, w)
+    c = torch.nn.functional.group_norm(x.reshape(2, 4, 2), 2)
+    d = torch.nn.functional.kl_div(x.log_softmax(-1), y.softmax(-1), reduction="batchmean")
+    e = torch.nn.functional.pixel_shuffle(x.reshape(1, 4, 2, 2), 2)
+    f = torch.flatten(x.t()).unflatten(0, (4, 4)).narrow(0, 1, 2)
+    return a, b, c, d, e, f, torch.nn.functional.linear(x, w, y[0])
+
+
+def _traced_code(table, context, requires_grad):
+    from torch._functorch.aot_autograd import aot_function
+
+    codes = []
+
+    def capture(gm, example_inputs):
+        codes.append(gm.code)
+        return gm
+
+    torch.manual_seed(0)
+    x, w, y = torch.randn(2, 8), torch.randn(8, 8), torch.randn(2, 8)
+    if requires_grad:
+        x.requires_grad_(True)
+    with context():
+        out = aot_function(_composite_ops, fw_compiler=capture, bw_compiler=capture, decompositions=table)(x, w, y)
+    return codes, out
+
+
+def test_tracing_table_traces_the_same_graphs_as_the_full_table():
+    import contextlib
+
+    from torch_tpu.compiler.lowering.decompositions import decomposition_table, tracing_decompositions
+
+    for context, requires_grad in ((contextlib.nullcontext, True), (torch.no_grad, False),
+                                   (torch.inference_mode, False)):
+        full_codes, full_out = _traced_code(decomposition_table(), context, requires_grad)
+        codes, out = _traced_code(tracing_decompositions(), context, requires_grad)
+        assert codes == full_codes, (context, requires_grad)
+        torch.testing.assert_close(out, full_out)
+        torch.testing.assert_close(out, _composite_ops(*_traced_inputs()))
+
+
+def _traced_inputs():
+    torch.manual_seed(0)
+    return torch.randn(2, 8), torch.randn(8, 8), torch.randn(2, 8)
+
+
+def test_backend_traces_with_the_tracing_table():
+    from torch_tpu.compiler.lowering.decompositions import tracing_decompositions
+
+    gm = torch.fx.symbolic_trace(lambda x: (x + 1,))
+    compile_with = backend._aot_backend(gm)
+    assert compile_with.keywords["decompositions"].keys() == tracing_decompositions().keys()
