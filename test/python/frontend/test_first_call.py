@@ -171,3 +171,108 @@ def test_backend_traces_with_the_tracing_table():
     gm = torch.fx.symbolic_trace(lambda x: (x + 1,))
     compile_with = backend._aot_backend(gm)
     assert compile_with.keywords["decompositions"].keys() == tracing_decompositions().keys()
+
+
+# -- XLA compiles while tracing goes on (_compile.PendingGraph) -----------------------------
+
+def _aten_graph():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(3, 4)
+    y = graph.call_function(torch.ops.aten.mul.Tensor, (x, x))
+    z = graph.call_function(torch.ops.aten.mm.default, (y, graph.call_function(torch.ops.aten.t.default, (x,))))
+    for node, val in ((y, torch.empty(3, 4)), (z, torch.empty(3, 3))):
+        node.meta["val"] = val
+    graph.output((z,))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _expected(x):
+    return (x * x) @ x.t()
+
+
+def test_xla_compiles_in_the_background_until_the_first_call(monkeypatch):
+    import threading
+    from concurrent.futures import Future
+
+    from torch_tpu import _compile
+    from torch_tpu.runtime import get_client
+
+    client = get_client()
+    client.cache.clear_l1()
+    original, gate, events = client.compile_async, threading.Event(), []
+
+    def gated(module, **kwargs):
+        inner, outer = original(module, **kwargs), Future()
+
+        def relay():
+            gate.wait(60)
+            events.append("compiled")
+            error = inner.exception()
+            outer.set_exception(error) if error is not None else outer.set_result(inner.result())
+
+        threading.Thread(target=relay, daemon=True).start()
+        return outer
+
+    monkeypatch.setattr(client, "compile_async", gated)
+    monkeypatch.setattr(_compile, "_defer_first_compile", lambda: True)
+    keyed = _compile.compile_graph(_aten_graph(), name="background")
+    events.append("returned")
+    assert isinstance(keyed._pending, _compile.PendingGraph)
+    gate.set()
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(keyed(x)[0], _expected(x))
+    assert events == ["returned", "compiled"]
+    assert keyed._pending is None
+    # Later calls go to the program itself, without the first call's resolution step.
+    assert isinstance(keyed._any_mode or next(iter(keyed._by_mode.values())), _compile.CompiledGraph)
+    torch.testing.assert_close(keyed(x + 1)[0], _expected(x + 1))
+
+
+def _missing_target_sin(monkeypatch):
+    """aten.sin lowers to a custom call XLA:CPU has no handler for: XLA rejects the module."""
+    from torch_tpu.compiler.context import stablehlo
+    from torch_tpu.compiler.lowering.registry import LOWERINGS, Lowering
+
+    op = torch.ops.aten.sin.default
+
+    def rule(ctx, x):
+        return stablehlo.CustomCallOp([x.type], [x], "torchtpu_test_missing_target").result
+
+    monkeypatch.setitem(LOWERINGS, op, Lowering(op, rule, "test", padding=LOWERINGS[op].padding))
+
+
+def test_background_compile_failure_is_met_and_recovered_as_a_synchronous_one(monkeypatch, caplog):
+    import logging
+    import re
+
+    from torch_tpu import _compile
+    from torch_tpu.runtime import get_client
+
+    _missing_target_sin(monkeypatch)
+
+    def model(x):
+        return torch.cos(torch.sin(x) * 2) + x.sum()
+
+    x = torch.randn(5, 3)
+    outcomes = {}
+    for defer in (False, True):
+        monkeypatch.setattr(_compile, "_defer_first_compile", lambda defer=defer: defer)
+        monkeypatch.setattr(_compile, "_reported_fallbacks", set())
+        torch._dynamo.reset()
+        get_client().cache.clear_l1()
+        builds = []
+        original = _compile._compile_graph
+        monkeypatch.setattr(_compile, "_compile_graph", lambda *a, original=original: builds.append(1) or original(*a))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="torch_tpu"):
+            out = torch.compile(model, backend="tpu")(x)
+        monkeypatch.setattr(_compile, "_compile_graph", original)
+        torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+        warnings = [re.sub(r"-g\d+-", "-g-", r.getMessage())  # graph ids count up
+                    for r in caplog.records if r.name == "torch_tpu" and r.levelno >= logging.WARNING]
+        outcomes[defer] = (warnings, len(builds))
+    (sync_warnings, sync_builds), (deferred_warnings, deferred_builds) = outcomes[False], outcomes[True]
+    assert deferred_warnings == sync_warnings and len(sync_warnings) == 1
+    assert "torchtpu_test_missing_target" in sync_warnings[0] and "runs in PyTorch eager" in sync_warnings[0]
+    assert (sync_builds, deferred_builds) == (1, 2)  # the background compile's failure, then the rebuild
