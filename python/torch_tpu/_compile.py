@@ -286,15 +286,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "gr
         # aot_autograd may call compilers with its FakeTensorMode active; constants baked
         # into the module are real tensors and must be read as such.
         with unset_fake_temporarily():
-            token = _DEFER_XLA.set(defer)
             try:
-                compiled = _compile_graph(gm, None, name)
+                compiled = _compile_graph_deferring(gm, name, defer)
             except _recovery.COMPILE_FAILURES as err:
                 # The pipeline or XLA rejected the graph: compile it for concrete sizes or
                 # run it in eager, never raise (unless TORCH_TPU_STRICT=1).
                 return _recovery.recover(gm, name, err)
-            finally:
-                _DEFER_XLA.reset(token)
             if isinstance(compiled, PendingGraph):
                 compiled.rebuild = build
                 return compiled
@@ -316,6 +313,14 @@ def _defer_first_compile() -> bool:
 # Set while compile_graph builds a graph's first program: its XLA compile may run in the
 # background (read by _compile_graph, for the whole graph only, never a partition's parts).
 _DEFER_XLA: contextvars.ContextVar[bool] = contextvars.ContextVar("torch_tpu_defer_xla", default=False)
+
+
+def _compile_graph_deferring(gm: torch.fx.GraphModule, name: str, defer: bool):
+    token = _DEFER_XLA.set(defer)
+    try:
+        return _compile_graph(gm, None, name)
+    finally:
+        _DEFER_XLA.reset(token)
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable[..., Any]:

@@ -93,12 +93,13 @@ class FxProgram:
         spent waiting for it ("xla_wait")."""
         if self._submitted is None:
             return self
-        future, submitted, self._submitted = self.executable, self._submitted, None
+        future = self.executable
         with _timing.phase("xla_wait", self.timings):
-            self.executable = future.result()
+            executable = future.result()  # a failed compile raises again if resolved again
         done = getattr(future, "finished_at", None) or time.perf_counter()
-        _timing.record("xla_compile", done - submitted, self.timings)
-        self.seconds += done - submitted
+        _timing.record("xla_compile", done - self._submitted, self.timings)
+        self.seconds += done - self._submitted
+        self.executable, self._submitted = executable, None
         return self
 
 

@@ -276,3 +276,24 @@ def test_background_compile_failure_is_met_and_recovered_as_a_synchronous_one(mo
     assert deferred_warnings == sync_warnings and len(sync_warnings) == 1
     assert "torchtpu_test_missing_target" in sync_warnings[0] and "runs in PyTorch eager" in sync_warnings[0]
     assert (sync_builds, deferred_builds) == (1, 2)  # the background compile's failure, then the rebuild
+
+
+def test_a_failed_background_compile_raises_at_each_resolve_and_never_yields_a_future():
+    import time
+    from concurrent.futures import Future
+
+    import pytest
+
+    from torch_tpu._invoker import FxProgram
+
+    future = Future()
+    future.set_exception(RuntimeError("XLA rejected the module"))
+    program = FxProgram(future, imported=None, timings={}, seconds=0.0, _submitted=time.perf_counter())
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="XLA rejected the module"):
+            program.resolve()
+    done = Future()
+    done.set_result("executable")
+    program = FxProgram(done, imported=None, timings={}, seconds=0.0, _submitted=time.perf_counter())
+    assert program.resolve().executable == "executable" and program.resolve().executable == "executable"
+    assert set(program.timings) == {"xla_wait", "xla_compile"}
