@@ -79,5 +79,27 @@ def decomposition_table() -> dict:
     return table
 
 
+@functools.lru_cache(maxsize=1)
+def _tracing_table() -> dict:
+    from torch._decomp import _core_aten_decompositions_post_autograd
+
+    table = {op: fn for op, fn in _core_aten_decompositions_post_autograd().items() if op not in LOWERINGS}
+    table.update({op: _with_eager_dtype(op, *rule) for op, rule in EAGER_RESULT_DTYPE.items()})
+    return table
+
+
+def tracing_decompositions() -> dict:
+    """`decomposition_table()` for tracing (aot_autograd, make_fx), without the entries
+    that only repeat what the dispatcher does while tracing: the core-ATen table's
+    entries for CompositeImplicitAutograd ops run the op's own CompositeImplicitAutograd
+    kernel, which tracing runs anyway for an op the table lacks (the Autograd key, or the
+    proxy and functional modes' `decompose` under inference mode). Finding those ops
+    scans every registered operator (~0.4-0.7 s CPU, once per process, measured in
+    bench/first_call.py); this table costs ~20 ms. torch.export's `run_decompositions`
+    preserves CompositeImplicitAutograd ops missing from its table, so export keeps
+    `decomposition_table()`. A fresh dict per call: make_fx adds entries to its copy."""
+    return dict(_tracing_table())
+
+
 def is_decomposed(op) -> bool:
     return op in _core_table() and op not in LOWERINGS

@@ -3,7 +3,9 @@ with graceful fallback to PyTorch eager for ops the converter cannot lower."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
 from collections.abc import Iterable
 from typing import Any, Callable
 
@@ -137,10 +139,11 @@ def _fill_placeholder_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
             node.meta["val"] = example
 
 
-def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bounds=None):
+def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bounds=None, defer: bool = False):
     """Compiles a graph every node of which has a lowering. Raises LoweringError. A graph
     with symbolic sizes compiles at bounds (`symbol_bounds`, else from its ShapeEnv and
-    TORCH_TPU_DYNAMIC_BOUND) and returns a `_dynamic.DynamicCompiledGraph`."""
+    TORCH_TPU_DYNAMIC_BOUND) and returns a `_dynamic.DynamicCompiledGraph`. `defer`: a
+    graph with static sizes returns a `PendingGraph` while XLA compiles it."""
     from . import _dist_graph, _dynamic
 
     if symbol_bounds is None and _dist_graph.applies(gm):
@@ -148,6 +151,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         return _dist_graph.compile_distributed_graph(gm, name)
     if symbol_bounds is None and has_symbolic_shapes(gm):
         symbol_bounds = _dynamic.initial_bounds(gm)
+    defer = defer and symbol_bounds is None
 
     def pipeline(mode: str, platform: str) -> str:
         return pipeline_for(mode, _dynamic.bounds_mode(platform) if symbol_bounds is not None else "none")
@@ -160,19 +164,62 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         import_options={"symbol_bounds": symbol_bounds},
         dump_name=lambda fingerprint: f"{name}-{_short_hash(fingerprint)}",
         sources=gm.meta.get(ARGUMENT_SOURCES),
+        wait=not defer,
     )
-    executable, imported = program.executable, program.imported
-    _report_slow_compile(name, imported.node_count, program.seconds, program.timings)
-    compiled = CompiledGraph(executable, imported, has_matrix_ops(imported.module.operation),
-                             resident=resident_inputs(gm, imported))
-    compiled.invoker.host_results = host_results(gm, imported)
-    compiled.invoker.plan.device_index = tpu_index(gm)
+    imported = program.imported
+    # Everything but the executable is read now, while XLA compiles (when deferred).
+    precision_sensitive = has_matrix_ops(imported.module.operation)
+    resident, host = resident_inputs(gm, imported), host_results(gm, imported)
+    device_index = tpu_index(gm)
+    layouts = output_layouts(gm, len(imported.outputs)) if symbol_bounds is None else None
+
+    def finish() -> CompiledGraph:
+        program.resolve()
+        _report_slow_compile(name, imported.node_count, program.seconds, program.timings)
+        compiled = CompiledGraph(program.executable, imported, precision_sensitive, resident=resident)
+        compiled.invoker.host_results = host
+        compiled.invoker.plan.device_index = device_index
+        if layouts is not None:
+            compiled.set_output_layouts(layouts)
+        return compiled
+
+    if defer:
+        return PendingGraph(finish, precision_sensitive)
+    compiled = finish()
     if symbol_bounds is None:
-        compiled.set_output_layouts(output_layouts(gm, len(imported.outputs)))
         return compiled
     return _dynamic.DynamicCompiledGraph(
         compiled, gm, symbol_bounds, lambda bounds: compile_whole_graph(gm, name, bounds), name
     )
+
+
+class PendingGraph:
+    """A `CompiledGraph` whose XLA compile runs in the background (`compile_fx(wait=False)`),
+    so Dynamo finishes the frame (guards, bytecode) and aot_autograd its wrappers meanwhile.
+    `resolve()` (the first call, through `PrecisionKeyed`) waits for it. If the background
+    compile failed, `rebuild` compiles the graph again synchronously: the failure then
+    happens, is located and recovered (partition, eager fallback, `_recovery.py`) exactly
+    where a synchronous compile meets it."""
+
+    def __init__(self, finish: Callable[[], CompiledGraph], precision_sensitive: bool,
+                 rebuild: Callable[[], Callable[..., Any]] | None = None) -> None:
+        self._finish = finish
+        self.precision_sensitive = precision_sensitive
+        self.rebuild = rebuild
+        self._lock = threading.Lock()
+        self._program: Callable[..., Any] | None = None
+
+    def resolve(self) -> Callable[..., Any]:
+        with self._lock:
+            if self._program is None:
+                try:
+                    self._program = self._finish()
+                except Exception as err:  # noqa: BLE001 - the synchronous build meets it again
+                    if self.rebuild is None:
+                        raise
+                    log.debug("torch_tpu: the background compile failed (%s); compiling again", err)
+                    self._program = self.rebuild()
+            return self._program
 
 
 def _report_slow_compile(name: str, node_count: int, total: float, timings: dict[str, float]) -> None:
@@ -218,7 +265,7 @@ class _CompiledSubmodule(torch.nn.Module):
 
 
 def _precision_sensitive(compiled) -> bool:
-    if isinstance(compiled, CompiledGraph):
+    if isinstance(compiled, (CompiledGraph, PendingGraph)):
         return compiled.precision_sensitive
     inner = getattr(compiled, "compiled", None)  # _dynamic.DynamicCompiledGraph
     if isinstance(inner, CompiledGraph):
@@ -238,21 +285,45 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "gr
 
     _fill_placeholder_meta(gm, example_inputs)
 
-    def build():
+    def build(defer: bool = False):
         # aot_autograd may call compilers with its FakeTensorMode active; constants baked
         # into the module are real tensors and must be read as such.
         with unset_fake_temporarily():
             try:
-                compiled = _compile_graph(gm, None, name)
+                compiled = _compile_graph_deferring(gm, name, defer)
             except _recovery.COMPILE_FAILURES as err:
                 # The pipeline or XLA rejected the graph: compile it for concrete sizes or
                 # run it in eager, never raise (unless TORCH_TPU_STRICT=1).
                 return _recovery.recover(gm, name, err)
+            if isinstance(compiled, PendingGraph):
+                compiled.rebuild = build
+                return compiled
             if has_symbolic_shapes(gm):
                 return _recovery.BoundedGraph(compiled, gm, name)
             return compiled
 
-    return PrecisionKeyed(build, _precision_sensitive)
+    return PrecisionKeyed(build, _precision_sensitive, first=lambda: build(_defer_first_compile()))
+
+
+def _defer_first_compile() -> bool:
+    """The first program's XLA compile overlaps the rest of tracing, unless TORCH_TPU_STRICT=1
+    (a rejected graph must fail the compile, as Dynamo's BackendCompilerFailed, not the
+    call) or torch.profiler is recording (it records this thread only: the compile phases
+    stay in the trace)."""
+    return not config.get("TORCH_TPU_STRICT") and not torch._C._autograd._profiler_enabled()
+
+
+# Set while compile_graph builds a graph's first program: its XLA compile may run in the
+# background (read by _compile_graph, for the whole graph only, never a partition's parts).
+_DEFER_XLA: contextvars.ContextVar[bool] = contextvars.ContextVar("torch_tpu_defer_xla", default=False)
+
+
+def _compile_graph_deferring(gm: torch.fx.GraphModule, name: str, defer: bool):
+    token = _DEFER_XLA.set(defer)
+    try:
+        return _compile_graph(gm, None, name)
+    finally:
+        _DEFER_XLA.reset(token)
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable[..., Any]:
@@ -277,7 +348,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
     for _ in range(64):
         try:
             if not rejected:
-                return compile_whole_graph(gm, name)
+                return compile_whole_graph(gm, name, defer=_DEFER_XLA.get())
             return _compile_partitioned(gm, rejected, name)
         except LoweringError as err:
             if err.node is None:

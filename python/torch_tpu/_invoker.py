@@ -35,6 +35,7 @@ Invoker API (what callers use):
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -77,12 +78,29 @@ def client():
 @dataclass
 class FxProgram:
     """One compiled FX graph: the executable, what the importer said about its inputs and
-    outputs, and how long each compile phase took."""
+    outputs, and how long each compile phase took. Compiled with `wait=False`, the
+    executable is a future until `resolve()`."""
 
     executable: Any
     imported: Any
     timings: dict[str, float]
     seconds: float
+    _submitted: float | None = None
+
+    def resolve(self) -> "FxProgram":
+        """Waits for an executable compiling in the background (raising its compile error
+        here); `timings` then hold the compile's own time ("xla_compile") and the time
+        spent waiting for it ("xla_wait")."""
+        if self._submitted is None:
+            return self
+        future = self.executable
+        with _timing.phase("xla_wait", self.timings):
+            executable = future.result()  # a failed compile raises again if resolved again
+        done = getattr(future, "finished_at", None) or time.perf_counter()
+        _timing.record("xla_compile", done - self._submitted, self.timings)
+        self.seconds += done - self._submitted
+        self.executable, self._submitted = executable, None
+        return self
 
 
 def compile_fx(
@@ -96,11 +114,14 @@ def compile_fx(
     sources: dict[str, str] | None = None,
     what_failed: str = "the compiler pipeline",
     before_xla: Callable[[Any], None] | None = None,
+    wait: bool = True,
 ) -> FxProgram:
     """Imports `gm`, runs `pipeline(mode, platform)` on it and compiles it through the
     compile cache. The precision mode in force is part of the fingerprint (with
     `settings`, this graph's other choices). Raises LoweringError (the import rejected a
-    node; dumped to error.txt) or TorchTpuCompileError (a pass failed, located)."""
+    node; dumped to error.txt) or TorchTpuCompileError (a pass failed, located).
+    `wait=False`: XLA compiles on the compile cache's thread (it releases the GIL) while
+    the caller goes on tracing; `FxProgram.resolve()` waits for it and raises its error."""
     from torch_tpu.compiler.importer import import_graph
 
     from ._process_groups import process_groups_of
@@ -133,9 +154,28 @@ def compile_fx(
     dump.write_inputs(imported.module.operation, imported.inputs, sources)
     if before_xla is not None:
         before_xla(imported.module)
+    if not wait:
+        # XLA gets bytecode, parsed in a context of its own: the shared MLIR context and
+        # this module stay with this thread (the next graph imports into that context).
+        submitted = time.perf_counter()
+        future = runtime.compile_async(_bytecode(imported.module), fingerprint=fingerprint, name=name)
+        future.add_done_callback(_note_finish_time)
+        return FxProgram(future, imported, timings, submitted - start, submitted)
     with _timing.phase("xla_compile", timings):
         executable = runtime.compile(imported.module, fingerprint=fingerprint, name=name)
     return FxProgram(executable, imported, timings, time.perf_counter() - start)
+
+
+def _bytecode(module) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
+    return buffer.getvalue()
+
+
+def _note_finish_time(future) -> None:
+    future.finished_at = time.perf_counter()
 
 
 class PrecisionKeyed:
@@ -144,15 +184,27 @@ class PrecisionKeyed:
     force at call time picks (and on first use compiles) the program. A graph without
     matrix ops (`is_sensitive(first) == False`) has one program for every mode. Reading
     the mode costs a thread-local lookup and `torch.get_float32_matmul_precision()`:
-    ~1.4 us measured, against ~28 us for the smallest compiled call."""
+    ~1.4 us measured, against ~28 us for the smallest compiled call.
+
+    `first` builds the first program instead of `build`; it may return a pending one (with
+    `resolve()`, still compiling in the background), resolved by the first call: later
+    calls go straight to the program."""
 
     def __init__(self, build: Callable[[], Callable[..., Any]],
-                 is_sensitive: Callable[[Any], bool] = lambda c: getattr(c, "precision_sensitive", True)) -> None:
+                 is_sensitive: Callable[[Any], bool] = lambda c: getattr(c, "precision_sensitive", True),
+                 first: Callable[[], Any] | None = None) -> None:
         self._build = build
         mode = current_mode()
-        first = build()
-        self._by_mode: dict[str, Callable[..., Any]] = {mode: first}
-        self._any_mode = None if is_sensitive(first) else first
+        program = (first or build)()
+        self._pending = program if hasattr(program, "resolve") else None
+        if self._pending is not None:
+            self._lock = threading.Lock()
+            self._resolving = self._resolve_first
+            entry = self._resolving
+        else:
+            entry = program
+        self._by_mode: dict[str, Callable[..., Any]] = {mode: entry}
+        self._any_mode = None if is_sensitive(program) else entry
 
     @property
     def single_program(self) -> Callable[..., Any] | None:
@@ -167,6 +219,18 @@ class PrecisionKeyed:
         if fn is None:
             fn = self._by_mode[mode] = self._build()
         return fn(*args)
+
+    def _resolve_first(self, *args):
+        with self._lock:
+            if self._pending is not None:
+                # Raises a compile error the pending program cannot recover from: the next
+                # call then tries again, as a failed synchronous build would.
+                program = self._pending.resolve()
+                self._by_mode = {m: program if f is self._resolving else f for m, f in self._by_mode.items()}
+                if self._any_mode is not None:
+                    self._any_mode = program
+                self._pending = None
+        return self(*args)
 
 
 # -- running ------------------------------------------------------------------------------------

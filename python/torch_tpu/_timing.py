@@ -30,6 +30,14 @@ def phase(name: str, timings: dict[str, float] | None = None):
                 timings[name] = timings.get(name, 0.0) + elapsed
 
 
+def record(name: str, seconds: float, timings: dict[str, float] | None = None) -> None:
+    """A phase timed elsewhere (a compile on a background thread): counted as `phase` counts."""
+    TOTALS[name][0] += seconds
+    TOTALS[name][1] += 1
+    if timings is not None:
+        timings[name] = timings.get(name, 0.0) + seconds
+
+
 def reset() -> None:
     TOTALS.clear()
 

@@ -224,7 +224,7 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
 def _aot_backend(dynamo_gm: torch.fx.GraphModule, direct: dict | None = None):
     """aot_autograd with torch_tpu's compilers for one Dynamo graph (forward, backward and
     inference graphs share its id in dump names). `direct`: see `_make_compiler`."""
-    from torch_tpu.compiler.lowering.decompositions import decomposition_table
+    from torch_tpu.compiler.lowering.decompositions import tracing_decompositions
 
     graph_id = next(_graph_ids)
     # Read now: the backward graph compiles later, outside Dynamo's tracing context.
@@ -235,7 +235,7 @@ def _aot_backend(dynamo_gm: torch.fx.GraphModule, direct: dict | None = None):
         fw_compiler=_make_compiler("forward", graph_id, source, sources),
         bw_compiler=_make_compiler("backward", graph_id, source),
         inference_compiler=_make_compiler("inference", graph_id, source, sources, direct),
-        decompositions=decomposition_table(),
+        decompositions=tracing_decompositions(),
         # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
         # back (functionalize="torchtpu" uses the view passes and buffer donation instead).
         keep_inference_input_mutations=False,

@@ -26,21 +26,47 @@ def executed_precisions(monkeypatch):
     """The precision_config of the dot in every program the test runs, in call order."""
     texts: dict[int, str] = {}
     ran: list[str] = []
+    from concurrent.futures import Future
+
     compile_ = Client.compile
+    compile_async = Client.compile_async
     call = Executable.__call__
+
+    def precision_of(module) -> str:
+        if isinstance(module, bytes):  # a first program compiled in the background: bytecode
+            from torch_tpu._invoker import shared_context
+            from torch_tpu.compiler.context import ir
+
+            with shared_context():
+                module = ir.Module.parse(module)
+        text = str(module) if not isinstance(module, str) else module
+        found = re.findall(r"precision = \[(\w+), \1\]", text)
+        return found[0] if found else "none"
 
     def compile_spy(self, module, **kw):
         exe = compile_(self, module, **kw)
-        text = str(module) if not isinstance(module, str) else module
-        found = re.findall(r"precision = \[(\w+), \1\]", text)
-        texts[id(exe)] = found[0] if found else "none"
+        texts[id(exe)] = precision_of(module)
         return exe
+
+    def compile_async_spy(self, module, **kw):
+        precision, spied = precision_of(module), Future()
+
+        def relay(future):  # the text is recorded before the caller gets the executable
+            if future.exception() is not None:
+                spied.set_exception(future.exception())
+            else:
+                texts[id(future.result())] = precision
+                spied.set_result(future.result())
+
+        compile_async(self, module, **kw).add_done_callback(relay)
+        return spied
 
     def call_spy(self, *args):
         ran.append(texts.get(id(self), "?"))
         return call(self, *args)
 
     monkeypatch.setattr(Client, "compile", compile_spy)
+    monkeypatch.setattr(Client, "compile_async", compile_async_spy)
     monkeypatch.setattr(Executable, "__call__", call_spy)
     return ran
 

@@ -87,3 +87,213 @@ def test_compile_debug_keeps_dynamos_aot_logging(tmp_path):
         TORCH_COMPILE_DEBUG="1", TORCH_COMPILE_DEBUG_DIR=str(tmp_path),
     )
     assert "inductor.debug imported: True" in out, out
+
+
+# -- the decomposition table for tracing (compiler/lowering/decompositions.py) --------------
+
+def test_tracing_table_leaves_out_only_entries_that_run_the_ops_own_composite_kernel():
+    import functools
+
+    from torch_tpu.compiler.lowering.decompositions import (
+        EAGER_RESULT_DTYPE, decomposition_table, tracing_decompositions,
+    )
+
+    full, tracing = decomposition_table(), tracing_decompositions()
+    assert set(tracing) <= set(full)
+    composite = torch._C.DispatchKey.CompositeImplicitAutograd
+    left_out = set(full) - set(tracing)
+    assert left_out, "the full table has CompositeImplicitAutograd entries"
+    for op in left_out:
+        entry = full[op]
+        runs_own_kernel = (
+            isinstance(entry, functools.partial) and entry.keywords.get("kernel") is op
+            and entry.func.__name__ == "_special_op_to_decompose_cia"
+        ) or op.py_kernels.get(composite) is entry
+        assert runs_own_kernel and op._can_decompose(), op
+    for op, entry in tracing.items():
+        if op not in EAGER_RESULT_DTYPE:
+            assert entry is full[op], op
+    # A fresh dict each time: make_fx adds entries to the table it is given.
+    assert tracing_decompositions() is not tracing
+
+
+def _composite_ops(x, w, y):
+    # CompositeImplicitAutograd ops without a lowering of their own, and aliasing ones.
+    a = torch.nn.functional.cosine_similarity(x, y, dim=-1)
+    b = torch.einsum("ij,jk->ik", x, w)
+    c = torch.nn.functional.group_norm(x.reshape(2, 4, 2), 2)
+    d = torch.nn.functional.kl_div(x.log_softmax(-1), y.softmax(-1), reduction="batchmean")
+    e = torch.nn.functional.pixel_shuffle(x.reshape(1, 4, 2, 2), 2)
+    f = torch.flatten(x.t()).unflatten(0, (4, 4)).narrow(0, 1, 2)
+    return a, b, c, d, e, f, torch.nn.functional.linear(x, w, y[0])
+
+
+def _traced_code(table, context, requires_grad):
+    from torch._functorch.aot_autograd import aot_function
+
+    codes = []
+
+    def capture(gm, example_inputs):
+        codes.append(gm.code)
+        return gm
+
+    torch.manual_seed(0)
+    x, w, y = torch.randn(2, 8), torch.randn(8, 8), torch.randn(2, 8)
+    if requires_grad:
+        x.requires_grad_(True)
+    with context():
+        out = aot_function(_composite_ops, fw_compiler=capture, bw_compiler=capture, decompositions=table)(x, w, y)
+    return codes, out
+
+
+def test_tracing_table_traces_the_same_graphs_as_the_full_table():
+    import contextlib
+
+    from torch_tpu.compiler.lowering.decompositions import decomposition_table, tracing_decompositions
+
+    for context, requires_grad in ((contextlib.nullcontext, True), (torch.no_grad, False),
+                                   (torch.inference_mode, False)):
+        full_codes, full_out = _traced_code(decomposition_table(), context, requires_grad)
+        codes, out = _traced_code(tracing_decompositions(), context, requires_grad)
+        assert codes == full_codes, (context, requires_grad)
+        torch.testing.assert_close(out, full_out)
+        torch.testing.assert_close(out, _composite_ops(*_traced_inputs()))
+
+
+def _traced_inputs():
+    torch.manual_seed(0)
+    return torch.randn(2, 8), torch.randn(8, 8), torch.randn(2, 8)
+
+
+def test_backend_traces_with_the_tracing_table():
+    from torch_tpu.compiler.lowering.decompositions import tracing_decompositions
+
+    gm = torch.fx.symbolic_trace(lambda x: (x + 1,))
+    compile_with = backend._aot_backend(gm)
+    assert compile_with.keywords["decompositions"].keys() == tracing_decompositions().keys()
+
+
+# -- XLA compiles while tracing goes on (_compile.PendingGraph) -----------------------------
+
+def _aten_graph():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(3, 4)
+    y = graph.call_function(torch.ops.aten.mul.Tensor, (x, x))
+    z = graph.call_function(torch.ops.aten.mm.default, (y, graph.call_function(torch.ops.aten.t.default, (x,))))
+    for node, val in ((y, torch.empty(3, 4)), (z, torch.empty(3, 3))):
+        node.meta["val"] = val
+    graph.output((z,))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _expected(x):
+    return (x * x) @ x.t()
+
+
+def test_xla_compiles_in_the_background_until_the_first_call(monkeypatch):
+    import threading
+    from concurrent.futures import Future
+
+    from torch_tpu import _compile
+    from torch_tpu.runtime import get_client
+
+    client = get_client()
+    client.cache.clear_l1()
+    original, gate, events = client.compile_async, threading.Event(), []
+
+    def gated(module, **kwargs):
+        inner, outer = original(module, **kwargs), Future()
+
+        def relay():
+            gate.wait(60)
+            events.append("compiled")
+            error = inner.exception()
+            outer.set_exception(error) if error is not None else outer.set_result(inner.result())
+
+        threading.Thread(target=relay, daemon=True).start()
+        return outer
+
+    monkeypatch.setattr(client, "compile_async", gated)
+    monkeypatch.setattr(_compile, "_defer_first_compile", lambda: True)
+    keyed = _compile.compile_graph(_aten_graph(), name="background")
+    events.append("returned")
+    assert isinstance(keyed._pending, _compile.PendingGraph)
+    gate.set()
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(keyed(x)[0], _expected(x))
+    assert events == ["returned", "compiled"]
+    assert keyed._pending is None
+    # Later calls go to the program itself, without the first call's resolution step.
+    assert isinstance(keyed._any_mode or next(iter(keyed._by_mode.values())), _compile.CompiledGraph)
+    torch.testing.assert_close(keyed(x + 1)[0], _expected(x + 1))
+
+
+def _missing_target_sin(monkeypatch):
+    """aten.sin lowers to a custom call XLA:CPU has no handler for: XLA rejects the module."""
+    from torch_tpu.compiler.context import stablehlo
+    from torch_tpu.compiler.lowering.registry import LOWERINGS, Lowering
+
+    op = torch.ops.aten.sin.default
+
+    def rule(ctx, x):
+        return stablehlo.CustomCallOp([x.type], [x], "torchtpu_test_missing_target").result
+
+    monkeypatch.setitem(LOWERINGS, op, Lowering(op, rule, "test", padding=LOWERINGS[op].padding))
+
+
+def test_background_compile_failure_is_met_and_recovered_as_a_synchronous_one(monkeypatch, caplog):
+    import logging
+    import re
+
+    from torch_tpu import _compile
+    from torch_tpu.runtime import get_client
+
+    _missing_target_sin(monkeypatch)
+
+    def model(x):
+        return torch.cos(torch.sin(x) * 2) + x.sum()
+
+    x = torch.randn(5, 3)
+    outcomes = {}
+    for defer in (False, True):
+        monkeypatch.setattr(_compile, "_defer_first_compile", lambda defer=defer: defer)
+        monkeypatch.setattr(_compile, "_reported_fallbacks", set())
+        torch._dynamo.reset()
+        get_client().cache.clear_l1()
+        builds = []
+        original = _compile._compile_graph
+        monkeypatch.setattr(_compile, "_compile_graph", lambda *a, original=original: builds.append(1) or original(*a))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="torch_tpu"):
+            out = torch.compile(model, backend="tpu")(x)
+        monkeypatch.setattr(_compile, "_compile_graph", original)
+        torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+        warnings = [re.sub(r"-g\d+-", "-g-", r.getMessage())  # graph ids count up
+                    for r in caplog.records if r.name == "torch_tpu" and r.levelno >= logging.WARNING]
+        outcomes[defer] = (warnings, len(builds))
+    (sync_warnings, sync_builds), (deferred_warnings, deferred_builds) = outcomes[False], outcomes[True]
+    assert deferred_warnings == sync_warnings and len(sync_warnings) == 1
+    assert "torchtpu_test_missing_target" in sync_warnings[0] and "runs in PyTorch eager" in sync_warnings[0]
+    assert (sync_builds, deferred_builds) == (1, 2)  # the background compile's failure, then the rebuild
+
+
+def test_a_failed_background_compile_raises_at_each_resolve_and_never_yields_a_future():
+    import time
+    from concurrent.futures import Future
+
+    import pytest
+
+    from torch_tpu._invoker import FxProgram
+
+    future = Future()
+    future.set_exception(RuntimeError("XLA rejected the module"))
+    program = FxProgram(future, imported=None, timings={}, seconds=0.0, _submitted=time.perf_counter())
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="XLA rejected the module"):
+            program.resolve()
+    done = Future()
+    done.set_result("executable")
+    program = FxProgram(done, imported=None, timings={}, seconds=0.0, _submitted=time.perf_counter())
+    assert program.resolve().executable == "executable" and program.resolve().executable == "executable"
+    assert set(program.timings) == {"xla_wait", "xla_compile"}
