@@ -4,7 +4,8 @@
 valid after `torch.tpu.synchronize()`, an `Event`'s `synchronize()` (or a `query()` that
 returns True) recorded after the copy, or any blocking read of a tpu value (`.cpu()`,
 `.item()`, as CUDA's stream order gives). Reading it before that may see old data
-(CUDA's contract).
+(CUDA's contract) -- unless the source value was computed already when the copy was
+called: such a copy lands at once, as a CUDA copy on an idle stream completes.
 
 Each copy is a job holding the destination tensor and the source's DeviceBuffer -- the
 value the source had when the copy was called: an in-place op on the source later rebinds
@@ -82,6 +83,16 @@ def enqueue(dst: torch.Tensor, src: torch.Tensor) -> None:
         _pending.append(_Job(dst, buffer, entry.dtype, layout))
         if len(_pending) > _MAX_PENDING:
             _land_first()
+        # A value the device has computed already lands now, as a CUDA copy on an idle
+        # stream completes at once: only copies of values still being computed wait for a
+        # synchronization point (reading one before that is the caller's race, as on CUDA).
+        while _pending and _computed(_pending[0]):
+            _land_first()
+
+
+def _computed(job: _Job) -> bool:
+    """Whether the device has computed the job's source value (never waits)."""
+    return job.buffer.is_ready()
 
 
 def snapshot() -> list[_Job]:
@@ -130,7 +141,7 @@ def land_ready(jobs: list[_Job]) -> bool:
     """Lands, in order, the leading jobs whose values the device has computed (never
     waits); whether every job of `jobs` has landed (Event.query)."""
     with _lock:
-        while _pending and _pending[0].buffer.is_ready():
+        while _pending and _computed(_pending[0]):
             _land_first()
         waiting = {id(job) for job in _pending}
     return not any(id(job) in waiting for job in jobs)

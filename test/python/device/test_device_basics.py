@@ -170,7 +170,27 @@ def test_copies_both_ways():
     assert src.t().to("tpu").stride() == src.t().stride()
 
 
-def test_non_blocking_copy_to_host_lands_at_synchronization_points():
+def test_non_blocking_copy_of_a_computed_value_lands_at_once():
+    # As a CUDA copy on an idle stream: the value is there without a synchronization.
+    from torch_tpu.device import _host_copies
+
+    x = torch.randn(64, 32).to("tpu") * 3
+    expected = x.cpu()  # waits: x is computed
+    y = x.to("cpu", non_blocking=True)
+    assert not _host_copies._pending
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+
+
+@pytest.fixture
+def device_still_computing(monkeypatch):
+    """Every copy's source reads as not yet computed (a busy device), so non_blocking
+    copies wait for a synchronization point whatever this host's timing."""
+    from torch_tpu.device import _host_copies
+
+    monkeypatch.setattr(_host_copies, "_computed", lambda job: False)
+
+
+def test_non_blocking_copy_to_host_lands_at_synchronization_points(device_still_computing, monkeypatch):
     from torch_tpu.device import _host_copies
 
     x = torch.randn(64, 32).to("tpu")
@@ -187,8 +207,10 @@ def test_non_blocking_copy_to_host_lands_at_synchronization_points():
     # recorded after it: query() lands what is ready and turns True without synchronize().
     z = torch.empty(32, 64, dtype=torch.float64)
     z.copy_(x.t(), non_blocking=True)
+    assert any(job.dst is z for job in _host_copies._pending)
     event = torch.tpu.Event()
     event.record()
+    monkeypatch.setattr(_host_copies, "_computed", lambda job: job.buffer.is_ready())  # the device finishes
     deadline = time.monotonic() + 60
     while not event.query():
         assert time.monotonic() < deadline, "Event.query() never turned True"
@@ -208,7 +230,7 @@ def test_non_blocking_copy_to_host_lands_at_synchronization_points():
     torch.testing.assert_close(u, (expected + 1)[::2, 1], rtol=0, atol=0)
 
 
-def test_non_blocking_copies_to_host_are_bounded(monkeypatch):
+def test_non_blocking_copies_to_host_are_bounded(device_still_computing, monkeypatch):
     # Copies nobody synchronizes must not pile up: past the bound the oldest lands.
     from torch_tpu.device import _host_copies
 
@@ -222,7 +244,7 @@ def test_non_blocking_copies_to_host_are_bounded(monkeypatch):
         torch.testing.assert_close(copy, torch.arange(4.0) + k)
 
 
-def test_non_blocking_copy_failure_is_raised_at_synchronization():
+def test_non_blocking_copy_failure_is_raised_at_synchronization(device_still_computing):
     from torch_tpu.device import _host_copies
 
     x = torch.arange(4.0).to("tpu") * 2

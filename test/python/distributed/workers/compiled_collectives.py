@@ -74,12 +74,17 @@ def _check(r, n, results, eager):
         torch.testing.assert_close(got, want.cpu())
 
 
-def check_compiled_collectives():
+def _inputs_and_eager_results():
+    """(rank, world size, group, x, w, eager results of `_step`) of every compiled check."""
     r, n = dist.get_rank(), dist.get_world_size()
     group = dist.group.WORLD
     x = (torch.arange(6.0).reshape(2, 3) + 10 * r).to("tpu")
     w = torch.linspace(-1, 1, 9).reshape(3, 3).to("tpu")
-    eager = _step(group, n)(x, w)
+    return r, n, group, x, w, _step(group, n)(x, w)
+
+
+def check_compiled_collectives():
+    r, n, group, x, w, eager = _inputs_and_eager_results()
 
     # thin: one program of compute and collective stages, no eager collective
     torch._dynamo.reset()
@@ -101,11 +106,7 @@ def check_compiled_collectives():
 
 
 def check_compiled_embedded_and_subgroups():
-    r, n = dist.get_rank(), dist.get_world_size()
-    group = dist.group.WORLD
-    x = (torch.arange(6.0).reshape(2, 3) + 10 * r).to("tpu")
-    w = torch.linspace(-1, 1, 9).reshape(3, 3).to("tpu")
-    eager = _step(group, n)(x, w)
+    r, n, group, x, w, eager = _inputs_and_eager_results()
 
     # spmd_safe: one program, the collectives embedded in it
     torch._dynamo.reset()
