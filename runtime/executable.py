@@ -198,7 +198,11 @@ class Executable:
         if spec.num_replicas > 1:
             raw_devices = [d._raw for d in self.devices]
             self._replicated_sharding = _jaxlib.replicated_sharding(raw_devices)
+        # Host arguments are aliased (zero-copy) only by calls that wait for their results
+        # (`__call__`); `execute` returns at once, so the caller may write its tensors while
+        # the program still reads them: its converters copy host data during the call.
         self._converters = [self._make_converter(i) for i in range(self._nargs)]
+        self._enqueue_converters: list[Callable[..., Any]] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -229,13 +233,14 @@ class Executable:
             f"the program takes {self.signature.describe_args()}"
         )
 
-    def _make_converter(self, i: int) -> Callable[[Any, Any], Any]:
+    def _make_converter(self, i: int, waits: bool = True) -> Callable[[Any, Any], Any]:
         """Per-argument conversion to a raw device array, with everything that does not
-        depend on the value precomputed (the dispatch hot path)."""
+        depend on the value precomputed (the dispatch hot path). `waits`: the caller waits
+        for the program's results before returning, so host memory may be aliased."""
         aval = self._in_avals[i]
         row = self._in_rows[i]
         shape = aval.shape
-        alias_ok = self._alias_ok[i]
+        alias_ok = self._alias_ok[i] and waits
         donated = self._donated[i]
         put = _jaxlib.batched_device_put
         is_deleted = _jaxlib.array_is_deleted
@@ -273,7 +278,8 @@ class Executable:
                 if host.shape != shape:
                     raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
                 # Zero-copy: the array aliases the tensor's memory, which must not change until
-                # the results are ready (`__call__` waits for them; `execute` says so). Never
+                # the results are ready (`__call__` waits for them; `execute` copies instead:
+                # `waits` false, so `alias_ok` false). Never
                 # for a donated parameter (XLA would write into the caller's tensor: `alias_ok`
                 # is false there) nor an unaligned pointer (XLA:CPU would copy anyway).
                 semantics = zero_copy if (alias_ok and not (t.data_ptr() & align_mask)) else copy
@@ -352,10 +358,15 @@ class Executable:
         except _jaxlib.JaxRuntimeError as err:
             raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
 
+    def _enqueuing_converters(self) -> list[Callable[..., Any]]:
+        if self._enqueue_converters is None:
+            self._enqueue_converters = [self._make_converter(i, waits=False) for i in range(self._nargs)]
+        return self._enqueue_converters
+
     def execute(self, args: Sequence[Any]) -> list[DeviceBuffer]:
         """Enqueues one run; returns its outputs as DeviceBuffers without waiting for them
-        and without copying to the host. Torch tensors passed here may be aliased until
-        the outputs are ready: do not modify them before that."""
+        and without copying to the host. Host tensors and arrays passed here are copied
+        during the call (the caller may write them as soon as it returns)."""
         if self.spec.num_replicas != 1:
             raise ArgumentError(
                 f"{self.name} was compiled for {self.spec.num_replicas} replicas; use execute_replicated"
@@ -363,8 +374,7 @@ class Executable:
         if len(args) != self._nargs:
             self._check_arity(len(args))
         device = self.devices[0]
-        converters = self._converters
-        arrays = [converters[i](a, device) for i, a in enumerate(args)]
+        arrays = [convert(a, device) for convert, a in zip(self._enqueuing_converters(), args)]
         try:
             outs = self._runner(arrays)
         except _jaxlib.JaxRuntimeError as err:
@@ -422,8 +432,9 @@ class Executable:
         if n == 1:
             return [self.execute(per_device_args[0])]
         arrays = []
+        converters = self._enqueuing_converters()
         for i in range(self._nargs):
-            convert = self._converters[i]
+            convert = converters[i]
             shards = [convert(per_device_args[r][i], self.devices[r], r) for r in range(n)]
             arrays.append(_jaxlib.assemble(self._in_avals[i], self._replicated_sharding, shards))
         try:

@@ -155,3 +155,23 @@ def test_graph_creating_tpu_tensors():
     out = compiled(5)
     assert out.device.type == "tpu"
     torch.testing.assert_close(out.cpu(), torch.arange(5) * 2.0)
+
+
+def test_cpu_scalar_argument_is_read_when_the_compiled_graph_is_called():
+    # The graph runs asynchronously on tpu tensors: a 0-d CPU tensor argument (a learning
+    # rate a scheduler updates in place) is read at the call, as PyTorch reads it.
+    def f(x, s):
+        return torch.tanh(x @ x) * s
+
+    x = torch.randn(256, 256).to("tpu") / 16
+    compiled = torch.compile(f, backend="tpu")
+    expected = f(x.cpu(), torch.tensor(2.0))
+    s = torch.tensor(2.0)
+    compiled(x, s)
+    results = []
+    for _ in range(3):
+        results.append(compiled(x, s))
+        s.fill_(100.0)  # right after the call returned, before the program ran
+        s = torch.tensor(2.0)
+    for y in results:
+        torch.testing.assert_close(y.cpu(), expected, rtol=1e-4, atol=1e-4)

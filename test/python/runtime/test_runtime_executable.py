@@ -157,6 +157,26 @@ def test_host_tensors_are_imported_zero_copy_except_where_donated(client):
     assert torch.equal(out, 2 * t) and torch.equal(t, torch.arange(4, dtype=torch.float32))
 
 
+def test_execute_copies_host_arguments_it_does_not_wait_for(client):
+    """`execute` returns before the program ran: a host tensor or array the caller writes
+    right after must not change what the program reads (copied during the call), while
+    `__call__`, which waits, may alias it."""
+    from torch_tpu.runtime import _jaxlib
+
+    exe = client.compile(add_module("4"), name="add")
+    t = torch.arange(4, dtype=torch.float32)
+    n = np.arange(4, dtype=np.float32)
+    for value in (t, n):
+        for _ in range(2):  # the second takes the converter's fast path
+            array = exe._enqueuing_converters()[0](value, exe.devices[0])
+            pointer = value.data_ptr() if isinstance(value, torch.Tensor) else value.ctypes.data
+            assert _jaxlib.data_pointer(array) != pointer
+    outs = [exe.execute([t, t]) for _ in range(3)]
+    t.fill_(100.0)  # the caller reuses its tensor at once
+    for (out,) in outs:
+        assert torch.equal(out.to_torch(), 2 * torch.arange(4, dtype=torch.float32))
+
+
 def test_every_kind_of_host_tensor_after_the_first_call(client):
     """The converter recognises a plain tensor by identity after the first one; tensors
     of other kinds (subclasses, requiring grad, strided, negated or conjugated views)
