@@ -33,17 +33,24 @@ class _Job:
     """One copy: the destination, the source's buffer at the call and how to read the
     source's elements from it (dtype, sizes, strides, offset, lazy conj/neg bits)."""
 
-    __slots__ = ("dst", "buffer", "storage_dtype", "layout", "address")
+    __slots__ = ("dst", "buffer", "storage_dtype", "layout", "address", "number")
 
     def __init__(self, dst: torch.Tensor, buffer: Any, storage_dtype: torch.dtype, layout: tuple) -> None:
+        global _enqueued
         self.dst = dst
         self.buffer = buffer
         self.storage_dtype = storage_dtype
         self.layout = layout
         self.address = dst.untyped_storage().data_ptr()
+        _enqueued += 1
+        self.number = _enqueued
 
 
 _pending: list[_Job] = []
+# Jobs are numbered as enqueued and land in that order, so a synchronization point is one
+# number (`snapshot`): an Event holds no job, hence no destination and no device buffer
+# (which would keep the source's old buffer from being donated while the Event lives).
+_enqueued = 0
 
 
 def _land(job: _Job) -> None:
@@ -95,24 +102,19 @@ def _computed(job: _Job) -> bool:
     return job.buffer.is_ready()
 
 
-def snapshot() -> list[_Job]:
-    """The jobs enqueued so far (what an Event recorded now waits for)."""
-    with _lock:
-        return list(_pending)
+def snapshot() -> int:
+    """The number of the last job enqueued so far (what an Event recorded now waits for)."""
+    return _enqueued
 
 
-def land(jobs: list[_Job] | None = None) -> None:
-    """Lands `jobs` (every pending job when None) and the jobs enqueued before them, in
-    order; a device failure is raised here, as CUDA reports an asynchronous error at the
+def land(upto: int | None = None) -> None:
+    """Lands the jobs numbered up to `upto` (every pending job when None), in order; a
+    device failure is raised here, as CUDA reports an asynchronous error at the
     synchronization point."""
     if not _pending:
         return
     with _lock:
-        if jobs is None:
-            last = len(_pending)
-        else:
-            wanted = {id(job) for job in jobs}
-            last = max((k + 1 for k, job in enumerate(_pending) if id(job) in wanted), default=0)
+        last = sum(1 for job in _pending if upto is None or job.number <= upto)
         batch = _pending[:last]
         del _pending[:last]
         for k, job in enumerate(batch):
@@ -137,14 +139,13 @@ def _failed(err: Exception) -> RuntimeError:
         "-- run in Debug mode (TPU_LAUNCH_BLOCKING=1) to raise it at the op that computed the value")
 
 
-def land_ready(jobs: list[_Job]) -> bool:
+def land_ready(upto: int) -> bool:
     """Lands, in order, the leading jobs whose values the device has computed (never
-    waits); whether every job of `jobs` has landed (Event.query)."""
+    waits); whether every job numbered up to `upto` has landed (Event.query)."""
     with _lock:
         while _pending and _computed(_pending[0]):
             _land_first()
-        waiting = {id(job) for job in _pending}
-    return not any(id(job) in waiting for job in jobs)
+        return not _pending or _pending[0].number > upto
 
 
 def land_into(t: torch.Tensor) -> None:
@@ -153,6 +154,6 @@ def land_into(t: torch.Tensor) -> None:
         return
     address = t.untyped_storage().data_ptr()
     with _lock:
-        writing = [job for job in _pending if job.address == address]
+        writing = [job.number for job in _pending if job.address == address]
         if writing:
-            land(writing)
+            land(max(writing))

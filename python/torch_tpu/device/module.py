@@ -173,7 +173,11 @@ class Stream:
         return event
 
     def query(self) -> bool:
-        return True
+        """Whether everything enqueued has completed: non_blocking copies to the host
+        land when their values are computed (ops on the device are not tracked)."""
+        from ._host_copies import land_ready, snapshot
+
+        return land_ready(snapshot())
 
     def __enter__(self):
         return self
@@ -189,7 +193,7 @@ class Event:
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self._recorded = False
-        self._copies: list = []
+        self._copies = 0  # the last non_blocking copy before it (_host_copies.snapshot)
 
     def record(self, stream: Stream | None = None) -> None:
         from ._host_copies import snapshot

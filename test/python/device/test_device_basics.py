@@ -230,6 +230,24 @@ def test_non_blocking_copy_to_host_lands_at_synchronization_points(device_still_
     torch.testing.assert_close(u, (expected + 1)[::2, 1], rtol=0, atol=0)
 
 
+def test_events_and_streams_keep_no_landed_copy_alive(device_still_computing):
+    # An Event (kept for later, as for elapsed_time) must not hold the copies before it:
+    # their destinations and the sources' buffers (which could then not be donated).
+    import weakref
+
+    x = torch.randn(8).to("tpu")
+    y = x.to("cpu", non_blocking=True)
+    stream = torch.tpu.current_stream()
+    assert not stream.query()  # a copy is still pending
+    event = torch.tpu.Event()
+    event.record()
+    event.synchronize()
+    assert stream.query() and event.query()
+    destination = weakref.ref(y)
+    del y
+    assert destination() is None
+
+
 def test_non_blocking_copies_to_host_are_bounded(device_still_computing, monkeypatch):
     # Copies nobody synchronizes must not pile up: past the bound the oldest lands.
     from torch_tpu.device import _host_copies
