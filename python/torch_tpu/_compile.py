@@ -158,6 +158,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
 
     # The compiler's own code and versions are in the runtime's options key
     # (runtime.fingerprint.toolchain_fingerprint): the settings are this graph's choices.
+    device_index = tpu_index(gm)  # the program runs where its tpu tensors are
     program = compile_fx(
         gm, name=name, pipeline=pipeline,
         settings=_dynamic.settings_key(symbol_bounds) if symbol_bounds is not None else "",
@@ -165,12 +166,12 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         dump_name=lambda fingerprint: f"{name}-{_short_hash(fingerprint)}",
         sources=gm.meta.get(ARGUMENT_SOURCES),
         wait=not defer,
+        device_index=device_index or 0,
     )
     imported = program.imported
     # Everything but the executable is read now, while XLA compiles (when deferred).
     precision_sensitive = has_matrix_ops(imported.module.operation)
     resident, host = resident_inputs(gm, imported), host_results(gm, imported)
-    device_index = tpu_index(gm)
     layouts = output_layouts(gm, len(imported.outputs)) if symbol_bounds is None else None
 
     def finish() -> CompiledGraph:

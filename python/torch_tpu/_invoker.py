@@ -115,14 +115,17 @@ def compile_fx(
     what_failed: str = "the compiler pipeline",
     before_xla: Callable[[Any], None] | None = None,
     wait: bool = True,
+    device_index: int = 0,
 ) -> FxProgram:
     """Imports `gm`, runs `pipeline(mode, platform)` on it and compiles it through the
     compile cache. The precision mode in force is part of the fingerprint (with
     `settings`, this graph's other choices). Raises LoweringError (the import rejected a
     node; dumped to error.txt) or TorchTpuCompileError (a pass failed, located).
     `wait=False`: XLA compiles on the compile cache's thread (it releases the GIL) while
-    the caller goes on tracing; `FxProgram.resolve()` waits for it and raises its error."""
+    the caller goes on tracing; `FxProgram.resolve()` waits for it and raises its error.
+    `device_index`: the device the program runs on (a graph of tensors on `tpu:1`)."""
     from torch_tpu.compiler.importer import import_graph
+    from torch_tpu.runtime import CompileSpec
 
     from ._process_groups import process_groups_of
 
@@ -154,15 +157,17 @@ def compile_fx(
     dump.write_inputs(imported.module.operation, imported.inputs, sources)
     if before_xla is not None:
         before_xla(imported.module)
+    options = CompileSpec(device_indices=(device_index,)) if device_index else None
     if not wait:
         # XLA gets bytecode, parsed in a context of its own: the shared MLIR context and
         # this module stay with this thread (the next graph imports into that context).
         submitted = time.perf_counter()
-        future = runtime.compile_async(_bytecode(imported.module), fingerprint=fingerprint, name=name)
+        future = runtime.compile_async(_bytecode(imported.module), options=options, fingerprint=fingerprint,
+                                       name=name)
         future.add_done_callback(_note_finish_time)
         return FxProgram(future, imported, timings, submitted - start, submitted)
     with _timing.phase("xla_compile", timings):
-        executable = runtime.compile(imported.module, fingerprint=fingerprint, name=name)
+        executable = runtime.compile(imported.module, options=options, fingerprint=fingerprint, name=name)
     return FxProgram(executable, imported, timings, time.perf_counter() - start)
 
 

@@ -98,3 +98,23 @@ def test_mixing_tpu0_and_tpu1_is_a_device_mismatch(fused):
     for line in lines:
         assert "Expected all tensors to be on the same device, but found at least two devices" in line, out
         assert "tpu:0" in line and "tpu:1" in line, out
+
+
+def test_compiled_graph_on_tpu1_runs_there():
+    out = _run_on_two_devices("""
+        import torch
+        import torch_tpu.device
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        data = torch.randn(5, 4)
+        expected = model(data)
+        model = model.to("tpu:1")
+        compiled = torch.compile(model, backend="tpu")
+        for _ in range(2):
+            y = compiled(data.to("tpu:1"))
+            assert y.device == torch.device("tpu:1"), y.device
+            torch.testing.assert_close(y.cpu(), expected, rtol=1e-5, atol=1e-5)
+        print("OK")
+    """, fused=False)
+    assert "OK" in out
