@@ -132,8 +132,14 @@ def grouped_mm_metadata(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     then PyTorch's output rule."""
     from torch._meta_registrations import _create_grouped_mm_output_tensor
 
-    torch._check(mat_a.dtype == mat_b.dtype and mat_a.dtype.is_floating_point,
-                 lambda: f"grouped_mm operands must share a floating dtype, got {mat_a.dtype} and {mat_b.dtype}")
+    # The dtypes PyTorch's CPU kernel takes (its messages): float64 and a different
+    # out_dtype are errors there, so they are here.
+    torch._check(mat_a.dtype in (torch.float32, torch.bfloat16, torch.float16),
+                 lambda: f"Expected mat_a to be Float32, BFloat16 or Float16 matrix, got {mat_a.dtype}")
+    torch._check(mat_a.dtype == mat_b.dtype,
+                 lambda: f"grouped_mm operands must share a dtype, got {mat_a.dtype} and {mat_b.dtype}")
+    torch._check(out_dtype is None or out_dtype == mat_a.dtype,
+                 lambda: "Grouped gemm output dtype must match mat_a dtype")
     torch._check(mat_a.dim() in (2, 3) and mat_b.dim() in (2, 3),
                  lambda: f"Multiplicands must be 2D or 3D but got mat_a.dim()={mat_a.dim()} and mat_b.dim()={mat_b.dim()}")
     if mat_a.dim() == 3 or mat_b.dim() == 3:

@@ -145,6 +145,15 @@ def test_grouped_mm_misaligned_strides_raise_pytorchs_error():
         torch._grouped_mm(a, b, offs)
     with pytest.raises(RuntimeError, match="multiple of 16 bytes"):
         torch._grouped_mm(a.to("tpu"), b.to("tpu"), offs.to("tpu"))
+    # Dtypes the CPU kernel rejects (float64, an out_dtype other than the operands') are
+    # errors on the device too, never a result.
+    a, b, offs = torch.randn(8, 16), torch.randn(2, 16, 8), torch.tensor([3, 8], dtype=torch.int32)
+    for args, kwargs, message in (((a.double(), b.double(), offs), {}, "Float32, BFloat16 or Float16"),
+                                  ((a, b, offs), {"out_dtype": torch.bfloat16}, "output dtype must match")):
+        with pytest.raises(RuntimeError, match=message):
+            torch._grouped_mm(*args, **kwargs)
+        with pytest.raises(RuntimeError, match=message):
+            torch._grouped_mm(*[t.to("tpu") for t in args], **kwargs)
 
 
 def test_out_variant_and_inplace_promotion():
