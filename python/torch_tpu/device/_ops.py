@@ -38,6 +38,12 @@ class Unlowerable(Exception):
     """The op cannot run through the lowering table (the CPU fallback runs it)."""
 
 
+class OverlappingWrite(Unlowerable):
+    """The op writes a view whose elements share memory (an expanded tensor): only the
+    op's own CPU kernel knows whether it takes that (`fill_` does, `copy_`/`add_` raise),
+    so it runs on CPU directly -- a decomposition (fill_ -> copy_) could decide otherwise."""
+
+
 # -- argument description ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class TensorArg:
@@ -433,6 +439,12 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
             raise Unlowerable(f"written argument {name} is not a tpu tensor")
         write_positions.append(by_name[name])
         write_args.append(flat_sig[by_name[name]])
+        if returning_writer is None and torch._debug_has_internal_overlap(_meta(flat_sig[by_name[name]])) == 1:
+            # An in-place or out= write into a view whose elements share memory (an
+            # expanded tensor): most PyTorch kernels refuse it (the value would depend on
+            # the order of the writes), a few take it (`fill_`). The CPU kernel decides, on
+            # the host copy -- never a silent last-writer-wins value from a lowering.
+            raise OverlappingWrite("it writes a view whose elements share memory (PyTorch's kernel decides)")
 
     def read(block_args):
         it = iter(range(len(flat_sig)))
@@ -730,6 +742,8 @@ def _plan_for(op, args, kwargs):
     if plan is None:
         try:
             plan = _build_plan(op, sig, operands, index, baked)
+        except OverlappingWrite:
+            raise  # not remembered as FALLBACK: that would lose the reason (the CPU kernel decides)
         except Unlowerable:
             if baked or not any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in operands):
                 _PLANS[key] = FALLBACK

@@ -62,6 +62,8 @@ def execute(op, *args, **kwargs):
     """Every device op that is not a view or a copy."""
     try:
         return _ops.run(op, args, kwargs)
+    except _ops.OverlappingWrite as err:
+        return _fallback.run_on_cpu(op, args, kwargs, str(err))
     except _ops.Unlowerable as err:
         reason = str(err)
     decomposition = _decompositions().get(op)

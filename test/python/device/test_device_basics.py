@@ -530,3 +530,36 @@ def test_constant_scalars_are_decided_per_signature():
     for lr in (0.2, 0.3, 0.4):
         torch.testing.assert_close((x * lr).cpu(), x.cpu() * lr)
     assert plans() == before
+
+
+@pytest.mark.parametrize("write", ["copy_from_host", "copy_on_device", "add_", "fill_", "mul_out"])
+def test_writes_into_overlapping_views_raise_pytorchs_error(write):
+    # An expanded view's elements share memory: PyTorch's kernels refuse to write it (the
+    # value would depend on the order of the writes), but for fill_; the device does what
+    # the CPU does, never keeps a last-writer-wins value.
+    def do(t, src):
+        view = t.expand(4, 3)
+        if write == "copy_from_host":
+            view.copy_(src.cpu())
+        elif write == "copy_on_device":
+            view.copy_(src)
+        elif write == "add_":
+            view.add_(src)
+        elif write == "fill_":
+            view.fill_(2.0)
+        else:
+            torch.mul(src, 2, out=view)
+
+    results = []
+    for device in ("cpu", "tpu"):
+        t = torch.zeros(1, 3, device=device)
+        src = torch.arange(12.0).reshape(4, 3).to(device)
+        if write == "fill_":  # PyTorch's fill_ takes overlapping views
+            do(t, src)
+            results.append(t.cpu())
+            continue
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            do(t, src)
+        assert torch.equal(t.cpu(), torch.zeros(1, 3))
+    if results:
+        assert torch.equal(results[0], results[1]) and torch.equal(results[0], torch.full((1, 3), 2.0))
