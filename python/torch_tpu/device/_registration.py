@@ -26,6 +26,10 @@ _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _VIEW_KERNELS = (
     aten.view.default, aten.view.dtype, aten.as_strided.default, aten._reshape_alias.default,
     aten.unfold.default,
+    # Views that reinterpret complex elements as (real, imaginary) pairs and back: dtype
+    # views, which the device's ops read and write in place (`.real`, `.imag` and Adam on
+    # complex parameters write through them).
+    aten.view_as_real.default, aten.view_as_complex.default,
     aten.set_.source_Storage_storage_offset, aten.set_.source_Storage, aten.set_.source_Tensor,
 )
 

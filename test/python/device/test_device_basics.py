@@ -563,3 +563,26 @@ def test_writes_into_overlapping_views_raise_pytorchs_error(write):
         assert torch.equal(t.cpu(), torch.zeros(1, 3))
     if results:
         assert torch.equal(results[0], results[1]) and torch.equal(results[0], torch.full((1, 3), 2.0))
+
+
+def test_complex_views_write_through():
+    # view_as_real / view_as_complex / .real / .imag are views on the device as on CPU:
+    # writes through them reach the tensor (an Adam step on a complex parameter).
+    results = {}
+    for device in ("cpu", "tpu"):
+        t = torch.arange(6, dtype=torch.float32).reshape(3, 2).to(device)
+        c = torch.view_as_complex(t)
+        c.mul_(2j)
+        r = torch.zeros(3, dtype=torch.complex64, device=device)
+        r.imag.fill_(5)
+        r.real.add_(1)
+        torch.view_as_real(r)[0, 0] = 7
+        assert torch.view_as_real(r).untyped_storage().data_ptr() == r.untyped_storage().data_ptr()
+        torch.manual_seed(0)
+        p = torch.nn.Parameter(torch.randn(3, dtype=torch.complex64).to(device))
+        opt = torch.optim.Adam([p], lr=0.1, foreach=False)
+        (p.abs() ** 2).sum().backward()
+        opt.step()
+        results[device] = [v.detach().cpu() for v in (t, r, c * c, p)]
+    for got, want in zip(results["tpu"], results["cpu"]):
+        torch.testing.assert_close(got, want)
