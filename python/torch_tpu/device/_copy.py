@@ -81,8 +81,10 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
 
 def _host_like(t: torch.Tensor, dtype: torch.dtype, memory_format) -> torch.Tensor:
     """An uninitialised CPU tensor laid out as `t.to("cpu", dtype, memory_format=...)`'s
-    result: preserve_format keeps a dense tensor's strides."""
-    if memory_format is torch.preserve_format and _ops._dense_order(tuple(t.shape), t.stride()) is not None:
+    result: preserve_format keeps a dense tensor's strides, and an empty tensor's (as
+    CPU's copy does)."""
+    if memory_format is torch.preserve_format and (
+            t.numel() == 0 or _ops._dense_order(tuple(t.shape), t.stride()) is not None):
         return torch.empty_strided(t.shape, t.stride(), dtype=dtype)
     like = torch.empty_strided(t.shape, t.stride(), dtype=dtype, device="meta")  # PyTorch's rule for the rest
     return torch.empty_like(like, device="cpu", memory_format=memory_format)

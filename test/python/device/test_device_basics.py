@@ -586,3 +586,11 @@ def test_complex_views_write_through():
         results[device] = [v.detach().cpu() for v in (t, r, c * c, p)]
     for got, want in zip(results["tpu"], results["cpu"]):
         torch.testing.assert_close(got, want)
+
+
+def test_non_blocking_copy_to_host_keeps_an_empty_tensors_strides():
+    x = torch.randn(3, 4, 5)
+    for view in (lambda t: t[:, :0], lambda t: t[:0].permute(2, 0, 1)):
+        y = view(x.to("tpu")).to("cpu", non_blocking=True)
+        torch.tpu.synchronize()
+        assert y.shape == view(x).shape and y.stride() == view(x).to("cpu", copy=True).stride()
