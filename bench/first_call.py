@@ -18,7 +18,8 @@ two are measured under the same load.
 
 --baseline PATH times another source tree of torch_tpu (a `git worktree add PATH <commit>`
 checkout) with this venv, in rounds alternating with the current tree, so both run under
-the same load: `git worktree add /tmp/wt-base 2e8e26c` is the state issue #17 was filed in.
+the same load: commit 2e8e26c is the state issue #17 was filed in
+(`git worktree add ../torch_tpu-base 2e8e26c`, then `--baseline ../torch_tpu-base`).
 Wall time counts what the user waits for; CPU time (all threads of the process) shows
 work moved to a background thread that wall time would hide.
 """

@@ -72,12 +72,17 @@ def _stage_module(callee: ir.Operation) -> str:
     return _renumber_channels(f"module @stage {{\n{body}\n}}\n")
 
 
-def split_outlined(module: ir.Operation, entry: str = "main") -> OutlinedProgram:
-    functions = {
+def functions_by_name(module: ir.Operation) -> dict[str, ir.Operation]:
+    """The module's `func.func`s by symbol name."""
+    return {
         ir.StringAttr(op.operation.attributes["sym_name"]).value: op.operation
         for op in module.regions[0].blocks[0].operations
         if op.operation.name == "func.func"
     }
+
+
+def split_outlined(module: ir.Operation, entry: str = "main") -> OutlinedProgram:
+    functions = functions_by_name(module)
     if entry not in functions:
         raise NotOutlinedError(f"no function @{entry} in the module")
     fn = functions[entry]

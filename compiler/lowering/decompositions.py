@@ -74,7 +74,12 @@ def _with_eager_dtype(op, result, operands: tuple[int, ...]) -> Callable:
 def decomposition_table() -> dict:
     """Decompositions for aot_autograd / make_fx / torch.export: PyTorch's core-ATen table
     minus every op that has a lowering of its own, plus the eager-dtype rewrites."""
-    table = {op: fn for op, fn in _core_table().items() if op not in LOWERINGS}
+    return _ours(_core_table())
+
+
+def _ours(core: dict) -> dict:
+    """`core` minus every op that has a lowering of its own, plus the eager-dtype rewrites."""
+    table = {op: fn for op, fn in core.items() if op not in LOWERINGS}
     table.update({op: _with_eager_dtype(op, *rule) for op, rule in EAGER_RESULT_DTYPE.items()})
     return table
 
@@ -83,9 +88,7 @@ def decomposition_table() -> dict:
 def _tracing_table() -> dict:
     from torch._decomp import _core_aten_decompositions_post_autograd
 
-    table = {op: fn for op, fn in _core_aten_decompositions_post_autograd().items() if op not in LOWERINGS}
-    table.update({op: _with_eager_dtype(op, *rule) for op, rule in EAGER_RESULT_DTYPE.items()})
-    return table
+    return _ours(_core_aten_decompositions_post_autograd())
 
 
 def tracing_decompositions() -> dict:

@@ -177,12 +177,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     def finish() -> CompiledGraph:
         program.resolve()
         _report_slow_compile(name, imported.node_count, program.seconds, program.timings)
-        compiled = CompiledGraph(program.executable, imported, precision_sensitive, resident=resident)
-        compiled.invoker.host_results = host
-        compiled.invoker.plan.device_index = device_index
-        if layouts is not None:
-            compiled.set_output_layouts(layouts)
-        return compiled
+        return fx_graph(program.executable, imported, precision_sensitive, resident, host, device_index, layouts)
 
     if defer:
         return PendingGraph(finish, precision_sensitive)
@@ -192,6 +187,19 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     return _dynamic.DynamicCompiledGraph(
         compiled, gm, symbol_bounds, lambda bounds: compile_whole_graph(gm, name, bounds), name
     )
+
+
+def fx_graph(executable, imported, precision_sensitive: bool, resident: Iterable[int], host, device_index,
+             layouts: list | None) -> CompiledGraph:
+    """The `CompiledGraph` of a Dynamo/aot_autograd graph: `resident` inputs held on the
+    device, `host` results returned as CPU tensors, tpu tensors in and out when
+    `device_index` is set, eager's output `layouts` applied (None: a bounded graph's)."""
+    compiled = CompiledGraph(executable, imported, precision_sensitive, resident=resident)
+    compiled.invoker.host_results = host
+    compiled.invoker.plan.device_index = device_index
+    if layouts is not None:
+        compiled.set_output_layouts(layouts)
+    return compiled
 
 
 class PendingGraph:

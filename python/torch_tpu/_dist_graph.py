@@ -115,17 +115,17 @@ def world_group():
 
 
 def compile_distributed_graph(gm: torch.fx.GraphModule, name: str):
-    """`gm` (see `applies`) compiled as a `CompiledGraph` whose executable is a
+    """`gm` (see `applies`) compiled as a `CompiledGraph` (`fx_graph`) whose executable is a
     `DistributedGraphProgram`. Raises LoweringError / TorchTpuCompileError as
     `compile_whole_graph` does, so the caller's fallback handling is the same."""
     from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.compiler.importer import import_graph
-    from torch_tpu.compiler.outlined import split_outlined
+    from torch_tpu.compiler.outlined import functions_by_name, split_outlined
     from torch_tpu.compiler.passes.set_precision import has_matrix_ops
     from torch_tpu.compiler.pipeline import run_pipeline
     from torch_tpu.runtime import distributed
 
-    from ._compile import CompiledGraph, host_results, pipeline_for, resident_inputs, tpu_index
+    from ._compile import fx_graph, host_results, pipeline_for, resident_inputs, tpu_index
     from ._errors import TorchTpuCompileError
     from ._invoker import client, shared_context
     from ._output_layout import output_layouts
@@ -152,7 +152,7 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str):
     everyone = tuple(range(runtime.world_size))
     if thin:
         outlined = split_outlined(module)
-        functions = _functions(module)
+        functions = functions_by_name(module)
         steps = []
         for stage in outlined.stages:
             label = f"{name}:{stage.name}"
@@ -171,16 +171,13 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str):
                                  f"graph {name} with its collectives embedded ({kinds}) [compiled]")
         from torch_tpu.compiler.context import ir
 
-        entry = _functions(module)[imported.func_name]
+        entry = functions_by_name(module)[imported.func_name]
         signature = ir.FunctionType(ir.TypeAttr(entry.attributes["function_type"]).value)
         steps = [_Step("collective", program, tuple(ValueRef(-1, i) for i in range(len(signature.inputs))), name)]
         outputs = tuple(ValueRef(0, k) for k in range(len(signature.results)))
     executable = DistributedGraphProgram(local, steps, outputs, module_text, thin)
-    compiled = CompiledGraph(executable, imported, has_matrix_ops(module), resident=resident_inputs(gm, imported))
-    compiled.invoker.host_results = host_results(gm, imported)
-    compiled.invoker.plan.device_index = tpu_index(gm)
-    compiled.set_output_layouts(output_layouts(gm, len(imported.outputs)))
-    return compiled
+    return fx_graph(executable, imported, has_matrix_ops(module), resident_inputs(gm, imported),
+                    host_results(gm, imported), tpu_index(gm), output_layouts(gm, len(imported.outputs)))
 
 
 def _group_program(runtime: Any, text: str, ranks: tuple[int, ...], name: str, description: str):
@@ -194,16 +191,6 @@ def _group_program(runtime: Any, text: str, ranks: tuple[int, ...], name: str, d
         program.fingerprint = fingerprint_of(text, f"compiled over ranks {list(ranks)}")
         program.checked = False
     return program
-
-
-def _functions(module: Any) -> dict[str, Any]:
-    from torch_tpu.compiler.context import ir
-
-    return {
-        ir.StringAttr(op.operation.attributes["sym_name"]).value: op.operation
-        for op in module.regions[0].blocks[0].operations
-        if op.operation.name == "func.func"
-    }
 
 
 def _collective_ops(op: Any) -> list[Any]:

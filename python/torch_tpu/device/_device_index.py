@@ -24,6 +24,7 @@ import torch
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _ALIAS = torch.ops.aten.alias.default
 _VIEW_DTYPE = torch.ops.aten.view.dtype
+_CREATE_EMPTY = torch._C._acc.create_empty_tensor  # makes tensors on tpu:0 only
 _EXT_DEV = 12  # DLDeviceType::kDLExtDev: ATen maps it to PrivateUse1
 # Never dereferenced (the template has no elements); outside any host allocation.
 _TEMPLATE_ADDRESS = 1 << 45
@@ -81,7 +82,10 @@ def _import_bytes_template(index: int) -> torch.Tensor:
 
 
 def empty_tensor(dtype: torch.dtype, index: int) -> torch.Tensor:
-    """A new empty tensor of `dtype` on tpu:`index` (index > 0), ready for `set_`."""
+    """A new empty tensor of `dtype` on tpu:`index`, ready for `set_`: PyTorch's own for
+    tpu:0, an alias of the device's template above."""
+    if not index:
+        return _CREATE_EMPTY([0], dtype)
     template = _templates.get((index, dtype))
     if template is None:
         with _lock:

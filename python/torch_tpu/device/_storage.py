@@ -65,8 +65,7 @@ def wrap(entry: StorageEntry, size, stride, offset: int = 0) -> torch.Tensor:
 
 
 def tensor_on(storage: torch.UntypedStorage, dtype: torch.dtype, size, stride, offset: int = 0) -> torch.Tensor:
-    index = storage.device.index
-    t = torch._C._acc.create_empty_tensor([0], dtype) if not index else empty_tensor(dtype, index)
+    t = empty_tensor(dtype, storage.device.index)
     # Straight to the CPU kernel of set_ (what our PrivateUse1 kernel for it does): the
     # tensor is new, so the autograd and version-counter keys above have nothing to do,
     # and the Python kernel hop costs ~20 us per op result.
@@ -102,8 +101,7 @@ def new_tensor(buffer, numel: int, size: list, stride: list, dtype: torch.dtype,
         TABLE.new_storage(entry, into=t.untyped_storage())
         return t
     storage = TABLE.new_storage(entry)
-    # create_empty_tensor makes tensors on tpu:0 only (_device_index.py).
-    t = _create_empty([0], dtype) if not index else empty_tensor(dtype, index)
+    t = empty_tensor(dtype, index)
     return _SET.redispatch(_CPU, t, storage, 0, size, stride)
 
 
