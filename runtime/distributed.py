@@ -29,7 +29,7 @@ from typing import Any
 
 from . import _jaxlib
 from .buffer import DeviceBuffer
-from .client import Client, install_client
+from .client import Client, install_client, make_multiprocess_raw_client
 from .errors import CompileError, PlatformError, TorchTPURuntimeError, classify_jaxlib_error
 from .executable import Signature
 
@@ -381,10 +381,12 @@ def current() -> DistributedRuntime | None:
 
 
 def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 300.0,
-               hostname: str | None = None) -> DistributedRuntime:
+               hostname: str | None = None, local_device: int | None = None) -> DistributedRuntime:
     """Joins the job of `world_size` processes whose coordination service is at
     `address` ("host:port"; process 0 serves it). Makes the multi-process client the
-    process-wide one: call it before anything else uses the runtime."""
+    process-wide one, of the platform the single-process client would use
+    (`client.make_multiprocess_raw_client`; `local_device`: this process's GPU among its
+    host's, torchrun's LOCAL_RANK): call it before anything else uses the runtime."""
     global _current
     with _current_lock:
         if _current is not None:
@@ -429,10 +431,14 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
                 "MASTER_PORT and WORLD_SIZE and that all of them started"
             ) from None
         try:
-            raw = _jaxlib.make_distributed_cpu_client(dclient, rank, world_size, hostname or local_address(address))
-        except Exception as err:  # noqa: BLE001
-            raise PlatformError(f"rank {rank}: the multi-process CPU client failed to start: {err}") from None
-        client = install_client("cpu", raw)
+            platform, raw = make_multiprocess_raw_client(
+                dclient, rank, world_size, hostname or local_address(address), local_device
+            )
+        except PlatformError:
+            if service is not None:
+                service.shutdown()
+            raise
+        client = install_client(platform, raw)
         runtime = DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient, client)
         _current = runtime
         atexit.register(shutdown)

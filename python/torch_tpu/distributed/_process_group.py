@@ -282,16 +282,18 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._runtime.handshake(group, ranks, record, self._timeout_s)
         program.checked = True
 
-    def run_program(self, program, buffers: Sequence[Any]) -> list:
+    def run_program(self, program, buffers: Sequence[Any], sizes: str = "") -> list:
         """Runs a collective program compiled elsewhere -- a stage of a compiled graph
         (`torch_tpu._dist_graph`), which every member runs -- as this group's next
         collective: it takes the next sequence number and goes through the handshake as
         the group's own programs do (`program` carries `fingerprint`, `description`,
-        `checked`)."""
+        `checked`). `sizes` ("s0=3"): the run-time sizes a bounded program exchanges,
+        which its text does not show; checked as part of what the ranks compare."""
         with self._lock:
             self._sequence += 1
             sequence = self._sequence
-        self._maybe_handshake(self._name, self._global_ranks, sequence, program, not program.checked)
+        checked_as = _with_sizes(program, sizes) if sizes else program
+        self._maybe_handshake(self._name, self._global_ranks, sequence, checked_as, not checked_as.checked)
         return program.run(buffers)
 
     def _issue(self, what: str, tensors: Sequence[torch.Tensor], body: Callable[[], tuple[list, list]]) -> TPUWork:
@@ -602,6 +604,26 @@ def user_line() -> str:
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return "<no Python frame: issued by C++ (e.g. DDP's gradient all-reduce)>"
+
+
+class _SizedProgram:
+    """What the handshake compares of a bounded program run at given sizes."""
+
+    def __init__(self, program: Any, sizes: str) -> None:
+        from torch_tpu.runtime.distributed import fingerprint_of
+
+        self.description = f"{program.description} at sizes {sizes}"
+        self.fingerprint = fingerprint_of(program.fingerprint, self.description)
+        self.checked = False
+
+
+def _with_sizes(program: Any, sizes: str) -> _SizedProgram:
+    """`program` at `sizes`, one per sizes (under `first_call`, each is checked once)."""
+    by_sizes = program.__dict__.setdefault("by_sizes", {})
+    sized = by_sizes.get(sizes)
+    if sized is None:
+        sized = by_sizes[sizes] = _SizedProgram(program, sizes)
+    return sized
 
 
 def _merged(works: list[TPUWork], result: list) -> TPUWork:
