@@ -145,30 +145,35 @@ def _as_tensor(buffer, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor
     return _storage.new_tensor(buffer, numel, size, list(_storage.contiguous_stride(size)), dtype, 0)
 
 
-def _write(target: torch.Tensor, value: torch.Tensor) -> None:
-    """`target` (any tpu tensor, possibly a view) takes `value`'s elements in place."""
+def _take(target: torch.Tensor, dtype: torch.dtype, numel: int, buffer: Callable[[], Any],
+          value: Callable[[], torch.Tensor]) -> None:
+    """The one rule by which `target` (any tpu tensor, possibly a view) takes a result in
+    place. The result has `numel` elements of `dtype`, in order; `buffer()` gives them as a
+    flat DeviceBuffer, `value()` as a tensor. When `target` covers its storage and the
+    result has its dtype and element count, the storage is rebound to `buffer()` (no
+    device copy; every view sees it); otherwise `value()` is copied into `target` (a
+    device `copy_`, converting the dtype as PyTorch's copy does)."""
     from torch_tpu.device import _storage
 
     entry = _storage.entry_of(target)
-    if _covers(target, entry) and value.is_contiguous():
-        entry.buffer = _flat_buffer(value)  # rebinding the storage: every view sees it
+    if dtype == target.dtype and numel == target.numel() and _covers(target, entry):
+        entry.buffer = buffer()
         return
     with torch.no_grad():
-        target.copy_(value.reshape(target.shape))
+        target.copy_(value().reshape(target.shape))
+
+
+def _write(target: torch.Tensor, value: torch.Tensor) -> None:
+    """`target` takes the tensor `value`'s elements (`_take`)."""
+    _take(target, value.dtype, value.numel(), lambda: _flat_buffer(value), lambda: value)
 
 
 def _write_result(target: torch.Tensor, buffer) -> None:
-    """`target` takes a program's flat output `buffer` (its elements in order) in place:
-    a tensor that covers its storage is rebound to the buffer without making a tensor of
-    it (the per-call path of all_reduce/broadcast); a view gets a device copy."""
-    from torch_tpu.device import _storage
-
-    entry = _storage.entry_of(target)
-    if _covers(target, entry):
-        entry.buffer = buffer
-        return
-    with torch.no_grad():
-        target.copy_(_as_tensor(buffer, target.shape, target.dtype))
+    """`target` takes a program's flat output `buffer` of `target`'s dtype (`_take`): a
+    covering tensor without making a tensor of it (the per-call path of all_reduce and
+    broadcast)."""
+    _take(target, target.dtype, buffer.shape[0], lambda: buffer,
+          lambda: _as_tensor(buffer, target.shape, target.dtype))
 
 
 def _element(dtype: torch.dtype) -> str:
