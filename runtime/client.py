@@ -131,7 +131,8 @@ def _plugin(platform: str, forced: bool) -> tuple[str, str, dict[str, Any]]:
     raise PlatformError(f"unknown platform {platform!r}; use one of {', '.join(PLATFORMS)}")
 
 
-def _start_plugin(platform: str, path: str, what: str, options: dict[str, Any], distributed_client: Any = None) -> Any:
+def _start_plugin(platform: str, path: str, what: str, options: dict[str, Any],
+                  distributed_client: Any = None) -> Any:
     try:
         return _jaxlib.make_plugin_client(platform, path, options, distributed_client)
     except Exception as err:  # noqa: BLE001 - plugin failures come in many types

@@ -36,25 +36,23 @@ c10d = torch.ops._c10d_functional
 # handshake compares it (`torch_tpu._dist_graph`, exchanged sizes).
 
 
-def _cut_along_dim0_rule(what: str):
-    def rule(ctx: LoweringContext, *args, **kwargs):
-        """With dimension 0 dynamic: runs in eager (each rank's block would carry its padding
-        into the middle of the result); a dynamic dim other than 0: the ordinary rule on the
-        padded buffers."""
-        arg = ctx.node.args[0]
-        nodes = arg if isinstance(arg, (list, tuple)) else [arg]
-        dynamic = ctx.importer.dynamic
-        if any(0 in dynamic.dynamic_dims(dynamic.symbolic_val(n)) for n in nodes if isinstance(n, torch.fx.Node)):
-            raise ctx.dynamic_limit(
-                f"{what} along a dynamic (padded) dimension 0 (each rank's padding would land between "
-                "the ranks' blocks)"
-            )
-        args, kwargs = torch.utils._pytree.tree_map(
-            lambda a: static_layout(a) if isinstance(a, ir.Value) else a, (args, kwargs)
+def _eager_along_dynamic_dim0(ctx: LoweringContext, *args, **kwargs):
+    """With dimension 0 dynamic: runs in eager (each rank's block would carry its padding
+    into the middle of the result); a dynamic dim other than 0: the ordinary rule on the
+    padded buffers."""
+    arg = ctx.node.args[0]
+    nodes = arg if isinstance(arg, (list, tuple)) else [arg]
+    dynamic = ctx.importer.dynamic
+    if any(0 in dynamic.dynamic_dims(dynamic.symbolic_val(n)) for n in nodes if isinstance(n, torch.fx.Node)):
+        name = str(ctx.node.target).removeprefix("_c10d_functional.").removesuffix(".default")
+        raise ctx.dynamic_limit(
+            f"{name} along a dynamic (padded) dimension 0 (each rank's padding would land between "
+            "the ranks' blocks)"
         )
-        return lookup(ctx.node.target).fn(ctx, *args, **kwargs)
-
-    return rule
+    args, kwargs = torch.utils._pytree.tree_map(
+        lambda a: static_layout(a) if isinstance(a, ir.Value) else a, (args, kwargs)
+    )
+    return lookup(ctx.node.target).fn(ctx, *args, **kwargs)
 
 
 def collective_op(
@@ -134,31 +132,36 @@ def _scattered(ctx, x: ir.Value, size: int) -> list[int]:
     return shape
 
 
-@lowers(c10d.all_gather_into_tensor.default, dynamic=Padding.MOVEMENT, dynamic_rule=_cut_along_dim0_rule("all_gather_into_tensor"))
+@lowers(c10d.all_gather_into_tensor.default, dynamic=Padding.MOVEMENT,
+        dynamic_rule=_eager_along_dynamic_dim0)
 def all_gather_into_tensor(ctx, x, group_size, group_name):
     group = _group(ctx, group_name, group_size)
     return collective_op("all_gather", x, _gathered(x, group_size), group, dim=0)
 
 
-@lowers(c10d.all_gather_into_tensor_coalesced.default, dynamic=Padding.MOVEMENT, dynamic_rule=_cut_along_dim0_rule("all_gather_into_tensor"))
+@lowers(c10d.all_gather_into_tensor_coalesced.default, dynamic=Padding.MOVEMENT,
+        dynamic_rule=_eager_along_dynamic_dim0)
 def all_gather_into_tensor_coalesced(ctx, xs, group_size, group_name):
     group = _group(ctx, group_name, group_size)
     return [collective_op("all_gather", x, _gathered(x, group_size), group, dim=0) for x in xs]
 
 
-@lowers(c10d.reduce_scatter_tensor.default, dynamic=Padding.MOVEMENT, dynamic_rule=_cut_along_dim0_rule("reduce_scatter_tensor"))
+@lowers(c10d.reduce_scatter_tensor.default, dynamic=Padding.MOVEMENT,
+        dynamic_rule=_eager_along_dynamic_dim0)
 def reduce_scatter_tensor(ctx, x, reduce_op, group_size, group_name):
     group = _group(ctx, group_name, group_size)
     return collective_op("reduce_scatter", x, _scattered(ctx, x, group_size), group, reduce_op=_reduce_op(ctx, reduce_op), dim=0)
 
 
-@lowers(c10d.reduce_scatter_tensor_coalesced.default, dynamic=Padding.MOVEMENT, dynamic_rule=_cut_along_dim0_rule("reduce_scatter_tensor"))
+@lowers(c10d.reduce_scatter_tensor_coalesced.default, dynamic=Padding.MOVEMENT,
+        dynamic_rule=_eager_along_dynamic_dim0)
 def reduce_scatter_tensor_coalesced(ctx, xs, reduce_op, group_size, group_name):
     group, op = _group(ctx, group_name, group_size), _reduce_op(ctx, reduce_op)
     return [collective_op("reduce_scatter", x, _scattered(ctx, x, group_size), group, reduce_op=op, dim=0) for x in xs]
 
 
-@lowers(c10d.all_to_all_single.default, dynamic=Padding.MOVEMENT, dynamic_rule=_cut_along_dim0_rule("all_to_all_single"))
+@lowers(c10d.all_to_all_single.default, dynamic=Padding.MOVEMENT,
+        dynamic_rule=_eager_along_dynamic_dim0)
 def all_to_all_single(ctx, x, output_split_sizes, input_split_sizes, group_name):
     group = _group(ctx, group_name)
     size = len(group.ranks)

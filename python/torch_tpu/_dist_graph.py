@@ -165,7 +165,8 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds
     spmd = spmd_pipeline(thin=thin, broadcast="all_gather" if on_cpu else "collective_broadcast",
                          bitwise="bytes" if on_cpu else "native")
     bounds = bounds_mode(local.platform) if symbol_bounds is not None else "none"
-    for pipeline, what in ((pipeline_for(current_mode(), bounds), "the compiler pipeline"), (spmd, "the SPMD pipeline")):
+    pipelines = ((pipeline_for(current_mode(), bounds), "the compiler pipeline"), (spmd, "the SPMD pipeline"))
+    for pipeline, what in pipelines:
         engine = DiagnosticEngine()
         if not run_pipeline(module, pipeline, engine):
             raise TorchTpuCompileError(
@@ -227,7 +228,9 @@ def _exchanged_sizes(gm: torch.fx.GraphModule, imported: Any) -> tuple[tuple[int
         for operand in operands:
             val = operand.meta.get("val") if isinstance(operand, torch.fx.Node) else None
             if isinstance(val, torch.Tensor):
-                exchanged.update(str(sym) for s in val.shape if is_dynamic_size(s) for sym in s.node.expr.free_symbols)
+                for size in val.shape:
+                    if is_dynamic_size(size):
+                        exchanged.update(str(sym) for sym in size.node.expr.free_symbols)
     if not exchanged:
         return ()
     specs = [spec for spec in imported.inputs if spec.role == "input"]

@@ -47,7 +47,8 @@ def _fake_library(tmp_path, name):
     return str(path)
 
 
-def test_cuda_process_gets_its_rank_the_job_size_the_coordination_client_and_its_own_gpu(monkeypatch, tmp_path, started):
+def test_cuda_process_gets_its_rank_the_job_size_the_coordination_client_and_its_gpu(
+        monkeypatch, tmp_path, started):
     path = _fake_library(tmp_path, "xla_cuda_plugin.so")
     monkeypatch.setenv("TORCH_TPU_PLATFORM", "gpu")
     monkeypatch.setenv("TORCH_TPU_CUDA_PLUGIN_PATH", path)
