@@ -18,6 +18,7 @@ import torch
 
 from ..context import ir
 from ..dialect.collective_ops import REDUCE_OPS
+from ..fx_locations import user_frame
 from ..process_groups import GroupResolutionError, ProcessGroups, padded_groups
 from .helpers import shape_of
 from .registry import declare_padding, LoweringContext, lookup, lowers, Padding
@@ -45,9 +46,11 @@ def _eager_along_dynamic_dim0(ctx: LoweringContext, *args, **kwargs):
     dynamic = ctx.importer.dynamic
     if any(0 in dynamic.dynamic_dims(dynamic.symbolic_val(n)) for n in nodes if isinstance(n, torch.fx.Node)):
         name = str(ctx.node.target).removeprefix("_c10d_functional.").removesuffix(".default")
+        frame = user_frame(ctx.node.meta.get("stack_trace"))
+        where = f" at {frame[0]}:{frame[1]}" if frame else ""
         raise ctx.dynamic_limit(
-            f"{name} along a dynamic (padded) dimension 0 (each rank's padding would land between "
-            "the ranks' blocks)"
+            f"{name}{where} along a dynamic (padded) dimension 0 (each rank's padding would land "
+            "between the ranks' blocks)"
         )
     args, kwargs = torch.utils._pytree.tree_map(
         lambda a: static_layout(a) if isinstance(a, ir.Value) else a, (args, kwargs)

@@ -14,6 +14,9 @@ the compile pipeline, then the SPMD pipeline (`torch_tpu.spmd`):
 * under `torch_tpu.spmd_safe` (read when the graph compiles): one program with the
   collectives embedded, run as a group program over every process, so XLA may overlap
   communication with compute.
+* a graph with symbolic sizes: compiled at bounds (`_dynamic.py`), always embedded (its
+  padded values would cross thin stage boundaries as dynamically shaped buffers); the
+  handshake compares the run-time sizes its collectives exchange (`exchanged_sizes`).
 
 Every program holding collectives runs as the next collective of the job's default
 process group: it takes the group's next sequence number and goes through the handshake

@@ -288,6 +288,8 @@ def check_compiled_dynamic():
     def gather_rows(x):
         return funcol.all_gather_tensor(x * 3, 0, group)
 
+    gather_line = gather_rows.__code__.co_firstlineno + 1
+
     records = []
     handler = logging.Handler()
     handler.emit = records.append
@@ -302,7 +304,8 @@ def check_compiled_dynamic():
         logging.getLogger("torch_tpu").removeHandler(handler)
     torch.testing.assert_close(got, torch.cat([torch.full((3, 2), 3.0 * k) for k in range(n)]))
     reasons = " ".join(rec.getMessage() for rec in records)
-    if seen["eager"] != ["all_gather"] or "along a dynamic (padded) dimension 0" not in reasons:
+    located = f"all_gather_into_tensor at {__file__}:{gather_line} along a dynamic (padded) dimension 0"
+    if seen["eager"] != ["all_gather"] or located not in reasons:
         raise AssertionError(f"expected the all-gather in eager with its reason: {seen}, {reasons}")
     print(f"rank {r}: compiled dynamic dim-0 gather in eager OK", flush=True)
 
