@@ -144,15 +144,18 @@ def register_host_custom_calls() -> None:
 _plugin_lock = threading.Lock()
 
 
-def make_plugin_client(name: str, library_path: str, options: dict[str, Any]) -> RawClient:
+def make_plugin_client(name: str, library_path: str, options: dict[str, Any],
+                       distributed_client: Any = None) -> RawClient:
     """Loads (once per process), initializes and connects to a PjRT C-API plugin, the way
-    jax does: load_pjrt_plugin_dynamically -> initialize_pjrt_plugin -> make_c_api_client."""
+    jax does: load_pjrt_plugin_dynamically -> initialize_pjrt_plugin -> make_c_api_client.
+    A process of a multi-process job passes its `distributed_client` (and `node_id` /
+    `num_nodes` in `options`, as jax's plugin factory does)."""
     with _plugin_lock:
         if not xla_client.pjrt_plugin_loaded(name):
             xla_client.load_pjrt_plugin_dynamically(name, library_path)
         if not xla_client.pjrt_plugin_initialized(name):
             xla_client.initialize_pjrt_plugin(name)
-    return xla_client.make_c_api_client(name, options, None)
+    return xla_client.make_c_api_client(name, options, distributed_client)
 
 
 def client_devices(client: RawClient) -> list[tuple[RawDevice, int, str]]:

@@ -105,6 +105,13 @@ def _make_raw_client(platform: str, forced: bool, num_cpu_devices: int | None) -
         if n < 1:
             raise PlatformError(f"TORCH_TPU_NUM_CPU_DEVICES={n}: need at least one CPU device")
         return _jaxlib.make_cpu_client(n)
+    path, what, options = _plugin(platform, forced)
+    return _start_plugin(platform, path, what, options)
+
+
+def _plugin(platform: str, forced: bool) -> tuple[str, str, dict[str, Any]]:
+    """(library path, how errors name it, client options) of the PjRT plugin of a TPU or
+    CUDA `platform`; a missing plugin raises `PlatformError` saying what to install."""
     if platform == "tpu":
         path = _libtpu_path(forced)
         if path is None:
@@ -112,24 +119,64 @@ def _make_raw_client(platform: str, forced: bool, num_cpu_devices: int | None) -
                 "no TPU PjRT plugin: install libtpu (pip install 'libtpu==0.0.42.*', the release "
                 f"paired with jaxlib {_jaxlib.JAXLIB_VERSION}) or set TPU_LIBRARY_PATH to libtpu.so"
             )
-        what, options = f"the libtpu plugin at {path}", {}
-    elif platform == "cuda":
+        return path, f"the libtpu plugin at {path}", {}
+    if platform == "cuda":
         path = _cuda_plugin_path()
         if path is None:
             raise PlatformError(
                 "no CUDA PjRT plugin: install it (pip install 'jax-cuda12-plugin[with-cuda]=="
                 f"{_jaxlib.JAXLIB_VERSION}') or set TORCH_TPU_CUDA_PLUGIN_PATH to xla_cuda_plugin.so"
             )
-        what, options = f"the CUDA plugin at {path}", _jaxlib.gpu_plugin_options()
-    else:
-        raise PlatformError(f"unknown platform {platform!r}; use one of {', '.join(PLATFORMS)}")
+        return path, f"the CUDA plugin at {path}", _jaxlib.gpu_plugin_options()
+    raise PlatformError(f"unknown platform {platform!r}; use one of {', '.join(PLATFORMS)}")
+
+
+def _start_plugin(platform: str, path: str, what: str, options: dict[str, Any],
+                  distributed_client: Any = None) -> Any:
     try:
-        return _jaxlib.make_plugin_client(platform, path, options)
+        return _jaxlib.make_plugin_client(platform, path, options, distributed_client)
     except Exception as err:  # noqa: BLE001 - plugin failures come in many types
         raise PlatformError(
             f"{what} failed to start: {err}. Check that a {platform.upper()} device is present and "
             f"not in use by another process, and that the plugin matches jaxlib {_jaxlib.JAXLIB_VERSION}"
         ) from None
+
+
+def make_multiprocess_raw_client(distributed_client: Any, node_id: int, num_nodes: int, hostname: str,
+                                 local_device: int | None = None) -> tuple[str, Any]:
+    """(platform, raw client) of process `node_id` of a `num_nodes`-process job connected
+    through `distributed_client` (the coordination service's client): the platform that
+    `get_client()` would pick (TORCH_TPU_PLATFORM, else discovery: tpu, cuda, cpu).
+
+    * XLA:CPU: one device, its collectives carried by gloo over TCP (listening at `hostname`).
+    * TPU / CUDA plugins: as jax makes them, `make_c_api_client(name, options + {node_id,
+      num_nodes}, distributed_client)`; the plugin exchanges its topology (and, on CUDA,
+      NCCL's ids) through the coordination service. On CUDA, `local_device` (torchrun's
+      LOCAL_RANK) restricts the process to that GPU (the plugin's `visible_devices`), so
+      each process's `tpu:0` is its own GPU. Written from jaxlib 0.10.2's signatures and
+      jax's plugin factory; not run here (no GPU or TPU): docs/explanation/distributed.md."""
+    forced = config.get("TORCH_TPU_PLATFORM")
+    candidates = [normalize_platform(forced)] if forced else ["tpu", "cuda"]
+    for platform in candidates:
+        try:
+            path, what, options = _plugin(platform, bool(forced))
+        except PlatformError:
+            if forced:
+                raise
+            continue
+        options = {**options, "node_id": int(node_id), "num_nodes": int(num_nodes)}
+        if platform == "cuda" and local_device is not None:
+            options["visible_devices"] = [int(local_device)]
+        try:
+            return platform, _start_plugin(platform, path, what, options, distributed_client)
+        except PlatformError as err:
+            if forced:
+                raise
+            log.info("skipping %s: %s", platform, err)
+    try:
+        return "cpu", _jaxlib.make_distributed_cpu_client(distributed_client, node_id, num_nodes, hostname)
+    except Exception as err:  # noqa: BLE001
+        raise PlatformError(f"rank {node_id}: the multi-process CPU client failed to start: {err}") from None
 
 
 def _discover(num_cpu_devices: int | None) -> tuple[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from . import _jaxlib
 from .buffer import DeviceBuffer
-from .client import Client, install_client
+from .client import Client, install_client, make_multiprocess_raw_client
 from .errors import CompileError, PlatformError, TorchTPURuntimeError, classify_jaxlib_error
 from .executable import Signature
 
@@ -195,24 +195,26 @@ class DistributedRuntime:
                 records[rank] = CollectiveRecord.decode(rank, text)
         if missing:
             message = self._missing_message(group, ranks, record, missing, timeout_s)
-            self._report(group, record.sequence, message)
+            self._report(group, ranks, record.sequence, message)
             raise DistributedError(message)
         if len({r.fingerprint for r in records.values()}) > 1:
             message = _mismatch_message(group, record.sequence, [records[r] for r in ranks])
-            self._report(group, record.sequence, message)
+            self._report(group, ranks, record.sequence, message)
             self._leave_together(group, ranks, record.rank, record.sequence, timeout_s)
             raise DistributedError(message)
 
-    def _report(self, group: str, sequence: int, message: str) -> None:
+    def _report(self, group: str, ranks: Sequence[int], sequence: int, message: str) -> None:
         """Leaves the finding where the other members look: members waiting in a
         handshake of the group read `hs/<group>/diverged` instead of waiting out their
         timeout; a member whose collective program fails -- it had no partner: the finding
-        rank skipped it, and left -- reads the job-wide `hs/diverged`
-        (`raise_reported_divergence`)."""
+        rank skipped it, and left -- reads its own mark `hs/mark/<rank>`
+        (`raise_reported_divergence`). Only the group's members get a mark: a failure of
+        a process outside the group is never explained by this finding."""
         self._raised_divergence[group] = sequence
         try:
             self.kv_set(f"hs/{group}/diverged", f"{sequence}\x1f{message}")
-            self.kv_set("hs/diverged", f"{group}\x1f{sequence}\x1f{message}")
+            for rank in ranks:
+                self.kv_set(f"hs/mark/{rank}", f"{group}\x1f{sequence}\x1f{message}")
         except Exception as err:  # noqa: BLE001 - the service left with rank 0: raise the finding anyway
             log.info("tpu_dist: could not report collective #%d of group %s: %s", sequence, group, err)
 
@@ -238,12 +240,19 @@ class DistributedRuntime:
                 return None
 
     def raise_reported_divergence(self, running: str = "") -> None:
-        """Raises what a member's failed handshake reported (the job-wide mark), if this
-        process has not raised it yet. Called when a collective program fails: a
-        collective whose peer skipped it has no partner, and fails only when the rank that
-        found the problem leaves the job (its connections close); its error is then that
-        finding, with what this rank was running (`running`), not the transport's."""
-        mark = self.kv_try_get("hs/diverged")
+        """Raises the divergence a member's failed handshake reported to this process
+        (its mark `hs/mark/<rank>`, see `_report`), unless this process has raised that
+        finding -- or a later one of the same group -- already. Called when a collective
+        program fails: a collective whose peer skipped it has no partner, and fails only
+        when the rank that found the problem leaves the job (its connections close); its
+        error is then that finding, with what this rank was running (`running`), not the
+        transport's.
+
+        A mark's lifetime: it is raised at most once per process (per group, collective
+        numbers only grow), and only on the members of the group it was found in, so a
+        later failure -- another group's, or this group's after the user caught the
+        error -- is reported as itself, never as an old divergence."""
+        mark = self.kv_try_get(f"hs/mark/{self.rank}")
         if mark is None:
             return
         group, sequence, message = mark.split("\x1f", 2)
@@ -372,10 +381,12 @@ def current() -> DistributedRuntime | None:
 
 
 def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 300.0,
-               hostname: str | None = None) -> DistributedRuntime:
+               hostname: str | None = None, local_device: int | None = None) -> DistributedRuntime:
     """Joins the job of `world_size` processes whose coordination service is at
     `address` ("host:port"; process 0 serves it). Makes the multi-process client the
-    process-wide one: call it before anything else uses the runtime."""
+    process-wide one, of the platform the single-process client would use
+    (`client.make_multiprocess_raw_client`; `local_device`: this process's GPU among its
+    host's, torchrun's LOCAL_RANK): call it before anything else uses the runtime."""
     global _current
     with _current_lock:
         if _current is not None:
@@ -420,10 +431,14 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
                 "MASTER_PORT and WORLD_SIZE and that all of them started"
             ) from None
         try:
-            raw = _jaxlib.make_distributed_cpu_client(dclient, rank, world_size, hostname or local_address(address))
-        except Exception as err:  # noqa: BLE001
-            raise PlatformError(f"rank {rank}: the multi-process CPU client failed to start: {err}") from None
-        client = install_client("cpu", raw)
+            platform, raw = make_multiprocess_raw_client(
+                dclient, rank, world_size, hostname or local_address(address), local_device
+            )
+        except PlatformError:
+            if service is not None:
+                service.shutdown()
+            raise
+        client = install_client(platform, raw)
         runtime = DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient, client)
         _current = runtime
         atexit.register(shutdown)

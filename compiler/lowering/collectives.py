@@ -18,11 +18,44 @@ import torch
 
 from ..context import ir
 from ..dialect.collective_ops import REDUCE_OPS
+from ..fx_locations import user_frame
 from ..process_groups import GroupResolutionError, ProcessGroups, padded_groups
 from .helpers import shape_of
-from .registry import declare_padding, LoweringContext, lowers, Padding
+from .registry import declare_padding, LoweringContext, lookup, lowers, Padding
+from .symsize import static_layout
 
 c10d = torch.ops._c10d_functional
+
+
+# Bounded dynamism (a graph with symbolic sizes compiles at bounds: padded buffers). An
+# all-reduce or broadcast exchanges every element at its own position, so padding stays in
+# the padding (SAFE). All-gather, reduce-scatter and all-to-all cut or stack dimension 0 at
+# rank boundaries: with dimension 0 padded, every rank's block would carry its padding into
+# the middle of the result (or a scatter would cut the padded buffer at the wrong rows), so
+# that case runs in eager; a dynamic dim other than 0 stays in the padding.
+# Ranks exchanging a dynamic dim must agree on its run-time size, as in eager: the
+# handshake compares it (`torch_tpu._dist_graph`, exchanged sizes).
+
+
+def _eager_along_dynamic_dim0(ctx: LoweringContext, *args, **kwargs):
+    """With dimension 0 dynamic: runs in eager (each rank's block would carry its padding
+    into the middle of the result); a dynamic dim other than 0: the ordinary rule on the
+    padded buffers."""
+    arg = ctx.node.args[0]
+    nodes = arg if isinstance(arg, (list, tuple)) else [arg]
+    dynamic = ctx.importer.dynamic
+    if any(0 in dynamic.dynamic_dims(dynamic.symbolic_val(n)) for n in nodes if isinstance(n, torch.fx.Node)):
+        name = str(ctx.node.target).removeprefix("_c10d_functional.").removesuffix(".default")
+        frame = user_frame(ctx.node.meta.get("stack_trace"))
+        where = f" at {frame[0]}:{frame[1]}" if frame else ""
+        raise ctx.dynamic_limit(
+            f"{name}{where} along a dynamic (padded) dimension 0 (each rank's padding would land "
+            "between the ranks' blocks)"
+        )
+    args, kwargs = torch.utils._pytree.tree_map(
+        lambda a: static_layout(a) if isinstance(a, ir.Value) else a, (args, kwargs)
+    )
+    return lookup(ctx.node.target).fn(ctx, *args, **kwargs)
 
 
 def collective_op(
@@ -102,31 +135,36 @@ def _scattered(ctx, x: ir.Value, size: int) -> list[int]:
     return shape
 
 
-@lowers(c10d.all_gather_into_tensor.default)
+@lowers(c10d.all_gather_into_tensor.default, dynamic=Padding.MOVEMENT,
+        dynamic_rule=_eager_along_dynamic_dim0)
 def all_gather_into_tensor(ctx, x, group_size, group_name):
     group = _group(ctx, group_name, group_size)
     return collective_op("all_gather", x, _gathered(x, group_size), group, dim=0)
 
 
-@lowers(c10d.all_gather_into_tensor_coalesced.default)
+@lowers(c10d.all_gather_into_tensor_coalesced.default, dynamic=Padding.MOVEMENT,
+        dynamic_rule=_eager_along_dynamic_dim0)
 def all_gather_into_tensor_coalesced(ctx, xs, group_size, group_name):
     group = _group(ctx, group_name, group_size)
     return [collective_op("all_gather", x, _gathered(x, group_size), group, dim=0) for x in xs]
 
 
-@lowers(c10d.reduce_scatter_tensor.default)
+@lowers(c10d.reduce_scatter_tensor.default, dynamic=Padding.MOVEMENT,
+        dynamic_rule=_eager_along_dynamic_dim0)
 def reduce_scatter_tensor(ctx, x, reduce_op, group_size, group_name):
     group = _group(ctx, group_name, group_size)
     return collective_op("reduce_scatter", x, _scattered(ctx, x, group_size), group, reduce_op=_reduce_op(ctx, reduce_op), dim=0)
 
 
-@lowers(c10d.reduce_scatter_tensor_coalesced.default)
+@lowers(c10d.reduce_scatter_tensor_coalesced.default, dynamic=Padding.MOVEMENT,
+        dynamic_rule=_eager_along_dynamic_dim0)
 def reduce_scatter_tensor_coalesced(ctx, xs, reduce_op, group_size, group_name):
     group, op = _group(ctx, group_name, group_size), _reduce_op(ctx, reduce_op)
     return [collective_op("reduce_scatter", x, _scattered(ctx, x, group_size), group, reduce_op=op, dim=0) for x in xs]
 
 
-@lowers(c10d.all_to_all_single.default)
+@lowers(c10d.all_to_all_single.default, dynamic=Padding.MOVEMENT,
+        dynamic_rule=_eager_along_dynamic_dim0)
 def all_to_all_single(ctx, x, output_split_sizes, input_split_sizes, group_name):
     group = _group(ctx, group_name)
     size = len(group.ranks)
@@ -165,5 +203,5 @@ def is_collective_node(node) -> bool:
     return getattr(target, "namespace", None) == "_c10d_functional"
 
 
-# Bounded dynamism: collectives over padded buffers are not masked.
+declare_padding(Padding.SAFE, c10d.all_reduce, c10d.all_reduce_coalesced, c10d.broadcast, c10d.wait_tensor)
 declare_padding(Padding.EAGER, family="collectives")

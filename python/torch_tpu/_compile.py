@@ -146,11 +146,17 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     graph with static sizes returns a `PendingGraph` while XLA compiles it."""
     from . import _dist_graph, _dynamic
 
-    if symbol_bounds is None and _dist_graph.applies(gm):
-        # In a tpu_dist job: one program, its collectives in it (thin stages or embedded).
-        return _dist_graph.compile_distributed_graph(gm, name)
     if symbol_bounds is None and has_symbolic_shapes(gm):
         symbol_bounds = _dynamic.initial_bounds(gm)
+    if _dist_graph.applies(gm):
+        # In a tpu_dist job: one program, its collectives in it (thin stages or embedded);
+        # a graph with symbolic sizes at its bounds, as below.
+        compiled = _dist_graph.compile_distributed_graph(gm, name, symbol_bounds)
+        if symbol_bounds is None:
+            return compiled
+        return _dynamic.DynamicCompiledGraph(
+            compiled, gm, symbol_bounds, lambda bounds: compile_whole_graph(gm, name, bounds), name
+        )
     defer = defer and symbol_bounds is None
 
     def pipeline(mode: str, platform: str) -> str:

@@ -14,6 +14,9 @@ the compile pipeline, then the SPMD pipeline (`torch_tpu.spmd`):
 * under `torch_tpu.spmd_safe` (read when the graph compiles): one program with the
   collectives embedded, run as a group program over every process, so XLA may overlap
   communication with compute.
+* a graph with symbolic sizes: compiled at bounds (`_dynamic.py`), always embedded (its
+  padded values would cross thin stage boundaries as dynamically shaped buffers); the
+  handshake compares the run-time sizes its collectives exchange (`exchanged_sizes`).
 
 Every program holding collectives runs as the next collective of the job's default
 process group: it takes the group's next sequence number and goes through the handshake
@@ -38,10 +41,10 @@ _LOCATION = re.compile(r'"([^"]+)":(\d+)(?::\d+)?')
 
 def applies(gm: torch.fx.GraphModule) -> bool:
     """Whether `gm` compiles here: it holds `_c10d_functional` collectives, runs on tpu
-    tensors and this process is part of a `tpu_dist` job. Graphs with symbolic sizes keep
-    their collectives in eager (the bounded-dynamism path pads buffers, and collectives over
-    padded buffers are not masked)."""
-    from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
+    tensors and this process is part of a `tpu_dist` job. Graphs with symbolic sizes too:
+    they compile at bounds (padded buffers, `_dynamic.py`) like other graphs; a collective
+    whose padded operand it cannot exchange correctly (a dynamic gather/scatter dim) is
+    rejected by its lowering and runs in eager, with the reason logged."""
     from torch_tpu.runtime import distributed
 
     if distributed.current() is None:
@@ -50,7 +53,7 @@ def applies(gm: torch.fx.GraphModule) -> bool:
         return False
     from ._compile import tpu_index
 
-    return tpu_index(gm) is not None and not has_symbolic_shapes(gm)
+    return tpu_index(gm) is not None
 
 
 @dataclass
@@ -70,12 +73,16 @@ class DistributedGraphProgram:
     invoker's device path calls). `steps` lists the stages ("compute" / "collective"),
     `module_text` the program after the SPMD pipeline (the collectives visible)."""
 
-    def __init__(self, client: Any, steps: list[_Step], outputs: tuple, module_text: str, thin: bool) -> None:
+    def __init__(self, client: Any, steps: list[_Step], outputs: tuple, module_text: str, thin: bool,
+                 exchanged_sizes: tuple[tuple[int, str], ...] = ()) -> None:
         self.client = client
         self.steps = steps
         self.outputs = outputs
         self.module_text = module_text
         self.thin = thin
+        # A bounded graph's sizes that its collectives exchange: (position from the end of
+        # the arguments -- the program's trailing i32 sizes --, symbol name).
+        self.exchanged_sizes = exchanged_sizes
 
     @property
     def stage_kinds(self) -> list[str]:
@@ -84,6 +91,7 @@ class DistributedGraphProgram:
     def execute(self, args: Sequence[Any]) -> list[Any]:
         group = world_group()
         results: list[list[Any]] = []
+        sizes = self._sizes(args)
 
         def fetch(ref) -> Any:
             return args[ref.index] if ref.stage < 0 else results[ref.stage][ref.index]
@@ -93,8 +101,16 @@ class DistributedGraphProgram:
             if step.kind == "compute":
                 results.append(step.program.execute(values))
             else:
-                results.append(group.run_program(step.program, [self._on_device(v) for v in values]))
+                results.append(group.run_program(step.program, [self._on_device(v) for v in values], sizes))
         return [self._on_device(fetch(ref)) for ref in self.outputs]
+
+    def _sizes(self, args: Sequence[Any]) -> str:
+        """"s0=3, s1=7": this call's run-time sizes that the collectives exchange. Padded
+        buffers of one bound hide them from the program's fingerprint, and the ranks must
+        agree on them as eager's shapes must: the handshake compares them."""
+        if not self.exchanged_sizes:
+            return ""
+        return ", ".join(f"{name}={_host_int(args[len(args) - back])}" for back, name in self.exchanged_sizes)
 
     def __call__(self, *args: Any) -> list[Any]:
         return [b.to_torch() for b in self.execute(args)]
@@ -114,10 +130,13 @@ def world_group():
     return group if hasattr(group, "run_program") else group._get_backend(torch.device("tpu"))
 
 
-def compile_distributed_graph(gm: torch.fx.GraphModule, name: str):
+def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds=None):
     """`gm` (see `applies`) compiled as a `CompiledGraph` (`fx_graph`) whose executable is a
     `DistributedGraphProgram`. Raises LoweringError / TorchTpuCompileError as
-    `compile_whole_graph` does, so the caller's fallback handling is the same."""
+    `compile_whole_graph` does, so the caller's fallback handling is the same. With
+    `symbol_bounds` (a graph with symbolic sizes) the program is the bounded one
+    (padded inputs plus their sizes, `torchtpu-materialize-bounds`), which the caller
+    wraps in a `_dynamic.DynamicCompiledGraph` as `compile_whole_graph` does."""
     from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.compiler.importer import import_graph
     from torch_tpu.compiler.outlined import functions_by_name, split_outlined
@@ -126,6 +145,7 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str):
     from torch_tpu.runtime import distributed
 
     from ._compile import fx_graph, host_results, pipeline_for, resident_inputs, tpu_index
+    from ._dynamic import bounds_mode
     from ._errors import TorchTpuCompileError
     from ._invoker import client, shared_context
     from ._output_layout import output_layouts
@@ -135,14 +155,21 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str):
 
     runtime = distributed.current()
     local = client()
-    imported = import_graph(gm, context=shared_context(), process_groups=process_groups_of(gm))
+    imported = import_graph(gm, context=shared_context(), process_groups=process_groups_of(gm),
+                            symbol_bounds=symbol_bounds)
     module = imported.module.operation
-    thin = not is_spmd_safe()
+    # A bounded graph compiles embedded (one program): its padded values carry their
+    # run-time sizes as XLA dynamic shapes, which would cross thin stages' boundaries as
+    # dynamically shaped buffers, and a stage program takes static ones; the one program's
+    # boundary is made static by torchtpu-materialize-bounds.
+    thin = not is_spmd_safe() and symbol_bounds is None
     on_cpu = local.platform == "cpu"
     # XLA:CPU has no collective-broadcast and no and/or/xor all-reduce (as the eager programs).
     spmd = spmd_pipeline(thin=thin, broadcast="all_gather" if on_cpu else "collective_broadcast",
                          bitwise="bytes" if on_cpu else "native")
-    for pipeline, what in ((pipeline_for(current_mode()), "the compiler pipeline"), (spmd, "the SPMD pipeline")):
+    bounds = bounds_mode(local.platform) if symbol_bounds is not None else "none"
+    pipelines = ((pipeline_for(current_mode(), bounds), "the compiler pipeline"), (spmd, "the SPMD pipeline"))
+    for pipeline, what in pipelines:
         engine = DiagnosticEngine()
         if not run_pipeline(module, pipeline, engine):
             raise TorchTpuCompileError(
@@ -175,9 +202,51 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str):
         signature = ir.FunctionType(ir.TypeAttr(entry.attributes["function_type"]).value)
         steps = [_Step("collective", program, tuple(ValueRef(-1, i) for i in range(len(signature.inputs))), name)]
         outputs = tuple(ValueRef(0, k) for k in range(len(signature.results)))
-    executable = DistributedGraphProgram(local, steps, outputs, module_text, thin)
+    exchanged = _exchanged_sizes(gm, imported) if symbol_bounds is not None else ()
+    executable = DistributedGraphProgram(local, steps, outputs, module_text, thin, exchanged)
     return fx_graph(executable, imported, has_matrix_ops(module), resident_inputs(gm, imported),
-                    host_results(gm, imported), tpu_index(gm), output_layouts(gm, len(imported.outputs)))
+                    host_results(gm, imported), tpu_index(gm),
+                    output_layouts(gm, len(imported.outputs)) if symbol_bounds is None else None)
+
+
+def _host_int(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return int(value)
+    if hasattr(value, "to_numpy"):  # a DeviceBuffer
+        return int(value.to_numpy())
+    return int(value)
+
+
+def _exchanged_sizes(gm: torch.fx.GraphModule, imported: Any) -> tuple[tuple[int, str], ...]:
+    """The size symbols of the collectives' operands with dynamic dims, each located among
+    the bounded program's trailing sizes (one per dynamic dim of each input, in argument
+    order: `_dynamic.pad_to_bounds`) as (position from the end of the arguments, name)."""
+    from torch_tpu.compiler.lowering.padded import is_dynamic_size
+
+    exchanged: set[str] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not is_collective_node(node) or not node.args:
+            continue
+        operands = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+        for operand in operands:
+            val = operand.meta.get("val") if isinstance(operand, torch.fx.Node) else None
+            if isinstance(val, torch.Tensor):
+                for size in val.shape:
+                    if is_dynamic_size(size):
+                        exchanged.update(str(sym) for sym in size.node.expr.free_symbols)
+    if not exchanged:
+        return ()
+    specs = [spec for spec in imported.inputs if spec.role == "input"]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    located: dict[str, int] = {}
+    count = 0
+    for spec, node in zip(specs, placeholders):
+        val = node.meta.get("val")
+        for d in spec.dynamic_dims:
+            if isinstance(val, torch.Tensor) and is_dynamic_size(val.shape[d]):
+                located.setdefault(str(val.shape[d].node.expr), count)
+            count += 1
+    return tuple((count - k, name) for name, k in sorted(located.items()) if name in exchanged)
 
 
 def _group_program(runtime: Any, text: str, ranks: tuple[int, ...], name: str, description: str):

@@ -64,4 +64,6 @@ def start_runtime(rank: int, world_size: int, timeout: datetime.timedelta | floa
             "launch every rank with the same world size"
         )
     seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout or 300)
-    return distributed.initialize(rank, world_size, coordinator_address(store), timeout_s=seconds)
+    local = os.environ.get("LOCAL_RANK", "")
+    return distributed.initialize(rank, world_size, coordinator_address(store), timeout_s=seconds,
+                                  local_device=int(local) if local.isdigit() else None)

@@ -145,30 +145,35 @@ def _as_tensor(buffer, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor
     return _storage.new_tensor(buffer, numel, size, list(_storage.contiguous_stride(size)), dtype, 0)
 
 
-def _write(target: torch.Tensor, value: torch.Tensor) -> None:
-    """`target` (any tpu tensor, possibly a view) takes `value`'s elements in place."""
+def _take(target: torch.Tensor, dtype: torch.dtype, numel: int, buffer: Callable[[], Any],
+          value: Callable[[], torch.Tensor]) -> None:
+    """The one rule by which `target` (any tpu tensor, possibly a view) takes a result in
+    place. The result has `numel` elements of `dtype`, in order; `buffer()` gives them as a
+    flat DeviceBuffer, `value()` as a tensor. When `target` covers its storage and the
+    result has its dtype and element count, the storage is rebound to `buffer()` (no
+    device copy; every view sees it); otherwise `value()` is copied into `target` (a
+    device `copy_`, converting the dtype as PyTorch's copy does)."""
     from torch_tpu.device import _storage
 
     entry = _storage.entry_of(target)
-    if _covers(target, entry) and value.is_contiguous():
-        entry.buffer = _flat_buffer(value)  # rebinding the storage: every view sees it
+    if dtype == target.dtype and numel == target.numel() and _covers(target, entry):
+        entry.buffer = buffer()
         return
     with torch.no_grad():
-        target.copy_(value.reshape(target.shape))
+        target.copy_(value().reshape(target.shape))
+
+
+def _write(target: torch.Tensor, value: torch.Tensor) -> None:
+    """`target` takes the tensor `value`'s elements (`_take`)."""
+    _take(target, value.dtype, value.numel(), lambda: _flat_buffer(value), lambda: value)
 
 
 def _write_result(target: torch.Tensor, buffer) -> None:
-    """`target` takes a program's flat output `buffer` (its elements in order) in place:
-    a tensor that covers its storage is rebound to the buffer without making a tensor of
-    it (the per-call path of all_reduce/broadcast); a view gets a device copy."""
-    from torch_tpu.device import _storage
-
-    entry = _storage.entry_of(target)
-    if _covers(target, entry):
-        entry.buffer = buffer
-        return
-    with torch.no_grad():
-        target.copy_(_as_tensor(buffer, target.shape, target.dtype))
+    """`target` takes a program's flat output `buffer` of `target`'s dtype (`_take`): a
+    covering tensor without making a tensor of it (the per-call path of all_reduce and
+    broadcast)."""
+    _take(target, target.dtype, buffer.shape[0], lambda: buffer,
+          lambda: _as_tensor(buffer, target.shape, target.dtype))
 
 
 def _element(dtype: torch.dtype) -> str:
@@ -282,16 +287,18 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._runtime.handshake(group, ranks, record, self._timeout_s)
         program.checked = True
 
-    def run_program(self, program, buffers: Sequence[Any]) -> list:
+    def run_program(self, program, buffers: Sequence[Any], sizes: str = "") -> list:
         """Runs a collective program compiled elsewhere -- a stage of a compiled graph
         (`torch_tpu._dist_graph`), which every member runs -- as this group's next
         collective: it takes the next sequence number and goes through the handshake as
         the group's own programs do (`program` carries `fingerprint`, `description`,
-        `checked`)."""
+        `checked`). `sizes` ("s0=3"): the run-time sizes a bounded program exchanges,
+        which its text does not show; checked as part of what the ranks compare."""
         with self._lock:
             self._sequence += 1
             sequence = self._sequence
-        self._maybe_handshake(self._name, self._global_ranks, sequence, program, not program.checked)
+        checked_as = _with_sizes(program, sizes) if sizes else program
+        self._maybe_handshake(self._name, self._global_ranks, sequence, checked_as, not checked_as.checked)
         return program.run(buffers)
 
     def _issue(self, what: str, tensors: Sequence[torch.Tensor], body: Callable[[], tuple[list, list]]) -> TPUWork:
@@ -602,6 +609,26 @@ def user_line() -> str:
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return "<no Python frame: issued by C++ (e.g. DDP's gradient all-reduce)>"
+
+
+class _SizedProgram:
+    """What the handshake compares of a bounded program run at given sizes."""
+
+    def __init__(self, program: Any, sizes: str) -> None:
+        from torch_tpu.runtime.distributed import fingerprint_of
+
+        self.description = f"{program.description} at sizes {sizes}"
+        self.fingerprint = fingerprint_of(program.fingerprint, self.description)
+        self.checked = False
+
+
+def _with_sizes(program: Any, sizes: str) -> _SizedProgram:
+    """`program` at `sizes`, one per sizes (under `first_call`, each is checked once)."""
+    by_sizes = program.__dict__.setdefault("by_sizes", {})
+    sized = by_sizes.get(sizes)
+    if sized is None:
+        sized = by_sizes[sizes] = _SizedProgram(program, sizes)
+    return sized
 
 
 def _merged(works: list[TPUWork], result: list) -> TPUWork:

@@ -86,3 +86,28 @@ def test_a_dtype_mismatched_result_is_not_rebound():
     entry = _storage.entry_of(view)
     assert entry.dtype == torch.int32 and view.dtype == torch.float32  # the storage keeps its dtype
     assert not pg._covers(view, entry)
+
+
+def test_a_tensor_value_of_another_dtype_is_converted_not_rebound():
+    # _write and _write_result are one rule (_take): a value of another dtype than the
+    # target's is copied with conversion, never rebound (its bytes would be relabelled).
+    t = torch.zeros(4, dtype=torch.float64).to("tpu")
+    value = torch.arange(4, dtype=torch.float32).to("tpu")
+    pg._write(t, value)
+    assert _storage.entry_of(t).buffer is not _storage.entry_of(value).buffer
+    assert t.dtype == torch.float64 and torch.equal(t.cpu(), torch.arange(4, dtype=torch.float64))
+
+
+def test_a_tensor_value_rebinds_a_covering_target_as_a_result_buffer_does():
+    t = BASE.to("tpu")
+    row_view = t[1]
+    value = (BASE + 100).to("tpu")
+    pg._write(t, value)
+    assert _storage.entry_of(t).buffer is _storage.entry_of(value).buffer  # rebound, no copy
+    assert torch.equal(row_view.cpu(), (BASE + 100)[1])
+    # a non-contiguous value goes in as its elements in order (one copy), still rebinding
+    u = BASE.to("tpu")
+    strided = (BASE * 2).t().contiguous().to("tpu").t()
+    assert not strided.is_contiguous()
+    pg._write(u, strided)
+    assert torch.equal(u.cpu(), BASE * 2)

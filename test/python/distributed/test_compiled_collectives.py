@@ -71,3 +71,19 @@ def test_processes_on_other_hosts_get_a_reachable_address():
     assert not remote.startswith("127.")
     with socket.socket() as s:  # an address of this host: it can be listened on
         s.bind((remote, 0))
+
+
+def test_compiled_graph_with_a_dynamic_dim_keeps_its_collectives_in_its_program():
+    """torch_tpu.mark_dynamic on a 2-rank job's input: one compile serves three sizes, the
+    collectives are stages of its program, a dim-0 all-gather runs in eager with its
+    reason, and ranks passing different sizes raise (workers/compiled_collectives.py)."""
+    out = torchrun(2, "--compiled-dynamic", timeout=300)
+    _expect_phases(out, range(2), ["compiled dynamic collectives", "compiled dynamic dim-0 gather in eager",
+                                   "compiled dynamic size divergence", "JOB"])
+
+
+def test_four_process_device_mesh_compiled_graph_collectives_on_each_dimension():
+    """A 2 x 2 DeviceMesh: one compiled graph with collectives over the mesh's rows, its
+    columns and the world compiles whole and matches hand-computed values on every rank."""
+    out = torchrun(4, "--compiled-mesh", timeout=420)
+    _expect_phases(out, range(4), ["compiled mesh collectives", "JOB"])

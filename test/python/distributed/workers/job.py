@@ -8,6 +8,9 @@ argv: --dtypes float32,int32,bfloat16   collectives x these dtypes
       --compiled-collectives             compiled graphs with _c10d_functional collectives: one program
       --compiled-embedded                the same under torch_tpu.spmd_safe (embedded); subgroup collectives
       --compiled-divergence              compiled graphs exchanging different shapes -> error on every rank
+      --compiled-dynamic                 a compiled graph with a dynamic dim: its collectives in its program
+      --compiled-mesh                    4 processes: a 2 x 2 DeviceMesh, one compiled graph with collectives
+                                         on each mesh dimension and the world
       --tp                               TP MLP (Colwise/Rowwise) 5 steps == single process
       --handshake                        divergence -> DistributedError on every rank
       --die                              the last rank exits; the others raise naming it
@@ -29,6 +32,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from collectives import check_collectives  # noqa: E402
 from compiled_collectives import (  # noqa: E402
     check_compiled_collectives, check_compiled_divergence, check_compiled_embedded_and_subgroups,
+    check_compiled_dynamic, check_compiled_mesh,
 )
 from ddp import check_ddp  # noqa: E402
 from fsdp import check_fsdp  # noqa: E402
@@ -163,6 +167,8 @@ def main():
     parser.add_argument("--compiled-collectives", action="store_true")
     parser.add_argument("--compiled-embedded", action="store_true")
     parser.add_argument("--compiled-divergence", action="store_true")
+    parser.add_argument("--compiled-dynamic", action="store_true")
+    parser.add_argument("--compiled-mesh", action="store_true")
     parser.add_argument("--tp", action="store_true")
     parser.add_argument("--handshake", action="store_true")
     parser.add_argument("--die", action="store_true")
@@ -185,6 +191,10 @@ def main():
         check_compiled_embedded_and_subgroups()
     if args.compiled_divergence:
         check_compiled_divergence()
+    if args.compiled_dynamic:
+        check_compiled_dynamic()
+    if args.compiled_mesh:
+        check_compiled_mesh()
     if args.tp:
         check_tp()
     if args.handshake:

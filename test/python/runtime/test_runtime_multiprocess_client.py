@@ -1,0 +1,105 @@
+"""The client of a process in a multi-process job (`client.make_multiprocess_raw_client`):
+the platform the single-process client would use, built the way jax builds it. Only
+XLA:CPU runs here; for the TPU and CUDA plugins these tests check what is handed to
+jaxlib (`make_c_api_client(name, options + {node_id, num_nodes}, distributed_client)`)
+and the errors of a missing plugin -- a real plugin is not started (no GPU or TPU)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from torch_tpu.runtime import _jaxlib
+from torch_tpu.runtime import client as client_module
+from torch_tpu.runtime.errors import PlatformError
+
+COORDINATION = object()  # stands for jaxlib's DistributedRuntimeClient
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_platform(monkeypatch):
+    for name in ("TORCH_TPU_PLATFORM", "TPU_LIBRARY_PATH", "TORCH_TPU_CUDA_PLUGIN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture()
+def started(monkeypatch):
+    """What would have been started: the plugin client's and the CPU client's arguments."""
+    calls = []
+
+    def plugin(name, path, options, distributed_client=None):
+        calls.append(("plugin", name, path, options, distributed_client))
+        return f"{name} client"
+
+    def cpu(dclient, node_id, num_nodes, hostname):
+        calls.append(("cpu", dclient, node_id, num_nodes, hostname))
+        return "cpu client"
+
+    monkeypatch.setattr(_jaxlib, "make_plugin_client", plugin)
+    monkeypatch.setattr(_jaxlib, "make_distributed_cpu_client", cpu)
+    return calls
+
+
+def _fake_library(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(b"not a shared library")
+    return str(path)
+
+
+def test_cuda_process_gets_its_rank_the_job_size_the_coordination_client_and_its_gpu(
+        monkeypatch, tmp_path, started):
+    path = _fake_library(tmp_path, "xla_cuda_plugin.so")
+    monkeypatch.setenv("TORCH_TPU_PLATFORM", "gpu")
+    monkeypatch.setenv("TORCH_TPU_CUDA_PLUGIN_PATH", path)
+    platform, raw = client_module.make_multiprocess_raw_client(COORDINATION, 1, 4, "10.0.0.2", local_device=3)
+    assert (platform, raw) == ("cuda", "cuda client")
+    [(kind, name, got_path, options, dclient)] = started
+    assert (kind, name, got_path, dclient) == ("plugin", "cuda", path, COORDINATION)
+    assert options["node_id"] == 1 and options["num_nodes"] == 4 and options["visible_devices"] == [3]
+    # the plugin's own options (jaxlib's generate_pjrt_gpu_plugin_options) are kept
+    assert set(_jaxlib.gpu_plugin_options()) <= set(options)
+
+
+def test_tpu_process_gets_its_rank_and_the_job_size(monkeypatch, tmp_path, started):
+    path = _fake_library(tmp_path, "libtpu.so")
+    monkeypatch.setenv("TORCH_TPU_PLATFORM", "tpu")
+    monkeypatch.setenv("TPU_LIBRARY_PATH", path)
+    assert client_module.make_multiprocess_raw_client(COORDINATION, 0, 2, "h", local_device=0) == ("tpu", "tpu client")
+    assert started == [("plugin", "tpu", path, {"node_id": 0, "num_nodes": 2}, COORDINATION)]
+
+
+def test_without_plugins_the_job_runs_on_xla_cpu(started):
+    assert client_module.make_multiprocess_raw_client(COORDINATION, 1, 2, "127.0.0.1") == ("cpu", "cpu client")
+    assert started == [("cpu", COORDINATION, 1, 2, "127.0.0.1")]
+
+
+def test_a_forced_platform_without_its_plugin_says_what_to_install(monkeypatch, started):
+    monkeypatch.setenv("TORCH_TPU_PLATFORM", "tpu")
+    with pytest.raises(PlatformError, match=r"no TPU PjRT plugin: install libtpu \(pip install 'libtpu==0\.0\.42\.\*'"):
+        client_module.make_multiprocess_raw_client(COORDINATION, 0, 2, "h")
+    monkeypatch.setenv("TORCH_TPU_PLATFORM", "cuda")
+    with pytest.raises(PlatformError, match=r"no CUDA PjRT plugin: install it \(pip install 'jax-cuda12-plugin"):
+        client_module.make_multiprocess_raw_client(COORDINATION, 0, 2, "h")
+    assert started == []
+
+
+def test_a_broken_plugin_is_an_error_when_forced_and_skipped_when_discovered(monkeypatch, tmp_path):
+    """The real loading path: jaxlib refuses a file that is no plugin before any
+    connection is made."""
+    monkeypatch.setenv("TORCH_TPU_CUDA_PLUGIN_PATH", _fake_library(tmp_path, "xla_cuda_plugin.so"))
+    monkeypatch.setenv("TORCH_TPU_PLATFORM", "cuda")
+    with pytest.raises(PlatformError, match=r"the CUDA plugin at .*xla_cuda_plugin\.so failed to start"):
+        client_module.make_multiprocess_raw_client(None, 0, 2, "h", local_device=0)
+    monkeypatch.delenv("TORCH_TPU_PLATFORM")
+    cpu = []
+    monkeypatch.setattr(_jaxlib, "make_distributed_cpu_client", lambda *args: cpu.append(args) or "cpu client")
+    assert client_module.make_multiprocess_raw_client(None, 0, 2, "h", local_device=0) == ("cpu", "cpu client")
+
+
+def test_jaxlib_takes_the_distributed_client_as_make_c_api_client_third_argument():
+    """The call `make_plugin_client` makes, against the installed jaxlib's signature."""
+    from jaxlib import xla_client
+
+    parameters = list(inspect.signature(xla_client.make_c_api_client).parameters)
+    assert parameters[:3] == ["plugin_name", "options", "distributed_client"]
