@@ -434,12 +434,15 @@ class Client:
             signature = Signature.of(raw)
         except Exception as err:  # noqa: BLE001
             raise CompileError(f"{name}: {err}") from None
-        payload: bytes | None
-        try:
-            payload = _jaxlib.serialize_executable(self._raw, raw)
-        except Exception as err:  # noqa: BLE001 - some plugins cannot serialize
-            log.info("%s: the %s platform cannot serialize executables (%s); not caching on disk", name, self.platform, err)
-            payload = None
+        payload: bytes | None = None
+        # Serialized only for a tier that stores it: the compile's future (a first call
+        # waiting for XLA) resolves after this (~20 ms for the quickstart model).
+        if self.cache.l2 is not None or self.cache.l3 is not None:
+            try:
+                payload = _jaxlib.serialize_executable(self._raw, raw)
+            except Exception as err:  # noqa: BLE001 - some plugins cannot serialize
+                log.info("%s: the %s platform cannot serialize executables (%s); not caching on disk", name,
+                         self.platform, err)
         metadata = {
             "platform": self.platform,
             "platform_version": self.platform_version,

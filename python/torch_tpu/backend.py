@@ -21,11 +21,16 @@ from typing import Any
 
 import torch
 
+from . import _dynamo_funcnames
 from ._aliasing_prims import decompose_aliasing_prims
 from ._compile import compile_graph
 from ._tensor_index import rewrite_scalar_tensor_indices
 
 log = logging.getLogger("torch_tpu")
+
+# Dynamo resolves backend "tpu" (importing this module) before it traces: its trace-log
+# headers stop tokenizing source files while those logs are off (_dynamo_funcnames.py).
+_dynamo_funcnames.install()
 
 _graph_ids = itertools.count()
 _KNOWN_OPTIONS = {"functionalize"}

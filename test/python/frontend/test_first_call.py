@@ -297,3 +297,61 @@ def test_a_failed_background_compile_raises_at_each_resolve_and_never_yields_a_f
     program = FxProgram(done, imported=None, timings={}, seconds=0.0, _submitted=time.perf_counter())
     assert program.resolve().executable == "executable" and program.resolve().executable == "executable"
     assert set(program.timings) == {"xla_wait", "xla_compile"}
+
+
+_TOKENIZED_FILES = """
+    import torch
+    import torch._dynamo.funcname_cache as names
+    tokenized = []
+    add_file = names._add_file
+    names._add_file = lambda filename: (tokenized.append(filename), add_file(filename))[1]
+
+    def gelu_mlp(x):
+        return torch.nn.functional.gelu(torch.nn.functional.linear(x, x))
+
+    with torch.no_grad():
+        out = torch.compile(gelu_mlp, backend="tpu")(torch.ones(4, 4))
+        torch.testing.assert_close(out, gelu_mlp(torch.ones(4, 4)))
+    print("tokenized:", len(tokenized))
+"""
+
+
+def test_dynamo_trace_headers_tokenize_no_source_while_their_logs_are_off():
+    # Dynamo names the function of every traced line for a debug log (tokenizing each
+    # source file in Python, ~0.1 s on the quickstart model's first call) even when the
+    # log is off; _dynamo_funcnames makes that lookup wait for the log.
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_LOGS"}
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(_TOKENIZED_FILES)], capture_output=True,
+                            text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tokenized: 0" in result.stdout, result.stdout
+
+
+def test_dynamo_trace_call_log_still_names_the_function_when_on(tmp_path):
+    script = tmp_path / "traced.py"  # a file: Dynamo names functions by tokenizing their source file
+    script.write_text(textwrap.dedent(_TOKENIZED_FILES))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TORCH_LOGS": "trace_call"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tokenized: 0" not in result.stdout, result.stdout
+    # The header Dynamo logs names the function after the line: "traced.py:12 in gelu_mlp (gelu_mlp)".
+    assert "in gelu_mlp (gelu_mlp)" in result.stderr, result.stderr[-3000:]
+
+
+def test_dynamo_funcname_lookup_is_wrapped_once_and_follows_the_loggers():
+    import logging
+
+    from torch._dynamo import symbolic_convert
+
+    from torch_tpu import _dynamo_funcnames
+
+    assert _dynamo_funcnames.install()
+    wrapped = symbolic_convert.get_funcname
+    assert _dynamo_funcnames.install() and symbolic_convert.get_funcname is wrapped  # not wrapped twice
+    logger = logging.getLogger("torch_tpu.test.trace_call")
+    calls = []
+    lookup = _dynamo_funcnames.named_when_logged(lambda f, n: calls.append((f, n)) or "Model.forward", [logger])
+    logger.setLevel(logging.INFO)
+    assert lookup("model.py", 3) is None and calls == []
+    logger.setLevel(logging.DEBUG)
+    assert lookup("model.py", 3) == "Model.forward" and calls == [("model.py", 3)]

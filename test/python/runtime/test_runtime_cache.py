@@ -91,6 +91,24 @@ def test_l2_entry_is_written_privately_and_hit_by_a_new_client(cache_dirs):
     _check(hit)
 
 
+def test_executables_are_serialized_only_for_a_tier_that_stores_them(cache_dirs, monkeypatch):
+    # A compile's future (a first call waiting for XLA) resolves after serializing: with
+    # no L2 or L3 nothing would read the bytes.
+    from torch_tpu.runtime import _jaxlib
+
+    serialized = []
+    serialize = _jaxlib.serialize_executable
+    monkeypatch.setattr(_jaxlib, "serialize_executable", lambda *a: serialized.append(1) or serialize(*a))
+    l1_only = _client()
+    _check(l1_only.compile(scale_module(3.0), name="scale"))
+    assert serialized == [] and l1_only.cache.stats.l2_writes == 0
+    l2, _ = cache_dirs
+    stored = _client(l2)
+    _check(stored.compile(scale_module(3.0), name="scale"))
+    assert serialized == [1] and stored.cache.stats.l2_writes == 1
+    assert _client(l2).compile(scale_module(3.0), name="scale").origin == "l2"
+
+
 @pytest.mark.parametrize("url_form", ["path", "file"])
 def test_l3_local_url_hit_is_copied_into_l2(cache_dirs, url_form):
     l2, l3 = cache_dirs
