@@ -135,7 +135,8 @@ declare(
 declare(
     "WORLD_SIZE", INT, 1,
     "Set by `torchrun` and other launchers, not by users: the number of processes of a job. "
-    "torch_tpu reads it only to turn the L2 compile cache on by default in multi-process jobs.",
+    "torch_tpu reads it to turn the L2 compile cache on by default in multi-process jobs, and "
+    "to apply `TORCH_TPU_DIST_REUSE_HOST_MEMORY` at `import torch`.",
     "runtime",
 )
 declare(

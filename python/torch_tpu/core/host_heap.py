@@ -30,7 +30,6 @@ Standard library only: it runs at `import torch`, before jaxlib loads.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 
 from . import config
@@ -73,10 +72,12 @@ def launched_on_cpu() -> bool:
     > 1, as torchrun sets it) that runs on XLA:CPU (`TORCH_TPU_PLATFORM` unset or `cpu`;
     on TPU/GPU the collectives' buffers are device memory). Decided from the environment
     alone: it runs at `import torch`."""
-    world = os.environ.get("WORLD_SIZE", "").strip()
-    if not world.isdigit() or int(world) < 2:
-        return False
-    return (os.environ.get("TORCH_TPU_PLATFORM") or "cpu").strip().lower() == "cpu"
+    try:
+        world = config.get("WORLD_SIZE")
+        platform = config.get("TORCH_TPU_PLATFORM")
+    except config.EnvVarError:
+        return False  # reported where the job reads it; never at `import torch`
+    return world > 1 and (platform or "cpu").strip().lower() == "cpu"
 
 
 def _set(settings: dict[int, int], name: str) -> bool:
