@@ -61,6 +61,14 @@ def test_the_multi_process_cpu_client_keeps_freed_memory(recorded, monkeypatch):
     assert not host_heap.keep_freed_memory() and recorded == []
 
 
+def test_an_unparsable_setting_never_breaks_import_torch_and_is_reported_by_the_client(recorded, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCH_TPU_DIST_REUSE_HOST_MEMORY", "maybe")
+    assert not host_heap.share_main_arena() and recorded == []
+    with pytest.raises(host_heap.config.EnvVarError, match="TORCH_TPU_DIST_REUSE_HOST_MEMORY='maybe'"):
+        host_heap.keep_freed_memory()
+
+
 def test_a_c_library_without_mallopt_changes_nothing(monkeypatch):
     monkeypatch.setattr(host_heap, "_mallopt", lambda: None)
     monkeypatch.setattr(host_heap, "_applied", set())
