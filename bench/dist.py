@@ -122,6 +122,8 @@ def _ddp(args) -> tuple[float, float]:
 
 
 def worker(args) -> None:
+    import resource
+
     import torch.distributed as dist
 
     dist.init_process_group("tpu_dist")
@@ -137,6 +139,11 @@ def worker(args) -> None:
                   f"{bw_prog / bw_gloo:11.2f}x  {f_tpu:15.0f}  {f_gloo:11.0f}")
         print(f"DDP step (MLP 256-1024-1024-256, batch 64): tpu_dist {ddp_tpu * 1e3:.1f} ms, "
               f"gloo on CPU {ddp_gloo * 1e3:.1f} ms ({ddp_gloo / ddp_tpu:.2f}x)")
+        from torch_tpu.core import host_heap
+
+        print(f"host heap reuse (TORCH_TPU_DIST_REUSE_HOST_MEMORY): {sorted(host_heap.applied()) or 'off'}; "
+              f"rank 0 peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10} MB; "
+              f"load {os.getloadavg()[0]:.1f}")
     dist.destroy_process_group()
 
 

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from torch_tpu.core import host_heap
+
 from . import _jaxlib
 from .buffer import DeviceBuffer
 from .client import Client, install_client, make_multiprocess_raw_client
@@ -430,6 +432,9 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
                 f"{seconds} s: {err}. Check that every rank runs with the same MASTER_ADDR, "
                 "MASTER_PORT and WORLD_SIZE and that all of them started"
             ) from None
+        # Each collective's output is a new buffer of its operand's size: reuse freed ones
+        # (docs/explanation/distributed.md, "Performance").
+        host_heap.keep_freed_memory()
         try:
             platform, raw = make_multiprocess_raw_client(
                 dclient, rank, world_size, hostname or local_address(address), local_device

@@ -135,7 +135,8 @@ declare(
 declare(
     "WORLD_SIZE", INT, 1,
     "Set by `torchrun` and other launchers, not by users: the number of processes of a job. "
-    "torch_tpu reads it only to turn the L2 compile cache on by default in multi-process jobs.",
+    "torch_tpu reads it to turn the L2 compile cache on by default in multi-process jobs, and "
+    "to apply `TORCH_TPU_DIST_REUSE_HOST_MEMORY` at `import torch`.",
     "runtime",
 )
 declare(
@@ -256,4 +257,14 @@ declare(
     "mismatch, or a rank that does not arrive within the process group's timeout, raises on "
     "the waiting ranks instead of hanging.",
     "frontend",
+)
+declare(
+    "TORCH_TPU_DIST_REUSE_HOST_MEMORY", BOOL, True,
+    "tpu_dist on XLA:CPU: glibc's malloc keeps freed buffers for reuse (`M_ARENA_MAX=1` at "
+    "`import torch` in a launcher's worker with `WORLD_SIZE` > 1, `M_MMAP_MAX=0` and a 1 GiB "
+    "`M_TRIM_THRESHOLD` when the multi-process client starts), so each collective's fresh "
+    "output buffer is the previous one's memory instead of new pages (16,385 page faults per "
+    "64 MB all-reduce without it). `0` leaves glibc's defaults. No effect on other platforms "
+    "or C libraries.",
+    "runtime",
 )

@@ -15,8 +15,14 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from torch_tpu.core import host_heap
+
 from ._launch import COORDINATOR_PORT_OFFSET, LaunchError
 from ._process_group import ProcessGroupTPU, TPUWork, create_backend
+
+# Before any thread starts (this module loads at the end of `import torch`): on XLA:CPU,
+# the collectives' output buffers then come from the one heap that can reuse them.
+host_heap.share_main_arena()
 
 BACKEND = "tpu_dist"
 
