@@ -261,7 +261,9 @@ declare(
 declare(
     "TORCH_TPU_DIST_REUSE_HOST_MEMORY", BOOL, True,
     "tpu_dist on XLA:CPU: glibc's malloc keeps freed buffers for reuse (`M_ARENA_MAX=1` at "
-    "`import torch` in a launcher's worker with `WORLD_SIZE` > 1, `M_MMAP_MAX=0` and a 1 GiB "
+    "`import torch` in a launcher's worker with `WORLD_SIZE` > 1 -- not where PyTorch is a "
+    "CUDA/ROCm build or a TPU/CUDA PjRT plugin is installed, unless `TORCH_TPU_PLATFORM=cpu` -- "
+    "`M_MMAP_MAX=0` and a 1 GiB "
     "`M_TRIM_THRESHOLD` when the multi-process client starts), so each collective's fresh "
     "output buffer is the previous one's memory instead of new pages (16,385 page faults per "
     "64 MB all-reduce without it). `0` leaves glibc's defaults. No effect on other platforms "

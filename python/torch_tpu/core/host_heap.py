@@ -13,7 +13,9 @@ the freed buffer the next call's output, as PyTorch's gloo reduces in one tensor
   main (brk) heap, the only one that can hold any size. An arena is chosen per thread
   at its first allocation and the limit is fixed once glibc has made 8 arenas, so this
   must run before any thread starts: at `import torch` (the `torch.backends` autoload),
-  in a process a launcher started (`WORLD_SIZE` > 1) on XLA:CPU. (Set when the client
+  in a process a launcher started (`WORLD_SIZE` > 1) on XLA:CPU (not on a machine
+  whose PyTorch is a CUDA/ROCm build or that has a TPU/CUDA PjRT plugin, unless
+  `TORCH_TPU_PLATFORM=cpu`). (Set when the client
   starts, it reached only some of XLA's threads: 4,369 faults per 64 MB call. Threads
   that a library imported before torch started and that allocated keep their own arenas,
   and XLA's threads may then share those.)
@@ -33,6 +35,7 @@ Standard library only: it runs at `import torch`, before jaxlib loads.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import sys
 
 from . import config
@@ -70,17 +73,42 @@ def enabled() -> bool:
     return bool(config.get("TORCH_TPU_DIST_REUSE_HOST_MEMORY"))
 
 
-def launched_on_cpu() -> bool:
+# Modules whose presence means the runtime would pick a TPU or CUDA PjRT plugin when
+# `TORCH_TPU_PLATFORM` is unset (runtime/client.py's discovery order).
+ACCELERATOR_PLUGIN_MODULES = ("libtpu", "jax_cuda13_plugin", "jax_cuda12_plugin",
+                              "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
+
+
+def accelerator_plugin_installed() -> bool:
+    """Whether a TPU or CUDA PjRT plugin is configured or installed (a cheap look: the
+    module specs and the path variables, no import; the runtime decides at client start)."""
+    if config.get("TPU_LIBRARY_PATH") or config.get("TORCH_TPU_CUDA_PLUGIN_PATH"):
+        return True
+    for name in ACCELERATOR_PLUGIN_MODULES:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
+
+
+def launched_on_cpu(accelerator_build: bool = False) -> bool:
     """Whether this process is a launcher's worker of a multi-process job (`WORLD_SIZE`
-    > 1, as torchrun sets it) that runs on XLA:CPU (`TORCH_TPU_PLATFORM` unset or `cpu`;
-    on TPU/GPU the collectives' buffers are device memory). Decided from the environment
-    alone: it runs at `import torch`."""
+    > 1, as torchrun sets it) that runs on XLA:CPU: `TORCH_TPU_PLATFORM=cpu`, or unset on
+    a machine with no TPU/CUDA plugin and a PyTorch that is not a CUDA/ROCm build
+    (`accelerator_build`), so another backend's torchrun job on a GPU host never gets
+    these settings. Decided from the environment alone: it runs at `import torch`."""
     try:
         world = config.get("WORLD_SIZE")
-        platform = config.get("TORCH_TPU_PLATFORM")
+        platform = (config.get("TORCH_TPU_PLATFORM") or "").strip().lower()
+        if world <= 1:
+            return False
+        if platform:
+            return platform == "cpu"
+        return not accelerator_build and not accelerator_plugin_installed()
     except config.EnvVarError:
         return False  # reported where the job reads it; never at `import torch`
-    return world > 1 and (platform or "cpu").strip().lower() == "cpu"
 
 
 def _set(settings: dict[int, int], name: str) -> bool:
@@ -95,12 +123,12 @@ def _set(settings: dict[int, int], name: str) -> bool:
     return True
 
 
-def share_main_arena() -> bool:
+def share_main_arena(accelerator_build: bool = False) -> bool:
     """Every thread started from now on allocates from the main heap (see the module
-    docstring); True when set. Never raises: it runs at `import torch` (an unparsable
+    docstring) in a launcher's worker on XLA:CPU (`launched_on_cpu`); True when set. Never raises: it runs at `import torch` (an unparsable
     `TORCH_TPU_DIST_REUSE_HOST_MEMORY` is reported by `keep_freed_memory`)."""
     try:
-        wanted = enabled() and launched_on_cpu()
+        wanted = enabled() and launched_on_cpu(accelerator_build)
     except config.EnvVarError:
         return False
     return wanted and _set({M_ARENA_MAX: 1}, "arena")

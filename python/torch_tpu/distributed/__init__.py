@@ -2,7 +2,8 @@
 
     torchrun --nproc_per_node=2 train.py
     # train.py
-    import torch.distributed as dist
+    import torch
+import torch.distributed as dist
     dist.init_process_group("tpu_dist")        # registered on `import torch` (autoload)
     x = torch.ones(4, device="tpu")            # this process's own device
     dist.all_reduce(x)
@@ -13,6 +14,7 @@ MASTER_ADDR:MASTER_PORT+1. See docs/explanation/distributed.md.
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 
 from torch_tpu.core import host_heap
@@ -22,7 +24,8 @@ from ._process_group import ProcessGroupTPU, TPUWork, create_backend
 
 # Before any thread starts (this module loads at the end of `import torch`): on XLA:CPU,
 # the collectives' output buffers then come from the one heap that can reuse them.
-host_heap.share_main_arena()
+# Not in a CUDA/ROCm build of PyTorch: its torchrun jobs are another backend's.
+host_heap.share_main_arena(accelerator_build=bool(torch.version.cuda or getattr(torch.version, "hip", None)))
 
 BACKEND = "tpu_dist"
 

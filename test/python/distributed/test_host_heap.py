@@ -24,7 +24,8 @@ def recorded(monkeypatch):
     calls = []
     monkeypatch.setattr(host_heap, "_mallopt", lambda: lambda param, value: calls.append((param, value)) or 1)
     monkeypatch.setattr(host_heap, "_applied", set())
-    for name in ("WORLD_SIZE", "TORCH_TPU_PLATFORM", "TORCH_TPU_DIST_REUSE_HOST_MEMORY"):
+    for name in ("WORLD_SIZE", "TORCH_TPU_PLATFORM", "TORCH_TPU_DIST_REUSE_HOST_MEMORY", "TPU_LIBRARY_PATH",
+                 "TORCH_TPU_CUDA_PLUGIN_PATH"):
         monkeypatch.delenv(name, raising=False)
     return calls
 
@@ -50,6 +51,29 @@ def test_arena_left_alone(recorded, monkeypatch, env):
         monkeypatch.setenv(name, value)
     assert not host_heap.share_main_arena()
     assert recorded == [] and host_heap.applied() == frozenset()
+
+
+def test_another_backends_job_on_an_accelerator_host_is_left_alone(recorded, monkeypatch, tmp_path):
+    """Platform unset: a CUDA/ROCm PyTorch build, or an installed TPU/CUDA plugin (the
+    runtime would pick it), keeps glibc's arenas; forcing XLA:CPU still applies them."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert not host_heap.share_main_arena(accelerator_build=True)
+    plugin = tmp_path / "jax_cuda12_plugin"
+    plugin.mkdir()
+    (plugin / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert host_heap.accelerator_plugin_installed()
+    assert not host_heap.share_main_arena()
+    assert recorded == []
+    monkeypatch.setenv("TORCH_TPU_PLATFORM", "cpu")
+    assert host_heap.share_main_arena(accelerator_build=True)
+    assert recorded == [(host_heap.M_ARENA_MAX, 1)]
+
+
+def test_a_plugin_path_variable_counts_as_an_installed_plugin(recorded, monkeypatch, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TPU_LIBRARY_PATH", str(tmp_path / "libtpu.so"))
+    assert not host_heap.share_main_arena() and recorded == []
 
 
 def test_the_multi_process_cpu_client_keeps_freed_memory(recorded, monkeypatch):
