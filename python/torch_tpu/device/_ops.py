@@ -32,7 +32,7 @@ from .._precision import current_mode
 from ._buffers import TABLE, StorageEntry, entry_of
 from . import _storage
 from ._modes import EagerMode, check_alive, get_eager_mode
-from ._modes import _state as _modes_state
+from ._modes import _global as _modes_global, _state as _modes_state
 from ._storage import buffer_of, contiguous_stride
 
 
@@ -801,7 +801,7 @@ def run(op, args, kwargs):
         plan, operands, index, reusable = _plan_for(op, args, kwargs)
         if fast is not None and reusable:
             _remember(fast[0], plan)
-    mode = _modes_state.mode or get_eager_mode()
+    mode = _modes_state.mode or _modes_global[0] or get_eager_mode()  # (no call once the mode is set)
     try:
         if mode is EagerMode.FUSED:
             from ._fused import record
