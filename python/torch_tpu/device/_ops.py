@@ -155,6 +155,10 @@ class Plan:
     # new_tensor's arguments after the buffer, for an op returning one new tensor and
     # writing nothing (`run`'s hot path); None otherwise.
     single: tuple | None = None
+    # Schema positions of `out_names` and whether the op returns one value: an in-place or
+    # out= op returns its written arguments (`_written_return`) without reading its schema.
+    out_at: tuple = ()
+    one_return: bool = True
 
     def __post_init__(self) -> None:
         from .._invoker import Invoker
@@ -542,7 +546,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     multiple = len(op._schema.returns) > 1 if returning_writer is not None else isinstance(val, (tuple, list))
     return Plan(executable, results, multiple, write_positions, written, returning_writer is not None,
                 needs_rng, module=module, fingerprint=fingerprint, index=index,
-                precision_sensitive=precision_sensitive)
+                precision_sensitive=precision_sensitive, out_at=tuple(names.index(n) for n in written),
+                one_return=len(op._schema.returns) == 1)
 
 
 # Functional variants PyTorch does not name `<op>_functional`. native_batch_norm's schema
@@ -667,6 +672,7 @@ def _references(value) -> int:
 # bakes Python numbers in (one plan per value).
 _FAST: dict = {}
 _NUMBERS = (int, float, bool)
+_TENSOR = torch.Tensor  # (a module constant: `torch.Tensor` is two lookups per argument)
 _HASHABLE = (type(None), bool, int, float, str, torch.dtype, torch.memory_format, torch.layout)
 
 
@@ -705,7 +711,7 @@ def _fast_signature(op, args, kwargs):
     position = 0
     for value in args:
         kind = type(value)
-        if kind is torch.Tensor or isinstance(value, torch.Tensor):
+        if kind is _TENSOR or isinstance(value, _TENSOR):
             # Only tpu storages are in the table (a CPU tensor's address is not a key;
             # `is_cpu` rules out a coincidence).
             entry = entries.get(value.untyped_storage().data_ptr())
@@ -879,12 +885,8 @@ def bind_results(op, args, kwargs, plan, operands, index, outs):
 
 
 def _written_return(op, args, kwargs, plan):
-    """An in-place / out= op returns its written arguments."""
-    names = _positional_names(op)
-    bound = dict(zip(names, args))
-    bound.update(kwargs)
-    outs = [bound[n] for n in plan.out_names]
-    returns = op._schema.returns
-    if len(returns) == 1:
-        return outs[0]
-    return tuple(outs)
+    """An in-place / out= op returns its written arguments (each passed by position or
+    by name)."""
+    n = len(args)
+    outs = [args[i] if i < n else kwargs[name] for i, name in zip(plan.out_at, plan.out_names)]
+    return outs[0] if plan.one_return else tuple(outs)
