@@ -814,11 +814,13 @@ def run(op, args, kwargs):
 
             # Recorded, not run: the results are pending values of the trace.
             return record(op, args, kwargs, plan, operands, index)
-        # A storage's buffer as it is (the common case), else `_operand_buffer` (a number,
-        # a 0-d CPU tensor, a storage never written, a FUSED value). A deleted buffer is
+        # A storage's buffer as it is (the common case), a Python number's cached buffer,
+        # else `_operand_buffer` (a 0-d CPU tensor, a storage never written, a FUSED value). A deleted buffer is
         # not looked for here: PjRT refuses it, and `_launch_failed` names it.
         buffers = [
-            v._buffer if v.__class__ is StorageEntry and v._buffer.__class__ is DeviceBuffer else _operand_buffer(v, index)
+            v._buffer if v.__class__ is StorageEntry and v._buffer.__class__ is DeviceBuffer
+            else _scalar_buffer(v, index) if v.__class__ is float or v.__class__ is int
+            else _operand_buffer(v, index)
             for v in operands
         ]
         for position in plan.written:
