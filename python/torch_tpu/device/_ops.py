@@ -26,10 +26,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from torch_tpu.runtime.buffer import DeviceBuffer
+
 from .._precision import current_mode
 from ._buffers import TABLE, StorageEntry, entry_of
 from . import _storage
 from ._modes import EagerMode, check_alive, get_eager_mode
+from ._modes import _global as _modes_global, _state as _modes_state
 from ._storage import buffer_of, contiguous_stride
 
 
@@ -147,6 +150,15 @@ class Plan:
     module: Any = None  # the lowered module (a FUSED trace stitches it into its program)
     fingerprint: Any = None  # the compile cache's key of `module` (a FUSED trace's key holds it)
     n_results: int = 0  # result tensors (the first outputs; written storages follow)
+    index: int = 0  # the device the plan runs on (part of its key)
+    precision_sensitive: bool = True  # the module has matrix ops: its program depends on the mode
+    # new_tensor's arguments after the buffer, for an op returning one new tensor and
+    # writing nothing (`run`'s hot path); None otherwise.
+    single: tuple | None = None
+    # Schema positions of `out_names` and whether the op returns one value: an in-place or
+    # out= op returns its written arguments (`_written_return`) without reading its schema.
+    out_at: tuple = ()
+    one_return: bool = True
 
     def __post_init__(self) -> None:
         from .._invoker import Invoker
@@ -157,6 +169,9 @@ class Plan:
         # plan and the executable's per-argument checks (Executable.buffer_launcher).
         self.launch = self.executable.buffer_launcher()
         self.n_results = sum(layout is not None for layout in self.results)
+        if not self.written and not self.multiple and self.results and self.results[0] is not None:
+            size, stride, dtype, numel, contiguous = self.results[0]
+            self.single = (numel, size, stride, dtype, self.index, contiguous)
 
 
 _PLANS: dict = {}
@@ -357,6 +372,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     from torch_tpu.compiler.lowering.registry import METADATA_RULES, OpRecord, lowering_identity
     from torch_tpu.compiler.pipeline import run_pipeline
     from torch_tpu.compiler.diagnostics import DiagnosticEngine
+    from torch_tpu.compiler.passes.set_precision import has_matrix_ops
     from torch_tpu.runtime import CompileSpec
 
     from .._compile import _shared_context, pipeline_for
@@ -506,6 +522,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     with context:
         if not run_pipeline(module.operation, pipeline_for(mode), engine):
             raise Unlowerable(f"the pass pipeline rejected the module: {engine.format()}")
+        precision_sensitive = has_matrix_ops(module.operation)
     import xxhash
 
     client = _storage.client()
@@ -528,7 +545,9 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     ]
     multiple = len(op._schema.returns) > 1 if returning_writer is not None else isinstance(val, (tuple, list))
     return Plan(executable, results, multiple, write_positions, written, returning_writer is not None,
-                needs_rng, module=module, fingerprint=fingerprint)
+                needs_rng, module=module, fingerprint=fingerprint, index=index,
+                precision_sensitive=precision_sensitive, out_at=tuple(names.index(n) for n in written),
+                one_return=len(op._schema.returns) == 1)
 
 
 # Functional variants PyTorch does not name `<op>_functional`. native_batch_norm's schema
@@ -653,6 +672,7 @@ def _references(value) -> int:
 # bakes Python numbers in (one plan per value).
 _FAST: dict = {}
 _NUMBERS = (int, float, bool)
+_TENSOR = torch.Tensor  # (a module constant: `torch.Tensor` is two lookups per argument)
 _HASHABLE = (type(None), bool, int, float, str, torch.dtype, torch.memory_format, torch.layout)
 
 
@@ -667,16 +687,17 @@ def _names_and_scalars(op) -> tuple[tuple[str, ...], frozenset[str]]:
 _OP_NAMES: dict[int, tuple] = {}
 
 
-def _fast_signature(op, args, kwargs, mode):
-    """(key, operands) for the plan cache's hot path, or None when an argument needs the
-    full description (`describe`)."""
+def _fast_signature(op, args, kwargs):
+    """(key, operands, device index) for the plan cache's hot path, or None when an
+    argument needs the full description (`describe`). The key holds no precision mode:
+    `_FAST` keys by it only the plans whose module depends on it (`_remember`)."""
     op_id = id(op)
     known = _OP_NAMES.get(op_id)
     if known is None:
         known = _OP_NAMES[op_id] = (op, *_names_and_scalars(op))
     _, names, scalars = known
     entries = TABLE._entries
-    key: list = [op_id, mode]
+    key: list = [op_id]
     operands: list = []
     index = None
     n = len(names)
@@ -690,7 +711,7 @@ def _fast_signature(op, args, kwargs, mode):
     position = 0
     for value in args:
         kind = type(value)
-        if kind is torch.Tensor or isinstance(value, torch.Tensor):
+        if kind is _TENSOR or isinstance(value, _TENSOR):
             # Only tpu storages are in the table (a CPU tensor's address is not a key;
             # `is_cpu` rules out a coincidence).
             entry = entries.get(value.untyped_storage().data_ptr())
@@ -758,24 +779,50 @@ def _plan_for(op, args, kwargs):
     return plan, operands, index, not baked
 
 
+def _remember(key, plan) -> None:
+    """Files `plan` under its fast signature. A plan whose module has matrix ops depends
+    on the precision mode (`torch.set_float32_matmul_precision`, `torch_tpu.precision`):
+    it is filed in a dict by mode, read under the mode in force at each call; every other
+    plan serves every mode, so most ops never read the mode."""
+    if plan.precision_sensitive:
+        by_mode = _FAST.get(key)
+        if by_mode.__class__ is not dict:
+            by_mode = _FAST[key] = {}
+        by_mode[current_mode()] = plan
+    else:
+        _FAST[key] = plan
+
+
 def run(op, args, kwargs):
     """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns."""
-    fast = _fast_signature(op, args, kwargs, current_mode())
-    plan = _FAST.get(fast[0]) if fast is not None else None
+    fast = _fast_signature(op, args, kwargs)
+    plan = None
+    if fast is not None:
+        plan = _FAST.get(fast[0])
+        if plan.__class__ is dict:
+            plan = plan.get(current_mode())
     if plan is not None:
         operands, index = fast[1], fast[2]
     else:
         plan, operands, index, reusable = _plan_for(op, args, kwargs)
         if fast is not None and reusable:
-            _FAST[fast[0]] = plan
-    mode = get_eager_mode()
+            _remember(fast[0], plan)
+    mode = _modes_state.mode or _modes_global[0] or get_eager_mode()  # (no call once the mode is set)
     try:
         if mode is EagerMode.FUSED:
             from ._fused import record
 
             # Recorded, not run: the results are pending values of the trace.
             return record(op, args, kwargs, plan, operands, index)
-        buffers = [_operand_buffer(v, index) for v in operands]
+        # A storage's buffer as it is (the common case), a Python number's cached buffer,
+        # else `_operand_buffer` (a 0-d CPU tensor, a storage never written, a FUSED value). A deleted buffer is
+        # not looked for here: PjRT refuses it, and `_launch_failed` names it.
+        buffers = [
+            v._buffer if v.__class__ is StorageEntry and v._buffer.__class__ is DeviceBuffer
+            else _scalar_buffer(v, index) if v.__class__ is float or v.__class__ is int
+            else _operand_buffer(v, index)
+            for v in operands
+        ]
         for position in plan.written:
             if not _donation_safe(buffers[position]):
                 buffers[position] = buffers[position].copy()
@@ -792,8 +839,28 @@ def run(op, args, kwargs):
 
         if not is_runtime_error(err):
             raise
-        raise op_failed(op, args, kwargs, err) from err
+        raise op_failed(op, args, kwargs, _deleted_operand(operands) or err) from err
+    if plan.written:
+        return bind_results(op, args, kwargs, plan, operands, index, outs)
+    layout = plan.single
+    if layout is not None:
+        # One new tensor (most ops): straight to the storage constructor.
+        return _storage.new_tensor(outs[0], *layout)
     return bind_results(op, args, kwargs, plan, operands, index, outs)
+
+
+def _deleted_operand(operands):
+    """The error for an operand storage whose buffer was deleted (freed or donated), or
+    None: PjRT's own refusal of it names neither the tensor nor what to do."""
+    from torch_tpu.runtime.errors import BufferDeletedError
+
+    for value in operands:
+        if value.__class__ is StorageEntry:
+            try:
+                check_alive(value, name_line=False)
+            except BufferDeletedError as err:
+                return err
+    return None
 
 
 def bind_results(op, args, kwargs, plan, operands, index, outs):
@@ -820,12 +887,8 @@ def bind_results(op, args, kwargs, plan, operands, index, outs):
 
 
 def _written_return(op, args, kwargs, plan):
-    """An in-place / out= op returns its written arguments."""
-    names = _positional_names(op)
-    bound = dict(zip(names, args))
-    bound.update(kwargs)
-    outs = [bound[n] for n in plan.out_names]
-    returns = op._schema.returns
-    if len(returns) == 1:
-        return outs[0]
-    return tuple(outs)
+    """An in-place / out= op returns its written arguments (each passed by position or
+    by name)."""
+    n = len(args)
+    outs = [args[i] if i < n else kwargs[name] for i, name in zip(plan.out_at, plan.out_names)]
+    return outs[0] if plan.one_return else tuple(outs)

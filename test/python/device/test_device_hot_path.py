@@ -183,3 +183,94 @@ def test_eager_mode_is_read_from_another_thread_without_a_set_mode():
         thread.join()
     assert seen[0] is EagerMode.DEBUG
     torch.testing.assert_close(seen[1], x + 1)
+
+
+def _launched_plans(monkeypatch) -> list:
+    """Records the plan of each op that runs (its launcher is called)."""
+    seen = []
+    launch_of = {}
+
+    def spy(plan):
+        def launch(buffers):
+            seen.append(plan)
+            return launch_of[id(plan)](buffers)
+        return launch
+
+    original_post_init = _ops.Plan.__post_init__
+
+    def post_init(plan):
+        original_post_init(plan)
+        launch_of[id(plan)] = plan.launch
+        plan.launch = spy(plan)
+
+    monkeypatch.setattr(_ops.Plan, "__post_init__", post_init)
+    return seen
+
+
+@pytest.mark.parametrize("set_mode", ["torch", "torch_tpu.precision"])
+def test_matrix_op_plan_follows_the_precision_mode_other_ops_share_one(monkeypatch, set_mode):
+    """The hot path reads the precision mode only for plans whose module has matrix ops:
+    a matmul cached under one mode must not serve another (its dot_general carries the
+    mode's precision_config), while an elementwise op has one plan for every mode."""
+    import torch_tpu
+
+    seen = _launched_plans(monkeypatch)  # (plans made from here on: new shapes per case)
+    n = 5 if set_mode == "torch" else 6
+    a, b = torch.randn(n, 7).to("tpu"), torch.randn(7, 3).to("tpu")
+    x = torch.randn(n + 4).to("tpu")
+    previous = torch.get_float32_matmul_precision()
+
+    def under(mode, fn):
+        if set_mode == "torch":
+            torch.set_float32_matmul_precision(mode)
+            try:
+                return fn()
+            finally:
+                torch.set_float32_matmul_precision(previous)
+        with torch_tpu.precision(mode):
+            return fn()
+
+    try:
+        mm_plans = {}
+        for mode in ("highest", "medium", "highest", "medium", "high"):
+            seen.clear()
+            under(mode, lambda: (a @ b, x + x))
+            mm_plan, add_plan = seen
+            precision = dict(highest="HIGHEST", high="HIGH", medium="DEFAULT")[mode]
+            assert f"precision = [{precision}, {precision}]" in str(mm_plan.module)
+            assert mm_plans.setdefault(mode, mm_plan) is mm_plan  # cached per mode
+            assert not add_plan.precision_sensitive and mm_plan.precision_sensitive
+        assert len({id(p) for p in mm_plans.values()}) == 3
+        add_plans = set()
+        for mode in ("highest", "medium", "high"):
+            seen.clear()
+            under(mode, lambda: x + x)
+            add_plans.add(id(seen[0]))
+        assert len(add_plans) == 1
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def test_deleted_operand_of_a_cached_op_names_the_op_and_tensor():
+    """The hot path does not look for deleted buffers (PjRT refuses them): the refusal is
+    still reported as the deleted tensor, naming the op and line -- for a cached plan,
+    for an in-place op, and in Debug mode."""
+    import inspect
+
+    from torch_tpu.device import EagerMode, set_eager_mode
+    from torch_tpu.device._buffers import entry_of
+    from torch_tpu.runtime.errors import BufferDeletedError
+
+    x = torch.ones(4, device="tpu") * 3
+    y = torch.ones(4, device="tpu") * 2
+    (x + y).cpu()  # cached
+    for mode in (EagerMode.STRICT, EagerMode.DEBUG):
+        with set_eager_mode(mode):
+            entry_of(y).buffer.delete()
+            for fn in (lambda: x + y, lambda: x.add_(y)):
+                line = inspect.currentframe().f_lineno + 2
+                with pytest.raises(BufferDeletedError, match="device buffer was deleted") as info:
+                    fn()
+                assert "aten.add" in str(info.value) and f"{__file__}:" in str(info.value)
+            y = torch.ones(4, device="tpu") * 2
+    torch.testing.assert_close((x + y).cpu(), torch.full((4,), 5.0))
