@@ -156,7 +156,10 @@ def make_multiprocess_raw_client(distributed_client: Any, node_id: int, num_node
       each process's `tpu:0` is its own GPU. Written from jaxlib 0.10.2's signatures and
       jax's plugin factory; not run here (no GPU or TPU): docs/explanation/distributed.md."""
     forced = config.get("TORCH_TPU_PLATFORM")
-    candidates = [normalize_platform(forced)] if forced else ["tpu", "cuda"]
+    chosen = normalize_platform(forced) if forced else None
+    # Only the plugins are tried here; XLA:CPU (forced, or none of them found) is the
+    # gloo-backed client below, never a plugin.
+    candidates = [] if chosen == "cpu" else [chosen] if chosen else ["tpu", "cuda"]
     for platform in candidates:
         try:
             path, what, options = _plugin(platform, bool(forced))

@@ -434,10 +434,15 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
             platform, raw = make_multiprocess_raw_client(
                 dclient, rank, world_size, hostname or local_address(address), local_device
             )
-        except PlatformError:
+        except PlatformError as err:
+            # Peers blocked in their own client creation are aborted by jaxlib when the
+            # service goes (no Python error reaches them): this rank's error is the cause.
             if service is not None:
                 service.shutdown()
-            raise
+            raise PlatformError(
+                f"tpu_dist: rank {rank} of {world_size} could not create its client: {err}. The other "
+                "ranks stop with a coordination-service error; this is the cause"
+            ) from None
         client = install_client(platform, raw)
         runtime = DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient, client)
         _current = runtime
