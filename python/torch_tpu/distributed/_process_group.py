@@ -274,7 +274,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
             sequence = self._sequence
         program, new = self._program(kind, buffer.shape[0], dtype, self._global_ranks, **params)
         self._maybe_handshake(self._name, self._global_ranks, sequence, program, new)
-        return program.run([buffer])[0]
+        return program.run([buffer], self._name)[0]
 
     def _maybe_handshake(self, group: str, ranks: tuple[int, ...], sequence: int, program, new: bool) -> None:
         stage = config.get("TORCH_TPU_SPMD_HANDSHAKE_STAGE")
@@ -299,7 +299,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
             sequence = self._sequence
         checked_as = _with_sizes(program, sizes) if sizes else program
         self._maybe_handshake(self._name, self._global_ranks, sequence, checked_as, not checked_as.checked)
-        return program.run(buffers)
+        return program.run(buffers, self._name)
 
     def _issue(self, what: str, tensors: Sequence[torch.Tensor], body: Callable[[], tuple[list, list]]) -> TPUWork:
         """Runs `body` (which enqueues the programs and returns (buffers to wait for,
@@ -569,8 +569,9 @@ class ProcessGroupTPU(dist.ProcessGroup):
             sequence = _p2p_sequences[key]
         pairs = ((ranks.index(pair[0]), ranks.index(pair[1])),)
         program, new = self._program("permute", tensor.numel(), tensor.dtype, ranks, pairs=pairs)
-        self._maybe_handshake(f"p2p-{ranks[0]}-{ranks[1]}", ranks, sequence, program, new)
-        out = program.run([_flat_buffer(tensor)])[0]
+        group = f"p2p-{ranks[0]}-{ranks[1]}"
+        self._maybe_handshake(group, ranks, sequence, program, new)
+        out = program.run([_flat_buffer(tensor)], group)[0]
         if receiving:
             _write_result(tensor, out)
         return out
