@@ -152,14 +152,18 @@ def _take(target: torch.Tensor, dtype: torch.dtype, numel: int, buffer: Callable
     flat DeviceBuffer, `value()` as a tensor. When `target` covers its storage and the
     result has its dtype and element count, the storage is rebound to `buffer()` (no
     device copy; every view sees it); otherwise `value()` is copied into `target` (a
-    device `copy_`, converting the dtype as PyTorch's copy does)."""
+    device `copy_`, converting the dtype as PyTorch's copy does).
+
+    Neither way bumps autograd's version counter: c10d's collectives write their outputs
+    below the ADInplaceOrView key, so a tensor autograd saved (or a view of one) does not
+    make backward raise "modified by an inplace operation" after a collective."""
     from torch_tpu.device import _storage
 
     entry = _storage.entry_of(target)
     if dtype == target.dtype and numel == target.numel() and _covers(target, entry):
         entry.buffer = buffer()
         return
-    with torch.no_grad():
+    with torch.no_grad(), torch._C._AutoDispatchBelowADInplaceOrView():
         target.copy_(value().reshape(target.shape))
 
 
