@@ -131,3 +131,14 @@ def test_taking_a_result_leaves_autograd_version_as_c10d_does(target):
     y.backward()  # as on CPU with gloo: the saved tensor's new value, no error
     assert torch.equal(w.grad.cpu(), 2 * want * 3)
 
+
+def test_a_result_of_another_element_count_is_a_named_error():
+    """A result that does not fit its output raised reshape's "shape '[4]' is invalid for
+    input of size 3", naming no collective; `_issue` names the collective."""
+    t = torch.zeros(4, device="tpu")
+    result = pg._flat_buffer(torch.ones(3).to("tpu"))
+    with pytest.raises(ValueError, match=r"its result has 3 elements, the output tensor \(\[4\]\) has 4"):
+        pg._write_result(t, result)
+    with pytest.raises(ValueError, match=r"its result has 3 elements"):
+        pg._write(t[:2], torch.ones(3).to("tpu"))
+    assert torch.equal(t.cpu(), torch.zeros(4))
