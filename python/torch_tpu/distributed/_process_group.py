@@ -710,11 +710,38 @@ def _tensors_in(args) -> list[torch.Tensor]:
     return found
 
 
+# gloo's Python binding names some collectives differently, and has no *_tensor_coalesced
+# ones: those run as one gloo collective per (output, input) pair.
+_GLOO_NAME = {
+    "all_gather_single": "_allgather_base",
+    "reduce_scatter_single": "_reduce_scatter_base",
+    "all_to_all_single": "alltoall_base",
+}
+_GLOO_PER_PAIR = {
+    "allgather_into_tensor_coalesced": "_allgather_base",
+    "reduce_scatter_tensor_coalesced": "_reduce_scatter_base",
+}
+
+
+def _on_gloo(gloo, name: str, args, kwargs):
+    """Collective `name` (tpu_dist's name) of CPU tensors, run by `gloo`."""
+    if name in _GLOO_PER_PAIR:
+        outputs, inputs, *rest = args
+        run = getattr(gloo, _GLOO_PER_PAIR[name])
+        works = [run(o, i, *rest, **kwargs) for o, i in zip(outputs, inputs)]
+        # One Work for the list: gloo's finish in order on its own threads; waiting here
+        # keeps a failure of any of them the caller's error.
+        for work in works:
+            work.wait()
+        return TPUWork(result=list(outputs))
+    return getattr(gloo, _GLOO_NAME.get(name, name))(*args, **kwargs)
+
+
 def _cpu_forwarding(name: str, method: Callable) -> Callable:
     def forward(self, *args, **kwargs):
         tensors = _tensors_in(args)
         if tensors and all(t.device.type == "cpu" for t in tensors):
-            return getattr(self._cpu_backend(), name)(*args, **kwargs)
+            return _on_gloo(self._cpu_backend(), name, args, kwargs)
         return method(self, *args, **kwargs)
 
     forward.__name__ = name

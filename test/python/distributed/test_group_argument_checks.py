@@ -1,5 +1,6 @@
 """ProcessGroupTPU without a job (single process): what it checks before any collective
-runs -- output sizes, which it must name the collective for."""
+runs -- output sizes, which it must name the collective for -- and the collectives of CPU
+tensors it hands to gloo (a real one-rank gloo group on an in-memory store)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,40 @@ def test_a_result_that_does_not_fit_names_the_collective(monkeypatch):
     with pytest.raises(ValueError, match=r"tpu_dist all_to_all: its result has 3 elements, the output tensor"):
         group._issue("all_to_all", [target], body).wait()
 
+
+def _with_gloo(monkeypatch) -> pg.ProcessGroupTPU:
+    group = _group(monkeypatch, 1)
+    group._gloo = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30))
+    return group
+
+
+def test_every_forwarded_collective_has_a_gloo_counterpart():
+    for name in pg._FORWARDED:
+        gloo_name = pg._GLOO_PER_PAIR.get(name, pg._GLOO_NAME.get(name, name))
+        assert hasattr(dist.ProcessGroupGloo, gloo_name), (name, gloo_name)
+
+
+def test_cpu_tensors_run_on_gloo_under_tpu_dist_names_gloo_lacks(monkeypatch):
+    """all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single and the coalesced
+    ones of CPU tensors raised AttributeError: gloo has no method of tpu_dist's name."""
+    group = _with_gloo(monkeypatch)
+    x = torch.arange(4.0)
+
+    out = torch.zeros(4)
+    group.all_gather_single(out, x, c10d.AllgatherOptions()).wait()
+    assert torch.equal(out, x)
+    out = torch.zeros(4)
+    group.reduce_scatter_single(out, x, c10d.ReduceScatterOptions()).wait()
+    assert torch.equal(out, x)
+    out = torch.zeros(4)
+    group.all_to_all_single(out, x, [], [], c10d.AllToAllOptions()).wait()
+    assert torch.equal(out, x)
+
+    outs = [torch.zeros(4), torch.zeros(2)]
+    work = group.allgather_into_tensor_coalesced(outs, [x, x[:2] + 10], c10d.AllgatherOptions())
+    work.wait()
+    assert torch.equal(outs[0], x) and torch.equal(outs[1], x[:2] + 10)
+    assert work.result() == outs
+    outs = [torch.zeros(4), torch.zeros(2)]
+    group.reduce_scatter_tensor_coalesced(outs, [x, x[:2] + 10], c10d.ReduceScatterOptions()).wait()
+    assert torch.equal(outs[0], x) and torch.equal(outs[1], x[:2] + 10)
