@@ -179,7 +179,7 @@ def make_multiprocess_raw_client(distributed_client: Any, node_id: int, num_node
     try:
         return "cpu", _jaxlib.make_distributed_cpu_client(distributed_client, node_id, num_nodes, hostname)
     except Exception as err:  # noqa: BLE001
-        raise PlatformError(f"rank {node_id}: the multi-process CPU client failed to start: {err}") from None
+        raise PlatformError(f"the multi-process CPU client failed to start: {err}") from None
 
 
 def _discover(num_cpu_devices: int | None) -> tuple[str, Any]:
