@@ -116,19 +116,29 @@ def test_a_forced_cpu_platform_gets_the_gloo_cpu_client_not_a_plugin(monkeypatch
 
 def test_a_client_that_fails_to_start_is_named_by_its_rank_as_the_cause(monkeypatch):
     """initialize() stops the coordination service when rank 0's client fails, so the
-    peers see only jaxlib's abort: the failing rank's own error must say it is the cause."""
-    import socket
-
+    peers see only jaxlib's abort: the failing rank's own error must say it is the cause.
+    (jaxlib's service and client are stand-ins: a real client left connected to a stopped
+    service aborts the process once its heartbeat fails.)"""
     from torch_tpu.runtime import distributed
+
+    stopped = []
+
+    class Service:
+        def shutdown(self):
+            stopped.append("service")
+
+    class CoordinationClient:
+        def connect(self):
+            pass
 
     def broken(*args):
         raise PlatformError("no TPU PjRT plugin: install libtpu")
 
+    monkeypatch.setattr(distributed, "_port_in_use", lambda address: None)
+    monkeypatch.setattr(_jaxlib, "distributed_service", lambda *args: Service())
+    monkeypatch.setattr(_jaxlib, "distributed_client", lambda *args: CoordinationClient())
     monkeypatch.setattr(distributed, "make_multiprocess_raw_client", broken)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with pytest.raises(PlatformError, match=r"tpu_dist: rank 0 of 1 could not create its client: no TPU PjRT "
+    with pytest.raises(PlatformError, match=r"tpu_dist: rank 0 of 2 could not create its client: no TPU PjRT "
                                             r"plugin: install libtpu\. The other ranks stop .*this is the cause"):
-        distributed.initialize(0, 1, f"127.0.0.1:{port}", timeout_s=5)
-    assert distributed.current() is None
+        distributed.initialize(0, 2, "127.0.0.1:1", timeout_s=5)
+    assert stopped == ["service"] and distributed.current() is None
