@@ -156,7 +156,10 @@ def make_multiprocess_raw_client(distributed_client: Any, node_id: int, num_node
       each process's `tpu:0` is its own GPU. Written from jaxlib 0.10.2's signatures and
       jax's plugin factory; not run here (no GPU or TPU): docs/explanation/distributed.md."""
     forced = config.get("TORCH_TPU_PLATFORM")
-    candidates = [normalize_platform(forced)] if forced else ["tpu", "cuda"]
+    chosen = normalize_platform(forced) if forced else None
+    # Only the plugins are tried here; XLA:CPU (forced, or none of them found) is the
+    # gloo-backed client below, never a plugin.
+    candidates = [] if chosen == "cpu" else [chosen] if chosen else ["tpu", "cuda"]
     for platform in candidates:
         try:
             path, what, options = _plugin(platform, bool(forced))
@@ -176,7 +179,7 @@ def make_multiprocess_raw_client(distributed_client: Any, node_id: int, num_node
     try:
         return "cpu", _jaxlib.make_distributed_cpu_client(distributed_client, node_id, num_nodes, hostname)
     except Exception as err:  # noqa: BLE001
-        raise PlatformError(f"rank {node_id}: the multi-process CPU client failed to start: {err}") from None
+        raise PlatformError(f"the multi-process CPU client failed to start: {err}") from None
 
 
 def _discover(num_cpu_devices: int | None) -> tuple[str, Any]:

@@ -77,9 +77,10 @@ class GroupProgram:
         self._shapes = [r.shape for r in signature.results]
         self._raw = raw
 
-    def run(self, buffers: Sequence[DeviceBuffer]) -> list[DeviceBuffer]:
-        """Enqueues the program (asynchronous); the outputs' `synchronize()` waits and
-        raises the program's error."""
+    def run(self, buffers: Sequence[DeviceBuffer], group: str) -> list[DeviceBuffer]:
+        """Enqueues the program (asynchronous) as a collective of `group` (the handshake's
+        name of the process group running it: one program, cached per ranks, can serve
+        several groups); the outputs' `synchronize()` waits and raises the program's error."""
         try:
             # Taken apart into single-device arrays (this process's replica): wrapped by
             # result handlers instead (~8 us cheaper), they would keep the program's
@@ -88,7 +89,7 @@ class GroupProgram:
             # "CopyArrays only supports destination device list of the same size").
             outs = [replicas[0] for replicas in _jaxlib.execute_replicated(self._raw, [b._array for b in buffers])]
         except _jaxlib.JaxRuntimeError as err:
-            self._runtime.raise_reported_divergence(getattr(self, "description", self.name))
+            self._runtime.raise_reported_divergence(group, getattr(self, "description", self.name))
             raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
         return [DeviceBuffer(o, self._shapes[k], self._rows[k], self._device) for k, o in enumerate(outs)]
 
@@ -209,14 +210,16 @@ class DistributedRuntime:
         """Leaves the finding where the other members look: members waiting in a
         handshake of the group read `hs/<group>/diverged` instead of waiting out their
         timeout; a member whose collective program fails -- it had no partner: the finding
-        rank skipped it, and left -- reads its own mark `hs/mark/<rank>`
-        (`raise_reported_divergence`). Only the group's members get a mark: a failure of
-        a process outside the group is never explained by this finding."""
+        rank skipped it, and left -- reads its own mark of this group
+        `hs/mark/<rank>/<group>` (`raise_reported_divergence`). Only the group's members
+        get a mark, one per group: a failure of a process outside the group, or of another
+        group's program, is never explained by this finding, and a rank that diverged in
+        two groups keeps both findings."""
         self._raised_divergence[group] = sequence
         try:
             self.kv_set(f"hs/{group}/diverged", f"{sequence}\x1f{message}")
             for rank in ranks:
-                self.kv_set(f"hs/mark/{rank}", f"{group}\x1f{sequence}\x1f{message}")
+                self.kv_set(f"hs/mark/{rank}/{group}", f"{sequence}\x1f{message}")
         except Exception as err:  # noqa: BLE001 - the service left with rank 0: raise the finding anyway
             log.info("tpu_dist: could not report collective #%d of group %s: %s", sequence, group, err)
 
@@ -241,9 +244,9 @@ class DistributedRuntime:
             if time.monotonic() >= deadline:
                 return None
 
-    def raise_reported_divergence(self, running: str = "") -> None:
-        """Raises the divergence a member's failed handshake reported to this process
-        (its mark `hs/mark/<rank>`, see `_report`), unless this process has raised that
+    def raise_reported_divergence(self, group: str, running: str = "") -> None:
+        """Raises the divergence a member's failed handshake of `group` reported to this
+        process (its mark `hs/mark/<rank>/<group>`, see `_report`), unless this process has raised that
         finding -- or a later one of the same group -- already. Called when a collective
         program fails: a collective whose peer skipped it has no partner, and fails only
         when the rank that found the problem leaves the job (its connections close); its
@@ -254,10 +257,10 @@ class DistributedRuntime:
         numbers only grow), and only on the members of the group it was found in, so a
         later failure -- another group's, or this group's after the user caught the
         error -- is reported as itself, never as an old divergence."""
-        mark = self.kv_try_get(f"hs/mark/{self.rank}")
+        mark = self.kv_try_get(f"hs/mark/{self.rank}/{group}")
         if mark is None:
             return
-        group, sequence, message = mark.split("\x1f", 2)
+        sequence, message = mark.split("\x1f", 1)
         if int(sequence) > self._raised_divergence.get(group, 0):
             self._raised_divergence[group] = int(sequence)
             self.kv_set(f"hs/{group}/{sequence}/seen/{self.rank}", "1")
@@ -439,10 +442,15 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
             platform, raw = make_multiprocess_raw_client(
                 dclient, rank, world_size, hostname or local_address(address), local_device
             )
-        except PlatformError:
+        except PlatformError as err:
+            # Peers blocked in their own client creation are aborted by jaxlib when the
+            # service goes (no Python error reaches them): this rank's error is the cause.
             if service is not None:
                 service.shutdown()
-            raise
+            raise PlatformError(
+                f"tpu_dist: rank {rank} of {world_size} could not create its client: {err}. The other "
+                "ranks stop with a coordination-service error; this is the cause"
+            ) from None
         client = install_client(platform, raw)
         runtime = DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient, client)
         _current = runtime

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from torch_tpu.compiler.lowering.collectives import is_collective_node
+from torch_tpu.core import config
 
 # A collective stage's source location as the importer records it: `"file.py":12:3`.
 _LOCATION = re.compile(r'"([^"]+)":(\d+)(?::\d+)?')
@@ -107,8 +108,9 @@ class DistributedGraphProgram:
     def _sizes(self, args: Sequence[Any]) -> str:
         """"s0=3, s1=7": this call's run-time sizes that the collectives exchange. Padded
         buffers of one bound hide them from the program's fingerprint, and the ranks must
-        agree on them as eager's shapes must: the handshake compares them."""
-        if not self.exchanged_sizes:
+        agree on them as eager's shapes must: the handshake compares them. Under the `off`
+        stage no handshake runs: the sizes are not read (each read waits for the device)."""
+        if not self.exchanged_sizes or config.get("TORCH_TPU_SPMD_HANDSHAKE_STAGE") == "off":
             return ""
         return ", ".join(f"{name}={_host_int(args[len(args) - back])}" for back, name in self.exchanged_sizes)
 

@@ -152,15 +152,29 @@ def _take(target: torch.Tensor, dtype: torch.dtype, numel: int, buffer: Callable
     flat DeviceBuffer, `value()` as a tensor. When `target` covers its storage and the
     result has its dtype and element count, the storage is rebound to `buffer()` (no
     device copy; every view sees it); otherwise `value()` is copied into `target` (a
-    device `copy_`, converting the dtype as PyTorch's copy does)."""
+    device `copy_`, converting the dtype as PyTorch's copy does). A result of another
+    element count raises `_ResultSizeError` (`_issue` names the collective).
+
+    Neither way bumps autograd's version counter: c10d's collectives write their outputs
+    below the ADInplaceOrView key, so a tensor autograd saved (or a view of one) does not
+    make backward raise "modified by an inplace operation" after a collective."""
     from torch_tpu.device import _storage
 
+    if numel != target.numel():
+        raise _ResultSizeError(
+            f"its result has {numel} elements, the output tensor ({list(target.shape)}) has {target.numel()}; "
+            "give an output of the result's size"
+        )
     entry = _storage.entry_of(target)
-    if dtype == target.dtype and numel == target.numel() and _covers(target, entry):
+    if dtype == target.dtype and _covers(target, entry):
         entry.buffer = buffer()
         return
-    with torch.no_grad():
+    with torch.no_grad(), torch._C._AutoDispatchBelowADInplaceOrView():
         target.copy_(value().reshape(target.shape))
+
+
+class _ResultSizeError(ValueError):
+    """A collective's result does not fit the output tensor it is written to."""
 
 
 def _write(target: torch.Tensor, value: torch.Tensor) -> None:
@@ -174,6 +188,31 @@ def _write_result(target: torch.Tensor, buffer) -> None:
     broadcast)."""
     _take(target, target.dtype, buffer.shape[0], lambda: buffer,
           lambda: _as_tensor(buffer, target.shape, target.dtype))
+
+
+def _check_gathered_outputs(what: str, outputs: Sequence[torch.Tensor], input: torch.Tensor, size: int) -> None:
+    """Each rank's output of an all_gather / gather takes one rank's input: as gloo, every
+    output must have the input's element count (checked before the collective runs)."""
+    if len(outputs) != size:
+        raise ValueError(f"tpu_dist {what}: {len(outputs)} output tensors for {size} ranks; give one per rank")
+    for i, o in enumerate(outputs):
+        if o.numel() != input.numel():
+            raise ValueError(
+                f"tpu_dist {what}: output {i} ({list(o.shape)}) has {o.numel()} elements, expected "
+                f"{input.numel()} (the input's, {list(input.shape)})"
+            )
+
+
+def _check_scattered_inputs(inputs: Sequence[torch.Tensor], output: torch.Tensor, size: int) -> None:
+    """The source's scatter list: one input per rank, each of the output's element count."""
+    if len(inputs) != size:
+        raise ValueError(f"tpu_dist scatter: {len(inputs)} input tensors for {size} ranks; give one per rank")
+    for i, t in enumerate(inputs):
+        if t.numel() != output.numel():
+            raise ValueError(
+                f"tpu_dist scatter: input {i} ({list(t.shape)}) has {t.numel()} elements, expected "
+                f"{output.numel()} (the output's, {list(output.shape)})"
+            )
 
 
 def _element(dtype: torch.dtype) -> str:
@@ -274,7 +313,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
             sequence = self._sequence
         program, new = self._program(kind, buffer.shape[0], dtype, self._global_ranks, **params)
         self._maybe_handshake(self._name, self._global_ranks, sequence, program, new)
-        return program.run([buffer])[0]
+        return program.run([buffer], self._name)[0]
 
     def _maybe_handshake(self, group: str, ranks: tuple[int, ...], sequence: int, program, new: bool) -> None:
         stage = config.get("TORCH_TPU_SPMD_HANDSHAKE_STAGE")
@@ -299,7 +338,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
             sequence = self._sequence
         checked_as = _with_sizes(program, sizes) if sizes else program
         self._maybe_handshake(self._name, self._global_ranks, sequence, checked_as, not checked_as.checked)
-        return program.run(buffers)
+        return program.run(buffers, self._name)
 
     def _issue(self, what: str, tensors: Sequence[torch.Tensor], body: Callable[[], tuple[list, list]]) -> TPUWork:
         """Runs `body` (which enqueues the programs and returns (buffers to wait for,
@@ -308,6 +347,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
             _check_tpu(tensors, what)
             buffers, result = body()
             return TPUWork(buffers, result)
+        except _ResultSizeError as err:
+            return TPUWork(error=ValueError(f"tpu_dist {what}: {err}"))
         except Exception as err:  # noqa: BLE001 - re-raised by wait()
             return TPUWork(error=err)
 
@@ -380,8 +421,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         def body():
             outs = []
             for outputs, t in zip(output_lists, inputs):
-                if len(outputs) != self.size():
-                    raise ValueError(f"tpu_dist all_gather: {len(outputs)} output tensors for {self.size()} ranks")
+                _check_gathered_outputs("all_gather", outputs, t, self.size())
                 out, stacked = self._gathered(t)
                 for i, o in enumerate(outputs):
                     _write(o, stacked[i])
@@ -413,6 +453,9 @@ class ProcessGroupTPU(dist.ProcessGroup):
         dst = opts.rootRank if opts is not None else 0
 
         def body():
+            if self.rank() == dst:  # before any collective: a wrong size on dst fails alone
+                for outputs, t in zip(output_lists, inputs):
+                    _check_gathered_outputs("gather", outputs, t, self.size())
             outs = []
             for k, t in enumerate(inputs):
                 out, stacked = self._gathered(t)
@@ -471,6 +514,9 @@ class ProcessGroupTPU(dist.ProcessGroup):
         src = opts.rootRank if opts is not None else 0
 
         def body():
+            if self.rank() == src:
+                for o, inputs in zip(outputs, input_lists):
+                    _check_scattered_inputs(inputs, o, self.size())
             outs = []
             for k, o in enumerate(outputs):
                 if self.rank() == src:
@@ -569,8 +615,9 @@ class ProcessGroupTPU(dist.ProcessGroup):
             sequence = _p2p_sequences[key]
         pairs = ((ranks.index(pair[0]), ranks.index(pair[1])),)
         program, new = self._program("permute", tensor.numel(), tensor.dtype, ranks, pairs=pairs)
-        self._maybe_handshake(f"p2p-{ranks[0]}-{ranks[1]}", ranks, sequence, program, new)
-        out = program.run([_flat_buffer(tensor)])[0]
+        group = f"p2p-{ranks[0]}-{ranks[1]}"
+        self._maybe_handshake(group, ranks, sequence, program, new)
+        out = program.run([_flat_buffer(tensor)], group)[0]
         if receiving:
             _write_result(tensor, out)
         return out
@@ -663,11 +710,38 @@ def _tensors_in(args) -> list[torch.Tensor]:
     return found
 
 
+# gloo's Python binding names some collectives differently, and has no *_tensor_coalesced
+# ones: those run as one gloo collective per (output, input) pair.
+_GLOO_NAME = {
+    "all_gather_single": "_allgather_base",
+    "reduce_scatter_single": "_reduce_scatter_base",
+    "all_to_all_single": "alltoall_base",
+}
+_GLOO_PER_PAIR = {
+    "allgather_into_tensor_coalesced": "_allgather_base",
+    "reduce_scatter_tensor_coalesced": "_reduce_scatter_base",
+}
+
+
+def _on_gloo(gloo, name: str, args, kwargs):
+    """Collective `name` (tpu_dist's name) of CPU tensors, run by `gloo`."""
+    if name in _GLOO_PER_PAIR:
+        outputs, inputs, *rest = args
+        run = getattr(gloo, _GLOO_PER_PAIR[name])
+        works = [run(o, i, *rest, **kwargs) for o, i in zip(outputs, inputs)]
+        # One Work for the list: gloo's finish in order on its own threads; waiting here
+        # keeps a failure of any of them the caller's error.
+        for work in works:
+            work.wait()
+        return TPUWork(result=list(outputs))
+    return getattr(gloo, _GLOO_NAME.get(name, name))(*args, **kwargs)
+
+
 def _cpu_forwarding(name: str, method: Callable) -> Callable:
     def forward(self, *args, **kwargs):
         tensors = _tensors_in(args)
         if tensors and all(t.device.type == "cpu" for t in tensors):
-            return getattr(self._cpu_backend(), name)(*args, **kwargs)
+            return _on_gloo(self._cpu_backend(), name, args, kwargs)
         return method(self, *args, **kwargs)
 
     forward.__name__ = name

@@ -111,3 +111,34 @@ def test_a_tensor_value_rebinds_a_covering_target_as_a_result_buffer_does():
     assert not strided.is_contiguous()
     pg._write(u, strided)
     assert torch.equal(u.cpu(), BASE * 2)
+
+
+@pytest.mark.parametrize("target", ["covering", "view"])
+def test_taking_a_result_leaves_autograd_version_as_c10d_does(target):
+    """c10d's collectives write below autograd's ADInplaceOrView key: a collective on a
+    tensor autograd saved (or a view of one) does not make backward raise "modified by
+    an inplace operation". The copy branch (a view) bumped the version counter."""
+    w = torch.ones(4, device="tpu", requires_grad=True)
+    x = w * 3
+    y = (x * x).sum()  # saves x
+    out = x if target == "covering" else x[1:]
+    with torch.no_grad():
+        result = pg._flat_buffer(torch.full((out.numel(),), 5.0).to("tpu"))
+    pg._write_result(out, result)
+    assert x._version == 0
+    want = torch.full((4,), 5.0) if target == "covering" else torch.tensor([3.0, 5.0, 5.0, 5.0])
+    assert torch.equal(x.detach().cpu(), want)
+    y.backward()  # as on CPU with gloo: the saved tensor's new value, no error
+    assert torch.equal(w.grad.cpu(), 2 * want * 3)
+
+
+def test_a_result_of_another_element_count_is_a_named_error():
+    """A result that does not fit its output raised reshape's "shape '[4]' is invalid for
+    input of size 3", naming no collective; `_issue` names the collective."""
+    t = torch.zeros(4, device="tpu")
+    result = pg._flat_buffer(torch.ones(3).to("tpu"))
+    with pytest.raises(ValueError, match=r"its result has 3 elements, the output tensor \(\[4\]\) has 4"):
+        pg._write_result(t, result)
+    with pytest.raises(ValueError, match=r"its result has 3 elements"):
+        pg._write(t[:2], torch.ones(3).to("tpu"))
+    assert torch.equal(t.cpu(), torch.zeros(4))

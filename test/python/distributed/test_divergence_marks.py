@@ -92,8 +92,10 @@ def test_a_finding_does_not_explain_a_failure_outside_its_group():
     runtimes = _runtimes(4)
     _diverge_in_group_a(runtimes)
     # rank 2's program of group "b" (ranks 2, 3) fails later for its own reason: no old finding
-    runtimes[2].raise_reported_divergence("all_gather(4 x float32) over ranks [2, 3]")
-    runtimes[3].raise_reported_divergence("all_gather(4 x float32) over ranks [2, 3]")
+    runtimes[2].raise_reported_divergence("b", "all_gather(4 x float32) over ranks [2, 3]")
+    runtimes[3].raise_reported_divergence("b", "all_gather(4 x float32) over ranks [2, 3]")
+    # nor on a non-member that asks about the group itself
+    runtimes[2].raise_reported_divergence("a", "all_gather(4 x float32) over ranks [2, 3]")
 
 
 def test_a_finding_is_raised_once_per_process():
@@ -101,7 +103,7 @@ def test_a_finding_is_raised_once_per_process():
     _diverge_in_group_a(runtimes)
     # the user caught the error and went on; a later program fails: not the old divergence
     for runtime in runtimes:
-        runtime.raise_reported_divergence("all_reduce(4 x float32) over ranks [0, 1]")
+        runtime.raise_reported_divergence("a", "all_reduce(4 x float32) over ranks [0, 1]")
 
 
 def test_a_member_that_ran_on_unchecked_raises_the_finding_of_its_group_once():
@@ -111,12 +113,12 @@ def test_a_member_that_ran_on_unchecked_raises_the_finding_of_its_group_once():
     runtimes = _runtimes(3)
     raised = _handshakes([(runtimes[1], "a", (0, 1), _record(1, 2, "all_gather(4 x float32) over ranks [0, 1]"))])
     assert "rank(s) [0] did not reach it" in str(raised[1])
-    runtimes[2].raise_reported_divergence("all_reduce(1 x int32) over ranks [0, 2]")  # not a member of "a"
+    runtimes[2].raise_reported_divergence("c", "all_reduce(1 x int32) over ranks [0, 2]")  # not a member of "a"
     with pytest.raises(DistributedError, match=r"(?s)collective #2 of group a .*Rank 0 was running all_reduce"):
-        runtimes[0].raise_reported_divergence("all_reduce(4 x float32) over ranks [0, 1]")
-    runtimes[0].raise_reported_divergence("all_reduce(4 x float32) over ranks [0, 1]")
+        runtimes[0].raise_reported_divergence("a", "all_reduce(4 x float32) over ranks [0, 1]")
+    runtimes[0].raise_reported_divergence("a", "all_reduce(4 x float32) over ranks [0, 1]")
     # the finder itself never raises its own finding twice
-    runtimes[1].raise_reported_divergence("all_reduce(4 x float32) over ranks [0, 1]")
+    runtimes[1].raise_reported_divergence("a", "all_reduce(4 x float32) over ranks [0, 1]")
 
 
 def test_a_later_finding_of_the_same_group_is_raised():
@@ -125,4 +127,21 @@ def test_a_later_finding_of_the_same_group_is_raised():
     raised = _handshakes([(runtimes[1], "a", (0, 1), _record(1, 7, "broadcast(2 x int64, src=0) over ranks [0, 1]"))])
     assert "collective #7 of group a" in str(raised[1])
     with pytest.raises(DistributedError, match="collective #7 of group a"):
-        runtimes[0].raise_reported_divergence("all_reduce(4 x float32) over ranks [0, 1]")
+        runtimes[0].raise_reported_divergence("a", "all_reduce(4 x float32) over ranks [0, 1]")
+
+
+def test_a_rank_that_diverged_in_two_groups_keeps_each_groups_finding():
+    """Rank 1 is in groups a=(0, 1) and b=(1, 2) and misses a handshake in each. With one
+    mark per rank, group b's finding overwrote group a's: rank 1's failed group-a program
+    was explained by group b's finding, and group a's was never raised."""
+    runtimes = _runtimes(3)
+    _handshakes([(runtimes[0], "a", (0, 1), _record(0, 2, "all_gather(4 x float32) over ranks [0, 1]"))])
+    _handshakes([(runtimes[2], "b", (1, 2), _record(2, 1, "broadcast(8 x float32, src=0) over ranks [1, 2]"))])
+    with pytest.raises(DistributedError, match=r"(?s)collective #2 of group a \(all_gather.*Rank 1 was running "
+                                               r"all_reduce\(4 x float32\) over ranks \[0, 1\]"):
+        runtimes[1].raise_reported_divergence("a", "all_reduce(4 x float32) over ranks [0, 1]")
+    with pytest.raises(DistributedError, match=r"(?s)collective #1 of group b \(broadcast.*Rank 1 was running "
+                                               r"broadcast\(8 x float32, src=0\) over ranks \[1, 2\]"):
+        runtimes[1].raise_reported_divergence("b", "broadcast(8 x float32, src=0) over ranks [1, 2]")
+    for group in ("a", "b"):  # each raised once
+        runtimes[1].raise_reported_divergence(group, "all_reduce(4 x float32) over ranks [0, 1]")

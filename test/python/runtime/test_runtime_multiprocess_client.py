@@ -103,3 +103,42 @@ def test_jaxlib_takes_the_distributed_client_as_make_c_api_client_third_argument
 
     parameters = list(inspect.signature(xla_client.make_c_api_client).parameters)
     assert parameters[:3] == ["plugin_name", "options", "distributed_client"]
+
+
+@pytest.mark.parametrize("forced", ["cpu", " CPU "])
+def test_a_forced_cpu_platform_gets_the_gloo_cpu_client_not_a_plugin(monkeypatch, started, forced):
+    """TORCH_TPU_PLATFORM=cpu sent "cpu" to the plugin lookup ("unknown platform 'cpu'"),
+    so every multi-process job with the variable set failed to start."""
+    monkeypatch.setenv("TORCH_TPU_PLATFORM", forced)
+    assert client_module.make_multiprocess_raw_client(COORDINATION, 1, 2, "127.0.0.1") == ("cpu", "cpu client")
+    assert started == [("cpu", COORDINATION, 1, 2, "127.0.0.1")]
+
+
+def test_a_client_that_fails_to_start_is_named_by_its_rank_as_the_cause(monkeypatch):
+    """initialize() stops the coordination service when rank 0's client fails, so the
+    peers see only jaxlib's abort: the failing rank's own error must say it is the cause.
+    (jaxlib's service and client are stand-ins: a real client left connected to a stopped
+    service aborts the process once its heartbeat fails.)"""
+    from torch_tpu.runtime import distributed
+
+    stopped = []
+
+    class Service:
+        def shutdown(self):
+            stopped.append("service")
+
+    class CoordinationClient:
+        def connect(self):
+            pass
+
+    def broken(*args):
+        raise PlatformError("no TPU PjRT plugin: install libtpu")
+
+    monkeypatch.setattr(distributed, "_port_in_use", lambda address: None)
+    monkeypatch.setattr(_jaxlib, "distributed_service", lambda *args: Service())
+    monkeypatch.setattr(_jaxlib, "distributed_client", lambda *args: CoordinationClient())
+    monkeypatch.setattr(distributed, "make_multiprocess_raw_client", broken)
+    with pytest.raises(PlatformError, match=r"tpu_dist: rank 0 of 2 could not create its client: no TPU PjRT "
+                                            r"plugin: install libtpu\. The other ranks stop .*this is the cause"):
+        distributed.initialize(0, 2, "127.0.0.1:1", timeout_s=5)
+    assert stopped == ["service"] and distributed.current() is None
