@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torch_tpu.core import __version__ as _TORCH_TPU_VERSION
-from torch_tpu.core import config
+from torch_tpu.core import config, plugins
 
 from . import _jaxlib
 from .buffer import DeviceBuffer, host_view
@@ -67,7 +67,7 @@ def _libtpu_path(forced: bool) -> str | None:
         if forced:
             raise PlatformError(f"{message}; point it at libtpu.so or unset it to use the libtpu package")
         log.warning("%s; looking for the libtpu package instead", message)
-    if importlib.util.find_spec("libtpu") is not None:
+    if importlib.util.find_spec(plugins.TPU_PLUGIN_PACKAGE) is not None:
         try:
             import libtpu
 
@@ -85,7 +85,7 @@ def _cuda_plugin_path() -> str | None:
         raise PlatformError(
             f"TORCH_TPU_CUDA_PLUGIN_PATH={env} does not exist; point it at xla_cuda_plugin.so or unset it"
         )
-    for package in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
+    for package in plugins.CUDA_PLUGIN_PACKAGES:
         try:
             spec = importlib.util.find_spec(package)
         except (ImportError, ValueError):

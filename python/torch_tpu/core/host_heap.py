@@ -38,7 +38,7 @@ import ctypes
 import importlib.util
 import sys
 
-from . import config
+from . import config, plugins
 
 # mallopt parameters (glibc's malloc.h).
 M_TRIM_THRESHOLD = -1
@@ -73,10 +73,9 @@ def enabled() -> bool:
     return bool(config.get("TORCH_TPU_DIST_REUSE_HOST_MEMORY"))
 
 
-# Modules whose presence means the runtime would pick a TPU or CUDA PjRT plugin when
-# `TORCH_TPU_PLATFORM` is unset (runtime/client.py's discovery order).
-ACCELERATOR_PLUGIN_MODULES = ("libtpu", "jax_cuda13_plugin", "jax_cuda12_plugin",
-                              "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
+# Packages whose presence means the runtime would pick a TPU or CUDA PjRT plugin when
+# `TORCH_TPU_PLATFORM` is unset.
+ACCELERATOR_PLUGIN_MODULES = (plugins.TPU_PLUGIN_PACKAGE, *plugins.CUDA_PLUGIN_PACKAGES)
 
 
 def accelerator_plugin_installed() -> bool:
