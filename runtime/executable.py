@@ -14,6 +14,7 @@ the caller's tensor is never overwritten.
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -267,7 +268,22 @@ class Executable:
                 tensor_class[0] = cls
             return True
 
+        # The last DeviceBuffer this position accepted (weakly held) and its array: a
+        # buffer's shape, element type and device never change, so the same buffer again
+        # (a resident parameter, on every call) needs only the check that can change, its
+        # deletion. Not for a donated position, whose buffer a call consumes. The array is
+        # let go with the buffer, so no device memory is kept alive here.
+        accepted: list[Any] = [None, None]
+
+        def forget(_ref: Any) -> None:
+            accepted[:] = None, None
+
         def convert(value: Any, device: Any, replica: int | None = None) -> Any:
+            ref = accepted[0]
+            if ref is not None and ref() is value and value.device is device:
+                array = accepted[1]
+                if not is_deleted(array):
+                    return array
             if type(value) is tensor_class[0] or (type(value) is not DeviceBuffer and is_tensor(value)):
                 if value.dtype is not tensor_class[1]:
                     raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
@@ -303,9 +319,12 @@ class Executable:
                         f"{self.name}: argument {i}: the DeviceBuffer was deleted or donated to an "
                         "earlier call; pass that call's output instead"
                     )
-                if donated and value._exported:
-                    # Its memory is shared with a torch tensor / NumPy array: donate a copy.
-                    return clone(array)
+                if donated:
+                    if value._exported:
+                        # Its memory is shared with a torch tensor / NumPy array: donate a copy.
+                        return clone(array)
+                else:
+                    accepted[:] = weakref.ref(value, forget), array
                 return array
             if isinstance(value, np.ndarray):
                 if value.dtype != np_dtype or value.shape != shape:
