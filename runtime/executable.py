@@ -278,12 +278,29 @@ class Executable:
         def forget(_ref: Any) -> None:
             accepted[:] = None, None
 
+        # The host tensor this position aliased last (weakly held), its address and, once
+        # the same tensor came back, a device array aliasing that memory: passing the same
+        # tensor again (an input kept across calls, a buffer refilled in place) reuses the
+        # array instead of making one per call (~8 us, and PjRT's first use of a new array
+        # costs ~10 us more). Only where host memory is aliased anyway (`alias_ok`, calls
+        # that wait), so the array always reads the tensor's current contents. The tensor
+        # object is held weakly and the array let go with it (the array keeps the memory
+        # through its NumPy view, whose base is another tensor object).
+        aliased: list[Any] = [None, 0, None]
+
+        def forget_alias(_ref: Any) -> None:
+            aliased[:] = None, 0, None
+
         def convert(value: Any, device: Any, replica: int | None = None) -> Any:
             ref = accepted[0]
             if ref is not None and ref() is value and value.device is device:
                 array = accepted[1]
                 if not is_deleted(array):
                     return array
+            ref = aliased[0]
+            if (ref is not None and ref() is value and aliased[2] is not None and value.data_ptr() == aliased[1]
+                    and value.is_contiguous() and value.shape == shape and not is_deleted(aliased[2])):
+                return aliased[2]
             if type(value) is tensor_class[0] or (type(value) is not DeviceBuffer and is_tensor(value)):
                 if value.dtype is not tensor_class[1]:
                     raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
@@ -298,8 +315,19 @@ class Executable:
                 # `waits` false, so `alias_ok` false). Never
                 # for a donated parameter (XLA would write into the caller's tensor: `alias_ok`
                 # is false there) nor an unaligned pointer (XLA:CPU would copy anyway).
-                semantics = zero_copy if (alias_ok and not (t.data_ptr() & align_mask)) else copy
-                return put(aval, device._sharding, [host], device._raw_list, True, False, semantics, True)
+                address = t.data_ptr()
+                if not alias_ok or address & align_mask:
+                    return put(aval, device._sharding, [host], device._raw_list, True, False, copy, True)
+                if t is value and aliased[0] is not None and aliased[0]() is value and aliased[1] == address \
+                        and host.nbytes:
+                    # The same tensor a second time: keep an array aliasing its memory.
+                    array = put(aval, device._sharding, [host], device._raw_list, True, False,
+                                zero_copy, True)
+                    aliased[2] = array
+                    return array
+                if t is value:
+                    aliased[:] = weakref.ref(value, forget_alias), address, None
+                return put(aval, device._sharding, [host], device._raw_list, True, False, zero_copy, True)
             if type(value) is DeviceBuffer:
                 if value.shape != shape or value._row is not row:
                     raise mismatch(i, f"DeviceBuffer {value.type_string}", replica)

@@ -108,3 +108,74 @@ def test_a_resident_position_lets_a_freed_parameter_go():
     del p
     gc.collect()
     assert buffer() is None  # neither the plan nor the process-wide table holds it
+
+
+def _add_mul():
+    return get_client().compile(_ADD_MUL, name="add_mul")
+
+
+def test_a_host_tensor_passed_again_is_read_afresh_every_call():
+    """The array aliasing a repeated host tensor is reused: writes between calls are seen."""
+    exe = _add_mul()
+    a, b = torch.randn(4), torch.randn(4)
+    for step in range(4):
+        torch.testing.assert_close(exe(a, b)[0], (a + b) * b)
+        a.add_(1.0)  # in place: same object, same memory
+        b.copy_(torch.randn(4))
+        if step == 2:
+            a.data = torch.randn(4)  # same object, new storage
+
+
+@pytest.mark.parametrize("change", ["transpose", "resize", "set_"])
+def test_a_repeated_host_tensor_changed_in_place_is_not_served_stale(change):
+    square = get_client().compile("""
+module @sq {
+  func.func public @main(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {
+    %0 = stablehlo.add %a, %a : tensor<2x2xf32>
+    return %0 : tensor<2x2xf32>
+  }
+}""", name="sq")
+    a = torch.arange(4, dtype=torch.float32).view(2, 2).clone()
+    square(a), square(a)  # the second call caches an aliasing array
+    if change == "transpose":
+        a.t_()  # same memory, other strides
+        torch.testing.assert_close(square(a)[0], a + a)
+    elif change == "resize":
+        a.resize_(4)
+        with pytest.raises(Exception, match="expected tensor<2x2xf32>"):
+            square(a)
+    else:
+        a.set_(torch.full((2, 2), 7.0))
+        torch.testing.assert_close(square(a)[0], a + a)
+
+
+def test_a_repeated_host_tensor_is_not_kept_alive():
+    from torch_tpu.runtime import _jaxlib
+
+    client = get_client()
+    exe = _add_mul()
+    a, b = torch.randn(4), torch.randn(4)
+    exe(a, b), exe(a, b)  # the second call caches an array aliasing `a`
+    gc.collect()
+    cached = len(_jaxlib.live_arrays(client._raw))
+    tensor = weakref.ref(a)
+    del a
+    gc.collect()
+    assert tensor() is None
+    assert len(_jaxlib.live_arrays(client._raw)) == cached - 1  # the array went with the tensor
+    # A new tensor at that position (maybe at the freed address) is read, not the old array.
+    c = torch.randn(4)
+    torch.testing.assert_close(exe(c, b)[0], (c + b) * b)
+    torch.testing.assert_close(exe(c, b)[0], (c + b) * b)
+
+
+def test_a_donated_or_enqueued_host_tensor_is_never_aliased():
+    """`execute` returns before the program reads its arguments: host tensors are copied
+    there, so writing them right after the call cannot change the result."""
+    exe = _add_mul()
+    a, b = torch.randn(4), torch.randn(4)
+    expected = (a + b) * b
+    exe(a, b), exe(a, b)  # cached for `__call__`
+    out = exe.execute([a, b])[0]
+    a.fill_(100.0)
+    torch.testing.assert_close(out.to_torch(), expected)
