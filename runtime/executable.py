@@ -272,11 +272,13 @@ class Executable:
         # buffer's shape, element type and device never change, so the same buffer again
         # (a resident parameter, on every call) needs only the check that can change, its
         # deletion. Not for a donated position, whose buffer a call consumes. The array is
-        # let go with the buffer, so no device memory is kept alive here.
-        accepted: list[Any] = [None, None]
+        # let go with the buffer, so no device memory is kept alive here. Each slot holds
+        # one tuple, replaced whole, so a call on another thread reads a consistent entry.
+        accepted: list[tuple[Any, Any]] = [(None, None)]
 
-        def forget(_ref: Any) -> None:
-            accepted[:] = None, None
+        def forget(ref: Any) -> None:
+            if accepted[0][0] is ref:
+                accepted[0] = (None, None)
 
         # The host tensor this position aliased last (weakly held), its address and, once
         # the same tensor came back, a device array aliasing that memory: passing the same
@@ -286,21 +288,20 @@ class Executable:
         # that wait), so the array always reads the tensor's current contents. The tensor
         # object is held weakly and the array let go with it (the array keeps the memory
         # through its NumPy view, whose base is another tensor object).
-        aliased: list[Any] = [None, 0, None]
+        aliased: list[tuple[Any, int, Any]] = [(None, 0, None)]
 
-        def forget_alias(_ref: Any) -> None:
-            aliased[:] = None, 0, None
+        def forget_alias(ref: Any) -> None:
+            if aliased[0][0] is ref:
+                aliased[0] = (None, 0, None)
 
         def convert(value: Any, device: Any, replica: int | None = None) -> Any:
-            ref = accepted[0]
-            if ref is not None and ref() is value and value.device is device:
-                array = accepted[1]
-                if not is_deleted(array):
-                    return array
-            ref = aliased[0]
-            if (ref is not None and ref() is value and aliased[2] is not None and value.data_ptr() == aliased[1]
-                    and value.is_contiguous() and value.shape == shape and not is_deleted(aliased[2])):
-                return aliased[2]
+            ref, array = accepted[0]
+            if ref is not None and ref() is value and value.device is device and not is_deleted(array):
+                return array
+            ref, address, array = aliased[0]
+            if (array is not None and ref() is value and value.data_ptr() == address and value.is_contiguous()
+                    and value.shape == shape and not is_deleted(array)):
+                return array
             if type(value) is tensor_class[0] or (type(value) is not DeviceBuffer and is_tensor(value)):
                 if value.dtype is not tensor_class[1]:
                     raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
@@ -318,15 +319,14 @@ class Executable:
                 address = t.data_ptr()
                 if not alias_ok or address & align_mask:
                     return put(aval, device._sharding, [host], device._raw_list, True, False, copy, True)
-                if t is value and aliased[0] is not None and aliased[0]() is value and aliased[1] == address \
-                        and host.nbytes:
-                    # The same tensor a second time: keep an array aliasing its memory.
-                    array = put(aval, device._sharding, [host], device._raw_list, True, False,
-                                zero_copy, True)
-                    aliased[2] = array
-                    return array
                 if t is value:
-                    aliased[:] = weakref.ref(value, forget_alias), address, None
+                    ref, seen, _ = aliased[0]
+                    if ref is not None and ref() is value and seen == address and host.nbytes:
+                        # The same tensor a second time: keep an array aliasing its memory.
+                        array = put(aval, device._sharding, [host], device._raw_list, True, False, zero_copy, True)
+                        aliased[0] = (ref, address, array)
+                        return array
+                    aliased[0] = (weakref.ref(value, forget_alias), address, None)
                 return put(aval, device._sharding, [host], device._raw_list, True, False, zero_copy, True)
             if type(value) is DeviceBuffer:
                 if value.shape != shape or value._row is not row:
@@ -352,7 +352,7 @@ class Executable:
                         # Its memory is shared with a torch tensor / NumPy array: donate a copy.
                         return clone(array)
                 else:
-                    accepted[:] = weakref.ref(value, forget), array
+                    accepted[0] = (weakref.ref(value, forget), array)
                 return array
             if isinstance(value, np.ndarray):
                 if value.dtype != np_dtype or value.shape != shape:

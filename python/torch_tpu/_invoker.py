@@ -450,19 +450,22 @@ def _resident_step(client) -> Callable[[Any], Any]:
     process-wide table. The tensor is held weakly and the buffer is let go with it, as the
     table lets its entry go: a freed model's memory is not kept alive here."""
     empty = (None, -1, -1, None)
-    last: list[Any] = list(empty)  # weakref to the tensor, data_ptr, _version, buffer
+    # One tuple (weakref to the tensor, data_ptr, _version, buffer), replaced whole, so a
+    # call on another thread reads a consistent entry.
+    last: list[tuple[Any, int, int, Any]] = [empty]
 
-    def forget(_ref: Any) -> None:
-        last[:] = empty
+    def forget(ref: Any) -> None:
+        if last[0][0] is ref:
+            last[0] = empty
 
     def resident(value: Any) -> Any:
-        ref = last[0]
-        if ref is not None and ref() is value and value._version == last[2] and value.data_ptr() == last[1]:
-            return last[3]
+        ref, pointer, version, buffer = last[0]
+        if ref is not None and ref() is value and value._version == version and value.data_ptr() == pointer:
+            return buffer
         if not isinstance(value, torch.Tensor):
             return value
         buffer = RESIDENT_PARAMETERS.get(value, client)
-        last[:] = weakref.ref(value, forget), value.data_ptr(), value._version, buffer
+        last[0] = (weakref.ref(value, forget), value.data_ptr(), value._version, buffer)
         return buffer
 
     return resident
