@@ -306,17 +306,12 @@ class ArgumentPlan:
         if self.device_index is not None:
             return self._device_plan(args)
 
-        def resident(value: Any) -> Any:
-            if isinstance(value, torch.Tensor):
-                return RESIDENT_PARAMETERS.get(value, client)
-            return value
-
         for index, (spec, arg) in enumerate(zip(self._specs, args)):
             if index in self._written:
                 if isinstance(arg, torch.nn.Parameter):
                     steps.append((index, torch.Tensor.detach))  # a plain tensor: copied, never donated
             elif index in self._resident or isinstance(arg, torch.nn.Parameter):
-                steps.append((index, resident))
+                steps.append((index, _resident_step(client)))
             elif arg is None or isinstance(arg, (bool, int, float, complex)):
                 steps.append((index, _non_tensor_step(spec, arg)))
         return steps
@@ -445,6 +440,35 @@ class OutputPlan:
             leaves = [apply_layout(leaf, layout) if layout is not None else leaf
                       for leaf, layout in zip(leaves, self._layouts)]
         return self._unflatten(leaves, self._tree)
+
+
+def _resident_step(client) -> Callable[[Any], Any]:
+    """The step of one module-state position: `RESIDENT_PARAMETERS`, with the last answer
+    kept at the position itself. The same parameter comes back at the same position on
+    every call, so the common case is three reads (the object, its `_version` and its
+    `data_ptr`, the very checks `ResidentParameters.get` makes) instead of a lookup in the
+    process-wide table. The tensor is held weakly and the buffer is let go with it, as the
+    table lets its entry go: a freed model's memory is not kept alive here."""
+    empty = (None, -1, -1, None)
+    # One tuple (weakref to the tensor, data_ptr, _version, buffer), replaced whole, so a
+    # call on another thread reads a consistent entry.
+    last: list[tuple[Any, int, int, Any]] = [empty]
+
+    def forget(ref: Any) -> None:
+        if last[0][0] is ref:
+            last[0] = empty
+
+    def resident(value: Any) -> Any:
+        ref, pointer, version, buffer = last[0]
+        if ref is not None and ref() is value and value._version == version and value.data_ptr() == pointer:
+            return buffer
+        if not isinstance(value, torch.Tensor):
+            return value
+        buffer = RESIDENT_PARAMETERS.get(value, client)
+        last[0] = (weakref.ref(value, forget), value.data_ptr(), value._version, buffer)
+        return buffer
+
+    return resident
 
 
 def _non_tensor_step(spec, arg) -> Callable[[Any], Any]:

@@ -12,6 +12,7 @@ the `torch.tpu` module, hooks, a device guard, and the kernels:
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 
 import torch
@@ -46,8 +47,12 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 
 
 class _Guard(torch._C._acc.DeviceGuard):
-    def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
+    # PyTorch's C++ asks the guard for its device type on every stream query, and with an
+    # accelerator registered, Dynamo's compiled frames query the current stream on every
+    # call (`torch.accelerator.current_stream`, to track streams): a builtin bound method
+    # answers without running a Python frame (inside a compiled frame each Python frame also
+    # passes Dynamo's frame hook). It returns the one constant, forever.
+    type_ = staticmethod(itertools.repeat(torch._C._autograd.DeviceType.PrivateUse1).__next__)
 
 
 def _cpu_redispatch(op):

@@ -1,0 +1,181 @@
+"""The per-call path of compiled graphs (issue 17): what each call skips because it was
+answered before (a resident position's buffer, a DeviceBuffer already accepted, the tpu
+device guard's type), and that skipping never serves a stale, deleted or freed value."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+
+import pytest
+import torch
+
+from torch_tpu import _invoker
+from torch_tpu.runtime import BufferDeletedError, get_client
+
+_ADD_MUL = """
+module @add_mul {
+  func.func public @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.add %a, %b : tensor<4xf32>
+    %1 = stablehlo.multiply %0, %b : tensor<4xf32>
+    return %1 : tensor<4xf32>
+  }
+}
+"""
+
+
+class _Spec:
+    def __init__(self, shape, dtype) -> None:
+        self.shape, self.dtype, self.name, self.role = shape, dtype, "arg", "input"
+
+
+def _python_frames_during(fn) -> list[str]:
+    seen: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_the_stream_query_of_every_compiled_call_runs_no_python_of_ours():
+    """With the tpu accelerator registered, every Dynamo-compiled frame asks for the current
+    stream, and PyTorch's C++ asks our device guard for its type each time."""
+    import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
+
+    stream = torch._C._accelerator_getStream(0)
+    assert stream.device == torch.device("tpu", 0)
+    frames = _python_frames_during(lambda: torch._C._accelerator_getStream(0))
+    assert not [f for f in frames if "torch_tpu" in f], frames
+    assert torch.accelerator.current_stream(torch.device("tpu", 0)).device.type == "tpu"
+
+
+def test_an_accepted_device_buffer_is_still_checked_for_deletion():
+    client = get_client()
+    exe = client.compile(_ADD_MUL, name="add_mul")
+    a, b = torch.randn(4), torch.randn(4)
+    a_buf, b_buf = client.to_device(a), client.to_device(b)
+    torch.testing.assert_close(exe(a_buf, b_buf)[0], (a + b) * b)
+    torch.testing.assert_close(exe(a_buf, b_buf)[0], (a + b) * b)  # accepted before
+    a_buf.delete()
+    with pytest.raises(BufferDeletedError, match="argument 0"):
+        exe(a_buf, b_buf)
+    # Another buffer at the same position is checked in full.
+    with pytest.raises(Exception, match="expected tensor<4xf32>"):
+        exe(client.to_device(torch.randn(3)), b_buf)
+
+
+def test_an_accepted_device_buffer_is_not_kept_alive_by_the_executable():
+    client = get_client()
+    exe = client.compile(_ADD_MUL, name="add_mul")
+    a_buf, b_buf = client.to_device(torch.randn(4)), client.to_device(torch.randn(4))
+    exe(a_buf, b_buf)
+    arrays = weakref.ref(a_buf._array)
+    del a_buf
+    gc.collect()
+    assert arrays() is None
+
+
+def test_a_resident_position_sees_new_versions_objects_and_storages():
+    spec = _Spec((4,), torch.float32)
+    plan = _invoker.ArgumentPlan([spec, spec], get_client(), resident=[0])
+    p, x = torch.nn.Parameter(torch.randn(4)), torch.randn(4)
+    first = plan([p, x])[0]
+    assert plan([p, x])[0] is first  # the same state: the same buffer
+    with torch.no_grad():
+        p.add_(1.0)
+    bumped = plan([p, x])[0]
+    assert bumped is not first
+    torch.testing.assert_close(bumped.to_torch(), p.detach())
+    p.data = torch.randn(4)  # same object, new storage
+    torch.testing.assert_close(plan([p, x])[0].to_torch(), p.detach())
+    q = torch.nn.Parameter(torch.randn(4))  # another object at that position
+    torch.testing.assert_close(plan([q, x])[0].to_torch(), q.detach())
+
+
+def test_a_resident_position_lets_a_freed_parameter_go():
+    spec = _Spec((4,), torch.float32)
+    plan = _invoker.ArgumentPlan([spec, spec], get_client(), resident=[0])
+    p = torch.nn.Parameter(torch.randn(4))
+    buffer = weakref.ref(plan([p, torch.randn(4)])[0])
+    del p
+    gc.collect()
+    assert buffer() is None  # neither the plan nor the process-wide table holds it
+
+
+def _add_mul():
+    return get_client().compile(_ADD_MUL, name="add_mul")
+
+
+def test_a_host_tensor_passed_again_is_read_afresh_every_call():
+    """The array aliasing a repeated host tensor is reused: writes between calls are seen."""
+    exe = _add_mul()
+    a, b = torch.randn(4), torch.randn(4)
+    for step in range(4):
+        torch.testing.assert_close(exe(a, b)[0], (a + b) * b)
+        a.add_(1.0)  # in place: same object, same memory
+        b.copy_(torch.randn(4))
+        if step == 2:
+            a.data = torch.randn(4)  # same object, new storage
+
+
+@pytest.mark.parametrize("change", ["transpose", "resize", "set_"])
+def test_a_repeated_host_tensor_changed_in_place_is_not_served_stale(change):
+    square = get_client().compile("""
+module @sq {
+  func.func public @main(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {
+    %0 = stablehlo.add %a, %a : tensor<2x2xf32>
+    return %0 : tensor<2x2xf32>
+  }
+}""", name="sq")
+    a = torch.arange(4, dtype=torch.float32).view(2, 2).clone()
+    square(a), square(a)  # the second call caches an aliasing array
+    if change == "transpose":
+        a.t_()  # same memory, other strides
+        torch.testing.assert_close(square(a)[0], a + a)
+    elif change == "resize":
+        a.resize_(4)
+        with pytest.raises(Exception, match="expected tensor<2x2xf32>"):
+            square(a)
+    else:
+        a.set_(torch.full((2, 2), 7.0))
+        torch.testing.assert_close(square(a)[0], a + a)
+
+
+def test_a_repeated_host_tensor_is_not_kept_alive():
+    from torch_tpu.runtime import _jaxlib
+
+    client = get_client()
+    exe = _add_mul()
+    a, b = torch.randn(4), torch.randn(4)
+    exe(a, b), exe(a, b)  # the second call caches an array aliasing `a`
+    gc.collect()
+    cached = len(_jaxlib.live_arrays(client._raw))
+    tensor = weakref.ref(a)
+    del a
+    gc.collect()
+    assert tensor() is None
+    assert len(_jaxlib.live_arrays(client._raw)) == cached - 1  # the array went with the tensor
+    # A new tensor at that position (maybe at the freed address) is read, not the old array.
+    c = torch.randn(4)
+    torch.testing.assert_close(exe(c, b)[0], (c + b) * b)
+    torch.testing.assert_close(exe(c, b)[0], (c + b) * b)
+
+
+def test_a_donated_or_enqueued_host_tensor_is_never_aliased():
+    """`execute` returns before the program reads its arguments: host tensors are copied
+    there, so writing them right after the call cannot change the result."""
+    exe = _add_mul()
+    a, b = torch.randn(4), torch.randn(4)
+    expected = (a + b) * b
+    exe(a, b), exe(a, b)  # cached for `__call__`
+    out = exe.execute([a, b])[0]
+    a.fill_(100.0)
+    torch.testing.assert_close(out.to_torch(), expected)
