@@ -299,8 +299,11 @@ class Executable:
             if ref is not None and ref() is value and value.device is device and not is_deleted(array):
                 return array
             ref, address, array = aliased[0]
-            if (array is not None and ref() is value and value.data_ptr() == address and value.is_contiguous()
-                    and value.shape == shape and not is_deleted(array)):
+            # Everything the slow path checks of a tensor (the `.data` of the same object may
+            # have been replaced by another dtype, or a conj/neg view, at the same address).
+            if (array is not None and ref() is value and value.data_ptr() == address
+                    and value.dtype is tensor_class[1] and value.is_contiguous() and value.shape == shape
+                    and not value.is_conj() and not value.is_neg() and not is_deleted(array)):
                 return array
             if type(value) is tensor_class[0] or (type(value) is not DeviceBuffer and is_tensor(value)):
                 if value.dtype is not tensor_class[1]:

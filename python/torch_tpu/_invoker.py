@@ -243,10 +243,15 @@ class PrecisionKeyed:
 
 class ResidentParameters:
     """Module state stays on the device between calls: each tensor is uploaded once and
-    again only when the object at that position, its storage (`data_ptr`) or its
-    `_version` changes (an optimizer step, `p.data = ...`, an in-place update), so a
-    stale value is never served. Entries hold weak references, so models can be freed.
-    On XLA:CPU an aligned tensor's buffer aliases its memory (no copy at all)."""
+    again only when the object at that position or its `_state` changes (an optimizer
+    step, `p.data = ...` -- which may keep the address and the version while changing the
+    layout, as `p.data = p.data.t()` does -- an in-place update), so a stale value is
+    never served. Entries hold weak references, so models can be freed. On XLA:CPU an
+    aligned tensor's buffer aliases its memory (no copy at all). One change no tensor
+    records is not seen: an in-place write through `p.data` (`p.data.add_(...)`) leaves
+    `p._version` as it was -- the aliased buffer shows it on XLA:CPU, a copied one (an
+    unaligned tensor, every TPU/GPU upload) keeps the old value; update module state with
+    `torch.no_grad()` in-place ops on the parameter itself (as optimizers do)."""
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple] = {}
@@ -254,11 +259,12 @@ class ResidentParameters:
     def get(self, tensor: torch.Tensor, client):
         key = id(tensor)
         entry = self._entries.get(key)
-        if entry is not None and entry[0]() is tensor and entry[1] == tensor.data_ptr() and entry[2] == tensor._version:
-            return entry[3]
+        state = _state(tensor)
+        if entry is not None and entry[0]() is tensor and entry[1] == state:
+            return entry[2]
         buffer = client.to_device(tensor.detach())
         ref = weakref.ref(tensor, lambda _, k=key: self._entries.pop(k, None))
-        self._entries[key] = (ref, tensor.data_ptr(), tensor._version, buffer)
+        self._entries[key] = (ref, state, buffer)
         return buffer
 
     def __len__(self) -> int:
@@ -266,6 +272,13 @@ class ResidentParameters:
 
 
 RESIDENT_PARAMETERS = ResidentParameters()
+
+
+def _state(tensor: torch.Tensor) -> tuple:
+    """What a module-state tensor's device copy depends on: its memory (`data_ptr`), the
+    writes PyTorch counts (`_version`) and its layout (dtype, sizes, strides), which
+    `p.data = ...` may change with the first two unchanged."""
+    return tensor.data_ptr(), tensor._version, tensor.dtype, tensor.shape, tensor.stride()
 
 
 class ArgumentPlan:
@@ -445,27 +458,27 @@ class OutputPlan:
 def _resident_step(client) -> Callable[[Any], Any]:
     """The step of one module-state position: `RESIDENT_PARAMETERS`, with the last answer
     kept at the position itself. The same parameter comes back at the same position on
-    every call, so the common case is three reads (the object, its `_version` and its
-    `data_ptr`, the very checks `ResidentParameters.get` makes) instead of a lookup in the
-    process-wide table. The tensor is held weakly and the buffer is let go with it, as the
-    table lets its entry go: a freed model's memory is not kept alive here."""
-    empty = (None, -1, -1, None)
-    # One tuple (weakref to the tensor, data_ptr, _version, buffer), replaced whole, so a
-    # call on another thread reads a consistent entry.
-    last: list[tuple[Any, int, int, Any]] = [empty]
+    every call, so the common case is the object and its `_state` (the very checks
+    `ResidentParameters.get` makes) instead of a lookup in the process-wide table. The
+    tensor is held weakly and the buffer is let go with it, as the table lets its entry
+    go: a freed model's memory is not kept alive here."""
+    empty = (None, None, None)
+    # One tuple (weakref to the tensor, _state, buffer), replaced whole, so a call on
+    # another thread reads a consistent entry.
+    last: list[tuple[Any, Any, Any]] = [empty]
 
     def forget(ref: Any) -> None:
         if last[0][0] is ref:
             last[0] = empty
 
     def resident(value: Any) -> Any:
-        ref, pointer, version, buffer = last[0]
-        if ref is not None and ref() is value and value._version == version and value.data_ptr() == pointer:
+        ref, state, buffer = last[0]
+        if ref is not None and ref() is value and _state(value) == state:
             return buffer
         if not isinstance(value, torch.Tensor):
             return value
         buffer = RESIDENT_PARAMETERS.get(value, client)
-        last[0] = (weakref.ref(value, forget), value.data_ptr(), value._version, buffer)
+        last[0] = (weakref.ref(value, forget), _state(value), buffer)
         return buffer
 
     return resident

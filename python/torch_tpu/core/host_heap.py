@@ -15,7 +15,8 @@ the freed buffer the next call's output, as PyTorch's gloo reduces in one tensor
   must run before any thread starts: at `import torch` (the `torch.backends` autoload),
   in a process a launcher started (`WORLD_SIZE` > 1) on XLA:CPU (not on a machine
   whose PyTorch is a CUDA/ROCm build or that has a TPU/CUDA PjRT plugin, unless
-  `TORCH_TPU_PLATFORM=cpu`). (Set when the client
+  `TORCH_TPU_PLATFORM=cpu`; on a CPU-only machine with torch_tpu installed, a gloo job's
+  workers get it too: `TORCH_TPU_DIST_REUSE_HOST_MEMORY=0` there). (Set when the client
   starts, it reached only some of XLA's threads: 4,369 faults per 64 MB call. Threads
   that a library imported before torch started and that allocated keep their own arenas,
   and XLA's threads may then share those.)
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import os
 import sys
 
 from . import config, plugins
@@ -83,13 +85,22 @@ def accelerator_plugin_installed() -> bool:
     module specs and the path variables, no import; the runtime decides at client start)."""
     if config.get("TPU_LIBRARY_PATH") or config.get("TORCH_TPU_CUDA_PLUGIN_PATH"):
         return True
-    for name in ACCELERATOR_PLUGIN_MODULES:
-        try:
-            if importlib.util.find_spec(name) is not None:
-                return True
-        except (ImportError, ValueError):
-            continue
-    return False
+    return any(_module_present(name) for name in ACCELERATOR_PLUGIN_MODULES)
+
+
+def _module_present(name: str) -> bool:
+    """Whether module `name` can be found, without importing anything: `find_spec` of a
+    dotted name imports its parent package, so a submodule is looked up as a folder or
+    file in the parent's search locations."""
+    parent, _, child = name.rpartition(".")
+    try:
+        spec = importlib.util.find_spec(parent or child)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not parent:
+        return spec is not None
+    return any(os.path.isdir(os.path.join(folder, child)) or os.path.isfile(os.path.join(folder, child + ".py"))
+               for folder in spec.submodule_search_locations or ())
 
 
 def launched_on_cpu(accelerator_build: bool = False) -> bool:

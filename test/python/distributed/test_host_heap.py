@@ -121,3 +121,14 @@ def test_a_64mb_all_reduce_reuses_the_freed_output_and_faults_without_it():
     for applied, faults, pages in _faults_per_call(TORCH_TPU_DIST_REUSE_HOST_MEMORY="0"):
         assert applied == "[]"
         assert faults >= pages // 2
+
+
+def test_a_plugin_namespace_submodule_is_found_without_importing_it(monkeypatch, tmp_path):
+    """`jax_plugins.xla_cuda12` is looked up as a folder of the `jax_plugins` namespace:
+    `import torch` imports nothing of it."""
+    (tmp_path / "jax_plugins" / "xla_cuda12").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "jax_plugins", raising=False)
+    assert host_heap._module_present("jax_plugins.xla_cuda12")
+    assert not host_heap._module_present("jax_plugins.xla_cuda99")
+    assert "jax_plugins" not in sys.modules

@@ -179,3 +179,61 @@ def test_a_donated_or_enqueued_host_tensor_is_never_aliased():
     out = exe.execute([a, b])[0]
     a.fill_(100.0)
     torch.testing.assert_close(out.to_torch(), expected)
+
+
+_DOUBLE_F32 = """
+module @double {
+  func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.add %a, %a : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
+"""
+
+_DOUBLE_C64 = """
+module @double_c {
+  func.func public @main(%a: tensor<2xcomplex<f32>>) -> tensor<2xcomplex<f32>> {
+    %0 = stablehlo.add %a, %a : tensor<2xcomplex<f32>>
+    return %0 : tensor<2xcomplex<f32>>
+  }
+}
+"""
+
+
+def test_a_repeated_host_tensor_whose_data_changed_dtype_or_bits_is_checked_again():
+    """`.data = ...` keeps the object and may keep the address: an int32 view is refused
+    as a fresh int32 tensor is, and conj/neg bits are resolved, not served the old array."""
+    client = get_client()
+    double = client.compile(_DOUBLE_F32, name="double")
+    a = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    double(a), double(a)
+    a.data = a.data.view(torch.int32)
+    with pytest.raises(Exception, match="torch.int32"):
+        double(a)
+
+    n = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    double(n), double(n)
+    n.data = torch._neg_view(n.data)
+    torch.testing.assert_close(double(n)[0], torch.tensor([-2.0, -4.0, -6.0, -8.0]))
+
+    double_c = client.compile(_DOUBLE_C64, name="double_c")
+    c = torch.tensor([1 + 1j, 2 + 2j], dtype=torch.complex64)
+    double_c(c), double_c(c)
+    c.data = c.data.conj()
+    torch.testing.assert_close(double_c(c)[0], torch.tensor([2 - 2j, 4 - 4j], dtype=torch.complex64))
+
+
+def test_module_state_relaid_out_through_data_is_uploaded_again():
+    """`p.data = p.data.t()` keeps the address and the version: the layout is part of
+    what a resident buffer depends on (the compiled result equals eager's)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4, bias=False)
+    compiled = torch.compile(model, backend="tpu")
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        compiled(x), compiled(x)
+        pointer, version = model.weight.data_ptr(), model.weight._version
+        model.weight.data = model.weight.data.t()
+        assert (model.weight.data_ptr(), model.weight._version) == (pointer, version)
+        torch.testing.assert_close(compiled(x), model(x))
