@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -793,7 +794,12 @@ def _remember(key, plan) -> None:
         _FAST[key] = plan
 
 
-def run(op, args, kwargs):
+# Launches retried when PjRT refused a buffer that another thread's in-place op had
+# donated and rebound between this op's read of the storage and its launch.
+_REBOUND_RETRIES = 20
+
+
+def run(op, args, kwargs, _retry=0):
     """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns."""
     fast = _fast_signature(op, args, kwargs)
     plan = None
@@ -808,6 +814,7 @@ def run(op, args, kwargs):
         if fast is not None and reusable:
             _remember(fast[0], plan)
     mode = _modes_state.mode or _modes_global[0] or get_eager_mode()  # (no call once the mode is set)
+    outs = None
     try:
         if mode is EagerMode.FUSED:
             from ._fused import record
@@ -839,7 +846,18 @@ def run(op, args, kwargs):
 
         if not is_runtime_error(err):
             raise
-        raise op_failed(op, args, kwargs, _deleted_operand(operands) or err) from err
+        # A deleted operand explains a refused launch only: once launched, the written
+        # storages' old buffers are the program's (donated), and a failure seen while
+        # waiting (Debug mode) is the program's own error.
+        if outs is None and _retry < _REBOUND_RETRIES and _refused_deleted(err):
+            # Another thread's in-place op may have donated a storage's buffer between this
+            # op's read and its launch, and rebinds the storage right after: read again (as
+            # on CPU, this op then sees one of the two values, never an error). A storage
+            # that stays deleted fails every try and is named below.
+            time.sleep(0)
+            return run(op, args, kwargs, _retry + 1)
+        deleted = _deleted_operand(operands) if outs is None else None
+        raise op_failed(op, args, kwargs, deleted or err) from err
     if plan.written:
         return bind_results(op, args, kwargs, plan, operands, index, outs)
     layout = plan.single
@@ -847,6 +865,11 @@ def run(op, args, kwargs):
         # One new tensor (most ops): straight to the storage constructor.
         return _storage.new_tensor(outs[0], *layout)
     return bind_results(op, args, kwargs, plan, operands, index, outs)
+
+
+def _refused_deleted(err) -> bool:
+    """Whether PjRT refused the launch for a deleted (freed or donated) buffer."""
+    return "deleted or donated" in str(err)
 
 
 def _deleted_operand(operands):

@@ -43,6 +43,26 @@ def test_debug_mode_raises_at_the_failing_op_line(monkeypatch):
     assert "TPU_LAUNCH_BLOCKING" not in message  # Debug mode already names the op's line
 
 
+@pytest.mark.parametrize("status, error", [
+    ("INTERNAL: injected execution failure", ExecutionError),
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 64 bytes.", DeviceOutOfMemoryError),
+])
+@pytest.mark.parametrize("write", ["in_place", "out"])
+def test_debug_mode_keeps_a_written_ops_own_failure(monkeypatch, status, error, write):
+    """An in-place / out= op donates the written storage's buffer to the program: a
+    failure seen while waiting is the program's error, not a "deleted buffer" one."""
+    x, y = torch.randn(16, device="tpu"), torch.randn(16, device="tpu")
+    out = torch.empty(16, device="tpu")
+    x.add_(y), torch.add(x, y, out=out)  # planned and compiled before the failure is injected
+    _fail_when_waited(monkeypatch, status)
+    with set_eager_mode(EagerMode.DEBUG):
+        with pytest.raises(error, match=status.split(": ", 1)[1][:20]):
+            if write == "in_place":
+                x.add_(y)
+            else:
+                torch.add(x, y, out=out)
+
+
 def test_strict_mode_reports_the_failure_when_the_value_is_read(monkeypatch):
     x = torch.randn(4, device="tpu")
     torch.exp(x)
@@ -97,3 +117,40 @@ def test_deleted_buffer_names_the_op_and_line():
     line = _next_line()
     with pytest.raises(BufferDeletedError, match=rf"at {__file__}:{line + 1}, a tpu tensor's device buffer"):
         x.cpu()
+
+
+def test_a_launch_refused_for_a_buffer_another_thread_rebound_reads_again(monkeypatch):
+    """Another thread's in-place op may donate a storage's buffer between this op's read
+    and its launch (and rebind the storage right after): PjRT's refusal is not an error
+    of this op, which reads the storage again, as on CPU (where it sees either value)."""
+    x = torch.arange(4.0, device="tpu")
+    torch.mul(x, 2)
+    plan, _, _ = _ops.plan_for(torch.ops.aten.mul.Tensor, (x, 2), {})
+    real = plan.executable._runner
+    refusals = [1]
+
+    def once_refused(arrays):
+        if refusals[0]:
+            refusals[0] -= 1
+            raise _jaxlib.JaxRuntimeError("INVALID_ARGUMENT: Buffer has been deleted or donated.")
+        return real(arrays)
+
+    monkeypatch.setattr(plan.executable, "_runner", once_refused)
+    torch.testing.assert_close((x * 2).cpu(), torch.arange(4.0) * 2)
+    assert refusals == [0]
+
+
+def test_a_storage_that_stays_deleted_is_named_after_the_retries(monkeypatch):
+    x = torch.arange(4.0, device="tpu")
+    torch.mul(x, 2)
+    plan, _, _ = _ops.plan_for(torch.ops.aten.mul.Tensor, (x, 2), {})
+    tries = []
+
+    def always_refused(arrays):
+        tries.append(1)
+        raise _jaxlib.JaxRuntimeError("INVALID_ARGUMENT: Buffer has been deleted or donated.")
+
+    monkeypatch.setattr(plan.executable, "_runner", always_refused)
+    with pytest.raises(RuntimeError, match="aten.mul.Tensor"):
+        x * 2
+    assert len(tries) == _ops._REBOUND_RETRIES + 1
