@@ -26,10 +26,16 @@ def main():
     x = torch.full((NUMEL,), float(rank + 1)).to("tpu")
     for _ in range(WARMUP):  # the first compiles the program and does the handshake
         dist.all_reduce(x)
+        torch.tpu.synchronize()
     faults = []
     for _ in range(CALLS):
+        # Each call starts with the earlier outputs freed: on a loaded machine (a CI run) an
+        # output still being released when the next call allocates is a fresh 64 MB, which
+        # says nothing of whether freed memory is reused.
+        torch.tpu.synchronize()
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         dist.all_reduce(x)
+        torch.tpu.synchronize()
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     # every rank started at rank + 1; each all_reduce multiplies the sum by n
     want = float(sum(range(1, n + 1)) * n ** (WARMUP - 1 + CALLS))
