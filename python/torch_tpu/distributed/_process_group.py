@@ -193,25 +193,23 @@ def _write_result(target: torch.Tensor, buffer) -> None:
 def _check_gathered_outputs(what: str, outputs: Sequence[torch.Tensor], input: torch.Tensor, size: int) -> None:
     """Each rank's output of an all_gather / gather takes one rank's input: as gloo, every
     output must have the input's element count (checked before the collective runs)."""
-    if len(outputs) != size:
-        raise ValueError(f"tpu_dist {what}: {len(outputs)} output tensors for {size} ranks; give one per rank")
-    for i, o in enumerate(outputs):
-        if o.numel() != input.numel():
-            raise ValueError(
-                f"tpu_dist {what}: output {i} ({list(o.shape)}) has {o.numel()} elements, expected "
-                f"{input.numel()} (the input's, {list(input.shape)})"
-            )
+    _check_one_per_rank(what, "output", outputs, "input", input, size)
 
 
 def _check_scattered_inputs(inputs: Sequence[torch.Tensor], output: torch.Tensor, size: int) -> None:
     """The source's scatter list: one input per rank, each of the output's element count."""
-    if len(inputs) != size:
-        raise ValueError(f"tpu_dist scatter: {len(inputs)} input tensors for {size} ranks; give one per rank")
-    for i, t in enumerate(inputs):
-        if t.numel() != output.numel():
+    _check_one_per_rank("scatter", "input", inputs, "output", output, size)
+
+
+def _check_one_per_rank(what: str, kind: str, tensors: Sequence[torch.Tensor], reference_kind: str,
+                        reference: torch.Tensor, size: int) -> None:
+    if len(tensors) != size:
+        raise ValueError(f"tpu_dist {what}: {len(tensors)} {kind} tensors for {size} ranks; give one per rank")
+    for i, t in enumerate(tensors):
+        if t.numel() != reference.numel():
             raise ValueError(
-                f"tpu_dist scatter: input {i} ({list(t.shape)}) has {t.numel()} elements, expected "
-                f"{output.numel()} (the output's, {list(output.shape)})"
+                f"tpu_dist {what}: {kind} {i} ({list(t.shape)}) has {t.numel()} elements, expected "
+                f"{reference.numel()} (the {reference_kind}'s, {list(reference.shape)})"
             )
 
 

@@ -14,15 +14,7 @@ import torch
 from torch_tpu import _invoker
 from torch_tpu.runtime import BufferDeletedError, get_client
 
-_ADD_MUL = """
-module @add_mul {
-  func.func public @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
-    %0 = stablehlo.add %a, %b : tensor<4xf32>
-    %1 = stablehlo.multiply %0, %b : tensor<4xf32>
-    return %1 : tensor<4xf32>
-  }
-}
-"""
+from test_invoker import _ADD_MUL  # this folder's test module
 
 
 class _Spec:
