@@ -740,6 +740,16 @@ def _fast_signature(op, args, kwargs):
     return tuple(key), operands, index
 
 
+def _leaf_kinds(value):
+    """The types of a signature's leaves, part of the plan key: Python numbers that stay
+    in the signature (baked ones, list elements) compare equal across types -- `2`, `2.0`
+    and `True` -- yet give different results (`torch.full((2,), 2)` is int64, with `2.0`
+    float32)."""
+    if value.__class__ is tuple:
+        return tuple(_leaf_kinds(v) for v in value)
+    return value.__class__
+
+
 def plan_for(op, args, kwargs):
     """(plan, operands, device index) of the op, planning it on first use; raises
     `Unlowerable` when it must run elsewhere."""
@@ -753,13 +763,13 @@ def _plan_for(op, args, kwargs):
     sig, operands = describe(op, args, kwargs, index_box, False)
     index = index_box[0] if index_box[0] is not None else 0
     mode = current_mode()
-    key = (op, sig, mode, index)
+    key = (op, sig, _leaf_kinds(sig), mode, index)
     plan = _PLANS.get(key)
     baked = plan is BAKE
     if baked:
         # This signature's rule needs its Python numbers as constants: one plan per value.
         sig, operands = describe(op, args, kwargs, [None], True)
-        key = (op, sig, mode, index)
+        key = (op, sig, _leaf_kinds(sig), mode, index)
         plan = _PLANS.get(key)
     if plan is None:
         try:

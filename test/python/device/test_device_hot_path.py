@@ -274,3 +274,13 @@ def test_deleted_operand_of_a_cached_op_names_the_op_and_tensor():
                 assert "aten.add" in str(info.value) and f"{__file__}:" in str(info.value)
             y = torch.ones(4, device="tpu") * 2
     torch.testing.assert_close((x + y).cpu(), torch.full((4,), 5.0))
+
+
+def test_python_numbers_of_equal_value_and_other_types_get_their_own_plans():
+    """`2`, `2.0` and `True` are equal dict keys; as constants of a plan they give
+    different results: each type plans its own (was: the first one's plan served all)."""
+    for fill in (2, 2.0, True, 1, 1.0):
+        want = torch.full((3,), fill)
+        got = torch.full((3,), fill, device="tpu")
+        assert got.dtype == want.dtype, (fill, got.dtype, want.dtype)
+        torch.testing.assert_close(got.cpu(), want)
