@@ -123,9 +123,11 @@ def test_a_launch_refused_for_a_buffer_another_thread_rebound_reads_again(monkey
     """Another thread's in-place op may donate a storage's buffer between this op's read
     and its launch (and rebind the storage right after): PjRT's refusal is not an error
     of this op, which reads the storage again, as on CPU (where it sees either value)."""
-    x = torch.arange(4.0, device="tpu")
-    torch.mul(x, 2)
-    plan, _, _ = _ops.plan_for(torch.ops.aten.mul.Tensor, (x, 2), {})
+    # Two tensor operands (no Python number, whose plan may differ from the op's) of a
+    # shape no other test uses: `plan_for` finds the very plan `x * y` runs.
+    x, y = torch.arange(7.0, device="tpu"), torch.full((7,), 2.0, device="tpu")
+    torch.mul(x, y)
+    plan, _, _ = _ops.plan_for(torch.ops.aten.mul.Tensor, (x, y), {})
     real = plan.executable._runner
     refusals = [1]
 
@@ -136,14 +138,14 @@ def test_a_launch_refused_for_a_buffer_another_thread_rebound_reads_again(monkey
         return real(arrays)
 
     monkeypatch.setattr(plan.executable, "_runner", once_refused)
-    torch.testing.assert_close((x * 2).cpu(), torch.arange(4.0) * 2)
+    torch.testing.assert_close((x * y).cpu(), torch.arange(7.0) * 2)
     assert refusals == [0]
 
 
 def test_a_storage_that_stays_deleted_is_named_after_the_retries(monkeypatch):
-    x = torch.arange(4.0, device="tpu")
-    torch.mul(x, 2)
-    plan, _, _ = _ops.plan_for(torch.ops.aten.mul.Tensor, (x, 2), {})
+    x, y = torch.arange(7.0, device="tpu"), torch.full((7,), 2.0, device="tpu")
+    torch.mul(x, y)
+    plan, _, _ = _ops.plan_for(torch.ops.aten.mul.Tensor, (x, y), {})
     tries = []
 
     def always_refused(arrays):
@@ -152,5 +154,5 @@ def test_a_storage_that_stays_deleted_is_named_after_the_retries(monkeypatch):
 
     monkeypatch.setattr(plan.executable, "_runner", always_refused)
     with pytest.raises(RuntimeError, match="aten.mul.Tensor"):
-        x * 2
+        x * y
     assert len(tries) == _ops._REBOUND_RETRIES + 1
