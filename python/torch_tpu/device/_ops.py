@@ -833,7 +833,7 @@ def run(op, args, kwargs, _retry=0):
             return record(op, args, kwargs, plan, operands, index)
         # A storage's buffer as it is (the common case), a Python number's cached buffer,
         # else `_operand_buffer` (a 0-d CPU tensor, a storage never written, a FUSED value). A deleted buffer is
-        # not looked for here: PjRT refuses it, and `_launch_failed` names it.
+        # not looked for here: PjRT refuses it, and `_deleted_operand` names it.
         buffers = [
             v._buffer if v.__class__ is StorageEntry and v._buffer.__class__ is DeviceBuffer
             else _scalar_buffer(v, index) if v.__class__ is float or v.__class__ is int
@@ -856,9 +856,6 @@ def run(op, args, kwargs, _retry=0):
 
         if not is_runtime_error(err):
             raise
-        # A deleted operand explains a refused launch only: once launched, the written
-        # storages' old buffers are the program's (donated), and a failure seen while
-        # waiting (Debug mode) is the program's own error.
         if outs is None and _retry < _REBOUND_RETRIES and _refused_deleted(err):
             # Another thread's in-place op may have donated a storage's buffer between this
             # op's read and its launch, and rebinds the storage right after: read again (as
@@ -866,13 +863,14 @@ def run(op, args, kwargs, _retry=0):
             # that stays deleted fails every try and is named below.
             time.sleep(0)
             return run(op, args, kwargs, _retry + 1)
+        # A deleted operand explains a refused launch only: once launched, the written
+        # storages' old buffers are the program's (donated), and a failure seen while
+        # waiting (Debug mode) is the program's own error.
         deleted = _deleted_operand(operands) if outs is None else None
         raise op_failed(op, args, kwargs, deleted or err) from err
-    if plan.written:
-        return bind_results(op, args, kwargs, plan, operands, index, outs)
     layout = plan.single
     if layout is not None:
-        # One new tensor (most ops): straight to the storage constructor.
+        # One new tensor, nothing written (most ops): straight to the storage constructor.
         return _storage.new_tensor(outs[0], *layout)
     return bind_results(op, args, kwargs, plan, operands, index, outs)
 
