@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import _dynamo_funcnames
+from . import _dynamo_funcnames, _dynamo_local_map
 from ._aliasing_prims import decompose_aliasing_prims
 from ._compile import compile_graph
 from ._tensor_index import rewrite_scalar_tensor_indices
@@ -31,6 +31,9 @@ log = logging.getLogger("torch_tpu")
 # Dynamo resolves backend "tpu" (importing this module) before it traces: its trace-log
 # headers stop tokenizing source files while those logs are off (_dynamo_funcnames.py).
 _dynamo_funcnames.install()
+# ... and its check for local_map-wrapped functions stops importing context parallelism
+# (_dynamo_local_map.py).
+_dynamo_local_map.install()
 
 _graph_ids = itertools.count()
 _KNOWN_OPTIONS = {"functionalize"}

@@ -355,3 +355,51 @@ def test_dynamo_funcname_lookup_is_wrapped_once_and_follows_the_loggers():
     assert lookup("model.py", 3) is None and calls == []
     logger.setLevel(logging.DEBUG)
     assert lookup("model.py", 3) == "Model.forward" and calls == [("model.py", 3)]
+
+
+_LOCAL_MAP_MODULE = "torch.distributed.tensor.experimental._func_map"
+
+
+def test_first_compile_does_not_import_context_parallelism_to_check_for_local_map():
+    # Dynamo asks, for every function it wraps (F.scaled_dot_product_attention here),
+    # whether it is local_map's wrapper, importing torch.distributed.tensor.experimental
+    # (context-parallel attention, flex attention) to ask; _dynamo_local_map answers "no"
+    # without it while that module is not imported.
+    out = _run(
+        f"""
+        import sys, torch
+        import torch.nn.functional as F
+
+        def attend(q):
+            return F.gelu(F.scaled_dot_product_attention(q, q, q, is_causal=True))
+
+        q = torch.randn(1, 2, 8, 4)
+        with torch.no_grad():
+            out = torch.compile(attend, backend="tpu")(q)
+            torch.testing.assert_close(out, attend(q), rtol=1e-5, atol=1e-5)
+        print("imported:", {_LOCAL_MAP_MODULE!r} in sys.modules, "torch.distributed.tensor.experimental" in sys.modules)
+        """
+    )
+    assert "imported: False False" in out, out
+
+
+def test_local_map_check_answers_as_dynamos_once_the_module_is_imported(monkeypatch):
+    import importlib
+
+    from torch._dynamo.variables.higher_order_ops import LocalMapWrappedHigherOrderVariable as variable
+
+    from torch_tpu import _dynamo_local_map
+
+    assert _dynamo_local_map.install()
+    check = variable.__dict__["should_wrap_in_hop"]
+    assert _dynamo_local_map.install() and variable.__dict__["should_wrap_in_hop"] is check  # not wrapped twice
+    func_map = importlib.import_module(_LOCAL_MAP_MODULE)
+    with variable.enable():
+        assert variable.should_wrap_in_hop(func_map._local_map_wrapped)
+        assert not variable.should_wrap_in_hop(torch.nn.functional.gelu)
+    assert not variable.should_wrap_in_hop(func_map._local_map_wrapped)  # wrapping not enabled: Dynamo's answer
+    # Without the module, nothing is local_map's wrapper and nothing is imported to say so.
+    monkeypatch.delitem(sys.modules, _LOCAL_MAP_MODULE)
+    with variable.enable():
+        assert not variable.should_wrap_in_hop(func_map._local_map_wrapped)
+    assert _LOCAL_MAP_MODULE not in sys.modules
