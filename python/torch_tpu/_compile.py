@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import sys
 import threading
 from collections.abc import Iterable
 from typing import Any, Callable
@@ -144,11 +145,14 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     with symbolic sizes compiles at bounds (`symbol_bounds`, else from its ShapeEnv and
     TORCH_TPU_DYNAMIC_BOUND) and returns a `_dynamic.DynamicCompiledGraph`. `defer`: a
     graph with static sizes returns a `PendingGraph` while XLA compiles it."""
-    from . import _dist_graph, _dynamic
+    if symbol_bounds is not None or has_symbolic_shapes(gm):
+        from . import _dynamic  # bounded graphs only: ~5 ms of a first compile's imports
 
-    if symbol_bounds is None and has_symbolic_shapes(gm):
-        symbol_bounds = _dynamic.initial_bounds(gm)
-    if _dist_graph.applies(gm):
+        if symbol_bounds is None:
+            symbol_bounds = _dynamic.initial_bounds(gm)
+    if _in_distributed_graph(gm):
+        from . import _dist_graph
+
         # In a tpu_dist job: one program, its collectives in it (thin stages or embedded);
         # a graph with symbolic sizes at its bounds, as below.
         compiled = _dist_graph.compile_distributed_graph(gm, name, symbol_bounds)
@@ -193,6 +197,17 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     return _dynamic.DynamicCompiledGraph(
         compiled, gm, symbol_bounds, lambda bounds: compile_whole_graph(gm, name, bounds), name
     )
+
+
+def _in_distributed_graph(gm: torch.fx.GraphModule) -> bool:
+    """`_dist_graph.applies(gm)`, without importing it and the distributed runtime (~20 ms
+    of a first compile) in a process that is not in a `tpu_dist` job: only
+    `runtime.distributed.initialize` makes one, so without that module there is none."""
+    if "torch_tpu.runtime.distributed" not in sys.modules:
+        return False
+    from . import _dist_graph
+
+    return _dist_graph.applies(gm)
 
 
 def fx_graph(executable, imported, precision_sensitive: bool, resident: Iterable[int], host, device_index,
@@ -347,10 +362,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
     rebase_storage_views(gm)
     # Custom ops without a lowering become the ATen ops of their implementation, where it traces.
     rejected: dict[str, FallbackReason] = expand_custom_ops(gm)
-    from . import _dist_graph
-
     # In a tpu_dist job the collectives compile into the graph's program (_dist_graph.py).
-    in_program = _dist_graph.applies(gm)
+    in_program = _in_distributed_graph(gm)
     for node in gm.graph.nodes:
         if node.op == "call_function" and not is_supported(node) and node.name not in rejected:
             rejected[node.name] = fallback_reasons.unsupported(node)

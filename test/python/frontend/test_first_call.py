@@ -403,3 +403,33 @@ def test_local_map_check_answers_as_dynamos_once_the_module_is_imported(monkeypa
     with variable.enable():
         assert not variable.should_wrap_in_hop(func_map._local_map_wrapped)
     assert _LOCAL_MAP_MODULE not in sys.modules
+
+
+def test_first_static_compile_imports_neither_the_distributed_runtime_nor_bounded_graphs():
+    # A process outside a tpu_dist job compiling a graph of static sizes needs neither
+    # (~25 ms of imports on the first compile): _compile asks _dist_graph only once
+    # runtime.distributed exists (only its initialize() makes a job).
+    out = _run(
+        """
+        import sys, torch
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+        x = torch.randn(4, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(model, backend="tpu")(x), model(x))
+        print("imported:", [m for m in ("torch_tpu.runtime.distributed", "torch_tpu._dist_graph", "torch_tpu._dynamic")
+                            if m in sys.modules])
+        """
+    )
+    assert "imported: []" in out, out
+
+
+def test_in_distributed_graph_asks_dist_graph_once_the_distributed_runtime_is_imported(monkeypatch):
+    import torch_tpu.runtime.distributed  # noqa: F401 - the module a tpu_dist job imports
+    from torch_tpu import _compile, _dist_graph
+
+    gm = torch.fx.symbolic_trace(torch.nn.ReLU())
+    asked = []
+    monkeypatch.setattr(_dist_graph, "applies", lambda graph: asked.append(graph) or True)
+    assert _compile._in_distributed_graph(gm) and asked == [gm]
+    monkeypatch.delitem(sys.modules, "torch_tpu.runtime.distributed")
+    assert not _compile._in_distributed_graph(gm) and asked == [gm]
