@@ -15,7 +15,9 @@ Reported per model: steady-state time per call (median of individually timed cal
 time.perf_counter, after warm-up, the contenders interleaved in short blocks so that load
 from other processes hits all of them alike; JAX results blocked on with
 block_until_ready), with the best call and the process CPU time per call beside it (both
-less disturbed by a loaded machine than the median); first-call latency
+less disturbed by a loaded machine than the median; each block of calls starts once the
+process's other threads are idle, so a contender is not charged for the previous one's
+spinning OpenMP/Eigen workers); first-call latency
 (torch._dynamo.reset() before ours and inductor; a fresh jax.jit); ours/JAX and
 ours/eager; the split of our first call into Dynamo+AOT (the rest), conversion (FX ->
 StableHLO, phase "convert"), "passes" and "xla_compile" (torch_tpu._timing); the JAX first
@@ -57,6 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import (  # noqa: E402
     LogCounter, Timing, calls_for_budget, fmt_ratio, fmt_s, interleaved_timings, time_first_call,
+    wait_for_idle_threads,
 )
 
 GOAL_STEADY_VS_JAX = 1.10
@@ -428,7 +431,10 @@ def run_model(spec: Spec, args, fallback_log: LogCounter) -> Result:
         # of calls of each contender, so load from other processes hits all of them alike.
         rounds = max(1, min(calls.values(), default=1))
         try:
-            timings = interleaved_timings(ready, calls, rounds=rounds, warmup=0)
+            # Each block starts once the previous contender's worker threads stopped
+            # spinning (eager's OpenMP workers spin for tens of ms after each call and were
+            # charged to whichever contender came next: ours, ~3-8 ms CPU per call).
+            timings = interleaved_timings(ready, calls, rounds=rounds, warmup=0, settle=wait_for_idle_threads)
         except Exception as err:  # noqa: BLE001 - e.g. a contender that fails only on later calls
             result.error = f"steady-state timing failed: {_short_error(err)}"
             timings = {}
