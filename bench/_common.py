@@ -38,6 +38,9 @@ class Timing:
 
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    # CPU seconds of the calling thread alone (thread_time): the dispatch work that sits
+    # on the critical path before and after the program runs.
+    thread: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -50,6 +53,10 @@ class Timing:
     @property
     def cpu_median(self) -> float:
         return statistics.median(self.cpu)
+
+    @property
+    def thread_median(self) -> float:
+        return statistics.median(self.thread)
 
 
 def _running_threads(own: int) -> int:
@@ -115,9 +122,11 @@ def interleaved_timings(
                 settle()
             for _ in range(n):
                 c0 = time.process_time()
+                h0 = time.thread_time()
                 t0 = time.perf_counter()
                 sync(fn())
                 t1 = time.perf_counter()
+                t.thread.append(time.thread_time() - h0)
                 t.cpu.append(time.process_time() - c0)
                 t.wall.append(t1 - t0)
     return {name: t for name, t in samples.items() if t.wall}

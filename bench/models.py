@@ -264,6 +264,10 @@ class Contender:
     def cpu(self) -> float | None:
         return None if self.timing is None else self.timing.cpu_median
 
+    @property
+    def thread(self) -> float | None:
+        return None if self.timing is None else self.timing.thread_median
+
 
 @dataclass
 class Result:
@@ -561,6 +565,12 @@ def print_model(result: Result) -> None:
             print(f"  ours program alone / JAX = {prog.steady / jx.steady:.2f}x median, {prog.best / jx.best:.2f}x best "
                   f"(code generation); ours - program = {delta(ours.steady, prog.steady)} median, "
                   f"{delta(ours.best, prog.best)} best, {delta(ours.cpu, prog.cpu)} cpu per call (dispatch overhead)")
+        # The calling thread's CPU per call is the dispatch work on the critical path. After a
+        # program that streams more data than the caches hold (the MLP: 17 MB of weights on
+        # a 1 MB L2), this Python runs on cold caches, ~3.5x slower than the same call after
+        # a tiny program; JAX's C++ dispatch slows alike, from less.
+        print(f"  calling thread CPU per call: ours {fmt_s(ours.thread)}, JAX {fmt_s(jx.thread)}"
+              + (f", our program alone {fmt_s(prog.thread)}" if prog and prog.steady else ""))
     split = _phase_split(result)
     if split:
         dyn, conv, passes, xla, pct = split

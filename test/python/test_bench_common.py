@@ -76,4 +76,5 @@ def test_interleaved_timings_settles_before_each_block():
     timings = _common.interleaved_timings(contenders, {"a": 4, "b": 2}, rounds=2, warmup=0,
                                           settle=lambda: order.append("|"))
     assert order == ["|", "a", "a", "|", "b", "|", "a", "a", "|", "b"]
-    assert len(timings["a"].wall) == 4 and len(timings["b"].cpu) == 2
+    assert len(timings["a"].wall) == 4 and len(timings["b"].cpu) == 2 and len(timings["b"].thread) == 2
+    assert all(t >= 0 for t in timings["a"].thread)
