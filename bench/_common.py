@@ -83,8 +83,9 @@ def _running_threads(own: int) -> int:
 def wait_for_idle_threads(timeout_s: float = 0.25, poll_s: float = 0.0005) -> float:
     """Waits (at most `timeout_s`) until no other thread of this process runs; returns the
     seconds waited. Worker threads keep spinning after their work is done: libgomp's
-    OpenMP workers, which eager PyTorch ops use, spin for milliseconds after every parallel
-    region (OMP_WAIT_POLICY unset), and XLA's Eigen pool briefly. Called between the
+    OpenMP workers, which eager PyTorch ops use, spin after every parallel region
+    (OMP_WAIT_POLICY unset; 40-55 ms of wall time after one 1024x1024 matmul on the 2-core
+    CI machine), and XLA's Eigen pool briefly. Called between the
     blocks of interleaved contenders, this keeps one contender's spinning workers from
     taking a core from the next contender and from being charged to its process CPU
     time: measured on the MLP of bench/models.py, eager's workers added ~3-8 ms of process
