@@ -4,12 +4,15 @@ interleaved rounds) and small formatting utilities. Nothing here asserts."""
 from __future__ import annotations
 
 import logging
+import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["tiny_gpt_training_step", "time_first_call", "interleaved_timings", "Timing", "calls_for_budget", "fmt_s", "fmt_ratio", "LogCounter"]
+__all__ = ["tiny_gpt_training_step", "time_first_call", "interleaved_timings", "Timing", "calls_for_budget", "fmt_s", "fmt_ratio", "LogCounter",
+           "wait_for_idle_threads"]
 
 
 def time_first_call(fn: Callable[[], object], sync: Callable[[object], object] = lambda r: r) -> tuple[float, object]:
@@ -35,6 +38,9 @@ class Timing:
 
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    # CPU seconds of the calling thread alone (thread_time): the dispatch work that sits
+    # on the critical path before and after the program runs.
+    thread: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -48,18 +54,62 @@ class Timing:
     def cpu_median(self) -> float:
         return statistics.median(self.cpu)
 
+    @property
+    def thread_median(self) -> float:
+        return statistics.median(self.thread)
+
+
+def _running_threads(own: int) -> int:
+    """How many threads of this process other than `own` are running or runnable (state R
+    in /proc/self/task/<tid>/stat); -1 where /proc cannot be read."""
+    running = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return -1
+    for tid in tids:
+        if int(tid) == own:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                stat = fh.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if stat[stat.rindex(")") + 2] == "R":
+            running += 1
+    return running
+
+
+def wait_for_idle_threads(timeout_s: float = 0.25, poll_s: float = 0.0005) -> float:
+    """Waits (at most `timeout_s`) until no other thread of this process runs; returns the
+    seconds waited. Worker threads keep spinning after their work is done: libgomp's
+    OpenMP workers, which eager PyTorch ops use, spin after every parallel region
+    (OMP_WAIT_POLICY unset; 40-55 ms of wall time after one 1024x1024 matmul on the 2-core
+    CI machine), and XLA's Eigen pool briefly. Called between the
+    blocks of interleaved contenders, this keeps one contender's spinning workers from
+    taking a core from the next contender and from being charged to its process CPU
+    time: measured on the MLP of bench/models.py, eager's workers added ~3-8 ms of process
+    CPU to each call of the contender after it. Not timed itself."""
+    own = threading.get_native_id()
+    start = time.perf_counter()
+    while _running_threads(own) > 0 and time.perf_counter() - start < timeout_s:
+        time.sleep(poll_s)
+    return time.perf_counter() - start
+
 
 def interleaved_timings(
     contenders: dict[str, tuple[Callable[[], object], Callable[[object], object]]],
     calls: dict[str, int],
     rounds: int,
     warmup: int = 2,
+    settle: Callable[[], object] | None = None,
 ) -> dict[str, Timing]:
     """Per-call timings of each contender. Each contender is (fn, sync); `sync` blocks on
     the result (e.g. `.block_until_ready()`). The `calls[name]` timed calls of every
     contender are spread over `rounds` interleaved rounds (round r runs a short block of
     calls of each contender in turn), so that machine noise (other processes, clock
-    changes) hits all contenders alike; every call is timed on its own."""
+    changes) hits all contenders alike; every call is timed on its own. `settle`, if
+    given, runs (untimed) before each block, e.g. `wait_for_idle_threads`."""
     samples: dict[str, Timing] = {name: Timing() for name in contenders}
     for name, (fn, sync) in contenders.items():
         for _ in range(warmup):
@@ -69,11 +119,15 @@ def interleaved_timings(
             total = calls[name]
             n = total // rounds + (1 if r < total % rounds else 0)
             t = samples[name]
+            if settle is not None and n:
+                settle()
             for _ in range(n):
                 c0 = time.process_time()
+                h0 = time.thread_time()
                 t0 = time.perf_counter()
                 sync(fn())
                 t1 = time.perf_counter()
+                t.thread.append(time.thread_time() - h0)
                 t.cpu.append(time.process_time() - c0)
                 t.wall.append(t1 - t0)
     return {name: t for name, t in samples.items() if t.wall}

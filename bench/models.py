@@ -15,7 +15,9 @@ Reported per model: steady-state time per call (median of individually timed cal
 time.perf_counter, after warm-up, the contenders interleaved in short blocks so that load
 from other processes hits all of them alike; JAX results blocked on with
 block_until_ready), with the best call and the process CPU time per call beside it (both
-less disturbed by a loaded machine than the median); first-call latency
+less disturbed by a loaded machine than the median; each block of calls starts once the
+process's other threads are idle, so a contender is not charged for the previous one's
+spinning OpenMP/Eigen workers); first-call latency
 (torch._dynamo.reset() before ours and inductor; a fresh jax.jit); ours/JAX and
 ours/eager; the split of our first call into Dynamo+AOT (the rest), conversion (FX ->
 StableHLO, phase "convert"), "passes" and "xla_compile" (torch_tpu._timing); the JAX first
@@ -57,6 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import (  # noqa: E402
     LogCounter, Timing, calls_for_budget, fmt_ratio, fmt_s, interleaved_timings, time_first_call,
+    wait_for_idle_threads,
 )
 
 GOAL_STEADY_VS_JAX = 1.10
@@ -261,6 +264,10 @@ class Contender:
     def cpu(self) -> float | None:
         return None if self.timing is None else self.timing.cpu_median
 
+    @property
+    def thread(self) -> float | None:
+        return None if self.timing is None else self.timing.thread_median
+
 
 @dataclass
 class Result:
@@ -428,7 +435,10 @@ def run_model(spec: Spec, args, fallback_log: LogCounter) -> Result:
         # of calls of each contender, so load from other processes hits all of them alike.
         rounds = max(1, min(calls.values(), default=1))
         try:
-            timings = interleaved_timings(ready, calls, rounds=rounds, warmup=0)
+            # Each block starts once the previous contender's worker threads stopped
+            # spinning (eager's OpenMP workers spin for tens of ms after each call and were
+            # charged to whichever contender came next: ours, ~3-8 ms CPU per call).
+            timings = interleaved_timings(ready, calls, rounds=rounds, warmup=0, settle=wait_for_idle_threads)
         except Exception as err:  # noqa: BLE001 - e.g. a contender that fails only on later calls
             result.error = f"steady-state timing failed: {_short_error(err)}"
             timings = {}
@@ -555,6 +565,12 @@ def print_model(result: Result) -> None:
             print(f"  ours program alone / JAX = {prog.steady / jx.steady:.2f}x median, {prog.best / jx.best:.2f}x best "
                   f"(code generation); ours - program = {delta(ours.steady, prog.steady)} median, "
                   f"{delta(ours.best, prog.best)} best, {delta(ours.cpu, prog.cpu)} cpu per call (dispatch overhead)")
+        # The calling thread's CPU per call is the dispatch work on the critical path. After a
+        # program that streams more data than the caches hold (the MLP: 17 MB of weights on
+        # a 1 MB L2), this Python runs on cold caches, ~3.5x slower than the same call after
+        # a tiny program; JAX's C++ dispatch slows alike, from less.
+        print(f"  calling thread CPU per call: ours {fmt_s(ours.thread)}, JAX {fmt_s(jx.thread)}"
+              + (f", our program alone {fmt_s(prog.thread)}" if prog and prog.steady else ""))
     split = _phase_split(result)
     if split:
         dyn, conv, passes, xla, pct = split

@@ -27,15 +27,20 @@ from functools import partial
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TORCH_TPU_CACHE_L2", "0")
 
+from _common import wait_for_idle_threads  # noqa: E402
 
-def _round_medians(contenders: dict, rounds: int, calls: int) -> dict[str, float]:
-    """Median over `rounds` of each contender's median per-call seconds in that round."""
+
+def _round_medians(contenders: dict, rounds: int, calls: int, settle=None) -> dict[str, float]:
+    """Median over `rounds` of each contender's median per-call seconds in that round;
+    `settle` (e.g. `_common.wait_for_idle_threads`) runs untimed before each block."""
     per_round: dict[str, list[float]] = {k: [] for k in contenders}
     for fn, sync in contenders.values():
         for _ in range(3):
             sync(fn())
     for _ in range(rounds):
         for name, (fn, sync) in contenders.items():
+            if settle is not None:
+                settle()
             samples = []
             for _ in range(calls):
                 t0 = time.perf_counter()
@@ -75,7 +80,9 @@ def _model_case(model, x, jax_fn, rounds: int, calls: int) -> dict[str, float]:
             "ours, new input each call": (lambda: ours(fresh[next(turn) % 4]), lambda r: r),
             "jax": (lambda: jitted(params, x_dev), lambda r: r.block_until_ready()),
         }
-        return _round_medians(contenders, rounds, calls)
+        # The previous block's XLA (Eigen) workers and the eager check's OpenMP workers
+        # must not spin on the 2 cores while the next contender runs.
+        return _round_medians(contenders, rounds, calls, settle=wait_for_idle_threads)
 
 
 def tiny_case(rounds: int, calls: int, inductor: bool) -> dict[str, float]:
