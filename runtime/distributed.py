@@ -137,6 +137,8 @@ class DistributedRuntime:
         # Per group, the collective number of the last divergence this process raised:
         # an older finding is one it has reported already.
         self._raised_divergence: dict[str, int] = {}
+        # Per (group name, ranks), how many groups of that name and ranks this process made.
+        self._incarnations: dict[tuple[str, tuple[int, ...]], int] = {}
 
     def __repr__(self) -> str:
         return f"DistributedRuntime(rank {self.rank} of {self.world_size}, {self.address}, {self.client})"
@@ -193,6 +195,38 @@ class DistributedRuntime:
             return None
 
     # -- handshake -----------------------------------------------------------------------------
+
+    def incarnation_name(self, name: str, ranks: Sequence[int], timeout_s: float) -> str:
+        """The name a new process group `name` over `ranks` runs its handshakes under:
+        `name` for the job's first group of that name, `name#<n>` for the n-th. A group
+        destroyed and made again under its name (a second init_process_group after
+        destroy_process_group, which restarts PyTorch's group names at 0) would otherwise
+        meet the old group's records, findings and sequence numbers in the store: a peer's
+        stale record of collective #1 compared with this group's #1.
+
+        n is agreed through the store: the group's first rank takes the next number of the
+        name (a counter in the store, so a group of the same name over other ranks gets
+        another one) and publishes it for this (name, ranks)'s k-th making; the other
+        members, which make the group together with it (PyTorch makes groups collectively),
+        are at their k-th making too and read it, waiting at most `timeout_s`."""
+        ranks = tuple(int(r) for r in ranks)
+        with self._lock:
+            making = self._incarnations[(name, ranks)] = self._incarnations.get((name, ranks), 0) + 1
+        members = hashlib.sha256(",".join(map(str, ranks)).encode()).hexdigest()[:16]
+        key = f"hs/incarnation/{name}/{members}/{making}"
+        if self.rank == ranks[0]:
+            number = self._dclient.key_value_increment(f"{_KV_PREFIX}hs/incarnations/{name}", 1)
+            self.kv_set(key, str(number))
+        else:
+            text = self.kv_get(key, timeout_s)
+            if text is None:
+                raise DistributedError(
+                    f"tpu_dist: rank {self.rank} made process group {name} over ranks {list(ranks)}, but its "
+                    f"first rank {ranks[0]} did not make it within {timeout_s:g} s. Every member must create "
+                    "the group (init_process_group / new_group) in the same order"
+                )
+            number = int(text)
+        return name if number == 1 else f"{name}#{number}"
 
     def handshake(self, group: str, ranks: Sequence[int], record: CollectiveRecord, timeout_s: float) -> None:
         """Publishes this process's `record` for the group's collective number

@@ -133,3 +133,20 @@ def test_a_rank_whose_client_fails_stops_every_rank_with_an_error_naming_it(fail
     failed_at = float(output.split(f"rank {failing}: its client fails at ")[1].split()[0])
     raised_at = float(output.split(f"rank {peer}: raised at ")[1].split(",")[0])
     assert raised_at - failed_at < 5, output[-6000:]  # measured 0.4-1.2 s on a loaded 2-core machine
+
+
+def test_a_group_made_again_under_its_old_name_does_not_meet_the_old_groups_records():
+    """init_process_group after destroy_process_group gives the world group and the first
+    new_group their old names again; rank 0 compared its new collective #1 with rank 1's
+    record of the old group's #1 and raised a divergence naming a line that had run
+    before ("rank 1: all_reduce(4 x float32 ...) at reinit.py:20")."""
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+        f"--master_port={_free_port_pair()}", str(WORKERS / "reinit.py"),
+    ]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    for rank in range(2):
+        assert f"rank {rank}: first [4.0, 4.0, 4.0, 4.0]" in output
+        assert f"rank {rank}: again {[6.0] * 8}" in output, output[-6000:]
