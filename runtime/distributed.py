@@ -434,7 +434,10 @@ class _StartStore:
         self._dclient = dclient
 
     def set(self, key: str, value: str) -> None:
-        self._dclient.key_value_set(_KV_PREFIX + key, value, True)
+        try:
+            self._dclient.key_value_set(_KV_PREFIX + key, value, True)
+        except _jaxlib.JaxRuntimeError as err:  # the service is gone: this rank's own error still counts
+            log.info("tpu_dist: could not publish %s: %s", key, err)
 
     def try_get(self, key: str) -> str | None:
         try:
@@ -507,7 +510,9 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
     `address` ("host:port"; process 0 serves it). Makes the multi-process client the
     process-wide one, of the platform the single-process client would use
     (`client.make_multiprocess_raw_client`; `local_device`: this process's GPU among its
-    host's, torchrun's LOCAL_RANK): call it before anything else uses the runtime."""
+    host's, torchrun's LOCAL_RANK): call it before anything else uses the runtime.
+    When a rank's client cannot be created, every rank raises, the others naming that rank
+    and its cause (`_client_start`), instead of being aborted by jaxlib."""
     global _current
     with _current_lock:
         if _current is not None:
