@@ -54,7 +54,8 @@ class StartTimeout(Exception):
 class WatchedStart:
     """`create()` (this rank's part of the collective client creation) started on a helper
     thread; `result()` watches it and the store. `store` has the coordination client's
-    key-value calls (`set(key, value)`, `try_get(key)`, `dir_get(prefix)`)."""
+    key-value calls (`set(key, value)`, `try_get(key)`, `wait(key, seconds)` -- a blocking
+    get, None when it times out -- and `dir_get(prefix)`)."""
 
     def __init__(self, create: Callable[[], Any], store: Any, rank: int, world_size: int) -> None:
         self._store = store
@@ -96,7 +97,8 @@ class WatchedStart:
                 return self._outcome["client"]
             if time.monotonic() >= deadline:
                 raise StartTimeout(waiting_for, own_done=True)
-            time.sleep(_POLL_S)
+            # Wakes as soon as that rank is ready: no polling delay on a successful start.
+            store.wait(f"{READY_PREFIX}{waiting_for[0]}", _POLL_S)
 
     def settle(self, timeout_s: float) -> bool:
         """Waits (up to `timeout_s`) for the helper thread to return -- once this rank has

@@ -445,6 +445,12 @@ class _StartStore:
         except _jaxlib.JaxRuntimeError:
             return None  # not set yet (or the service is gone: the start times out)
 
+    def wait(self, key: str, timeout_s: float) -> str | None:
+        try:
+            return self._dclient.blocking_key_value_get(_KV_PREFIX + key, max(1, int(timeout_s * 1000)))
+        except _jaxlib.JaxRuntimeError:
+            return None  # not set within timeout_s (or the service is gone: the start times out)
+
     def dir_get(self, prefix: str) -> list[tuple[str, str]]:
         try:
             return list(self._dclient.key_value_dir_get(_KV_PREFIX + prefix))
