@@ -29,7 +29,7 @@ from typing import Any
 
 from torch_tpu.core import host_heap
 
-from . import _jaxlib
+from . import _client_start, _jaxlib
 from .buffer import DeviceBuffer
 from .client import Client, install_client, make_multiprocess_raw_client
 from .errors import CompileError, PlatformError, TorchTPURuntimeError, classify_jaxlib_error
@@ -61,6 +61,24 @@ class CollectiveRecord:
     def decode(cls, rank: int, text: str) -> CollectiveRecord:
         sequence, fingerprint, description, line = text.split("\x1f", 3)
         return cls(rank, int(sequence), fingerprint, description, line)
+
+
+@dataclass(frozen=True)
+class _Finding:
+    """A failed handshake's finding, stored once per group (`hs/<group>/diverged`): the
+    collective number, the group's members (only they raise it) and the message."""
+
+    sequence: int
+    ranks: tuple[int, ...]
+    message: str
+
+    def encode(self) -> str:
+        return "\x1f".join((str(self.sequence), ",".join(map(str, self.ranks)), self.message))
+
+    @classmethod
+    def decode(cls, text: str) -> _Finding:
+        sequence, ranks, message = text.split("\x1f", 2)
+        return cls(int(sequence), tuple(int(r) for r in ranks.split(",") if r), message)
 
 
 class GroupProgram:
@@ -117,8 +135,10 @@ class DistributedRuntime:
         self._lock = threading.Lock()
         self._closed = False
         # Per group, the collective number of the last divergence this process raised:
-        # an older "diverged" mark is one it has reported already.
+        # an older finding is one it has reported already.
         self._raised_divergence: dict[str, int] = {}
+        # Per (group name, ranks), how many groups of that name and ranks this process made.
+        self._incarnations: dict[tuple[str, tuple[int, ...]], int] = {}
 
     def __repr__(self) -> str:
         return f"DistributedRuntime(rank {self.rank} of {self.world_size}, {self.address}, {self.client})"
@@ -176,6 +196,38 @@ class DistributedRuntime:
 
     # -- handshake -----------------------------------------------------------------------------
 
+    def incarnation_name(self, name: str, ranks: Sequence[int], timeout_s: float) -> str:
+        """The name a new process group `name` over `ranks` runs its handshakes under:
+        `name` for the job's first group of that name, `name#<n>` for the n-th. A group
+        destroyed and made again under its name (a second init_process_group after
+        destroy_process_group, which restarts PyTorch's group names at 0) would otherwise
+        meet the old group's records, findings and sequence numbers in the store: a peer's
+        stale record of collective #1 compared with this group's #1.
+
+        n is agreed through the store: the group's first rank takes the next number of the
+        name (a counter in the store, so a group of the same name over other ranks gets
+        another one) and publishes it for this (name, ranks)'s k-th making; the other
+        members, which make the group together with it (PyTorch makes groups collectively),
+        are at their k-th making too and read it, waiting at most `timeout_s`."""
+        ranks = tuple(int(r) for r in ranks)
+        with self._lock:
+            making = self._incarnations[(name, ranks)] = self._incarnations.get((name, ranks), 0) + 1
+        members = hashlib.sha256(",".join(map(str, ranks)).encode()).hexdigest()[:16]
+        key = f"hs/incarnation/{name}/{members}/{making}"
+        if self.rank == ranks[0]:
+            number = self._dclient.key_value_increment(f"{_KV_PREFIX}hs/incarnations/{name}", 1)
+            self.kv_set(key, str(number))
+        else:
+            text = self.kv_get(key, timeout_s)
+            if text is None:
+                raise DistributedError(
+                    f"tpu_dist: rank {self.rank} made process group {name} over ranks {list(ranks)}, but its "
+                    f"first rank {ranks[0]} did not make it within {timeout_s:g} s. Every member must create "
+                    "the group (init_process_group / new_group) in the same order"
+                )
+            number = int(text)
+        return name if number == 1 else f"{name}#{number}"
+
     def handshake(self, group: str, ranks: Sequence[int], record: CollectiveRecord, timeout_s: float) -> None:
         """Publishes this process's `record` for the group's collective number
         `record.sequence` and compares it with every other member's. Raises
@@ -207,21 +259,22 @@ class DistributedRuntime:
             raise DistributedError(message)
 
     def _report(self, group: str, ranks: Sequence[int], sequence: int, message: str) -> None:
-        """Leaves the finding where the other members look: members waiting in a
-        handshake of the group read `hs/<group>/diverged` instead of waiting out their
-        timeout; a member whose collective program fails -- it had no partner: the finding
-        rank skipped it, and left -- reads its own mark of this group
-        `hs/mark/<rank>/<group>` (`raise_reported_divergence`). Only the group's members
-        get a mark, one per group: a failure of a process outside the group, or of another
-        group's program, is never explained by this finding, and a rank that diverged in
-        two groups keeps both findings."""
+        """Leaves the finding where the other members look, under one key per group,
+        `hs/<group>/diverged`, with the group's members: members waiting in a handshake of
+        the group read it instead of waiting out their timeout; a member whose collective
+        program fails -- it had no partner: the finding rank skipped it, and left -- raises
+        it too (`raise_reported_divergence`). Only the group's members take it: a failure of
+        a process outside the group, or of another group's program, is never explained by
+        this finding, and a rank that diverged in two groups keeps both findings."""
         self._raised_divergence[group] = sequence
         try:
-            self.kv_set(f"hs/{group}/diverged", f"{sequence}\x1f{message}")
-            for rank in ranks:
-                self.kv_set(f"hs/mark/{rank}/{group}", f"{sequence}\x1f{message}")
+            self.kv_set(f"hs/{group}/diverged", _Finding(sequence, tuple(ranks), message).encode())
         except Exception as err:  # noqa: BLE001 - the service left with rank 0: raise the finding anyway
             log.info("tpu_dist: could not report collective #%d of group %s: %s", sequence, group, err)
+
+    def _finding(self, group: str) -> _Finding | None:
+        text = self.kv_try_get(f"hs/{group}/diverged")
+        return None if text is None else _Finding.decode(text)
 
     def _await_record(self, group: str, ranks: Sequence[int], mine: CollectiveRecord, rank: int,
                       deadline: float) -> str | None:
@@ -234,36 +287,34 @@ class DistributedRuntime:
             text = self.kv_get(key, max(0.001, min(left, 0.5)))
             if text is not None:
                 return text
-            diverged = self.kv_try_get(f"hs/{group}/diverged")
-            if diverged is not None:
-                sequence, message = diverged.split("\x1f", 1)
-                if self._raised_divergence.get(group, 0) < int(sequence) < mine.sequence:
-                    self._raised_divergence[group] = int(sequence)
-                    self._leave_together(group, ranks, mine.rank, int(sequence), left)
-                    raise DistributedError(message)
+            finding = self._finding(group)
+            if finding is not None and self._raised_divergence.get(group, 0) < finding.sequence < mine.sequence:
+                self._raised_divergence[group] = finding.sequence
+                self._leave_together(group, ranks, mine.rank, finding.sequence, left)
+                raise DistributedError(finding.message)
             if time.monotonic() >= deadline:
                 return None
 
     def raise_reported_divergence(self, group: str, running: str = "") -> None:
-        """Raises the divergence a member's failed handshake of `group` reported to this
-        process (its mark `hs/mark/<rank>/<group>`, see `_report`), unless this process has raised that
-        finding -- or a later one of the same group -- already. Called when a collective
-        program fails: a collective whose peer skipped it has no partner, and fails only
-        when the rank that found the problem leaves the job (its connections close); its
-        error is then that finding, with what this rank was running (`running`), not the
-        transport's.
+        """Raises the divergence a member's failed handshake of `group` reported
+        (`hs/<group>/diverged`, see `_report`) when this process is one of the group's
+        members, unless it has raised that finding -- or a later one of the same group --
+        already. Called when a collective program fails: a collective whose peer skipped it
+        has no partner, and fails only when the rank that found the problem leaves the job
+        (its connections close); its error is then that finding, with what this rank was
+        running (`running`), not the transport's.
 
-        A mark's lifetime: it is raised at most once per process (per group, collective
+        A finding's lifetime: it is raised at most once per process (per group, collective
         numbers only grow), and only on the members of the group it was found in, so a
         later failure -- another group's, or this group's after the user caught the
         error -- is reported as itself, never as an old divergence."""
-        mark = self.kv_try_get(f"hs/mark/{self.rank}/{group}")
-        if mark is None:
+        finding = self._finding(group)
+        if finding is None or self.rank not in finding.ranks:
             return
-        sequence, message = mark.split("\x1f", 1)
-        if int(sequence) > self._raised_divergence.get(group, 0):
-            self._raised_divergence[group] = int(sequence)
-            self.kv_set(f"hs/{group}/{sequence}/seen/{self.rank}", "1")
+        if finding.sequence > self._raised_divergence.get(group, 0):
+            self._raised_divergence[group] = finding.sequence
+            self.kv_set(f"hs/{group}/{finding.sequence}/seen/{self.rank}", "1")
+            message = finding.message
             if running:
                 message += f"\nRank {self.rank} was running {running}, which found no partner."
             raise DistributedError(message)
@@ -376,6 +427,80 @@ def local_address(address: str) -> str:
         return "127.0.0.1"  # no route: joining the coordinator reports the real problem
 
 
+class _StartStore:
+    """The coordination service's key-value store as `_client_start` uses it."""
+
+    def __init__(self, dclient: Any) -> None:
+        self._dclient = dclient
+
+    def set(self, key: str, value: str) -> None:
+        try:
+            self._dclient.key_value_set(_KV_PREFIX + key, value, True)
+        except _jaxlib.JaxRuntimeError as err:  # the service is gone: this rank's own error still counts
+            log.info("tpu_dist: could not publish %s: %s", key, err)
+
+    def try_get(self, key: str) -> str | None:
+        try:
+            return self._dclient.key_value_try_get(_KV_PREFIX + key)
+        except _jaxlib.JaxRuntimeError:
+            return None  # not set yet (or the service is gone: the start times out)
+
+    def wait(self, key: str, timeout_s: float) -> str | None:
+        try:
+            return self._dclient.blocking_key_value_get(_KV_PREFIX + key, max(1, int(timeout_s * 1000)))
+        except _jaxlib.JaxRuntimeError:
+            return None  # not set within timeout_s (or the service is gone: the start times out)
+
+    def dir_get(self, prefix: str) -> list[tuple[str, str]]:
+        try:
+            return list(self._dclient.key_value_dir_get(_KV_PREFIX + prefix))
+        except _jaxlib.JaxRuntimeError:
+            return []
+
+
+def _leave_unstarted(dclient: Any, service: Any, timeout_s: int) -> None:
+    """Leaves a job that could not start, the way that aborts no one: every rank meets the
+    others at a barrier (so every rank has read the cause before any exits: under
+    torchrun, the first process to exit gets the others killed), then leaves the service
+    (its shutdown barrier), then rank 0 stops the service -- no peer is connected to it any
+    more (a peer left connected to a stopped service is aborted by jaxlib)."""
+    try:
+        dclient.wait_at_barrier(_KV_PREFIX + "start/abandoned", timeout_s * 1000)
+    except Exception as err:  # noqa: BLE001 - a rank stuck in C++ never reaches the barrier
+        log.info("tpu_dist: leaving the job that could not start: %s", err)
+    try:
+        dclient.shutdown()
+    except Exception as err:  # noqa: BLE001
+        log.info("tpu_dist: leaving the job that could not start: %s", err)
+    if service is not None:
+        try:
+            service.shutdown()
+        except Exception as err:  # noqa: BLE001
+            log.info("tpu_dist: coordination service shutdown: %s", err)
+
+
+def _start_error(failure: Exception, rank: int, world_size: int, timeout_s: int) -> Exception:
+    """The error a rank raises when the job's clients could not all be created."""
+    if isinstance(failure, _client_start.StartTimeout):
+        waited = ([] if failure.own_done else ["its own client"]) + (
+            [f"the client of rank(s) {failure.waiting_for}"] if failure.waiting_for else [])
+        return DistributedError(
+            f"tpu_dist: rank {rank} of {world_size} waited {timeout_s} s for {' and '.join(waited)}, which "
+            "neither started nor reported a failure (stuck in the PjRT plugin's start, or the process "
+            "died: see its log). If the platform starts slowly, raise init_process_group's timeout"
+        )
+    if failure.own:
+        return PlatformError(
+            f"tpu_dist: rank {rank} of {world_size} could not create its client: {failure.cause}. The "
+            "other ranks stop with an error naming this rank; fix the cause and relaunch"
+        )
+    return DistributedError(
+        f"tpu_dist: rank {rank} of {world_size} cannot start: rank {failure.rank} could not create its "
+        f"client: {failure.cause}. Fix the cause on rank {failure.rank} (its log has the details) and "
+        "relaunch every rank"
+    )
+
+
 _current: DistributedRuntime | None = None
 _current_lock = threading.Lock()
 
@@ -391,7 +516,9 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
     `address` ("host:port"; process 0 serves it). Makes the multi-process client the
     process-wide one, of the platform the single-process client would use
     (`client.make_multiprocess_raw_client`; `local_device`: this process's GPU among its
-    host's, torchrun's LOCAL_RANK): call it before anything else uses the runtime."""
+    host's, torchrun's LOCAL_RANK): call it before anything else uses the runtime.
+    When a rank's client cannot be created, every rank raises, the others naming that rank
+    and its cause (`_client_start`), instead of being aborted by jaxlib."""
     global _current
     with _current_lock:
         if _current is not None:
@@ -438,19 +565,18 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
         # Each collective's output is a new buffer of its operand's size: reuse freed ones
         # (docs/explanation/distributed.md, "Performance").
         host_heap.keep_freed_memory()
+        start = _client_start.WatchedStart(
+            lambda: make_multiprocess_raw_client(
+                dclient, rank, world_size, hostname or local_address(address), local_device),
+            _StartStore(dclient), rank, world_size,
+        )
         try:
-            platform, raw = make_multiprocess_raw_client(
-                dclient, rank, world_size, hostname or local_address(address), local_device
-            )
-        except PlatformError as err:
-            # Peers blocked in their own client creation are aborted by jaxlib when the
-            # service goes (no Python error reaches them): this rank's error is the cause.
-            if service is not None:
-                service.shutdown()
-            raise PlatformError(
-                f"tpu_dist: rank {rank} of {world_size} could not create its client: {err}. The other "
-                "ranks stop with a coordination-service error; this is the cause"
-            ) from None
+            platform, raw = start.result(seconds)
+        except (_client_start.StartFailure, _client_start.StartTimeout) as failure:
+            _leave_unstarted(dclient, service, min(seconds, 10))
+            if not start.settle(10.0):
+                log.warning("tpu_dist: rank %d's client creation is still running in jaxlib", rank)
+            raise _start_error(failure, rank, world_size, seconds) from None
         client = install_client(platform, raw)
         runtime = DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient, client)
         _current = runtime

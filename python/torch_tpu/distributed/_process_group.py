@@ -226,10 +226,13 @@ class ProcessGroupTPU(dist.ProcessGroup):
     """`tpu_dist`: collectives of tpu tensors as XLA collective programs."""
 
     def __init__(self, rank: int, size: int, global_ranks: Sequence[int], group_name: str,
-                 timeout: datetime.timedelta | None) -> None:
+                 timeout: datetime.timedelta | None, handshake_name: str | None = None) -> None:
         super().__init__(rank, size)
         self._global_ranks = tuple(int(r) for r in global_ranks)
         self._name = group_name or "default"
+        # What the handshake's keys are under: unique per making of a group of this name
+        # (`DistributedRuntime.incarnation_name`).
+        self._handshake_name = handshake_name or self._name
         self._timeout_s = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 300.0
         self._programs: dict[tuple, Any] = {}
         self._sequence = 0
@@ -310,8 +313,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
             self._sequence += 1
             sequence = self._sequence
         program, new = self._program(kind, buffer.shape[0], dtype, self._global_ranks, **params)
-        self._maybe_handshake(self._name, self._global_ranks, sequence, program, new)
-        return program.run([buffer], self._name)[0]
+        self._maybe_handshake(self._handshake_name, self._global_ranks, sequence, program, new)
+        return program.run([buffer], self._handshake_name)[0]
 
     def _maybe_handshake(self, group: str, ranks: tuple[int, ...], sequence: int, program, new: bool) -> None:
         stage = config.get("TORCH_TPU_SPMD_HANDSHAKE_STAGE")
@@ -335,8 +338,9 @@ class ProcessGroupTPU(dist.ProcessGroup):
             self._sequence += 1
             sequence = self._sequence
         checked_as = _with_sizes(program, sizes) if sizes else program
-        self._maybe_handshake(self._name, self._global_ranks, sequence, checked_as, not checked_as.checked)
-        return program.run(buffers, self._name)
+        self._maybe_handshake(self._handshake_name, self._global_ranks, sequence, checked_as,
+                              not checked_as.checked)
+        return program.run(buffers, self._handshake_name)
 
     def _issue(self, what: str, tensors: Sequence[torch.Tensor], body: Callable[[], tuple[list, list]]) -> TPUWork:
         """Runs `body` (which enqueues the programs and returns (buffers to wait for,
@@ -787,9 +791,13 @@ def create_backend(dist_backend_opts, backend_options=None) -> ProcessGroupTPU:
     timeout = dist_backend_opts.timeout
     from torch_tpu.runtime import distributed
 
-    if distributed.current() is None:
+    runtime = distributed.current()
+    if runtime is None:
         # The default group (all ranks) comes first: its rank is the global rank.
-        _launch.start_runtime(ranks[rank], size, timeout, dist_backend_opts.store)
-    group = ProcessGroupTPU(rank, size, ranks, str(dist_backend_opts.group_id), timeout)
+        runtime = _launch.start_runtime(ranks[rank], size, timeout, dist_backend_opts.store)
+    name = str(dist_backend_opts.group_id)
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 300.0
+    group = ProcessGroupTPU(rank, size, ranks, name, timeout,
+                            handshake_name=runtime.incarnation_name(name or "default", ranks, seconds))
     group._store = dist_backend_opts.store
     return group

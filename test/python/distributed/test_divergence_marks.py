@@ -12,38 +12,13 @@ import threading
 
 import pytest
 
-from torch_tpu.runtime import _jaxlib
+from kv_store import KeyValueStore
 from torch_tpu.runtime.distributed import CollectiveRecord, DistributedError, DistributedRuntime
 
 
-class _KeyValueStore:
-    """jaxlib's DistributedRuntimeClient key-value calls, over one dict."""
-
-    def __init__(self) -> None:
-        self._values: dict[str, str] = {}
-        self._changed = threading.Condition()
-
-    def key_value_set(self, key: str, value: str, allow_overwrite: bool) -> None:
-        with self._changed:
-            self._values[key] = value
-            self._changed.notify_all()
-
-    def blocking_key_value_get(self, key: str, timeout_ms: int) -> str:
-        with self._changed:
-            if not self._changed.wait_for(lambda: key in self._values, timeout_ms / 1000):
-                raise _jaxlib.JaxRuntimeError(f"DEADLINE_EXCEEDED: {key}")
-            return self._values[key]
-
-    def key_value_try_get(self, key: str) -> str:
-        with self._changed:
-            if key not in self._values:
-                raise _jaxlib.JaxRuntimeError(f"NOT_FOUND: {key}")
-            return self._values[key]
-
-
-def _runtimes(n: int) -> list[DistributedRuntime]:
+def _runtimes(n: int, store: KeyValueStore | None = None) -> list[DistributedRuntime]:
     """n ranks' runtimes on one store (no client: only the handshake is exercised)."""
-    store = _KeyValueStore()
+    store = store or KeyValueStore()
     runtimes = []
     for rank in range(n):
         runtime = DistributedRuntime.__new__(DistributedRuntime)
@@ -145,3 +120,19 @@ def test_a_rank_that_diverged_in_two_groups_keeps_each_groups_finding():
         runtimes[1].raise_reported_divergence("b", "broadcast(8 x float32, src=0) over ranks [1, 2]")
     for group in ("a", "b"):  # each raised once
         runtimes[1].raise_reported_divergence(group, "all_reduce(4 x float32) over ranks [0, 1]")
+
+
+def test_a_finding_is_stored_once_for_its_group():
+    """Waiters and failed programs read the same key: a finding was stored twice
+    (`hs/<group>/diverged`, and a mark `hs/mark/<rank>/<group>` per member), two writes per
+    member that could disagree."""
+    store = KeyValueStore()
+    runtimes = _runtimes(4, store)
+    _handshakes([(runtimes[0], "a", (0, 1, 2), _record(0, 4, "all_gather(4 x float32) over ranks [0, 1, 2]"))])
+    findings = [k for k in store.keys() if "diverged" in k or "mark" in k]
+    assert findings == ["torch_tpu/hs/a/diverged"]
+    for member in (1, 2):  # both read it, once
+        with pytest.raises(DistributedError, match=r"(?s)collective #4 of group a .*rank\(s\) \[1, 2\] did not"):
+            runtimes[member].raise_reported_divergence("a", "all_reduce(4 x float32) over ranks [0, 1, 2]")
+        runtimes[member].raise_reported_divergence("a", "all_reduce(4 x float32) over ranks [0, 1, 2]")
+    runtimes[3].raise_reported_divergence("a", "all_reduce(4 x float32) over ranks [0, 3]")  # not a member

@@ -115,21 +115,40 @@ def test_a_forced_cpu_platform_gets_the_gloo_cpu_client_not_a_plugin(monkeypatch
 
 
 def test_a_client_that_fails_to_start_is_named_by_its_rank_as_the_cause(monkeypatch):
-    """initialize() stops the coordination service when rank 0's client fails, so the
-    peers see only jaxlib's abort: the failing rank's own error must say it is the cause.
-    (jaxlib's service and client are stand-ins: a real client left connected to a stopped
-    service aborts the process once its heartbeat fails.)"""
+    """A rank whose client fails publishes the cause for the others
+    (test/python/distributed/test_client_start.py), meets them at a barrier so every rank
+    has read it, leaves the service, and only then (rank 0) stops it: a peer left connected
+    to a stopped service is aborted by jaxlib. (jaxlib's service and client are stand-ins.)"""
     from torch_tpu.runtime import distributed
 
-    stopped = []
+    steps = []
 
     class Service:
         def shutdown(self):
-            stopped.append("service")
+            steps.append("service stopped")
 
     class CoordinationClient:
+        values: dict = {}
+
         def connect(self):
             pass
+
+        def key_value_set(self, key, value, allow_overwrite):
+            self.values[key] = value
+
+        def key_value_try_get(self, key):
+            if key not in self.values:
+                raise _jaxlib.JaxRuntimeError(f"NOT_FOUND: {key}")
+            return self.values[key]
+
+        def key_value_dir_get(self, prefix):
+            return [(k, v) for k, v in self.values.items() if k.startswith(prefix)]
+
+        def wait_at_barrier(self, name, timeout_ms):
+            steps.append("barrier")
+
+        def shutdown(self):
+            steps.append("left the service")
 
     def broken(*args):
         raise PlatformError("no TPU PjRT plugin: install libtpu")
@@ -139,6 +158,8 @@ def test_a_client_that_fails_to_start_is_named_by_its_rank_as_the_cause(monkeypa
     monkeypatch.setattr(_jaxlib, "distributed_client", lambda *args: CoordinationClient())
     monkeypatch.setattr(distributed, "make_multiprocess_raw_client", broken)
     with pytest.raises(PlatformError, match=r"tpu_dist: rank 0 of 2 could not create its client: no TPU PjRT "
-                                            r"plugin: install libtpu\. The other ranks stop .*this is the cause"):
+                                            r"plugin: install libtpu\. The other ranks stop with an error naming "
+                                            r"this rank"):
         distributed.initialize(0, 2, "127.0.0.1:1", timeout_s=5)
-    assert stopped == ["service"] and distributed.current() is None
+    assert CoordinationClient.values["torch_tpu/start/failed"] == "0\x1fno TPU PjRT plugin: install libtpu"
+    assert steps == ["barrier", "left the service", "service stopped"] and distributed.current() is None

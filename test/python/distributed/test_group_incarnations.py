@@ -1,0 +1,85 @@
+"""A process group made again under a name an earlier group had (`DistributedRuntime.
+incarnation_name`): its handshakes run under keys of their own, so they never meet the
+old group's records. Ranks' runtimes as threads over an in-memory key-value store; the
+torchrun job is test_tpu_dist.py::test_a_group_made_again_under_its_old_name_does_not_meet_the_old_groups_records."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kv_store import KeyValueStore
+from torch_tpu.runtime.distributed import CollectiveRecord, DistributedError, DistributedRuntime
+
+
+def _runtimes(n: int) -> list[DistributedRuntime]:
+    store = KeyValueStore()
+    runtimes = []
+    for rank in range(n):
+        runtime = DistributedRuntime.__new__(DistributedRuntime)
+        runtime.rank, runtime.world_size, runtime.address, runtime.timeout_s = rank, n, "memory", 5.0
+        runtime._dclient = store
+        runtime._raised_divergence = {}
+        runtime._incarnations = {}
+        runtime._lock = threading.Lock()
+        runtimes.append(runtime)
+    return runtimes
+
+
+def _together(calls):
+    """Runs each (function, args) on its own thread; what each returned or raised."""
+    results = [None] * len(calls)
+
+    def run(i, fn, args):
+        try:
+            results[i] = fn(*args)
+        except Exception as err:  # noqa: BLE001
+            results[i] = err
+
+    threads = [threading.Thread(target=run, args=(i, fn, args)) for i, (fn, args) in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+def _make(runtimes, members, name):
+    return _together([(runtimes[r].incarnation_name, (name, members, 5.0)) for r in members])
+
+
+def test_each_making_of_a_name_gets_its_own_handshake_name_on_every_member():
+    runtimes = _runtimes(3)
+    assert _make(runtimes, (0, 1), "1") == ["1", "1"]
+    assert _make(runtimes, (0, 1), "1") == ["1#2", "1#2"]  # destroyed, made again
+    # the name over other ranks (after a re-init): rank 1 made "1" twice, rank 2 never
+    assert _make(runtimes, (1, 2), "1") == ["1#3", "1#3"]
+    assert _make(runtimes, (0, 1, 2), "0") == ["0", "0", "0"]
+
+
+def _record(rank, what, line):
+    return CollectiveRecord(rank, 1, f"fingerprint of {what}", what, f"train.py:{line}")
+
+
+def test_a_new_group_does_not_compare_with_the_old_groups_records():
+    """Rank 1 comes late to the new group's collective #1: rank 0 must wait for it, not
+    compare with rank 1's record of the old group's #1 (a false divergence)."""
+    runtimes = _runtimes(2)
+    old = _make(runtimes, (0, 1), "0")
+    _together([(runtimes[r].handshake, (old[r], (0, 1), _record(r, "all_reduce(4 x float32)", 20), 1.0))
+               for r in range(2)])
+    new = _make(runtimes, (0, 1), "0")
+    with pytest.raises(DistributedError, match=r"rank\(s\) \[1\] did not reach it"):
+        runtimes[0].handshake(new[0], (0, 1), _record(0, "all_reduce(8 x float32)", 30), 0.3)
+    # together, the new group's collective #1 checks fine
+    new = _make(runtimes, (0, 1), "0")
+    assert _together([(runtimes[r].handshake, (new[r], (0, 1), _record(r, "all_reduce(8 x float32)", 30), 2.0))
+                      for r in range(2)]) == [None, None]
+
+
+def test_a_member_whose_first_rank_never_makes_the_group_is_told_so():
+    runtimes = _runtimes(2)
+    with pytest.raises(DistributedError, match=r"rank 1 made process group 5 over ranks \[0, 1\], but its first "
+                                               r"rank 0 did not make it within 0.2 s"):
+        runtimes[1].incarnation_name("5", (0, 1), 0.2)
