@@ -74,7 +74,7 @@ def _program_alone(tensor):
     group = dist.distributed_c10d._get_default_group()
     program, _ = group._program("all_reduce", tensor.numel(), tensor.dtype, group.group_ranks, reduce_op="sum")
     buffer = _process_group._flat_buffer(tensor)
-    return lambda: program.run([buffer], group._name)[0].synchronize()
+    return lambda: program.run([buffer], group._handshake_name)[0].synchronize()
 
 
 def _bandwidth(args) -> list[tuple]:
