@@ -409,10 +409,32 @@ class Invoker:
     def arguments(self, args: Sequence[Any]) -> list:
         return self.plan(args)
 
-    def passes_through(self) -> bool:
-        """Whether calls go straight to the executable (`__call__`'s first branch): host
-        arguments that every call so far passed untouched. Decided by the first call."""
-        return self._direct_count >= 0 and self.plan.device_index is None
+    def host_caller(self, result_type: type) -> Callable[..., Any] | None:
+        """After the first call: `__call__` for host tensors as one closure returning the
+        results in a `result_type` (`Executable.caller`), the plan's steps (module state
+        held resident, tokens, scalars) applied first; None where that is not `__call__`:
+        not planned yet, tpu tensors (results stay on the device), an RNG seed to draw.
+        Calls with another number of arguments than the program's inputs take `fallback`."""
+        plan = self.plan
+        steps = plan._steps
+        count = len(plan._specs)
+        if steps is None or plan.device_index is not None or plan._needs_rng or self.executable.num_args != count:
+            return None
+        call = self.executable.caller(result_type)
+        if not steps:
+            return call
+        steps = tuple(steps)
+
+        def planned(*args: Any) -> Any:
+            inputs = list(args)
+            if len(inputs) == count:
+                for index, step in steps:
+                    inputs[index] = step(inputs[index])
+            else:
+                inputs = plan(args)
+            return call(*inputs)
+
+        return planned
 
     def _arguments(self, args: tuple) -> Sequence[Any]:
         if len(args) == self._direct_count:
