@@ -193,7 +193,7 @@ class PrecisionKeyed:
 
     `first` builds the first program instead of `build`; it may return a pending one (with
     `resolve()`, still compiling in the background), resolved by the first call: later
-    calls go straight to the program."""
+    calls go straight to the program, or to its `fast_path()` once it ran (`_entry`)."""
 
     def __init__(self, build: Callable[[], Callable[..., Any]],
                  is_sensitive: Callable[[Any], bool] = lambda c: getattr(c, "precision_sensitive", True),
@@ -414,7 +414,9 @@ class Invoker:
         results in a `result_type` (`Executable.caller`), the plan's steps (module state
         held resident, tokens, scalars) applied first; None where that is not `__call__`:
         not planned yet, tpu tensors (results stay on the device), an RNG seed to draw.
-        Calls with another number of arguments than the program's inputs take `fallback`."""
+        With steps, a call with another number of arguments goes through the plan as in
+        `__call__`; without, it is the executable's arity error (naming the program),
+        where `__call__` would drop arguments beyond the program's inputs."""
         plan = self.plan
         steps = plan._steps
         count = len(plan._specs)
