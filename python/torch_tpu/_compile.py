@@ -79,6 +79,17 @@ class CompiledGraph:
     def __call__(self, *args):
         return self._output_plan(self.invoker(*args))
 
+    def fast_path(self) -> Callable[..., Any] | None:
+        """After the first call: this graph's call as one closure (`Invoker.host_caller`:
+        the plan's steps, then the executable's precomputed call) when the outputs are the
+        program's results in a flat tuple or list and the arguments are host tensors; else
+        None. `PrecisionKeyed` calls it instead of the graph (`x + 1`: 4 Python frames
+        fewer; a graph with module state: 6 fewer)."""
+        if type(self).__call__ is not CompiledGraph.__call__:
+            return None
+        result_type = self._output_plan.direct_type(len(self.executable.signature.results))
+        return None if result_type is None else self.invoker.host_caller(result_type)
+
     def prepare_inputs(self, args) -> list:
         """The executable's arguments for the graph's inputs `args`."""
         return self.invoker.arguments(args)

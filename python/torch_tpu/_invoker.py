@@ -193,7 +193,7 @@ class PrecisionKeyed:
 
     `first` builds the first program instead of `build`; it may return a pending one (with
     `resolve()`, still compiling in the background), resolved by the first call: later
-    calls go straight to the program."""
+    calls go straight to the program, or to its `fast_path()` once it ran (`_entry`)."""
 
     def __init__(self, build: Callable[[], Callable[..., Any]],
                  is_sensitive: Callable[[Any], bool] = lambda c: getattr(c, "precision_sensitive", True),
@@ -207,7 +207,7 @@ class PrecisionKeyed:
             self._resolving = self._resolve_first
             entry = self._resolving
         else:
-            entry = program
+            entry = self._entry(program)
         self._by_mode: dict[str, Callable[..., Any]] = {mode: entry}
         self._any_mode = None if is_sensitive(program) else entry
 
@@ -222,18 +222,36 @@ class PrecisionKeyed:
         mode = current_mode()
         fn = self._by_mode.get(mode)
         if fn is None:
-            fn = self._by_mode[mode] = self._build()
+            fn = self._by_mode[mode] = self._entry(self._build())
         return fn(*args)
+
+    def _entry(self, program: Callable[..., Any]) -> Callable[..., Any]:
+        """What a mode's slot holds for `program`: a program that offers a `fast_path()`
+        (a `CompiledGraph`) is called through it from its second call on. The first call
+        runs the program itself: its argument plan is decided by that call's arguments."""
+        fast_path = getattr(program, "fast_path", None)
+        if fast_path is None:
+            return program
+
+        def first_call(*args):
+            result = program(*args)
+            self._replace(first_call, fast_path() or program)
+            return result
+
+        return first_call
+
+    def _replace(self, old: Callable[..., Any], new: Callable[..., Any]) -> None:
+        # A new dict, assigned whole: a call on another thread reads the old or the new one.
+        self._by_mode = {m: new if f is old else f for m, f in self._by_mode.items()}
+        if self._any_mode is old:
+            self._any_mode = new
 
     def _resolve_first(self, *args):
         with self._lock:
             if self._pending is not None:
                 # Raises a compile error the pending program cannot recover from: the next
                 # call then tries again, as a failed synchronous build would.
-                program = self._pending.resolve()
-                self._by_mode = {m: program if f is self._resolving else f for m, f in self._by_mode.items()}
-                if self._any_mode is not None:
-                    self._any_mode = program
+                self._replace(self._resolving, self._entry(self._pending.resolve()))
                 self._pending = None
         return self(*args)
 
@@ -391,6 +409,35 @@ class Invoker:
     def arguments(self, args: Sequence[Any]) -> list:
         return self.plan(args)
 
+    def host_caller(self, result_type: type) -> Callable[..., Any] | None:
+        """After the first call: `__call__` for host tensors as one closure returning the
+        results in a `result_type` (`Executable.caller`), the plan's steps (module state
+        held resident, tokens, scalars) applied first; None where that is not `__call__`:
+        not planned yet, tpu tensors (results stay on the device), an RNG seed to draw.
+        With steps, a call with another number of arguments goes through the plan as in
+        `__call__`; without, it is the executable's arity error (naming the program),
+        where `__call__` would drop arguments beyond the program's inputs."""
+        plan = self.plan
+        steps = plan._steps
+        count = len(plan._specs)
+        if steps is None or plan.device_index is not None or plan._needs_rng or self.executable.num_args != count:
+            return None
+        call = self.executable.caller(result_type)
+        if not steps:
+            return call
+        steps = tuple(steps)
+
+        def planned(*args: Any) -> Any:
+            inputs = list(args)
+            if len(inputs) == count:
+                for index, step in steps:
+                    inputs[index] = step(inputs[index])
+            else:
+                inputs = plan(args)
+            return call(*inputs)
+
+        return planned
+
     def _arguments(self, args: tuple) -> Sequence[Any]:
         if len(args) == self._direct_count:
             return args
@@ -440,6 +487,11 @@ class OutputPlan:
         self._direct = tree.type if (in_order and flat and layouts is None
                                       and tree.num_leaves == len(self._outputs)) else None
         self._unflatten = pytree.tree_unflatten
+
+    def direct_type(self, result_count: int) -> type | None:
+        """tuple or list when the graph's outputs are exactly the program's
+        `result_count` results in that container (the plan is a single call), else None."""
+        return self._direct if result_count == len(self._outputs) else None
 
     def __call__(self, results: Sequence[Any]) -> Any:
         if self._direct is not None:

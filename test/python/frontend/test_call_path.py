@@ -229,3 +229,112 @@ def test_module_state_relaid_out_through_data_is_uploaded_again():
         model.weight.data = model.weight.data.t()
         assert (model.weight.data_ptr(), model.weight._version) == (pointer, version)
         torch.testing.assert_close(compiled(x), model(x))
+
+
+# -- the fast path: a graph whose plan passes its arguments through -------------------------
+
+
+def _ours(frames: list[str]) -> list[str]:
+    return [f.rsplit(":", 1)[1] for f in frames if "torch_tpu" in f or "/runtime/" in f]
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_x_plus_1_calls_the_executable_closure_from_the_second_call(grad):
+    """From the second call, a graph of plain host tensors runs through `PrecisionKeyed`
+    and the executable's closure (`Executable.caller`) only; with grad mode on or off
+    (x needs no gradient: aot_autograd's wrappers are skipped either way). The input is
+    still read afresh: an in-place write between calls is seen."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: x + 1, backend="tpu")
+    x = torch.randn(8)
+    with torch.set_grad_enabled(grad):
+        for _ in range(2):
+            compiled(x)
+        frames = _ours(_python_frames_during(lambda: compiled(x)))
+        assert frames == ["__call__", "call_one", "convert"], frames
+        x.add_(1.0)
+        got = compiled(x)
+    assert isinstance(got, torch.Tensor)
+    torch.testing.assert_close(got, x + 1)
+    assert not got.requires_grad
+
+
+def test_the_fast_path_keeps_the_output_structure_and_several_arguments():
+    torch._dynamo.reset()
+
+    def fn(x, y):
+        return [x * y, x - y]
+
+    compiled = torch.compile(fn, backend="tpu")
+    x, y = torch.randn(5), torch.randn(5)
+    with torch.no_grad():
+        for _ in range(3):
+            got = compiled(x, y)
+            assert type(got) is list and len(got) == 2
+            torch.testing.assert_close(got, fn(x, y))
+            x, y = torch.randn(5), torch.randn(5)  # new tensors: converted afresh
+
+
+def test_module_state_goes_through_the_plan_steps_on_the_fast_path():
+    """A graph with parameters: from the second call the plan's steps (resident module
+    state) run in the fast closure; an in-place update, a new parameter object and a
+    re-laid-out `.data` are still seen, as on the full path."""
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    compiled = torch.compile(model, backend="tpu")
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        compiled(x)
+        compiled(x)
+        frames = _ours(_python_frames_during(lambda: compiled(x)))
+        assert "planned" in frames and "run" not in frames and frames.count("__call__") == 1, frames
+        model[0].weight.add_(1.0)  # a new version: uploaded again
+        torch.testing.assert_close(compiled(x), model(x))
+        model[2].bias.data = torch.randn(3)  # a new storage at the same position
+        torch.testing.assert_close(compiled(x), model(x))
+        model[0].weight.data = model[0].weight.data.t().contiguous().t()  # same values, new layout
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_executable_caller_keeps_the_executables_errors_and_donation():
+    from torch_tpu.runtime import ArgumentError
+
+    exe = _add_mul()
+    a, b = torch.randn(4), torch.randn(4)
+    for result_type in (list, tuple):
+        call = exe.caller(result_type)
+        got = call(a, b)
+        assert type(got) is result_type
+        torch.testing.assert_close(got[0], (a + b) * b)
+    call = exe.caller(tuple)
+    with pytest.raises(ArgumentError, match=r"add_mul: argument 1: expected tensor<4xf32>, got a torch\.int64"):
+        call(a, torch.arange(4))
+    with pytest.raises(ArgumentError, match="add_mul: takes 2 arguments"):
+        call(a)
+
+    client = get_client()
+    double = client.compile(_DOUBLE_F32, name="double")
+    one = double.caller(tuple)
+    t = torch.arange(4, dtype=torch.float32)
+    assert torch.equal(one(t)[0], 2 * t) and torch.equal(one(t)[0], 2 * t)
+    with pytest.raises(ArgumentError, match=r"double: argument 0: expected tensor<4xf32>, got a torch\.float32 tensor of shape \[5\]"):
+        one(torch.zeros(5))
+    with pytest.raises(ArgumentError, match="double: takes 1 argument"):
+        one(t, t)
+
+    # A donated position copies the caller's tensor in, every call (never aliased).
+    accumulate = client.compile(_ACCUMULATE, name="accumulate").caller(tuple)
+    acc = torch.zeros(4)
+    for _ in range(2):
+        assert torch.equal(accumulate(acc, t)[0], t)
+    assert torch.equal(acc, torch.zeros(4))
+
+
+_ACCUMULATE = """
+module @accumulate {
+  func.func public @main(%acc: tensor<4xf32> {tf.aliasing_output = 0 : i32}, %x: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.add %acc, %x : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
+"""

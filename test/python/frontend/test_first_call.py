@@ -224,8 +224,10 @@ def test_xla_compiles_in_the_background_until_the_first_call(monkeypatch):
     torch.testing.assert_close(keyed(x)[0], _expected(x))
     assert events == ["returned", "compiled"]
     assert keyed._pending is None
-    # Later calls go to the program itself, without the first call's resolution step.
-    assert isinstance(keyed._any_mode or next(iter(keyed._by_mode.values())), _compile.CompiledGraph)
+    # Later calls go to the program (its fast path, `CompiledGraph.fast_path`), without the
+    # first call's resolution step.
+    entry = keyed._any_mode or next(iter(keyed._by_mode.values()))
+    assert entry is not keyed._resolving and not isinstance(entry, _compile.PendingGraph)
     torch.testing.assert_close(keyed(x + 1)[0], _expected(x + 1))
 
 
