@@ -87,6 +87,8 @@ class CompiledGraph:
         fewer; a graph with module state: 6 fewer)."""
         if type(self).__call__ is not CompiledGraph.__call__:
             return None
+        if not hasattr(self.executable, "caller"):
+            return None  # a tpu_dist graph's DistributedGraphProgram: its own call path
         result_type = self._output_plan.direct_type(len(self.executable.signature.results))
         return None if result_type is None else self.invoker.host_caller(result_type)
 

@@ -35,6 +35,7 @@ Invoker API (what callers use):
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -52,6 +53,8 @@ from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
 from ._precision import current_mode, warn_cost
+
+_log = logging.getLogger(__name__)
 
 _context = None
 
@@ -202,8 +205,11 @@ class PrecisionKeyed:
         mode = current_mode()
         program = (first or build)()
         self._pending = program if hasattr(program, "resolve") else None
+        # Guards the slot table's writers (a new mode's build, a first call's fast path, the
+        # pending program's resolution); readers take the table as it is. Re-entrant: the
+        # resolution replaces its slot while holding it.
+        self._lock = threading.RLock()
         if self._pending is not None:
-            self._lock = threading.Lock()
             self._resolving = self._resolve_first
             entry = self._resolving
         else:
@@ -222,7 +228,14 @@ class PrecisionKeyed:
         mode = current_mode()
         fn = self._by_mode.get(mode)
         if fn is None:
-            fn = self._by_mode[mode] = self._entry(self._build())
+            with self._lock:
+                # Another thread may have built this mode meanwhile: keep its slot (it may
+                # already be a fast path) rather than compile again. A new dict, assigned
+                # whole, as in `_replace`.
+                fn = self._by_mode.get(mode)
+                if fn is None:
+                    fn = self._entry(self._build())
+                    self._by_mode = {**self._by_mode, mode: fn}
         return fn(*args)
 
     def _entry(self, program: Callable[..., Any]) -> Callable[..., Any]:
@@ -235,16 +248,22 @@ class PrecisionKeyed:
 
         def first_call(*args):
             result = program(*args)
-            self._replace(first_call, fast_path() or program)
+            try:
+                faster = fast_path()
+            except Exception:  # the fast path is an optimisation: the program stays correct
+                _log.debug("no fast path for %r", program, exc_info=True)
+                faster = None
+            self._replace(first_call, faster or program)
             return result
 
         return first_call
 
     def _replace(self, old: Callable[..., Any], new: Callable[..., Any]) -> None:
         # A new dict, assigned whole: a call on another thread reads the old or the new one.
-        self._by_mode = {m: new if f is old else f for m, f in self._by_mode.items()}
-        if self._any_mode is old:
-            self._any_mode = new
+        with self._lock:
+            self._by_mode = {m: new if f is old else f for m, f in self._by_mode.items()}
+            if self._any_mode is old:
+                self._any_mode = new
 
     def _resolve_first(self, *args):
         with self._lock:

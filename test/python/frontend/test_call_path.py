@@ -338,3 +338,76 @@ module @accumulate {
   }
 }
 """
+
+
+class _ModeProgram:
+    """A stand-in for a compiled graph under `PrecisionKeyed`: answers the mode it was built
+    in, offers a fast path (or one that fails, as a graph whose executable has no `caller`)."""
+
+    precision_sensitive = True
+
+    def __init__(self, mode, fast_path_fails=False):
+        self.mode, self.fast_path_fails = mode, fast_path_fails
+
+    def __call__(self, *args):
+        return self.mode
+
+    def fast_path(self):
+        if self.fast_path_fails:
+            raise AttributeError("'DistributedGraphProgram' object has no attribute 'signature'")
+        return lambda *args: self.mode
+
+
+def test_a_program_whose_fast_path_fails_keeps_its_own_call_path():
+    # The review's repro: a tpu_dist graph's first call computed its collectives, then raised
+    # looking for the fast path -- on every call.
+    from torch_tpu._precision import current_mode
+
+    keyed = _invoker.PrecisionKeyed(lambda: _ModeProgram(current_mode(), fast_path_fails=True))
+    assert [keyed(), keyed(), keyed()] == [current_mode()] * 3
+
+
+def test_precision_modes_first_used_on_several_threads_are_built_once_each():
+    # The review's repro: one thread's first call replaced its slot while others added their
+    # modes' slots (dict changed size during iteration), and a mode could be compiled twice.
+    import collections
+    import threading
+
+    import torch_tpu
+    from torch_tpu._precision import current_mode
+
+    builds, errors = collections.Counter(), []
+
+    def build():
+        builds[current_mode()] += 1
+        return _ModeProgram(current_mode())
+
+    def calls(modes):
+        def run():
+            barrier.wait()
+            try:
+                for mode in modes:
+                    with torch_tpu.precision(mode) if mode else _nothing():
+                        keyed()
+            except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                errors.append(repr(exc))
+        return run
+
+    import contextlib
+    _nothing = contextlib.nullcontext
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(300):
+            builds.clear()
+            keyed = _invoker.PrecisionKeyed(build)
+            barrier = threading.Barrier(3)
+            threads = [threading.Thread(target=calls(m)) for m in (("medium", "high"), (None, None), ("high",))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors[0]
+            assert max(builds.values()) == 1, builds
+    finally:
+        sys.setswitchinterval(interval)
