@@ -17,7 +17,7 @@ import threading
 
 import torch
 
-from . import _autocast, _copy, _fallback, _ops, _resize_storage, _serialization
+from . import _autocast, _copy, _dynamo_skip, _fallback, _ops, _resize_storage, _serialization
 
 aten = torch.ops.aten
 _lock = threading.Lock()
@@ -164,6 +164,7 @@ def register() -> None:
         _skip.update(skip)
         fallback.fallback(_boxed_fallback, "PrivateUse1")
         _autocast.register(fallback, impl)
+        _dynamo_skip.keep_dynamo_out()
 
 
 _skip: set = set()
@@ -184,3 +185,4 @@ def ensure_op_kernels() -> None:
             if op not in _skip:
                 impl.impl(op, functools.partial(execute, op), "PrivateUse1")
         _op_kernels.append(impl)
+        _dynamo_skip.keep_dynamo_out()  # modules the lowering table and the runtime brought in

@@ -35,6 +35,9 @@ def register() -> None:
     if BACKEND.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["tpu"])
+    # c10d calls the process group's methods: their frames are no user code for Dynamo.
+    from torch_tpu.device._dynamo_skip import keep_dynamo_out
+    keep_dynamo_out()
 
 
 if dist.is_available():
