@@ -31,7 +31,7 @@ from torch_tpu.core import host_heap
 
 from . import _client_start, _jaxlib
 from .buffer import DeviceBuffer
-from .client import Client, install_client, make_multiprocess_raw_client
+from .client import Client, install_client, make_multiprocess_raw_client, require_no_client, uninstall_client
 from .errors import CompileError, PlatformError, TorchTPURuntimeError, classify_jaxlib_error
 from .executable import Signature
 
@@ -439,6 +439,18 @@ class _StartStore:
         except _jaxlib.JaxRuntimeError as err:  # the service is gone: this rank's own error still counts
             log.info("tpu_dist: could not publish %s: %s", key, err)
 
+    def set_once(self, key: str, value: str) -> str:
+        """Writes `value` unless `key` holds one already; the value `key` holds after."""
+        try:
+            self._dclient.key_value_set(_KV_PREFIX + key, value, False)
+            return value
+        except _jaxlib.JaxRuntimeError as err:
+            held = self.try_get(key)
+            if held is None:  # not written, and not readable: the service is gone
+                log.info("tpu_dist: could not publish %s: %s", key, err)
+                return value
+            return held
+
     def try_get(self, key: str) -> str | None:
         try:
             return self._dclient.key_value_try_get(_KV_PREFIX + key)
@@ -482,23 +494,29 @@ def _leave_unstarted(dclient: Any, service: Any, timeout_s: int) -> None:
 def _start_error(failure: Exception, rank: int, world_size: int, timeout_s: int) -> Exception:
     """The error a rank raises when the job's clients could not all be created."""
     if isinstance(failure, _client_start.StartTimeout):
-        waited = ([] if failure.own_done else ["its own client"]) + (
-            [f"the client of rank(s) {failure.waiting_for}"] if failure.waiting_for else [])
         return DistributedError(
-            f"tpu_dist: rank {rank} of {world_size} waited {timeout_s} s for {' and '.join(waited)}, which "
-            "neither started nor reported a failure (stuck in the PjRT plugin's start, or the process "
-            "died: see its log). If the platform starts slowly, raise init_process_group's timeout"
+            f"tpu_dist: rank {rank} of {world_size} "
+            f"{_client_start.describe_wait(timeout_s, failure.waiting_for, failure.own_done)} (stuck in the PjRT "
+            "plugin's start, or the process died: see its log). If the platform starts slowly, raise "
+            "init_process_group's timeout"
         )
     if failure.own:
         return PlatformError(
             f"tpu_dist: rank {rank} of {world_size} could not create its client: {failure.cause}. The "
             "other ranks stop with an error naming this rank; fix the cause and relaunch"
         )
-    return DistributedError(
-        f"tpu_dist: rank {rank} of {world_size} cannot start: rank {failure.rank} could not create its "
-        f"client: {failure.cause}. Fix the cause on rank {failure.rank} (its log has the details) and "
-        "relaunch every rank"
-    )
+    if failure.kind == _client_start.TIMED_OUT:
+        what, fix = (f"{failure.cause} (stuck in the PjRT plugin's start, or the process died: see its "
+                     "log)", "If the platform starts slowly, raise init_process_group's timeout")
+    elif failure.kind == _client_start.INTERRUPTED:
+        what, fix = f"was interrupted during start-up ({failure.cause})", "Relaunch every rank"
+    else:
+        what, fix = (f"could not create its client: {failure.cause}",
+                     f"Fix the cause on rank {failure.rank} (its log has the details) and relaunch every rank")
+    own = (f" (this rank's own client then failed too, most likely as a consequence: {failure.secondary})"
+           if failure.secondary else "")
+    return DistributedError(f"tpu_dist: rank {rank} of {world_size} cannot start: rank {failure.rank} {what}."
+                            f"{own} {fix}")
 
 
 _current: DistributedRuntime | None = None
@@ -565,20 +583,38 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
         # Each collective's output is a new buffer of its operand's size: reuse freed ones
         # (docs/explanation/distributed.md, "Performance").
         host_heap.keep_freed_memory()
-        start = _client_start.WatchedStart(
-            lambda: make_multiprocess_raw_client(
-                dclient, rank, world_size, hostname or local_address(address), local_device),
-            _StartStore(dclient), rank, world_size,
-        )
+        def create() -> tuple[str, Any]:
+            # Fails before this rank takes part in the collective creation, not after its
+            # peers counted on its client.
+            require_no_client()
+            return make_multiprocess_raw_client(
+                dclient, rank, world_size, hostname or local_address(address), local_device)
+
+        installed: list[Client] = []
+
+        def finish(created: tuple[str, Any]) -> DistributedRuntime:
+            # Everything that can fail runs before this rank declares itself ready, so it fails
+            # through the start protocol (peers name this rank) rather than after the job started.
+            installed.append(install_client(*created))
+            return DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient,
+                                      installed[0])
+
+        start = _client_start.WatchedStart(create, _StartStore(dclient), rank, world_size)
         try:
-            platform, raw = start.result(seconds)
-        except (_client_start.StartFailure, _client_start.StartTimeout) as failure:
+            runtime = start.result(seconds, finish)
+        except BaseException as failure:
+            if not isinstance(failure, (_client_start.StartFailure, _client_start.StartTimeout)):
+                # Interrupted (Ctrl-C) or an internal error: the peers must hear of it, and this
+                # rank must leave as for a failure, or jaxlib aborts every process.
+                start.abandon(failure)
+            if installed:
+                uninstall_client(installed[0])
             _leave_unstarted(dclient, service, min(seconds, 10))
             if not start.settle(10.0):
                 log.warning("tpu_dist: rank %d's client creation is still running in jaxlib", rank)
-            raise _start_error(failure, rank, world_size, seconds) from None
-        client = install_client(platform, raw)
-        runtime = DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient, client)
+            if isinstance(failure, (_client_start.StartFailure, _client_start.StartTimeout)):
+                raise _start_error(failure, rank, world_size, seconds) from None
+            raise
         _current = runtime
         atexit.register(shutdown)
         log.info("tpu_dist: %s", runtime)
