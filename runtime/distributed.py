@@ -139,6 +139,7 @@ class DistributedRuntime:
         self._raised_divergence: dict[str, int] = {}
         # Per (group name, ranks), how many groups of that name and ranks this process made.
         self._incarnations: dict[tuple[str, tuple[int, ...]], int] = {}
+        self.world_incarnation = 1  # which making of PyTorch's world group is current
 
     def __repr__(self) -> str:
         return f"DistributedRuntime(rank {self.rank} of {self.world_size}, {self.address}, {self.client})"
@@ -226,6 +227,12 @@ class DistributedRuntime:
                     "the group (init_process_group / new_group) in the same order"
                 )
             number = int(text)
+        if name == "0" and ranks == tuple(range(self.world_size)):
+            # PyTorch's world group (named "0" again at each init_process_group after a
+            # destroy_process_group): point-to-point channels, shared by every group of the
+            # job, are named after its incarnation, so a re-initialised job's p2p handshakes
+            # never meet the old job's records.
+            self.world_incarnation = number
         return name if number == 1 else f"{name}#{number}"
 
     def handshake(self, group: str, ranks: Sequence[int], record: CollectiveRecord, timeout_s: float) -> None:
@@ -336,7 +343,8 @@ class DistributedRuntime:
     def _missing_message(self, group: str, ranks: Sequence[int], mine: CollectiveRecord,
                          missing: list[int], timeout_s: float) -> str:
         lines = [
-            f"tpu_dist: collective #{mine.sequence} of group {group} ({mine.description}, at {mine.line}) "
+            f"tpu_dist: collective #{mine.sequence} of group {group_label(group)} ({mine.description}, at "
+            f"{mine.line}) "
             f"on rank {mine.rank}: rank(s) {missing} did not reach it within {timeout_s:g} s (the "
             "process died, or it runs other collectives)."
         ]
@@ -373,12 +381,20 @@ class DistributedRuntime:
                 log.info("tpu_dist: coordination service shutdown: %s", err)
 
 
+def group_label(handshake_name: str) -> str:
+    """A group's handshake name (`DistributedRuntime.incarnation_name`: "0#2") as errors show
+    it: PyTorch's group name, and which making of it only when it is not the first ("0
+    (incarnation 2)") -- the "#" suffix is internal."""
+    name, _, number = handshake_name.rpartition("#")
+    return f"{name} (incarnation {number})" if name and number.isdigit() else handshake_name
+
+
 def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def _mismatch_message(group: str, sequence: int, records: list[CollectiveRecord]) -> str:
-    lines = [f"tpu_dist: the ranks of group {group} diverged at collective #{sequence}:"]
+    lines = [f"tpu_dist: the ranks of group {group_label(group)} diverged at collective #{sequence}:"]
     for rec in records:
         lines.append(f"  rank {rec.rank}: {rec.description} at {rec.line}")
     lines.append(
