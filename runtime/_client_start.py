@@ -133,13 +133,14 @@ class WatchedStart:
             # Wakes as soon as that rank is ready: no polling delay on a successful start.
             store.wait(f"{READY_PREFIX}{waiting_for[0]}", _POLL_S)
 
-    def abandon(self, err: BaseException) -> None:
+    def abandon(self, err: BaseException) -> bool:
         """Declares this rank's start-up failed because of `err` (raised on the calling thread,
         e.g. KeyboardInterrupt) -- unless the outcome was already decided -- so the peers stop
-        with an error naming this rank instead of waiting for it."""
+        with an error naming this rank instead of waiting for it. Whether the job started
+        anyway (every rank was ready and a peer wrote "ok" first): this rank is part of it."""
         detail = str(err).strip()
         cause = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
-        self._store.set_once(OUTCOME_KEY, _failure(self._rank, INTERRUPTED, cause))
+        return self._store.set_once(OUTCOME_KEY, _failure(self._rank, INTERRUPTED, cause)) == _OK
 
     def _settle(self, proposal: str, own_cause: str | None = None) -> str:
         """Writes `proposal` as the job's outcome unless a rank did first; the outcome.

@@ -607,13 +607,15 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
                 dclient, rank, world_size, hostname or local_address(address), local_device)
 
         installed: list[Client] = []
+        made: list[DistributedRuntime] = []
 
         def finish(created: tuple[str, Any]) -> DistributedRuntime:
             # Everything that can fail runs before this rank declares itself ready, so it fails
             # through the start protocol (peers name this rank) rather than after the job started.
             installed.append(install_client(*created))
-            return DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient,
-                                      installed[0])
+            made.append(DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient,
+                                           installed[0]))
+            return made[0]
 
         start = _client_start.WatchedStart(create, _StartStore(dclient), rank, world_size)
         try:
@@ -622,7 +624,12 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
             if not isinstance(failure, (_client_start.StartFailure, _client_start.StartTimeout)):
                 # Interrupted (Ctrl-C) or an internal error: the peers must hear of it, and this
                 # rank must leave as for a failure, or jaxlib aborts every process.
-                start.abandon(failure)
+                if start.abandon(failure):
+                    # Too late: a peer saw every rank ready and started the job. This rank is
+                    # part of it and leaves it at exit, as a started rank does.
+                    _current = made[0]
+                    atexit.register(shutdown)
+                    raise
             if installed:
                 uninstall_client(installed[0])
             _leave_unstarted(dclient, service, min(seconds, 10))

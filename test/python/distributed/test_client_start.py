@@ -181,7 +181,7 @@ def test_an_interrupted_rank_stops_its_peers_naming_it():
     try:
         interrupted = _client_start.WatchedStart(lambda: released.wait(20), store, 0, 2)
         time.sleep(0.2)
-        interrupted.abandon(KeyboardInterrupt())
+        assert interrupted.abandon(KeyboardInterrupt()) is False  # the job did not start
         thread.join(30)
     finally:
         released.set()
@@ -217,3 +217,20 @@ def test_the_start_errors_name_the_rank_and_the_cause(failure, expected):
 
     rank = 1 if getattr(failure, "own", False) else 3
     assert re.match(expected, str(_start_error(failure, rank, 4, 20)), re.S)
+
+
+def test_an_interrupt_after_the_job_started_leaves_the_rank_in_it():
+    """Ctrl-C just after a peer saw every rank ready and started the job: the outcome stays
+    "ok" (the peer runs on), and `abandon` says this rank is part of a started job, so it
+    leaves it as a started rank does instead of as one that never started."""
+    store = _StartStore(KeyValueStore())
+    starts = [_client_start.WatchedStart(lambda r=r: f"client {r}", store, r, 2) for r in range(2)]
+    results = [None, None]
+    threads = [threading.Thread(target=lambda r=r: results.__setitem__(r, starts[r].result(5.0))) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert results == ["client 0", "client 1"]
+    assert starts[0].abandon(KeyboardInterrupt()) is True
+    assert store.try_get(_client_start.OUTCOME_KEY) == "ok"
