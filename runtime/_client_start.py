@@ -106,7 +106,7 @@ class WatchedStart:
             _raise_peer_failure(store.try_get(OUTCOME_KEY))
             if time.monotonic() >= deadline:
                 waiting_for = _not_ready(store, rank, self._world_size)
-                self._settle(_failure(rank, TIMED_OUT, describe_wait(timeout_s, waiting_for, own_done=False)))
+                self._decide(_failure(rank, TIMED_OUT, describe_wait(timeout_s, waiting_for, own_done=False)))
                 raise StartTimeout(waiting_for, own_done=False)
         try:
             if "error" in self._outcome:
@@ -114,7 +114,7 @@ class WatchedStart:
             value = self._outcome["client"] if finish is None else finish(self._outcome["client"])
         except Exception as err:  # noqa: BLE001 - this rank's own failure, whatever it is
             cause = _describe(err)
-            self._settle(_failure(rank, CREATE_FAILED, cause), own_cause=cause)
+            self._decide(_failure(rank, CREATE_FAILED, cause), own_cause=cause)
             raise StartFailure(rank, cause, own=True) from None
         store.set(f"{READY_PREFIX}{rank}", "1")
         while True:
@@ -124,10 +124,10 @@ class WatchedStart:
             _raise_peer_failure(outcome)
             waiting_for = _not_ready(store, rank, self._world_size)
             if not waiting_for:
-                self._settle(_OK)
+                self._decide(_OK)
                 return value
             if time.monotonic() >= deadline:
-                if self._settle(_failure(rank, TIMED_OUT, describe_wait(timeout_s, waiting_for, True))) == _OK:
+                if self._decide(_failure(rank, TIMED_OUT, describe_wait(timeout_s, waiting_for, True))) == _OK:
                     return value  # the last rank became ready, and a peer saw it, just in time
                 raise StartTimeout(waiting_for, own_done=True)
             # Wakes as soon as that rank is ready: no polling delay on a successful start.
@@ -142,7 +142,7 @@ class WatchedStart:
         cause = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
         return self._store.set_once(OUTCOME_KEY, _failure(self._rank, INTERRUPTED, cause)) == _OK
 
-    def _settle(self, proposal: str, own_cause: str | None = None) -> str:
+    def _decide(self, proposal: str, own_cause: str | None = None) -> str:
         """Writes `proposal` as the job's outcome unless a rank did first; the outcome.
         Raises the peer's failure when a peer's failure decided it."""
         outcome = self._store.set_once(OUTCOME_KEY, proposal)
