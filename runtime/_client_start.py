@@ -7,10 +7,11 @@ others blocked in C++ until its heartbeat is missed, when jaxlib terminates them
 fatal error: no Python error, no cause). So each rank creates its client on a helper
 thread while its calling thread watches the coordination service's key-value store:
 
-* a rank whose creation fails publishes the cause (`start/failed`) before it leaves;
+* a rank whose creation fails (or that times out, or is interrupted) writes the cause as the
+  job's outcome (`start/outcome`, written once: the first failure wins) before it leaves;
 * every rank whose creation succeeded publishes `start/ready/<rank>` and waits until every
-  rank is ready -- so the job starts only once all clients exist, and a later failure of a
-  peer is still seen here;
+  rank is ready; the first to see them all writes "ok" as the outcome -- so the job starts
+  only once all clients exist, and a later failure of a peer is still seen here;
 * a watching rank that reads a failure raises it, naming the rank and its cause.
 
 On a failure every rank leaves through the service's shutdown barrier (nobody leaves
@@ -27,19 +28,31 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-FAILED_KEY = "start/failed"
+OUTCOME_KEY = "start/outcome"  # "ok", or the first failure: written once, obeyed by every rank
 READY_PREFIX = "start/ready/"
 _POLL_S = 0.05  # how often a rank waiting for its client looks for a peer's failure
+_OK = "ok"
+_SEP = "\x1f"
+
+# What a failing rank did (StartFailure.kind): its wording in the error every rank raises.
+CREATE_FAILED = "failed"  # its client could not be created (or made the process's)
+TIMED_OUT = "timeout"  # it waited past the timeout for a peer's client
+INTERRUPTED = "interrupted"  # its start-up was interrupted (KeyboardInterrupt, SystemExit)
 
 
 class StartFailure(Exception):
-    """The job cannot start: `rank`'s client failed with `cause` (this rank's, or a peer's)."""
+    """The job cannot start: `rank` (this one when `own`, else a peer) failed with `cause`
+    (`kind`: CREATE_FAILED, TIMED_OUT or INTERRUPTED). `secondary`: this rank's own failure
+    when it came after the peer's that decided the job (most likely its knock-on), else None."""
 
-    def __init__(self, rank: int, cause: str, own: bool) -> None:
+    def __init__(self, rank: int, cause: str, own: bool, kind: str = CREATE_FAILED,
+                 secondary: str | None = None) -> None:
         super().__init__(cause)
         self.rank = rank
         self.cause = cause
         self.own = own
+        self.kind = kind
+        self.secondary = secondary
 
 
 class StartTimeout(Exception):
@@ -54,8 +67,14 @@ class StartTimeout(Exception):
 class WatchedStart:
     """`create()` (this rank's part of the collective client creation) started on a helper
     thread; `result()` watches it and the store. `store` has the coordination client's
-    key-value calls (`set(key, value)`, `try_get(key)`, `wait(key, seconds)` -- a blocking
-    get, None when it times out -- and `dir_get(prefix)`)."""
+    key-value calls (`set(key, value)`, `set_once(key, value)` -- writes unless the key
+    exists, returns the value the key holds -- `try_get(key)`, `wait(key, seconds)` -- a
+    blocking get, None when it times out -- and `dir_get(prefix)`).
+
+    The job's outcome is ONE key, written once (`set_once`): "ok" by a rank that saw every
+    rank ready, or the first failure (a rank whose creation failed, that timed out, or that
+    was interrupted). Every rank obeys what that key holds, never its own view: so no rank
+    starts while another gives up, and a knock-on failure never hides the first cause."""
 
     def __init__(self, create: Callable[[], Any], store: Any, rank: int, world_size: int) -> None:
         self._store = store
@@ -75,30 +94,61 @@ class WatchedStart:
         finally:
             self._done.set()
 
-    def result(self, timeout_s: float) -> Any:
-        """The created client once every rank's creation succeeded. Raises `StartFailure`
-        when this rank's or a peer's creation failed, `StartTimeout` when not every rank was
-        ready within `timeout_s`."""
+    def result(self, timeout_s: float, finish: Callable[[Any], Any] | None = None) -> Any:
+        """The created client (or `finish(client)`, run on the calling thread before this rank
+        declares itself ready, so that whatever fails there fails through this protocol as
+        this rank's own failure) once every rank's creation succeeded. Raises `StartFailure`
+        when this rank's or a peer's start failed (or a peer timed out), `StartTimeout` when
+        this rank timed out first."""
         store, rank = self._store, self._rank
         deadline = time.monotonic() + timeout_s
         while not self._done.wait(_POLL_S):
-            _raise_peer_failure(store)
+            _raise_peer_failure(store.try_get(OUTCOME_KEY))
             if time.monotonic() >= deadline:
-                raise StartTimeout(_not_ready(store, rank, self._world_size), own_done=False)
-        if "error" in self._outcome:
-            cause = _describe(self._outcome["error"])
-            store.set(FAILED_KEY, f"{rank}\x1f{cause}")
-            raise StartFailure(rank, cause, own=True)
+                waiting_for = _not_ready(store, rank, self._world_size)
+                self._decide(_failure(rank, TIMED_OUT, describe_wait(timeout_s, waiting_for, own_done=False)))
+                raise StartTimeout(waiting_for, own_done=False)
+        try:
+            if "error" in self._outcome:
+                raise self._outcome["error"]
+            value = self._outcome["client"] if finish is None else finish(self._outcome["client"])
+        except Exception as err:  # noqa: BLE001 - this rank's own failure, whatever it is
+            cause = _describe(err)
+            self._decide(_failure(rank, CREATE_FAILED, cause), own_cause=cause)
+            raise StartFailure(rank, cause, own=True) from None
         store.set(f"{READY_PREFIX}{rank}", "1")
         while True:
-            _raise_peer_failure(store)
+            outcome = store.try_get(OUTCOME_KEY)
+            if outcome == _OK:
+                return value
+            _raise_peer_failure(outcome)
             waiting_for = _not_ready(store, rank, self._world_size)
             if not waiting_for:
-                return self._outcome["client"]
+                self._decide(_OK)
+                return value
             if time.monotonic() >= deadline:
+                if self._decide(_failure(rank, TIMED_OUT, describe_wait(timeout_s, waiting_for, True))) == _OK:
+                    return value  # the last rank became ready, and a peer saw it, just in time
                 raise StartTimeout(waiting_for, own_done=True)
             # Wakes as soon as that rank is ready: no polling delay on a successful start.
             store.wait(f"{READY_PREFIX}{waiting_for[0]}", _POLL_S)
+
+    def abandon(self, err: BaseException) -> bool:
+        """Declares this rank's start-up failed because of `err` (raised on the calling thread,
+        e.g. KeyboardInterrupt) -- unless the outcome was already decided -- so the peers stop
+        with an error naming this rank instead of waiting for it. Whether the job started
+        anyway (every rank was ready and a peer wrote "ok" first): this rank is part of it."""
+        detail = str(err).strip()
+        cause = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
+        return self._store.set_once(OUTCOME_KEY, _failure(self._rank, INTERRUPTED, cause)) == _OK
+
+    def _decide(self, proposal: str, own_cause: str | None = None) -> str:
+        """Writes `proposal` as the job's outcome unless a rank did first; the outcome.
+        Raises the peer's failure when a peer's failure decided it."""
+        outcome = self._store.set_once(OUTCOME_KEY, proposal)
+        if outcome != proposal:
+            _raise_peer_failure(outcome, secondary=own_cause)
+        return outcome
 
     def settle(self, timeout_s: float) -> bool:
         """Waits (up to `timeout_s`) for the helper thread to return -- once this rank has
@@ -109,11 +159,21 @@ class WatchedStart:
         return self._done.wait(timeout_s)
 
 
-def _raise_peer_failure(store: Any) -> None:
-    text = store.try_get(FAILED_KEY)
-    if text is not None:
-        failed, cause = text.split("\x1f", 1)
-        raise StartFailure(int(failed), cause, own=False)
+def _failure(rank: int, kind: str, cause: str) -> str:
+    return _SEP.join((str(rank), kind, cause))
+
+
+def _raise_peer_failure(outcome: str | None, secondary: str | None = None) -> None:
+    if outcome is not None and outcome != _OK:
+        failed, kind, cause = outcome.split(_SEP, 2)
+        raise StartFailure(int(failed), cause, own=False, kind=kind, secondary=secondary)
+
+
+def describe_wait(timeout_s: float, waiting_for: list[int], own_done: bool) -> str:
+    """What a rank that timed out waited for (the error's words after "rank r of n")."""
+    waited = ([] if own_done else ["its own client"]) + (
+        [f"the client of rank(s) {waiting_for}"] if waiting_for else [])
+    return f"waited {timeout_s:g} s for {' and '.join(waited)}, which neither started nor reported a failure"
 
 
 def _not_ready(store: Any, rank: int, world_size: int) -> list[int]:

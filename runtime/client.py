@@ -574,14 +574,39 @@ def install_client(platform: str, raw: Any) -> Client:
     name = normalize_platform(platform)
     with _clients_lock:
         if name in _clients or (_default is not None and _default != name):
-            raise PlatformError(
-                f"the {_default or name} runtime client already exists in this process, so it cannot "
-                "become part of a multi-process job: call torch.distributed.init_process_group "
-                "(or torch_tpu.runtime.distributed.initialize) before the first tpu tensor or compile"
-            )
+            raise _client_exists_error(_default or name)
         client = _clients[name] = Client(name, raw)
         _default = name
         return client
+
+
+def require_no_client() -> None:
+    """Raises (as `install_client` would) if the runtime already made a client in this
+    process: checked before a multi-process client is created, so that the rank fails
+    before it takes part in the collective creation, not after its peers counted on it."""
+    with _clients_lock:
+        existing = _default or next(iter(_clients), None)
+    if existing is not None:
+        raise _client_exists_error(existing)
+
+
+def uninstall_client(client: Client) -> None:
+    """Undoes `install_client(...)` of a multi-process job that then could not start, so
+    the process can still try again (or run single-process) without a client tied to it."""
+    global _default
+    with _clients_lock:
+        if _clients.get(client.platform) is client:
+            del _clients[client.platform]
+            if _default == client.platform:
+                _default = None
+
+
+def _client_exists_error(platform: str) -> PlatformError:
+    return PlatformError(
+        f"the {platform} runtime client already exists in this process, so it cannot "
+        "become part of a multi-process job: call torch.distributed.init_process_group "
+        "(or torch_tpu.runtime.distributed.initialize) before the first tpu tensor or compile"
+    )
 
 
 def synchronize() -> None:

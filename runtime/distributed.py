@@ -31,7 +31,7 @@ from torch_tpu.core import host_heap
 
 from . import _client_start, _jaxlib
 from .buffer import DeviceBuffer
-from .client import Client, install_client, make_multiprocess_raw_client
+from .client import Client, install_client, make_multiprocess_raw_client, require_no_client, uninstall_client
 from .errors import CompileError, PlatformError, TorchTPURuntimeError, classify_jaxlib_error
 from .executable import Signature
 
@@ -139,6 +139,7 @@ class DistributedRuntime:
         self._raised_divergence: dict[str, int] = {}
         # Per (group name, ranks), how many groups of that name and ranks this process made.
         self._incarnations: dict[tuple[str, tuple[int, ...]], int] = {}
+        self.world_incarnation = 1  # which making of PyTorch's world group is current
 
     def __repr__(self) -> str:
         return f"DistributedRuntime(rank {self.rank} of {self.world_size}, {self.address}, {self.client})"
@@ -226,6 +227,12 @@ class DistributedRuntime:
                     "the group (init_process_group / new_group) in the same order"
                 )
             number = int(text)
+        if name == "0" and ranks == tuple(range(self.world_size)):
+            # PyTorch's world group (named "0" again at each init_process_group after a
+            # destroy_process_group): point-to-point channels, shared by every group of the
+            # job, are named after its incarnation, so a re-initialised job's p2p handshakes
+            # never meet the old job's records.
+            self.world_incarnation = number
         return name if number == 1 else f"{name}#{number}"
 
     def handshake(self, group: str, ranks: Sequence[int], record: CollectiveRecord, timeout_s: float) -> None:
@@ -336,7 +343,8 @@ class DistributedRuntime:
     def _missing_message(self, group: str, ranks: Sequence[int], mine: CollectiveRecord,
                          missing: list[int], timeout_s: float) -> str:
         lines = [
-            f"tpu_dist: collective #{mine.sequence} of group {group} ({mine.description}, at {mine.line}) "
+            f"tpu_dist: collective #{mine.sequence} of group {group_label(group)} ({mine.description}, at "
+            f"{mine.line}) "
             f"on rank {mine.rank}: rank(s) {missing} did not reach it within {timeout_s:g} s (the "
             "process died, or it runs other collectives)."
         ]
@@ -373,12 +381,20 @@ class DistributedRuntime:
                 log.info("tpu_dist: coordination service shutdown: %s", err)
 
 
+def group_label(handshake_name: str) -> str:
+    """A group's handshake name (`DistributedRuntime.incarnation_name`: "0#2") as errors show
+    it: PyTorch's group name, and which making of it only when it is not the first ("0
+    (incarnation 2)") -- the "#" suffix is internal."""
+    name, _, number = handshake_name.rpartition("#")
+    return f"{name} (incarnation {number})" if name and number.isdigit() else handshake_name
+
+
 def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def _mismatch_message(group: str, sequence: int, records: list[CollectiveRecord]) -> str:
-    lines = [f"tpu_dist: the ranks of group {group} diverged at collective #{sequence}:"]
+    lines = [f"tpu_dist: the ranks of group {group_label(group)} diverged at collective #{sequence}:"]
     for rec in records:
         lines.append(f"  rank {rec.rank}: {rec.description} at {rec.line}")
     lines.append(
@@ -439,6 +455,18 @@ class _StartStore:
         except _jaxlib.JaxRuntimeError as err:  # the service is gone: this rank's own error still counts
             log.info("tpu_dist: could not publish %s: %s", key, err)
 
+    def set_once(self, key: str, value: str) -> str:
+        """Writes `value` unless `key` holds one already; the value `key` holds after."""
+        try:
+            self._dclient.key_value_set(_KV_PREFIX + key, value, False)
+            return value
+        except _jaxlib.JaxRuntimeError as err:
+            held = self.try_get(key)
+            if held is None:  # not written, and not readable: the service is gone
+                log.info("tpu_dist: could not publish %s: %s", key, err)
+                return value
+            return held
+
     def try_get(self, key: str) -> str | None:
         try:
             return self._dclient.key_value_try_get(_KV_PREFIX + key)
@@ -482,23 +510,29 @@ def _leave_unstarted(dclient: Any, service: Any, timeout_s: int) -> None:
 def _start_error(failure: Exception, rank: int, world_size: int, timeout_s: int) -> Exception:
     """The error a rank raises when the job's clients could not all be created."""
     if isinstance(failure, _client_start.StartTimeout):
-        waited = ([] if failure.own_done else ["its own client"]) + (
-            [f"the client of rank(s) {failure.waiting_for}"] if failure.waiting_for else [])
         return DistributedError(
-            f"tpu_dist: rank {rank} of {world_size} waited {timeout_s} s for {' and '.join(waited)}, which "
-            "neither started nor reported a failure (stuck in the PjRT plugin's start, or the process "
-            "died: see its log). If the platform starts slowly, raise init_process_group's timeout"
+            f"tpu_dist: rank {rank} of {world_size} "
+            f"{_client_start.describe_wait(timeout_s, failure.waiting_for, failure.own_done)} (stuck in the PjRT "
+            "plugin's start, or the process died: see its log). If the platform starts slowly, raise "
+            "init_process_group's timeout"
         )
     if failure.own:
         return PlatformError(
             f"tpu_dist: rank {rank} of {world_size} could not create its client: {failure.cause}. The "
             "other ranks stop with an error naming this rank; fix the cause and relaunch"
         )
-    return DistributedError(
-        f"tpu_dist: rank {rank} of {world_size} cannot start: rank {failure.rank} could not create its "
-        f"client: {failure.cause}. Fix the cause on rank {failure.rank} (its log has the details) and "
-        "relaunch every rank"
-    )
+    if failure.kind == _client_start.TIMED_OUT:
+        what, fix = (f"{failure.cause} (stuck in the PjRT plugin's start, or the process died: see its "
+                     "log)", "If the platform starts slowly, raise init_process_group's timeout")
+    elif failure.kind == _client_start.INTERRUPTED:
+        what, fix = f"was interrupted during start-up ({failure.cause})", "Relaunch every rank"
+    else:
+        what, fix = (f"could not create its client: {failure.cause}",
+                     f"Fix the cause on rank {failure.rank} (its log has the details) and relaunch every rank")
+    own = (f" (this rank's own client then failed too, most likely as a consequence: {failure.secondary})"
+           if failure.secondary else "")
+    return DistributedError(f"tpu_dist: rank {rank} of {world_size} cannot start: rank {failure.rank} {what}."
+                            f"{own} {fix}")
 
 
 _current: DistributedRuntime | None = None
@@ -565,20 +599,45 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
         # Each collective's output is a new buffer of its operand's size: reuse freed ones
         # (docs/explanation/distributed.md, "Performance").
         host_heap.keep_freed_memory()
-        start = _client_start.WatchedStart(
-            lambda: make_multiprocess_raw_client(
-                dclient, rank, world_size, hostname or local_address(address), local_device),
-            _StartStore(dclient), rank, world_size,
-        )
+        def create() -> tuple[str, Any]:
+            # Fails before this rank takes part in the collective creation, not after its
+            # peers counted on its client.
+            require_no_client()
+            return make_multiprocess_raw_client(
+                dclient, rank, world_size, hostname or local_address(address), local_device)
+
+        installed: list[Client] = []
+        made: list[DistributedRuntime] = []
+
+        def finish(created: tuple[str, Any]) -> DistributedRuntime:
+            # Everything that can fail runs before this rank declares itself ready, so it fails
+            # through the start protocol (peers name this rank) rather than after the job started.
+            installed.append(install_client(*created))
+            made.append(DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient,
+                                           installed[0]))
+            return made[0]
+
+        start = _client_start.WatchedStart(create, _StartStore(dclient), rank, world_size)
         try:
-            platform, raw = start.result(seconds)
-        except (_client_start.StartFailure, _client_start.StartTimeout) as failure:
+            runtime = start.result(seconds, finish)
+        except BaseException as failure:
+            if not isinstance(failure, (_client_start.StartFailure, _client_start.StartTimeout)):
+                # Interrupted (Ctrl-C) or an internal error: the peers must hear of it, and this
+                # rank must leave as for a failure, or jaxlib aborts every process.
+                if start.abandon(failure):
+                    # Too late: a peer saw every rank ready and started the job. This rank is
+                    # part of it and leaves it at exit, as a started rank does.
+                    _current = made[0]
+                    atexit.register(shutdown)
+                    raise
+            if installed:
+                uninstall_client(installed[0])
             _leave_unstarted(dclient, service, min(seconds, 10))
             if not start.settle(10.0):
                 log.warning("tpu_dist: rank %d's client creation is still running in jaxlib", rank)
-            raise _start_error(failure, rank, world_size, seconds) from None
-        client = install_client(platform, raw)
-        runtime = DistributedRuntime(rank, world_size, address, float(timeout_s), service, dclient, client)
+            if isinstance(failure, (_client_start.StartFailure, _client_start.StartTimeout)):
+                raise _start_error(failure, rank, world_size, seconds) from None
+            raise
         _current = runtime
         atexit.register(shutdown)
         log.info("tpu_dist: %s", runtime)

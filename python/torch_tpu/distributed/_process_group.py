@@ -41,9 +41,18 @@ _REDUCE_OPS = {
     dist.ReduceOp.BXOR: "bxor",
 }
 
-# p2p "groups": one sequence counter per (sender, receiver) pair of global ranks.
-_p2p_sequences: dict[tuple[int, int], int] = {}
+# p2p "groups": one sequence counter per channel (`p2p_channel`).
+_p2p_sequences: dict[str, int] = {}
 _p2p_lock = threading.Lock()
+
+
+def p2p_channel(ranks: tuple[int, int], world_incarnation: int) -> str:
+    """The handshake name of the point-to-point channel between two processes (global ranks,
+    sorted): one per pair, shared by every group, and per making of the world group
+    (`DistributedRuntime.world_incarnation`), so that a re-initialised job's sends and
+    receives start their sequence afresh and never meet the old job's records."""
+    name = f"p2p-{ranks[0]}-{ranks[1]}"
+    return name if world_incarnation == 1 else f"{name}#{world_incarnation}"
 
 
 class TPUWork(dist.Work):
@@ -612,13 +621,12 @@ class ProcessGroupTPU(dist.ProcessGroup):
         """One collective_permute between the two processes (group ranks src -> dst)."""
         pair = (self._global_ranks[src], self._global_ranks[dst])
         ranks = tuple(sorted(pair))
-        key = ranks
+        group = p2p_channel(ranks, self._runtime.world_incarnation)
         with _p2p_lock:
-            _p2p_sequences[key] = _p2p_sequences.get(key, 0) + 1
-            sequence = _p2p_sequences[key]
+            _p2p_sequences[group] = _p2p_sequences.get(group, 0) + 1
+            sequence = _p2p_sequences[group]
         pairs = ((ranks.index(pair[0]), ranks.index(pair[1])),)
         program, new = self._program("permute", tensor.numel(), tensor.dtype, ranks, pairs=pairs)
-        group = f"p2p-{ranks[0]}-{ranks[1]}"
         self._maybe_handshake(group, ranks, sequence, program, new)
         out = program.run([_flat_buffer(tensor)], group)[0]
         if receiving:

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from kv_store import KeyValueStore
-from torch_tpu.runtime.distributed import CollectiveRecord, DistributedError, DistributedRuntime
+from torch_tpu.distributed._process_group import p2p_channel
+from torch_tpu.runtime.distributed import CollectiveRecord, DistributedError, DistributedRuntime, group_label
 
 
 def _runtimes(n: int) -> list[DistributedRuntime]:
@@ -22,6 +23,7 @@ def _runtimes(n: int) -> list[DistributedRuntime]:
         runtime._dclient = store
         runtime._raised_divergence = {}
         runtime._incarnations = {}
+        runtime.world_incarnation = 1
         runtime._lock = threading.Lock()
         runtimes.append(runtime)
     return runtimes
@@ -70,7 +72,10 @@ def test_a_new_group_does_not_compare_with_the_old_groups_records():
     _together([(runtimes[r].handshake, (old[r], (0, 1), _record(r, "all_reduce(4 x float32)", 20), 1.0))
                for r in range(2)])
     new = _make(runtimes, (0, 1), "0")
-    with pytest.raises(DistributedError, match=r"rank\(s\) \[1\] did not reach it"):
+    # named as the user knows the group: PyTorch's name, which making of it (not "0#2")
+    with pytest.raises(DistributedError, match=r"collective #1 of group 0 \(incarnation 2\) \(all_reduce\(8 x "
+                                               r"float32\), at train\.py:30\) on rank 0: rank\(s\) \[1\] did not "
+                                               r"reach it"):
         runtimes[0].handshake(new[0], (0, 1), _record(0, "all_reduce(8 x float32)", 30), 0.3)
     # together, the new group's collective #1 checks fine
     new = _make(runtimes, (0, 1), "0")
@@ -83,3 +88,24 @@ def test_a_member_whose_first_rank_never_makes_the_group_is_told_so():
     with pytest.raises(DistributedError, match=r"rank 1 made process group 5 over ranks \[0, 1\], but its first "
                                                r"rank 0 did not make it within 0.2 s"):
         runtimes[1].incarnation_name("5", (0, 1), 0.2)
+
+
+def test_point_to_point_channels_are_named_after_the_world_groups_incarnation():
+    """Sends and receives use one channel per pair of processes, shared by every group: a
+    re-initialised job (the world group "0" made again) gets new channels, whose sequence
+    restarts, instead of meeting the old job's p2p records. Another group over every rank
+    does not count."""
+    runtimes = _runtimes(3)
+    _make(runtimes, (0, 1, 2), "0")
+    assert [r.world_incarnation for r in runtimes] == [1, 1, 1]
+    assert p2p_channel((0, 2), runtimes[0].world_incarnation) == "p2p-0-2"
+    _make(runtimes, (0, 1, 2), "1")  # new_group over every rank
+    _make(runtimes, (0, 1, 2), "0")  # destroy_process_group, init_process_group
+    assert [r.world_incarnation for r in runtimes] == [2, 2, 2]
+    assert p2p_channel((0, 2), runtimes[2].world_incarnation) == "p2p-0-2#2"
+
+
+def test_errors_name_the_group_as_pytorch_does():
+    assert group_label("0") == "0"
+    assert group_label("0#2") == "0 (incarnation 2)"
+    assert group_label("p2p-0-1#3") == "p2p-0-1 (incarnation 3)"

@@ -135,6 +135,32 @@ def test_a_rank_whose_client_fails_stops_every_rank_with_an_error_naming_it(fail
     assert raised_at - failed_at < 5, output[-6000:]  # measured 0.05-0.07 s (2-core machine, load 7-9)
 
 
+@pytest.mark.parametrize("how, own_error, cause", [
+    ("tensor_first", "PlatformError: tpu_dist: rank 0 of 2 could not create its client: the cpu runtime client "
+     "already exists in this process", "could not create its client: the cpu runtime client already exists"),
+    ("interrupt", "KeyboardInterrupt", "was interrupted during start-up (KeyboardInterrupt)"),
+])
+def test_a_rank_that_fails_outside_the_client_creation_stops_every_rank_with_an_error_naming_it(
+        how, own_error, cause):
+    """A rank with a tpu tensor made before init_process_group (its client exists already) used
+    to fail after declaring itself ready, and a rank interrupted by Ctrl-C during start-up told
+    no one: both left the peer blocked in jaxlib, which aborted both processes (exit 134)."""
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+        f"--master_port={_free_port_pair()}", str(WORKERS / "client_failure.py"), "0", how,
+    ]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-6000:]
+    assert f"rank 0: {own_error}" in output, output[-6000:]
+    assert f"rank 1: DistributedError: tpu_dist: rank 1 of 2 cannot start: rank 0 {cause}" in output, output[-6000:]
+    for abort in ("Terminating process", "FATAL", "Aborted", "SIGABRT", "Check failure"):
+        assert abort not in output, output[-6000:]
+    failed_at = float(output.split("rank 0: its client fails at ")[1].split()[0])
+    raised_at = float(output.split("rank 1: raised at ")[1].split(",")[0])
+    assert raised_at - failed_at < 5, output[-6000:]
+
+
 def test_a_group_made_again_under_its_old_name_does_not_meet_the_old_groups_records():
     """init_process_group after destroy_process_group gives the world group and the first
     new_group their old names again; rank 0 compared its new collective #1 with rank 1's

@@ -161,5 +161,5 @@ def test_a_client_that_fails_to_start_is_named_by_its_rank_as_the_cause(monkeypa
                                             r"plugin: install libtpu\. The other ranks stop with an error naming "
                                             r"this rank"):
         distributed.initialize(0, 2, "127.0.0.1:1", timeout_s=5)
-    assert CoordinationClient.values["torch_tpu/start/failed"] == "0\x1fno TPU PjRT plugin: install libtpu"
+    assert CoordinationClient.values["torch_tpu/start/outcome"] == "0\x1ffailed\x1fno TPU PjRT plugin: install libtpu"
     assert steps == ["barrier", "left the service", "service stopped"] and distributed.current() is None
