@@ -142,7 +142,9 @@ def test_the_first_failure_is_the_cause_every_rank_reports():
     for peer in (1, 2):
         assert isinstance(outcome[peer], _client_start.StartFailure) and not outcome[peer].own
         assert (outcome[peer].rank, outcome[peer].cause) == (0, "libtpu: TPU in use (the real cause)")
-    assert outcome[1].secondary == "connection reset by peer" and outcome[2].secondary is None
+    # Rank 1's own knock-on failure is named beside the cause when its creation ended before
+    # its watcher read the outcome; either order is a correct report.
+    assert outcome[1].secondary in ("connection reset by peer", None) and outcome[2].secondary is None
 
 
 def test_a_rank_whose_finish_fails_after_creation_stops_its_peers_naming_it():
