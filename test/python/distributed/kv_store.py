@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 from torch_tpu.runtime import _jaxlib
+from torch_tpu.runtime.distributed import DistributedRuntime
 
 
 class KeyValueStore:
@@ -46,3 +47,21 @@ class KeyValueStore:
     def keys(self) -> list[str]:
         with self._changed:
             return list(self._values)
+
+
+def thread_runtimes(n: int, store: KeyValueStore | None = None) -> list[DistributedRuntime]:
+    """n ranks' runtimes on one store, without a client (the handshake, findings and group
+    names are exercised; nothing is compiled): the fields `DistributedRuntime.__init__` sets
+    that those read."""
+    store = store or KeyValueStore()
+    runtimes = []
+    for rank in range(n):
+        runtime = DistributedRuntime.__new__(DistributedRuntime)
+        runtime.rank, runtime.world_size, runtime.address, runtime.timeout_s = rank, n, "memory", 5.0
+        runtime._dclient = store
+        runtime._raised_divergence = {}
+        runtime._incarnations = {}
+        runtime.world_incarnation = 1
+        runtime._lock = threading.Lock()
+        runtimes.append(runtime)
+    return runtimes

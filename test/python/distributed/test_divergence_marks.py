@@ -12,21 +12,10 @@ import threading
 
 import pytest
 
-from kv_store import KeyValueStore
+from kv_store import KeyValueStore, thread_runtimes
 from torch_tpu.runtime.distributed import CollectiveRecord, DistributedError, DistributedRuntime
 
 
-def _runtimes(n: int, store: KeyValueStore | None = None) -> list[DistributedRuntime]:
-    """n ranks' runtimes on one store (no client: only the handshake is exercised)."""
-    store = store or KeyValueStore()
-    runtimes = []
-    for rank in range(n):
-        runtime = DistributedRuntime.__new__(DistributedRuntime)
-        runtime.rank, runtime.world_size, runtime.address, runtime.timeout_s = rank, n, "memory", 5.0
-        runtime._dclient = store
-        runtime._raised_divergence = {}
-        runtimes.append(runtime)
-    return runtimes
 
 
 def _record(rank: int, sequence: int, what: str) -> CollectiveRecord:
@@ -64,7 +53,7 @@ def _diverge_in_group_a(runtimes):
 
 
 def test_a_finding_does_not_explain_a_failure_outside_its_group():
-    runtimes = _runtimes(4)
+    runtimes = thread_runtimes(4)
     _diverge_in_group_a(runtimes)
     # rank 2's program of group "b" (ranks 2, 3) fails later for its own reason: no old finding
     runtimes[2].raise_reported_divergence("b", "all_gather(4 x float32) over ranks [2, 3]")
@@ -74,7 +63,7 @@ def test_a_finding_does_not_explain_a_failure_outside_its_group():
 
 
 def test_a_finding_is_raised_once_per_process():
-    runtimes = _runtimes(2)
+    runtimes = thread_runtimes(2)
     _diverge_in_group_a(runtimes)
     # the user caught the error and went on; a later program fails: not the old divergence
     for runtime in runtimes:
@@ -85,7 +74,7 @@ def test_a_member_that_ran_on_unchecked_raises_the_finding_of_its_group_once():
     """first_call: rank 1 waited at collective #2 of group "a" for rank 0, which ran an
     unchecked program instead; rank 0's program fails when rank 1 leaves and raises rank
     1's finding with what it was running -- once; a later failure is its own."""
-    runtimes = _runtimes(3)
+    runtimes = thread_runtimes(3)
     raised = _handshakes([(runtimes[1], "a", (0, 1), _record(1, 2, "all_gather(4 x float32) over ranks [0, 1]"))])
     assert "rank(s) [0] did not reach it" in str(raised[1])
     runtimes[2].raise_reported_divergence("c", "all_reduce(1 x int32) over ranks [0, 2]")  # not a member of "a"
@@ -97,7 +86,7 @@ def test_a_member_that_ran_on_unchecked_raises_the_finding_of_its_group_once():
 
 
 def test_a_later_finding_of_the_same_group_is_raised():
-    runtimes = _runtimes(2)
+    runtimes = thread_runtimes(2)
     _diverge_in_group_a(runtimes)
     raised = _handshakes([(runtimes[1], "a", (0, 1), _record(1, 7, "broadcast(2 x int64, src=0) over ranks [0, 1]"))])
     assert "collective #7 of group a" in str(raised[1])
@@ -109,7 +98,7 @@ def test_a_rank_that_diverged_in_two_groups_keeps_each_groups_finding():
     """Rank 1 is in groups a=(0, 1) and b=(1, 2) and misses a handshake in each. With one
     mark per rank, group b's finding overwrote group a's: rank 1's failed group-a program
     was explained by group b's finding, and group a's was never raised."""
-    runtimes = _runtimes(3)
+    runtimes = thread_runtimes(3)
     _handshakes([(runtimes[0], "a", (0, 1), _record(0, 2, "all_gather(4 x float32) over ranks [0, 1]"))])
     _handshakes([(runtimes[2], "b", (1, 2), _record(2, 1, "broadcast(8 x float32, src=0) over ranks [1, 2]"))])
     with pytest.raises(DistributedError, match=r"(?s)collective #2 of group a \(all_gather.*Rank 1 was running "
@@ -127,7 +116,7 @@ def test_a_finding_is_stored_once_for_its_group():
     (`hs/<group>/diverged`, and a mark `hs/mark/<rank>/<group>` per member), two writes per
     member that could disagree."""
     store = KeyValueStore()
-    runtimes = _runtimes(4, store)
+    runtimes = thread_runtimes(4, store)
     _handshakes([(runtimes[0], "a", (0, 1, 2), _record(0, 4, "all_gather(4 x float32) over ranks [0, 1, 2]"))])
     findings = [k for k in store.keys() if "diverged" in k or "mark" in k]
     assert findings == ["torch_tpu/hs/a/diverged"]

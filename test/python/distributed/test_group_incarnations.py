@@ -9,24 +9,11 @@ import threading
 
 import pytest
 
-from kv_store import KeyValueStore
+from kv_store import KeyValueStore, thread_runtimes
 from torch_tpu.distributed._process_group import p2p_channel
 from torch_tpu.runtime.distributed import CollectiveRecord, DistributedError, DistributedRuntime, group_label
 
 
-def _runtimes(n: int) -> list[DistributedRuntime]:
-    store = KeyValueStore()
-    runtimes = []
-    for rank in range(n):
-        runtime = DistributedRuntime.__new__(DistributedRuntime)
-        runtime.rank, runtime.world_size, runtime.address, runtime.timeout_s = rank, n, "memory", 5.0
-        runtime._dclient = store
-        runtime._raised_divergence = {}
-        runtime._incarnations = {}
-        runtime.world_incarnation = 1
-        runtime._lock = threading.Lock()
-        runtimes.append(runtime)
-    return runtimes
 
 
 def _together(calls):
@@ -52,7 +39,7 @@ def _make(runtimes, members, name):
 
 
 def test_each_making_of_a_name_gets_its_own_handshake_name_on_every_member():
-    runtimes = _runtimes(3)
+    runtimes = thread_runtimes(3)
     assert _make(runtimes, (0, 1), "1") == ["1", "1"]
     assert _make(runtimes, (0, 1), "1") == ["1#2", "1#2"]  # destroyed, made again
     # the name over other ranks (after a re-init): rank 1 made "1" twice, rank 2 never
@@ -67,7 +54,7 @@ def _record(rank, what, line):
 def test_a_new_group_does_not_compare_with_the_old_groups_records():
     """Rank 1 comes late to the new group's collective #1: rank 0 must wait for it, not
     compare with rank 1's record of the old group's #1 (a false divergence)."""
-    runtimes = _runtimes(2)
+    runtimes = thread_runtimes(2)
     old = _make(runtimes, (0, 1), "0")
     _together([(runtimes[r].handshake, (old[r], (0, 1), _record(r, "all_reduce(4 x float32)", 20), 1.0))
                for r in range(2)])
@@ -84,7 +71,7 @@ def test_a_new_group_does_not_compare_with_the_old_groups_records():
 
 
 def test_a_member_whose_first_rank_never_makes_the_group_is_told_so():
-    runtimes = _runtimes(2)
+    runtimes = thread_runtimes(2)
     with pytest.raises(DistributedError, match=r"rank 1 made process group 5 over ranks \[0, 1\], but its first "
                                                r"rank 0 did not make it within 0.2 s"):
         runtimes[1].incarnation_name("5", (0, 1), 0.2)
@@ -95,7 +82,7 @@ def test_point_to_point_channels_are_named_after_the_world_groups_incarnation():
     re-initialised job (the world group "0" made again) gets new channels, whose sequence
     restarts, instead of meeting the old job's p2p records. Another group over every rank
     does not count."""
-    runtimes = _runtimes(3)
+    runtimes = thread_runtimes(3)
     _make(runtimes, (0, 1, 2), "0")
     assert [r.world_incarnation for r in runtimes] == [1, 1, 1]
     assert p2p_channel((0, 2), runtimes[0].world_incarnation) == "p2p-0-2"
