@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from kv_store import KeyValueStore, thread_runtimes
+from kv_store import thread_runtimes
 from torch_tpu.distributed._process_group import p2p_channel
 from torch_tpu.runtime.distributed import CollectiveRecord, DistributedError, DistributedRuntime, group_label
 
