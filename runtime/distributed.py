@@ -233,7 +233,7 @@ class DistributedRuntime:
             # job, are named after its incarnation, so a re-initialised job's p2p handshakes
             # never meet the old job's records.
             self.world_incarnation = number
-        return name if number == 1 else f"{name}#{number}"
+        return incarnation(name, number)
 
     def handshake(self, group: str, ranks: Sequence[int], record: CollectiveRecord, timeout_s: float) -> None:
         """Publishes this process's `record` for the group's collective number
@@ -379,6 +379,12 @@ class DistributedRuntime:
                 self._service.shutdown()
             except Exception as err:  # noqa: BLE001
                 log.info("tpu_dist: coordination service shutdown: %s", err)
+
+
+def incarnation(name: str, number: int) -> str:
+    """The handshake name of the `number`-th making of a group or channel called `name`:
+    the name itself the first time, "name#n" after (`group_label` reads it back)."""
+    return name if number == 1 else f"{name}#{number}"
 
 
 def group_label(handshake_name: str) -> str:

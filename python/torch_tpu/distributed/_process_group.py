@@ -51,8 +51,9 @@ def p2p_channel(ranks: tuple[int, int], world_incarnation: int) -> str:
     sorted): one per pair, shared by every group, and per making of the world group
     (`DistributedRuntime.world_incarnation`), so that a re-initialised job's sends and
     receives start their sequence afresh and never meet the old job's records."""
-    name = f"p2p-{ranks[0]}-{ranks[1]}"
-    return name if world_incarnation == 1 else f"{name}#{world_incarnation}"
+    from torch_tpu.runtime.distributed import incarnation
+
+    return incarnation(f"p2p-{ranks[0]}-{ranks[1]}", world_incarnation)
 
 
 class TPUWork(dist.Work):
