@@ -17,8 +17,9 @@ jaxlib's C++ creates a Python `ArrayImpl` for a buffer in two ways:
 The single-device paths here only use the first kind (our own tiny `Aval`), so a process
 that never imports jax never pays for it, and a process that imports jax later still
 gets real `ShapedArray` avals from jaxlib (we never poison that one-time lookup).
-`unsafe_buffer_pointer()` and `_single_device_array_to_np_array_did_copy()` also import
-jax and are not used. Splitting the result of an N-replica execution into per-device
+`unsafe_buffer_pointer()` also imports jax and is not used; the host copy of a TPU or GPU
+buffer (`start_host_copy` / `host_value`) imports it once where installed, which it always is
+beside those plugins (XLA:CPU buffers go by DLPack instead). Splitting the result of an N-replica execution into per-device
 buffers has no explicit-aval entry point in this jaxlib, so `disassemble` (replicated
 programs only) may import jax once when it is installed.
 
@@ -274,6 +275,27 @@ def to_numpy(array: RawArray, dtype: np.dtype) -> np.ndarray:
         tensor.dtype.code = _KDL_UINT
         return np.from_dlpack(_CapsuleHolder(capsule)).view(dtype)
     return np.from_dlpack(_CapsuleHolder(capsule))
+
+
+# -- device -> host by copy ---------------------------------------------------------------
+#
+# A TPU or GPU buffer has no host memory to share: DLPack export of it fails ("cannot be used
+# as a DLPack device"). Its value comes to the host through PjRT's host copy, which jaxlib
+# caches on the array: `start_host_copy` enqueues it (returns at once), `host_value` waits
+# for it and returns the host copy. Both look up jax's ShapedArray once when jax is
+# installed (it always is beside libtpu and the CUDA plugin); without jax they work as well.
+
+
+def start_host_copy(array: RawArray) -> None:
+    """Enqueues the device -> host copy of a single-device array without waiting."""
+    array._copy_single_device_array_to_host_async()
+
+
+def host_value(array: RawArray) -> np.ndarray:
+    """A single-device array's value in host memory (read-only NumPy array; ml_dtypes for
+    bf16 and the f8 types). Waits for the value and the copy; on XLA:CPU it may alias the
+    buffer instead of copying."""
+    return array._single_device_array_to_np_array_did_copy()[0]
 
 
 _ALWAYS_COPY = [_jax.ArrayCopySemantics.ALWAYS_COPY]

@@ -10,13 +10,19 @@ import: that entry point makes jaxlib import jax). On XLA:CPU the device buffer 
     otherwise       one copy (a non-contiguous tensor is made contiguous first, and that
                     fresh, aligned copy is the one aliased)
 
-Device -> host (`DeviceBuffer.to_torch` / `to_numpy`) goes by DLPack and is zero-copy on
-CPU: the tensor shares the buffer's memory and keeps it alive.
+Device -> host (`DeviceBuffer.to_torch` / `to_numpy`):
+
+    XLA:CPU         DLPack, zero-copy: the tensor shares the buffer's memory and keeps it alive
+    TPU, GPU        PjRT's host copy (`host_tensor`): a TPU buffer has no host memory to
+                    share, so DLPack export is a CPU-only shortcut, never a transfer.
+                    `start_host_copy()` enqueues the copy early (non_blocking copies, the
+                    outputs of a call read later); the read waits for it.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -70,6 +76,28 @@ def host_view(value: Any) -> tuple[np.ndarray, bool, dtypes.ElementType]:
         "torch.Tensor, a numpy.ndarray (or NumPy scalar) or a DeviceBuffer; a Python number has "
         "no dtype, wrap it as torch.tensor(x, dtype=...)"
     )
+
+
+def host_tensor(array: Any, row: dtypes.ElementType) -> Any:
+    """A torch tensor over the host copy of a single-device array (TPU, GPU: the copy
+    jaxlib made, or makes now, waiting for the value). bf16 and the f8 types come from
+    NumPy as ml_dtypes arrays, which torch cannot import: they cross as same-width integers
+    and are viewed back (bit-identical)."""
+    torch = _torch_module() or __import__("torch")
+    host = _jaxlib.host_value(array)
+    view = row.torch_view_as
+    if view is not None:
+        host = host.view(np.dtype(view))
+    if not host.flags.writeable:
+        # The copy is this array's own host memory (jaxlib marks it read-only because it
+        # caches it); torch tensors have no read-only flag, and its one-time warning
+        # about that would only confuse: whoever must not share it clones.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(host)
+    else:
+        t = torch.from_numpy(host)
+    return t if view is None else t.view(getattr(torch, row.torch_name))
 
 
 class DeviceBuffer:
@@ -168,17 +196,53 @@ class DeviceBuffer:
 
     # -- to host ----------------------------------------------------------------------------
 
+    @property
+    def shares_host_memory(self) -> bool:
+        """Whether `to_torch` / `to_numpy` alias this buffer (XLA:CPU) instead of copying."""
+        return self.device.platform == "cpu"
+
+    def start_host_copy(self) -> DeviceBuffer:
+        """Enqueues the copy of the value to the host without waiting (TPU, GPU; nothing
+        to do on XLA:CPU, whose buffers are host memory): a later `to_torch` / `to_numpy`
+        then finds it done or under way."""
+        self._check_alive("read")
+        if self.device.platform != "cpu":
+            try:
+                _jaxlib.start_host_copy(self._array)
+            except _jaxlib.JaxRuntimeError as err:
+                raise self._read_failed(err) from None
+        return self
+
+    def _read_failed(self, err: Exception) -> Exception:
+        from .errors import classify_jaxlib_error
+
+        return classify_jaxlib_error(err, f"copying {self.type_string} from {self.device} to the host",
+                                     "see the error above")
+
     def to_torch(self) -> Any:
-        """A torch tensor of the value, by DLPack: zero-copy on CPU (it shares this buffer's
-        memory and keeps it alive). Waits for the value."""
+        """A torch tensor of the value. XLA:CPU: by DLPack, zero-copy (it shares this
+        buffer's memory and keeps it alive); TPU, GPU: a host copy (made once per buffer
+        and shared by later reads: clone it before writing into it where that matters).
+        Waits for the value."""
         self._check_alive("read")
         import torch
 
-        self._exported = True
-        return torch.from_dlpack(_jaxlib.buffer_to_dlpack(self._array))
+        try:
+            if self.device.platform == "cpu":
+                self._exported = True  # shares the memory: a donation must copy it first
+                return torch.from_dlpack(_jaxlib.buffer_to_dlpack(self._array))
+            return host_tensor(self._array, self._row)
+        except _jaxlib.JaxRuntimeError as err:
+            raise self._read_failed(err) from None
 
     def to_numpy(self) -> np.ndarray:
-        """A read-only NumPy array of the value (zero-copy on CPU). Waits for the value."""
+        """A read-only NumPy array of the value (zero-copy on CPU, a host copy elsewhere).
+        Waits for the value."""
         self._check_alive("read")
-        self._exported = True
-        return _jaxlib.to_numpy(self._array, self._row.numpy)
+        try:
+            if self.device.platform == "cpu":
+                self._exported = True
+                return _jaxlib.to_numpy(self._array, self._row.numpy)
+            return _jaxlib.host_value(self._array)
+        except _jaxlib.JaxRuntimeError as err:
+            raise self._read_failed(err) from None

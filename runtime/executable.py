@@ -3,7 +3,8 @@ and returns) and `Executable` (run it on one device, or as N replicas).
 
 Dispatch is asynchronous: `execute` / `execute_replicated` return DeviceBuffers as soon
 as the work is enqueued; `DeviceBuffer.synchronize()` or `Client.synchronize()` wait.
-`__call__` returns torch tensors, which waits for the outputs.
+`__call__` returns torch tensors, which waits for the outputs: by DLPack on XLA:CPU (zero-copy),
+by PjRT's host copy elsewhere (every output's copy enqueued before the first is read).
 
 Donation: a parameter the compiled program aliases to an output (`tf.aliasing_output`,
 `jax.buffer_donor`, or `CompileSpec.donate_argnums`) is *donated*: a DeviceBuffer passed
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _jaxlib, dtypes
-from .buffer import ALIGNMENT, DeviceBuffer, numpy_host
+from .buffer import ALIGNMENT, DeviceBuffer, host_tensor, numpy_host
 from .errors import ArgumentError, BufferDeletedError, UnsupportedDtypeError, classify_jaxlib_error
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,6 +64,30 @@ def _capsule_importer(torch: Any) -> Any:
     """torch's DLPack-capsule import itself: `torch.from_dlpack` is a Python wrapper that
     only forwards a capsule to it (~5 us of the smallest compiled call)."""
     return getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
+
+
+def _host_outputs(cpu: bool, rows: Sequence[dtypes.ElementType]) -> Callable[[list[Any]], list[Any]]:
+    """outs -> torch tensors of a program's outputs. XLA:CPU: DLPack, zero-copy. Other
+    platforms: every output's host copy is enqueued first, so the transfers overlap, then
+    each is read (TPU buffers cannot be exported by DLPack)."""
+    if cpu:
+        to_dlpack = _jaxlib.buffer_to_dlpack
+
+        def by_dlpack(outs: list[Any]) -> list[Any]:
+            from_dlpack = _torch_state.get("from_dlpack") or _from_dlpack()
+            return [from_dlpack(to_dlpack(o)) for o in outs]
+
+        return by_dlpack
+    start = _jaxlib.start_host_copy
+    rows = tuple(rows)
+
+    def by_copy(outs: list[Any]) -> list[Any]:
+        if len(outs) > 1:
+            for o in outs:
+                start(o)
+        return [host_tensor(o, row) for o, row in zip(outs, rows)]
+
+    return by_copy
 
 
 @dataclass(frozen=True)
@@ -196,6 +221,7 @@ class Executable:
         dev0 = self.devices[0]
         self._handlers = [_jaxlib.result_handler(aval, dev0._sharding) for aval in self._out_avals]
         self._runner = _jaxlib.make_runner(raw, self._handlers)
+        self._host_outputs = _host_outputs(cpu, self._out_rows)
         if spec.num_replicas > 1:
             raw_devices = [d._raw for d in self.devices]
             self._replicated_sharding = _jaxlib.replicated_sharding(raw_devices)
@@ -401,10 +427,8 @@ class Executable:
             outs = self._runner(arrays)
         except _jaxlib.JaxRuntimeError as err:
             raise self._failed(err) from None
-        from_dlpack = _torch_state.get("from_dlpack") or _from_dlpack()
-        to_dlpack = _jaxlib.buffer_to_dlpack
         try:
-            return [from_dlpack(to_dlpack(o)) for o in outs]
+            return self._host_outputs(outs)
         except _jaxlib.JaxRuntimeError as err:
             raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
 
@@ -423,6 +447,7 @@ class Executable:
         device = self.devices[0]
         execute_sharded = self._raw.execute_sharded
         handlers = self._handlers
+        host_outputs = self._host_outputs
         from_dlpack = _from_dlpack()
         to_dlpack = _jaxlib.buffer_to_dlpack
         runtime_error = _jaxlib.JaxRuntimeError
@@ -433,7 +458,7 @@ class Executable:
         def exported(err: Exception) -> Exception:
             return classify_jaxlib_error(err, f"running {name}", "see the error above")
 
-        if nargs == 1 and len(handlers) == 1:
+        if nargs == 1 and len(handlers) == 1 and self.client.platform == "cpu":
             (convert,) = converters
             as_tuple = result_type is tuple
 
@@ -462,7 +487,7 @@ class Executable:
             except runtime_error as err:
                 raise failed(err) from None
             try:
-                return result_type([from_dlpack(to_dlpack(o)) for o in outs])
+                return result_type(host_outputs(outs))
             except runtime_error as err:
                 raise exported(err) from None
 

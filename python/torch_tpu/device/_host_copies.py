@@ -85,6 +85,9 @@ def enqueue(dst: torch.Tensor, src: torch.Tensor) -> None:
             dst.copy_(torch.zeros((), dtype=src.dtype).expand(src.shape))
         return
     check_alive(entry)
+    # On a TPU the copy to host memory starts now, behind the work computing the value,
+    # so landing finds it done or under way (a no-op on XLA:CPU, which shares memory).
+    buffer.start_host_copy()
     layout = (src.dtype, tuple(src.shape), tuple(src.stride()), src.storage_offset(), src.is_conj(), src.is_neg())
     with _lock:
         _pending.append(_Job(dst, buffer, entry.dtype, layout))
