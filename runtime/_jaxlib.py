@@ -164,6 +164,17 @@ def client_devices(client: RawClient) -> list[tuple[RawDevice, int, str]]:
     return [(d, int(d.id), str(d.device_kind)) for d in client.local_devices()]
 
 
+def device_memory_stats(device: RawDevice) -> dict[str, int] | None:
+    """PjRT's allocator figures of a device (`bytes_in_use`, `peak_bytes_in_use`,
+    `bytes_limit`, `largest_free_block_bytes`, ...), or None where the platform keeps
+    none (XLA:CPU)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - platforms without an allocator report raise
+        return None
+    return {str(k): int(v) for k, v in stats.items()} if stats else None
+
+
 def live_arrays(client: RawClient) -> list[RawArray]:
     return client.live_arrays()
 

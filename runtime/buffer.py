@@ -235,6 +235,19 @@ class DeviceBuffer:
         except _jaxlib.JaxRuntimeError as err:
             raise self._read_failed(err) from None
 
+    def copy_to_host(self) -> Any:
+        """A torch tensor with the value in host memory of its own, which the caller may
+        write: one copy on every platform (XLA:CPU: a clone of the shared memory; TPU, GPU:
+        the transfer itself, read through a fresh handle of the buffer so that no other
+        reader shares that host copy). Waits for the value."""
+        self._check_alive("read")
+        if self.device.platform == "cpu":
+            return self.to_torch().clone()
+        try:
+            return host_tensor(_jaxlib.array_clone(self._array), self._row)
+        except _jaxlib.JaxRuntimeError as err:
+            raise self._read_failed(err) from None
+
     def to_numpy(self) -> np.ndarray:
         """A read-only NumPy array of the value (zero-copy on CPU, a host copy elsewhere).
         Waits for the value."""

@@ -52,14 +52,27 @@ class CacheEntryError(Exception):
         self.reason = reason
 
 
-def classify_jaxlib_error(err: BaseException, what: str, hint: str) -> TorchTPURuntimeError:
-    """Turns a jaxlib runtime error into ours: out-of-memory gets its own class and advice."""
+def is_out_of_memory(text: str) -> bool:
+    """Whether a jaxlib/XLA error text reports exhausted device memory (at run time:
+    RESOURCE_EXHAUSTED; at compile time XLA:TPU's "Ran out of memory in memory space hbm")."""
+    status = text.strip().partition(":")[0].strip()
+    low = text.lower()
+    return status == "RESOURCE_EXHAUSTED" or "out of memory" in low or "ran out of memory" in low
+
+
+def out_of_memory(what: str, detail: str, figures: str = "") -> DeviceOutOfMemoryError:
+    return DeviceOutOfMemoryError(
+        f"{what}: the device ran out of memory ({detail.strip()}){'; ' + figures if figures else ''}; "
+        "free device buffers you no longer need (drop references to outputs, DeviceBuffer.delete()), "
+        "use smaller batches, or donate arguments that the program overwrites"
+    )
+
+
+def classify_jaxlib_error(err: BaseException, what: str, hint: str, figures: str = "") -> TorchTPURuntimeError:
+    """Turns a jaxlib runtime error into ours: out-of-memory gets its own class, the
+    device's memory figures (`figures`, e.g. Device.memory_figures()) and advice."""
     text = str(err).strip()
-    status, _, detail = text.partition(":")
-    if status.strip() == "RESOURCE_EXHAUSTED" or "out of memory" in text.lower():
-        return DeviceOutOfMemoryError(
-            f"{what}: the device ran out of memory ({detail.strip() or text}); free device "
-            "buffers you no longer need (drop references to outputs, DeviceBuffer.delete()), "
-            "use smaller batches, or donate arguments that the program overwrites"
-        )
+    if is_out_of_memory(text):
+        status, _, detail = text.partition(":")
+        return out_of_memory(what, detail if status.strip() == "RESOURCE_EXHAUSTED" else text, figures)
     return ExecutionError(f"{what}: {text}; {hint}")

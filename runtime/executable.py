@@ -280,6 +280,13 @@ class Executable:
         align_mask = ALIGNMENT - 1
 
         view = row.torch_view_as
+        # Off XLA:CPU, zero-copy semantics do not alias: PjRT reads the host memory until the
+        # transfer completes, with no staging copy (what jax.device_put does). A call that
+        # waits for its results outlasts the transfer, so it may use them; `execute` (returns
+        # at once) copies during the call. No array is reused across calls there: it would
+        # hold the tensor's old value.
+        shares_host = self.client.platform == "cpu"
+        host_semantics = zero_copy if waits else copy
         # torch.Tensor and this parameter's torch dtype, set on the first tensor seen (this
         # module never imports torch): a plain tensor, the common host argument, is then
         # recognised by one identity check before any other kind is considered.
@@ -340,6 +347,8 @@ class Executable:
                 host = t.numpy() if view is None else t.view(_view_dtype(view)).numpy().view(np_dtype)
                 if host.shape != shape:
                     raise mismatch(i, f"a {value.dtype} tensor of shape {list(value.shape)}", replica)
+                if not shares_host:
+                    return put(aval, device._sharding, [host], device._raw_list, True, False, host_semantics, True)
                 # Zero-copy: the array aliases the tensor's memory, which must not change until
                 # the results are ready (`__call__` waits for them; `execute` copies instead:
                 # `waits` false, so `alias_ok` false). Never
@@ -387,7 +396,10 @@ class Executable:
                 if value.dtype != np_dtype or value.shape != shape:
                     raise mismatch(i, f"a {dtypes.type_string(value.shape, value.dtype)} NumPy array", replica)
                 host, aligned = numpy_host(value)
-                semantics = zero_copy if (alias_ok and aligned) else copy
+                if not shares_host:
+                    semantics = host_semantics
+                else:
+                    semantics = zero_copy if (alias_ok and aligned) else copy
                 return put(aval, device._sharding, [host], device._raw_list, True, False, semantics, True)
             if isinstance(value, np.generic):
                 return convert(np.asarray(value), device, replica)
@@ -407,6 +419,7 @@ class Executable:
         return classify_jaxlib_error(
             err, f"running {self.name} on {', '.join(str(d) for d in self.devices)}",
             "check the arguments' devices and that no buffer is passed twice where one is donated",
+            self.devices[0].memory_figures() if self.devices else "",
         )
 
     # -- single device ------------------------------------------------------------------------

@@ -60,7 +60,7 @@ config.name = "torch_tpu"
 # The internal shell (pipes, 2>&1, <, &&) is portable; no bash needed.
 config.test_format = ShTestWithRunLines(execute_external=False)
 config.suffixes = [".mlir", ".py"]
-config.excludes = ["python", "__pycache__", "lit_support", "Inputs", "lit.cfg.py", "lit.local.cfg"]
+config.excludes = ["python", "tpu", "__pycache__", "lit_support", "Inputs", "lit.cfg.py", "lit.local.cfg"]
 config.test_source_root = TEST_ROOT
 config.test_exec_root = os.path.join(REPO_ROOT, "build", "lit")
 

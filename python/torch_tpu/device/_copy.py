@@ -70,12 +70,18 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
         return host
     if self.device.type == "tpu":
         host = to_host(self)
+        # The storage's host copy is new memory: a view covering all of it is returned as
+        # it is (one transfer, no second copy), unless the dtype or layout changes.
+        fresh = _storage.is_whole_storage(self)
     else:
         _host_copies.land_into(self)
         host = self
-    host = host.to(dtype=dtype, memory_format=memory_format, copy=True)
+        fresh = False
+    # Towards the device no host copy is needed: the upload reads `host` during the call
+    # (or until its transfer is done, before returning), so the source may change afterwards.
+    host = host.to(dtype=dtype, memory_format=memory_format, copy=target.type == "cpu" and not fresh)
     if target.type == "tpu":
-        return from_host(host, _storage.device_index(target))
+        return from_host(host, _storage.device_index(target), wait=not non_blocking)
     return host.to(target)
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from torch_tpu.runtime.buffer import DeviceBuffer
+from torch_tpu.runtime.errors import DeviceOutOfMemoryError, UnsupportedDtypeError
 
 from .._precision import current_mode
 from ._buffers import TABLE, StorageEntry, entry_of
@@ -536,6 +537,10 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         executable = client.compile(module, fingerprint=fingerprint, name=str(op),
                                     options=CompileSpec(device_indices=(index,),
                                                         donate_argnums=tuple(write_positions)))
+    except (DeviceOutOfMemoryError, UnsupportedDtypeError):
+        # Not the op's fault but the device's (its memory, an element type the chip lacks):
+        # running it on the CPU would hide that, or allocate the same bytes on the host.
+        raise
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
     # (sizes, strides, dtype, storage numel, row-major) of each result tensor, ready for new_tensor.

@@ -123,7 +123,7 @@ def storage_to_host(entry: StorageEntry) -> torch.Tensor:
     from ._modes import check_alive
 
     check_alive(entry)
-    return entry.buffer.to_torch().clone()
+    return entry.buffer.copy_to_host()
 
 
 def bytes_as(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -131,6 +131,14 @@ def bytes_as(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     tail too short for one element (3 bytes under an int32 view) is no part of any."""
     data = flat.view(torch.uint8)
     return data[: data.numel() - data.numel() % dtype.itemsize].view(dtype)
+
+
+def is_whole_storage(t: torch.Tensor) -> bool:
+    """Whether `t` is its storage's only view, element for element: `to_host(t)` is then
+    a tensor of its own (no larger storage behind it), which `.cpu()` may return as is."""
+    entry = entry_of(t)
+    return (t.dtype == entry.dtype and t.storage_offset() == 0 and t.numel() == entry.numel
+            and not t.is_conj() and not t.is_neg())
 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
@@ -148,10 +156,13 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
     return host
 
 
-def upload(host: torch.Tensor, index: int):
-    """A flat device buffer with `host`'s elements (a copy: the host tensor stays free)."""
+def upload(host: torch.Tensor, index: int, wait: bool = True):
+    """A flat device buffer with `host`'s elements (a copy: the host tensor stays free).
+    `wait=False` (a non_blocking copy): off XLA:CPU, the bytes are staged during the call
+    and the transfer is not waited for; else the transfer reads `host` directly and is
+    done on return (Client.to_device)."""
     flat = host.detach().contiguous().reshape(-1)
-    return client().to_device(flat, index, copy=True)
+    return client().to_device(flat, index, copy=True, wait=wait)
 
 
 def write_host_value(t: torch.Tensor, value: torch.Tensor) -> None:
@@ -171,7 +182,7 @@ def write_host_value(t: torch.Tensor, value: torch.Tensor) -> None:
     entry.buffer = upload(flat, entry.device_index)
 
 
-def from_host(host: torch.Tensor, index: int) -> torch.Tensor:
+def from_host(host: torch.Tensor, index: int, wait: bool = True) -> torch.Tensor:
     """A new tpu tensor with `host`'s value, sizes and (dense) strides."""
     host = host.detach()
     size, stride = tuple(host.shape), tuple(host.stride())
@@ -183,4 +194,4 @@ def from_host(host: torch.Tensor, index: int) -> torch.Tensor:
     # Storage order of a dense layout: permute to memory order, then flatten.
     order = _dense_order(size, stride) if size else []
     flat = host.permute(order).reshape(-1) if order else host.reshape(-1)
-    return from_buffer(upload(flat, index), size, stride, host.dtype, index)
+    return from_buffer(upload(flat, index, wait), size, stride, host.dtype, index)

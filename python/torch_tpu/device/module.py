@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -251,13 +251,67 @@ def reset_peak_memory_stats(device: Any = None) -> None:
     TABLE.reset_peak(_index(device))
 
 
+def _runtime_device(device: Any):
+    return _client().device(_index(device))
+
+
 def memory_stats(device: Any = None) -> dict[str, int]:
+    """torch.cuda-style figures: bytes of live tpu storages (`allocated_bytes.all.*`, what
+    PyTorch holds) and, where the platform keeps them (TPU, GPU), the device allocator's own
+    figures from PjRT (`bytes_in_use`, `peak_bytes_in_use`, `bytes_limit`,
+    `largest_free_block_bytes`, ...: everything on the chip, compiled programs' temporaries
+    and buffers torch_tpu holds for itself included)."""
     index = _index(device)
-    return {
+    stats = {
         "allocated_bytes.all.current": memory_allocated(index),
         "allocated_bytes.all.peak": max_memory_allocated(index),
         "num_storages": len(TABLE),
     }
+    stats.update(_runtime_device(index).memory_stats())
+    return stats
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) bytes of the device's memory, as `torch.cuda.mem_get_info`; from PjRT's
+    allocator (`bytes_limit` - `bytes_in_use`). XLA:CPU keeps no such figures: raises."""
+    target = _runtime_device(device)
+    stats = target.memory_stats()
+    if "bytes_limit" not in stats:
+        raise RuntimeError(f"torch.tpu.mem_get_info: the {target.platform} platform reports no device memory "
+                           "figures (XLA:CPU allocates from the host heap); use memory_allocated() instead")
+    return stats["bytes_limit"] - stats.get("bytes_in_use", 0), stats["bytes_limit"]
+
+
+def memory_reserved(device: Any = None) -> int:
+    """Bytes the device allocator holds (PjRT `bytes_reserved` where reported, else its
+    bytes in use); on XLA:CPU, the bytes of live tpu storages."""
+    stats = _runtime_device(device).memory_stats()
+    if not stats:
+        return memory_allocated(device)
+    return max(stats.get("bytes_reserved", 0), stats.get("bytes_in_use", 0))
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    stats = _runtime_device(device).memory_stats()
+    if not stats:
+        return max_memory_allocated(device)
+    return max(stats.get("peak_bytes_reserved", 0), stats.get("peak_bytes_in_use", 0))
+
+
+class _DeviceProperties(NamedTuple):
+    name: str
+    platform: str
+    total_memory: int
+
+
+def get_device_name(device: Any = None) -> str:
+    """The device's kind as PjRT names it (e.g. "TPU v5 lite"; "cpu" on XLA:CPU)."""
+    return _runtime_device(device).kind
+
+
+def get_device_properties(device: Any = None) -> _DeviceProperties:
+    target = _runtime_device(device)
+    return _DeviceProperties(target.kind, target.platform, target.memory_stats().get("bytes_limit", 0))
 
 
 def empty_cache() -> None:
