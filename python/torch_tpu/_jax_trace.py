@@ -101,6 +101,13 @@ def _user_line(fn: Callable, err: BaseException) -> str:
     return f" at {frame.filename}:{frame.lineno} ({(frame.line or '').strip()})"
 
 
+def runtime_platform() -> str:
+    """The PjRT platform programs run on (`cpu`, `tpu`, `cuda`): jax's name for it too."""
+    from torch_tpu.runtime import get_client
+
+    return get_client().platform
+
+
 def trace(fn: Callable, jitted: Any, name: str, specs: Sequence[ArraySpec]) -> Traced:
     """Lowers `fn` (its `jax.jit`, `jitted`) for inputs of `specs`. Raises `JaxOpError`
     naming the op, the function and the user's failing line."""
@@ -110,7 +117,10 @@ def trace(fn: Callable, jitted: Any, name: str, specs: Sequence[ArraySpec]) -> T
     try:
         with _x64(specs):
             avals = [jax.ShapeDtypeStruct(s.shape, _jax_dtype(s.dtype)) for s in specs]
-            lowered = jitted.lower(*avals)
+            # For the platform torch_tpu runs on, not jax's default one: a Pallas kernel
+            # lowers to a Mosaic custom call for a TPU, to loops (interpret mode) elsewhere,
+            # and jax never opens a device of its own for this.
+            lowered = jitted.trace(*avals).lower(lowering_platforms=(runtime_platform(),))
             leaves, _ = jax.tree_util.tree_flatten(lowered.out_info)
             text = lowered.as_text(dialect="stablehlo")
     except Exception as err:  # noqa: BLE001 - any failure of the user's function

@@ -10,9 +10,10 @@ Forward: one Pallas program per (batch*head, query block); it walks the key/valu
 blocks with an online softmax (running max `m`, running sum `l`), so the (seq x seq)
 score matrix never exists, and also writes each row's log-sum-exp. Backward: a
 `jax.custom_vjp` that recomputes the probabilities from the saved log-sum-exp (flash
-attention's backward) in plain JAX. On XLA:CPU the kernel runs with `interpret=True`
-(Pallas lowers it to plain StableHLO loops); on a TPU it would be compiled by Mosaic,
-which this toolchain does not carry yet (`interpret` defaults to True everywhere).
+attention's backward) in plain JAX. On a TPU the kernel is lowered by Pallas's Mosaic
+backend to a `tpu_custom_call` that XLA:TPU compiles (`interpret=None`, the default, picks
+that on the tpu platform); elsewhere it runs with `interpret=True` (Pallas lowers it to plain
+StableHLO loops).
 """
 
 from __future__ import annotations
@@ -63,11 +64,13 @@ def _forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale: float, causal
             jnp.zeros((block_q, head_dim), jnp.float32))
     m, l, acc = jax.lax.fori_loop(0, blocks, step, init)
     o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
-    lse_ref[...] = m + jnp.log(l)
+    lse_ref[...] = (m + jnp.log(l))[:, None]
 
 
 def _pallas_forward(q, k, v, *, scale, causal, block_q, block_k, interpret):
-    """q: (bh, seq_q, d), k/v: (bh, seq_k, d) -> (out (bh, seq_q, d), lse (bh, seq_q) f32)."""
+    """q: (bh, seq_q, d), k/v: (bh, seq_k, d) -> (out (bh, seq_q, d), lse (bh, seq_q, 1) f32).
+    (lse keeps a unit last dimension: Mosaic tiles the last two dimensions of a block by
+    (8, 128) unless they span the array's, so a (block_q,) row block would not lower.)"""
     import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
@@ -85,9 +88,9 @@ def _pallas_forward(q, k, v, *, scale, causal, block_q, block_k, interpret):
         ],
         out_specs=[
             pl.BlockSpec((None, block_q, d), lambda b, i: (b, i, 0)),
-            pl.BlockSpec((None, block_q), lambda b, i: (b, i)),
+            pl.BlockSpec((None, block_q, 1), lambda b, i: (b, i, 0)),
         ],
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((bh, seq_q), jnp.float32)],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((bh, seq_q, 1), jnp.float32)],
         interpret=interpret,
     )(q, k, v)
 
@@ -104,7 +107,7 @@ def _attention_function(*, scale, causal, block_q, block_k, interpret):
     def forward(q, k, v):
         out, lse = _pallas_forward(flatten(q), flatten(k), flatten(v), scale=_scale(scale, q), causal=causal,
                                    block_q=block_q, block_k=block_k, interpret=interpret)
-        return out.reshape(q.shape), lse.reshape(q.shape[:-1])
+        return out.reshape(q.shape), lse.reshape(q.shape[:-1])  # (bh, seq_q, 1) -> (..., seq_q)
 
     @jax.custom_vjp
     def attention(q, k, v):
@@ -148,19 +151,29 @@ def _block(requested: int | None, size: int, what: str) -> int:
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     scale: float | None = None, block_q: int | None = None, block_k: int | None = None,
-                    interpret: bool = True) -> torch.Tensor:
+                    interpret: bool | None = None) -> torch.Tensor:
     """Attention of `q` (..., seq_q, dim) over `k`, `v` (..., seq_k, dim), as
     `F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)` (causal:
     the top-left aligned lower triangle). Block sizes (default: min(seq, 128)) must
     divide the sequence lengths. Differentiable; works eagerly (tpu or CPU tensors) and
-    inside `torch.compile(backend="tpu")`."""
+    inside `torch.compile(backend="tpu")`. `interpret`: run the kernel through Pallas's
+    interpreter (None: on every platform but the TPU, where Mosaic compiles it)."""
     if q.dim() < 3 or q.shape[-1] != k.shape[-1] or k.shape != v.shape or q.shape[:-2] != k.shape[:-2]:
         raise ValueError(f"flash_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}: expected "
                          "(..., seq_q, dim), (..., seq_k, dim), (..., seq_k, dim)")
+    if interpret is None:
+        interpret = _platform() != "tpu"  # Mosaic compiles Pallas kernels for TPUs only
     block_q = _block(block_q, q.shape[-2], "query")
     block_k = _block(block_k, k.shape[-2], "key")
     name = _op_name(causal, scale, block_q, block_k, interpret)
     return getattr(torch.ops.torch_tpu, name).default([q, k, v])[0]
+
+
+@torch.compiler.assume_constant_result
+def _platform() -> str:
+    from torch_tpu.runtime import get_client
+
+    return get_client().platform
 
 
 @torch.compiler.assume_constant_result

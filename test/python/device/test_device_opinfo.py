@@ -31,11 +31,28 @@ import torch.utils._pytree as pytree
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "opinfo"))
 
 import torch_tpu.device  # noqa: E402,F401 - registers the device where autoload is off
-from device_opinfo_xfail import FUSED_XFAIL, XFAIL  # noqa: E402
+from device_opinfo_xfail import FUSED_XFAIL, TPU_XFAIL, XFAIL  # noqa: E402
 from torch_tpu.device import EagerMode, set_eager_mode  # noqa: E402
 from opinfo_cases import compare, float32_ops, op_id, samples, tolerances  # noqa: E402
 
 OPS = float32_ops()
+
+
+def _platform() -> str:
+    from torch_tpu.runtime import get_client
+
+    return get_client().platform
+
+
+# On a TPU chip (the same entries, run by test/tpu's runner or `pytest` on a TPU VM):
+# XLA:TPU evaluates float32 transcendental functions (exp, log, tanh, erf, lgamma, ...) with
+# polynomial approximations good to ~1e-6..1e-4 relative, not correctly rounded as CPU's
+# libm is, and composites (log_softmax, digamma, Bessel functions) compound that; matrix
+# products run at 'highest' (float32 accuracy). Float results are therefore compared at
+# rtol 2e-4 / atol 1e-4 (OpInfo's CPU float32 defaults: 1.3e-6 / 1e-5); integers, bools
+# and shapes exactly as on CPU. What fails beyond that is listed in TPU_XFAIL with its reason.
+TPU_TOLERANCE = (1e-4, 2e-4)
+ON_TPU = _platform() == "tpu"
 UNSPECIFIED_VALUES = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
 # Random ops draw from the device's generator, whose stream differs from CPU's by design
 # (docs/explanation/eager-device.md): shapes and dtypes are compared here, distributions
@@ -86,7 +103,7 @@ def _device_kwargs(kwargs):
     return moved
 
 
-@pytest.mark.parametrize("op", list(_params(XFAIL)))
+@pytest.mark.parametrize("op", list(_params({**XFAIL, **TPU_XFAIL} if ON_TPU else XFAIL)))
 def test_device_op(op):
     _check(op)
 
@@ -109,6 +126,8 @@ def test_device_op_fused(op, monkeypatch):
 
 def _check(op):
     atol, rtol = tolerances(op)
+    if ON_TPU:
+        atol, rtol = max(atol, TPU_TOLERANCE[0]), max(rtol, TPU_TOLERANCE[1])
     cases = samples(op)
     assert cases, "OpInfo gave no samples"
     for sample in cases:
