@@ -41,8 +41,11 @@ Conventions:
     gateway to jaxlib (runtime/_jaxlib.py's batched_device_put and host_value), over the
     timed blocks; on XLA:CPU, zero-copy transfers (aliased host memory) count 0 and
     DLPack exports are counted apart. JAX's are by construction (what the case passes).
+    Beside them, ours' device-side relayout programs per call (a compiled graph called on
+    tpu tensors: flat storage <-> shaped array, a device-memory copy each) and their bytes.
   * Correctness first: each case compares ours with JAX (||diff|| / ||jax|| within the
-    tolerance, bf16 2e-2, f32 3e-3, and max |diff| / max |jax| within 5x it; training:
+    tolerance, bf16 2e-2 (4e-2 for the 16-layer decoder's logits), f32 3e-3, and
+    max |diff| / max |jax| within 5x it; training:
     the first steps' losses and their drop) and prints it; a case that disagrees is marked
     FAILED and the exit status is 1, so a fast wrong answer cannot pass.
   * Each case also reports ours' ops that fell back to PyTorch eager and Dynamo's graph
@@ -72,7 +75,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import fmt_s, wait_for_idle_threads  # noqa: E402
 
 PEAK_TFLOPS_V5E = 197.0
-TOL = {"bf16": 2e-2, "f32": 3e-3}
+# Relative RMS tolerances; "bf16-deep": the 16-layer decoder's logits, where rounding to
+# bf16 at different places (XLA keeps f32 inside fusions where it chooses) compounds over
+# the layers: measured 1.1e-2 at 16 layers (d_model 256, XLA:CPU); a wrong mask, rotation
+# or missing layer gives 0.3 and more.
+TOL = {"bf16": 2e-2, "bf16-deep": 4e-2, "f32": 3e-3}
 CASE_NAMES = {1: "matmul", 2: "mlp", 3: "host-mlp", 4: "eager-add", 5: "transfer", 6: "prefill", 7: "train",
               8: "decode"}
 
@@ -148,12 +155,33 @@ class TransferCounter:
         _jaxlib.buffer_to_dlpack = counted_to_dlpack
         self.installed = True
 
+    def install_relayouts(self) -> None:
+        """Also counts the device-side programs that bridge the eager device's flat storages
+        and a compiled graph's shaped arguments and results (device/_graph_io.py: one
+        program per argument that is not a whole 1-D storage, one per result of rank > 1,
+        each copying the tensor in device memory on every call). `_program` is looked up
+        on every bridge, so wrapping it counts each run and its bytes."""
+        from torch_tpu.device import _graph_io
+
+        program = _graph_io._program
+
+        def counted_program(key: tuple, name: str, operand: tuple, result_val: Any, *args: Any) -> Any:
+            self.relayouts += 1
+            self.relayout_bytes += result_val.numel() * result_val.element_size()
+            return program(key, name, operand, result_val, *args)
+
+        _graph_io._program = counted_program
+
+    relayouts = 0
+    relayout_bytes = 0
+
     def snapshot(self) -> tuple[int, ...]:
         """The counts, and the XLA compiles of ours so far (the runtime cache's statistics:
         a steady contender compiles nothing in its timed blocks)."""
         from torch_tpu.runtime import get_client
 
-        return (self.h2d, self.h2d_aliased, self.d2h, self.dlpack_exports, get_client().cache.stats.compiles)
+        return (self.h2d, self.h2d_aliased, self.d2h, self.dlpack_exports, get_client().cache.stats.compiles,
+                self.relayouts, self.relayout_bytes)
 
 
 COUNTER = TransferCounter()
@@ -194,7 +222,7 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
         for _ in range(warmup):
             c.sync(c.fn())
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    moved = {name: [0] * 5 for name in contenders}
+    moved = {name: [0] * 7 for name in contenders}
     for _ in range(repeats):
         for name, c in contenders.items():
             wait_for_idle_threads()
@@ -219,7 +247,7 @@ def time_each(contenders: dict[str, Contender], repeats: int, warmup: int,
         for _ in range(warmup):
             c.sync(c.fn(prepare[name]()))
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    moved = {name: [0] * 5 for name in contenders}
+    moved = {name: [0] * 7 for name in contenders}
     for _ in range(repeats):
         for name, c in contenders.items():
             arg = prepare[name]()
@@ -243,10 +271,11 @@ def _summary(c: Contender, samples: list[float], moved: list[int], calls: int) -
         h2d, d2h = c.jax_bytes or (0, 0)
         row.update(h2d_bytes_per_call=h2d, d2h_bytes_per_call=d2h, bytes_counted="by construction")
     else:
-        h2d, aliased, d2h, exports, compiles = moved
+        h2d, aliased, d2h, exports, compiles, relayouts, relayout_bytes = moved
         row.update(h2d_bytes_per_call=(h2d - aliased) / calls, h2d_aliased_bytes_per_call=aliased / calls,
                    d2h_bytes_per_call=d2h / calls, dlpack_exports_per_call=exports / calls,
-                   xla_compiles_in_timed_blocks=compiles,
+                   xla_compiles_in_timed_blocks=compiles, relayout_programs_per_call=relayouts / calls,
+                   relayout_device_bytes_per_call=relayout_bytes / calls,
                    bytes_counted="runtime gateway" if COUNTER.installed else "not counted")
     row.update(c.extra)
     return row
@@ -818,7 +847,7 @@ def case_prefill(small: bool, reps: dict, options: dict) -> dict:
     with torch.no_grad():
         t_jax, ref = first_call(lambda: jitted(params, ids_j), jax_sync)
         t_ours, out = first_call(lambda: compiled(ids), torch_sync)
-        checks = {"torch.compile": compare(out, ref, "bf16")}
+        checks = {"torch.compile": compare(out, ref, "bf16-deep")}
         del out, ref
         contenders = {
             "jax.jit": Contender(lambda: jitted(params, ids_j), jax_sync, "jax", flops,
@@ -937,8 +966,9 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         notes[name] = how
         c = Contender(call, torch_sync, "ours", flops, extra={"first_calls_s": first, "variant": how})
         rows.update(time_blocks({name: c}, reps["calls_big"], reps["repeats_big"], warmup=1))
-        del model, step, c, call
-        gc.collect()
+        del model, step, c, call, ids, tgt
+        release()
+        rows[name]["live_arrays_after"] = live_arrays()
 
     variants = options.get("train_variants", {"compiled", "fused"})
     if "compiled" in variants:
@@ -948,7 +978,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
             notes["torch.compile"] = f"failed: {type(err).__name__}: {err}"
             losses["torch.compile"] = [math.nan]
             traceback.print_exc()
-            gc.collect()
+            release()
     if "fused" in variants:
         run_ours("FUSED eager", fused=True)
 
@@ -1015,7 +1045,9 @@ def case_decode(small: bool, reps: dict, options: dict) -> dict:
     jcaches = {"k": [jnp.zeros(shape, jnp.bfloat16) for _ in range(cfg.layers)],
                "v": [jnp.zeros(shape, jnp.bfloat16) for _ in range(cfg.layers)]}
     prompt_cpu = torch.randint(0, cfg.vocab, (batch, prompt), generator=torch.Generator().manual_seed(3))
-    prompt_t = [prompt_cpu[:, i:i + 1].to("tpu") for i in range(prompt)]
+    # Laid out as the argmax tokens fed back later (strides (1, 1)): a slice keeps the
+    # prompt's row stride, and Dynamo would compile the step again for the first new token.
+    prompt_t = [prompt_cpu[:, i:i + 1].clone(memory_format=torch.contiguous_format).to("tpu") for i in range(prompt)]
     prompt_j = [jax.device_put(prompt_cpu[:, i:i + 1].numpy().astype("int32")) for i in range(prompt)]
     pos_t = [torch.tensor([i]).to("tpu") for i in range(total)]
     pos_j = [jax.device_put(jnp.array([i], jnp.int32)) for i in range(total)]
@@ -1053,7 +1085,7 @@ def case_decode(small: bool, reps: dict, options: dict) -> dict:
         t_ours, (gen_t, logits_t) = first_call(loop_torch, torch_sync)
         graphs1, compiles1 = stats["unique_graphs"], cache_stats.compiles
         t_jax, (gen_j, logits_j) = first_call(loop_jax, jax_sync)
-        checks = {"torch.compile": compare(logits_t, logits_j, "bf16")}
+        checks = {"torch.compile": compare(logits_t, logits_j, "bf16-deep")}
         toks_t = [int(t.cpu().reshape(-1)[0]) for t in gen_t]
         toks_j = [int(jax.device_get(t).reshape(-1)[0]) for t in gen_j]
         agree = next((i for i, (a, b) in enumerate(zip(toks_t, toks_j)) if a != b), len(toks_t))
@@ -1129,6 +1161,9 @@ def print_case(num: int, result: dict) -> None:
             extra = f"  {row['GB_per_s']:.2f} GB/s"
         if "tokens_per_s" in row:
             extra = f"  {row['tokens_per_s']:.0f} tok/s"
+        if row.get("relayout_programs_per_call"):
+            extra += (f"  (+{row['relayout_programs_per_call']:.0f} relayout programs, "
+                      f"{_fmt_bytes(row['relayout_device_bytes_per_call'])} device copies)")
         if row["side"] == "ours" and row.get("xla_compiles_in_timed_blocks"):
             extra += f"  ({row['xla_compiles_in_timed_blocks']} compiles while timed)"
         print(f"    {cname:<32} {fmt_s(row['s_per_call']):>10} {ratio:>7} {tflops:>8} {mfu:>7} "
@@ -1181,11 +1216,17 @@ def main(argv: list[str] | None = None) -> int:
 
     platform = jax.devices()[0].platform  # JAX's client; nothing of ours exists yet
     COUNTER.install(platform)  # before anything of ours compiles
-    client = "own" if args.own_client else share_jax_client()
+    client = "own"
+    if not args.own_client:
+        try:
+            client = share_jax_client()
+        except Exception as err:  # noqa: BLE001 - torch_tpu then makes its own client
+            print(f"could not share JAX's client ({type(err).__name__}: {err}); torch_tpu makes its own")
     import torch
 
     import torch_tpu
 
+    COUNTER.install_relayouts()
     header = {
         "platform": platform, "device": str(jax.devices()[0].device_kind), "client": client,
         "jax": jax.__version__, "torch": torch.__version__, "torch_tpu": getattr(torch_tpu, "__version__", "?"),
@@ -1244,8 +1285,26 @@ def run_case(num: int, small: bool, reps: dict, options: dict) -> dict:
     result["wall_s"] = time.perf_counter() - t0
     result["fallbacks"] = [m.split(";")[0] for m in fallbacks.messages]
     result["graph_breaks"] = sum(breaks.values()) - breaks_before
-    gc.collect()
+    release()
+    result["live_arrays_after"] = live_arrays()
     return result
+
+
+def release() -> None:
+    """Lets the device memory of a finished contender go: Dynamo's caches (their guards and
+    compiled frames can keep a model's tensors alive) and garbage; the next case or
+    contender needs the chip's memory."""
+    import torch
+
+    torch._dynamo.reset()
+    gc.collect()
+
+
+def live_arrays() -> int:
+    """Arrays alive on the shared client (ours and JAX's): what a case left behind."""
+    from torch_tpu.runtime import get_client
+
+    return len(get_client()._raw.live_arrays())
 
 
 def write_json(path: str, header: dict, results: dict) -> None:
