@@ -1,0 +1,119 @@
+"""bench/tpu.py (issue 28: torch_tpu vs JAX on one TPU chip) runs on XLA:CPU with `--small`,
+its JSON carries every figure the docs are made from, its transfer counter counts the
+bytes the runtime moves, and its correctness gate rejects a wrong answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+sys.path.insert(0, BENCH)
+
+import tpu  # noqa: E402
+
+ROW_FIELDS = {"side", "s_per_call", "samples_s", "tflops", "mfu", "h2d_bytes_per_call", "d2h_bytes_per_call",
+              "bytes_counted"}
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_tpu") / "tpu.json"
+    env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "tpu.py"), "--small", "--cases", "1,3,4,5", "--repeats", "2",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_small_run_writes_every_field(small_run):
+    data, stdout = small_run
+    header = data["header"]
+    assert header["platform"] == "cpu" and header["client"] == "cpu" and header["small"] is True
+    assert header["ratio"].startswith("jax time / ours")
+    assert set(data["cases"]) == {"1-matmul", "3-host-mlp", "4-eager-add", "5-transfer"}
+    for name, case in data["cases"].items():
+        assert case["checks"] and all(c["ok"] for c in case["checks"].values()), (name, case["checks"])
+        assert case["wall_s"] > 0 and isinstance(case["fallbacks"], list) and case["graph_breaks"] >= 0
+        sides = {row["side"] for row in case["contenders"].values()}
+        assert sides == {"ours", "jax"}, name
+        for cname, row in case["contenders"].items():
+            assert ROW_FIELDS <= set(row), (name, cname, ROW_FIELDS - set(row))
+            assert row["s_per_call"] > 0 and len(row["samples_s"]) >= 2
+            if row["side"] == "ours":
+                assert row["ratio_jax_over_ours"] > 0 and row["vs"] in case["contenders"]
+                assert row["xla_compiles_in_timed_blocks"] == 0, (name, cname)
+    matmul = data["cases"]["1-matmul"]["contenders"]
+    n = data["cases"]["1-matmul"]["config"]["n"]
+    assert matmul["torch.compile"]["flops_per_call"] == 2 * n**3
+    assert matmul["torch.compile"]["mfu"] == pytest.approx(matmul["torch.compile"]["tflops"] / 197.0)
+    assert "[1] matmul" in stdout and "[5] transfer" in stdout
+
+
+def test_transfer_counter_counts_what_the_runtime_moves(small_run):
+    data, _ = small_run
+    host_mlp = data["cases"]["3-host-mlp"]
+    io = host_mlp["config"]["x_and_out_bytes"]
+    rows = host_mlp["contenders"]
+    # Model on the device: exactly the input crosses per call (t.to("tpu") copies it).
+    assert rows["torch.compile, tpu model"]["h2d_bytes_per_call"] == io
+    # Host model on XLA:CPU: weights and input are aliased (zero-copy), nothing moves.
+    assert rows["torch.compile, host model"]["h2d_bytes_per_call"] == 0
+    weights = host_mlp["config"]["weights_bytes"]
+    assert rows["torch.compile, host model"]["h2d_aliased_bytes_per_call"] in (io, io + weights)
+    assert rows["jax.jit"]["h2d_bytes_per_call"] == io and rows["jax.jit"]["d2h_bytes_per_call"] == io
+    # Device-side relayouts exist only where a compiled graph takes tpu tensors; at most
+    # every weight, the input and the output are copied once each.
+    assert rows["torch.compile, host model"]["relayout_programs_per_call"] == 0
+    relayout = rows["torch.compile, tpu model"]["relayout_device_bytes_per_call"]
+    assert relayout == 0 or io <= relayout <= weights + 2 * io
+    transfer = data["cases"]["5-transfer"]
+    for size in transfer["config"]["sizes_bytes"]:
+        label = f"{size >> 20} MB" if size >= 1 << 20 else f"{size >> 10} KB"
+        up = transfer["contenders"][f"h2d {label} t.to('tpu')"]
+        assert up["h2d_bytes_per_call"] == size and up["GB_per_s"] > 0
+        down = transfer["contenders"][f"d2h {label} t.cpu()"]
+        # XLA:CPU hands the value over by DLPack (no copy to count); TPU copies `size` bytes.
+        assert down["d2h_bytes_per_call"] + down["dlpack_exports_per_call"] > 0
+
+
+def test_compare_rejects_a_wrong_answer():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((64, 64)).astype(np.float32)
+    assert tpu.compare(ref + 1e-4 * rng.standard_normal(ref.shape), ref, "bf16")["ok"]
+    assert not tpu.compare(ref.T, ref, "bf16")["ok"]  # right values, wrong places
+    one_off = ref.copy()
+    one_off[3, 5] += 10 * np.abs(ref).max()
+    assert not tpu.compare(one_off, ref, "bf16")["ok"]  # the RMS alone would pass it
+    nan = ref.copy()
+    nan[0, 0] = np.nan
+    assert not tpu.compare(nan, ref, "f32")["ok"]
+    assert not tpu.compare(ref[:32], ref, "f32")["ok"]
+
+
+def test_loss_check_needs_the_same_losses_and_the_same_drop():
+    ref = [10.40, 9.90, 9.20]
+    assert tpu._loss_check([10.41, 9.91, 9.22], ref)["ok"]
+    assert not tpu._loss_check([10.40, 10.40, 10.40], ref)["ok"]  # no update applied
+    assert not tpu._loss_check([10.40, 9.60, 8.50], ref)["ok"]  # a different update
+    assert not tpu._loss_check([float("nan")], ref)["ok"]
+
+
+def test_flops_of_the_decoder():
+    cfg = tpu.LlamaConfig()
+    assert 450e6 < cfg.params() < 500e6  # the issue asks for ~300-500 M parameters
+    d, kv = cfg.d_model, cfg.kv_heads * cfg.head_dim
+    per_layer = 2 * d * d + 2 * d * kv + 3 * d * cfg.ffn
+    assert cfg.matmul_params() == cfg.layers * per_layer + cfg.vocab * d
+    assert cfg.forward_flops(2, 2048) == 2 * cfg.matmul_params() * 4096 + 4 * 2 * 2048**2 * d * cfg.layers
+    assert tpu.parse_cases("1,prefill,8") == [1, 6, 8]
+    with pytest.raises(SystemExit, match="unknown case '9'"):
+        tpu.parse_cases("9")
