@@ -131,9 +131,9 @@ def check_skip_first_call():
 
     here = skip.__code__.co_firstlineno
     start = time.monotonic()
-    needles = ["DistributedError", "collective #3 of group", "all_gather(4 x float32) over ranks [0, 1], at ",
+    needles = ["DistributedError", "collective #3 of group", "all_gather(4 x float32) over ranks [0, 1] at ",
                f"job.py:{here + 4}", "on rank 1: rank(s) [0] did not reach it within 5 s",
-               "rank 0: its last checked collective was #1 (all_reduce(4 x float32, reduce_op=sum)"]
+               "rank 0: still in the job; its last checked collective was #1 (all_reduce(4 x float32, reduce_op=sum)"]
     if r == 0:
         needles.append("Rank 0 was running all_reduce(4 x float32, reduce_op=sum) over ranks [0, 1], which found no")
     expect_error("skip under first_call", skip, *needles)
