@@ -355,19 +355,25 @@ class ProcessGroupTPU(dist.ProcessGroup):
         call being issued (`_issue`'s, none for a compiled graph's stage), and the user's
         line; its call site is compared unless the ranks may legitimately call from
         different lines (a rooted collective, send/recv)."""
-        from torch_tpu.runtime.distributed import CollectiveRecord
-
-        path, lineno = user_frame()
-        line = f"{path}:{lineno}" if lineno else path
+        where = user_frame()
+        texts = _site_texts.get(where)
+        if texts is None:
+            path, lineno = where
+            texts = _site_texts[where] = (f"{path}:{lineno}" if lineno else path, f"{_basename(path)}:{lineno}")
+        line, site = texts
         call = getattr(_issuing, "call", None)
         if call is None:
-            text, site = "", f"{_basename(path)}:{lineno}"
+            text = ""
         else:
-            what, shapes, rooted = call
-            text = f"{what} of {shapes}" if shapes else what
-            site = "" if rooted else f"{_basename(path)}:{lineno}"
-        return CollectiveRecord(self._runtime.rank, sequence, program.fingerprint, program.description, line,
-                                text, site)
+            text = _call_texts.get(call[:2])
+            if text is None:
+                what, shapes = call[:2]
+                text = _call_texts[call[:2]] = (
+                    f"{what} of {', '.join(str(list(s)) for s in shapes)}" if shapes else what)
+            if call[2]:
+                site = ""
+        return self._runtime.record_type(self._runtime.rank, sequence, program.fingerprint, program.description,
+                                         line, text, site)
 
     def run_program(self, program, buffers: Sequence[Any], sizes: str = "") -> list:
         """Runs a collective program compiled elsewhere -- a stage of a compiled graph
@@ -392,11 +398,11 @@ class ProcessGroupTPU(dist.ProcessGroup):
         the others, a send and its receive), so the call site is not compared. A call
         issued inside another (all_to_all runs as all_to_all_single) keeps the outer one's."""
         outer = getattr(_issuing, "call", None)
-        if outer is None:
-            _issuing.call = (what, _shapes_text(tensors) if shapes else "", rooted)
-            _issuing.runs = []
         try:
             _check_tpu(tensors, what)
+            if outer is None:
+                _issuing.call = (what, tuple(t.shape for t in tensors) if shapes else (), rooted)
+                _issuing.runs = []
             buffers, result = body()
             return TPUWork(buffers, result, failed=self._explainer(_issuing.runs))
         except _ResultSizeError as err:
@@ -742,8 +748,9 @@ def _basename(path: str) -> str:
     return path.rpartition("/")[2]
 
 
-def _shapes_text(tensors: Sequence[Any]) -> str:
-    return ", ".join(str(list(t.shape)) if isinstance(t, torch.Tensor) else "?" for t in tensors)
+# Texts of what records name, made once: a record is made per collective call.
+_site_texts: dict[tuple[str, int], tuple[str, str]] = {}  # (path, line) -> ("path:line", "base:line")
+_call_texts: dict[tuple[str, tuple], str] = {}  # (operation, shapes) -> "all_reduce of [2, 3]"
 
 
 class _SizedProgram:
