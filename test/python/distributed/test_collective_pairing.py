@@ -133,6 +133,31 @@ def test_a_failed_collective_raises_the_reported_finding_first_and_other_failure
     assert isinstance(oom, ExecutionError) and "collective #3 of group 0" in str(oom)
 
 
+class _Leaving(KeyValueStore):
+    def __init__(self, steps: list) -> None:
+        super().__init__()
+        self.steps = steps
+
+    def wait_at_barrier(self, name: str, timeout_ms: int) -> None:
+        self.steps.append(("barrier", name, timeout_ms))
+
+    def shutdown(self) -> None:
+        self.steps.append("left the service")
+
+
+def test_a_rank_leaves_saying_where_it_stopped_and_waits_for_the_others_before_rank_0_stops_the_service():
+    """jaxlib's own shutdown does not wait: rank 0 stopped the service under a peer still
+    waiting in a collective, which jaxlib then aborted (SIGABRT, no Python error)."""
+    steps: list = []
+    runtime = thread_runtimes(2, _Leaving(steps))[0]
+    runtime.timeout_s, runtime._closed = 8.0, False
+    runtime._service = type("Service", (), {"shutdown": lambda self: steps.append("service stopped")})()
+    runtime.note_run("0", _record(0, 2, "train.py:11"))
+    runtime.shutdown()
+    assert steps == [("barrier", "torch_tpu/exit", 38_000), "left the service", "service stopped"]
+    assert "after collective #2 of this group" in thread_runtimes(2, runtime._dclient)[1]._peer_state("0", 0)
+
+
 class _LostService(KeyValueStore):
     """The coordination service is gone (rank 0 exited): every call fails as jaxlib's does."""
 
