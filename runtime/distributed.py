@@ -20,12 +20,13 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
+import os
 import socket
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch_tpu.core import host_heap
 
@@ -44,23 +45,42 @@ class DistributedError(TorchTPURuntimeError):
     """A failure of the multi-process runtime: connection, a peer that died, a divergence."""
 
 
-@dataclass(frozen=True)
-class CollectiveRecord:
-    """What one process published before running a collective program."""
+class CollectiveRecord(NamedTuple):
+    """What one process published before running a collective program: the program's
+    `fingerprint` (its text and description), the user's `call` (the torch.distributed
+    operation and its tensors' shapes: "all_reduce of [2, 3]"; "" for a compiled graph's
+    stage), and `site`, the call site the ranks must share ("train.py:40": a file's
+    base name, as paths differ between hosts; "" where the ranks may call from different
+    lines -- a rooted collective's root and non-roots, a send and its receive). Ranks pair
+    when all three are equal; `line` is where to look (the full path). A NamedTuple: one
+    is made per collective call (a frozen dataclass cost 3 us more)."""
 
     rank: int
     sequence: int
     fingerprint: str
     description: str
     line: str
+    call: str = ""
+    site: str = ""
 
     def encode(self) -> str:
-        return "\x1f".join((str(self.sequence), self.fingerprint, self.description, self.line))
+        return "\x1f".join((str(self.sequence), self.fingerprint, self.description, self.line, self.call, self.site))
 
     @classmethod
     def decode(cls, rank: int, text: str) -> CollectiveRecord:
-        sequence, fingerprint, description, line = text.split("\x1f", 3)
-        return cls(rank, int(sequence), fingerprint, description, line)
+        sequence, fingerprint, description, line, *rest = text.split("\x1f", 5)
+        call, site = (rest + ["", ""])[:2]
+        return cls(rank, int(sequence), fingerprint, description, line, call, site)
+
+    @property
+    def identity(self) -> tuple[str, str, str]:
+        """What the ranks compare (`handshake`)."""
+        return (self.fingerprint, self.call, self.site)
+
+    def where(self) -> str:
+        """"all_reduce(4 x float32, ...) over ranks [0, 1] at /job/train.py:40 (called as all_reduce of [4])"."""
+        call = f" (called as {self.call})" if self.call else ""
+        return f"{self.description} at {self.line}{call}"
 
 
 @dataclass(frozen=True)
@@ -95,10 +115,16 @@ class GroupProgram:
         self._shapes = [r.shape for r in signature.results]
         self._raw = raw
 
-    def run(self, buffers: Sequence[DeviceBuffer], group: str) -> list[DeviceBuffer]:
+    def run(self, buffers: Sequence[DeviceBuffer], group: str, record: CollectiveRecord | None = None,
+            ranks: Sequence[int] = ()) -> list[DeviceBuffer]:
         """Enqueues the program (asynchronous) as a collective of `group` (the handshake's
         name of the process group running it: one program, cached per ranks, can serve
-        several groups); the outputs' `synchronize()` waits and raises the program's error."""
+        several groups) over `ranks`; the outputs' `synchronize()` waits and raises the
+        program's error. `record`: what this rank is running (its collective number and
+        source line), kept as the group's latest collective -- what this rank's peers are
+        told when it leaves the job -- and named in the error when the program fails."""
+        if record is not None:
+            self._runtime.note_run(group, record)
         try:
             # Taken apart into single-device arrays (this process's replica): wrapped by
             # result handlers instead (~8 us cheaper), they would keep the program's
@@ -107,13 +133,17 @@ class GroupProgram:
             # "CopyArrays only supports destination device list of the same size").
             outs = [replicas[0] for replicas in _jaxlib.execute_replicated(self._raw, [b._array for b in buffers])]
         except _jaxlib.JaxRuntimeError as err:
-            self._runtime.raise_reported_divergence(group, getattr(self, "description", self.name))
-            raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
+            if record is None:
+                self._runtime.raise_reported_divergence(group, getattr(self, "description", self.name))
+                raise classify_jaxlib_error(err, f"running {self.name}", "see the error above") from None
+            raise self._runtime.collective_failed(group, ranks, record, err) from None
         return [DeviceBuffer(o, self._shapes[k], self._rows[k], self._device) for k, o in enumerate(outs)]
 
 
 class DistributedRuntime:
     """This process's place in a multi-process job (see the module docstring)."""
+
+    record_type = CollectiveRecord  # what callers make a record with, without an import per call
 
     def __init__(self, rank: int, world_size: int, address: str, timeout_s: float,
                  service: Any, dclient: Any, client: Client) -> None:
@@ -140,6 +170,9 @@ class DistributedRuntime:
         # Per (group name, ranks), how many groups of that name and ranks this process made.
         self._incarnations: dict[tuple[str, tuple[int, ...]], int] = {}
         self.world_incarnation = 1  # which making of PyTorch's world group is current
+        # Per group, the last collective this process ran (`note_run`): published when it
+        # leaves the job, so a peer still waiting in a collective learns where it stopped.
+        self._latest: dict[str, CollectiveRecord] = {}
 
     def __repr__(self) -> str:
         return f"DistributedRuntime(rank {self.rank} of {self.world_size}, {self.address}, {self.client})"
@@ -173,27 +206,46 @@ class DistributedRuntime:
 
     # -- key-value store ----------------------------------------------------------------------
 
+    # Every call to the coordination service goes through these: a failure (the service
+    # is gone with rank 0, the network failed) is a DistributedError naming what this rank
+    # was doing, never jaxlib's raw gRPC error.
+
+    def _lost_service(self, doing: str, err: BaseException) -> DistributedError:
+        return DistributedError(
+            f"tpu_dist: rank {self.rank} lost the coordination service (served by rank 0 at "
+            f"{self.address}) while {doing}: {_first_line(err)}. Rank 0 has probably exited or died "
+            "(its script ended, raised, or was killed); see its log"
+        )
+
     def kv_set(self, key: str, value: str) -> None:
-        self._dclient.key_value_set(_KV_PREFIX + key, value, True)
+        try:
+            self._dclient.key_value_set(_KV_PREFIX + key, value, True)
+        except _jaxlib.JaxRuntimeError as err:
+            raise self._lost_service(f"publishing {key!r}", err) from None
 
     def kv_get(self, key: str, timeout_s: float) -> str | None:
         """The value of `key`, waiting up to `timeout_s` for it to be set; None on timeout."""
         try:
             return self._dclient.blocking_key_value_get(_KV_PREFIX + key, max(1, int(timeout_s * 1000)))
         except _jaxlib.JaxRuntimeError as err:
-            if "DEADLINE_EXCEEDED" in str(err) or "timed out" in str(err).lower():
+            if _is_timeout(err):
                 return None
-            raise DistributedError(
-                f"tpu_dist: rank {self.rank} lost the coordination service (served by rank 0 at "
-                f"{self.address}) while waiting for {key!r}: {_first_line(err)}. Rank 0 has probably "
-                "exited or died; see its log"
-            ) from None
+            raise self._lost_service(f"waiting for {key!r}", err) from None
 
     def kv_try_get(self, key: str) -> str | None:
+        """The value of `key`, None when it is not set."""
         try:
             return self._dclient.key_value_try_get(_KV_PREFIX + key)
-        except _jaxlib.JaxRuntimeError:
-            return None
+        except _jaxlib.JaxRuntimeError as err:
+            if "NOT_FOUND" in str(err):
+                return None
+            raise self._lost_service(f"reading {key!r}", err) from None
+
+    def kv_increment(self, key: str) -> int:
+        try:
+            return int(self._dclient.key_value_increment(_KV_PREFIX + key, 1))
+        except _jaxlib.JaxRuntimeError as err:
+            raise self._lost_service(f"counting {key!r}", err) from None
 
     # -- handshake -----------------------------------------------------------------------------
 
@@ -216,7 +268,7 @@ class DistributedRuntime:
         members = hashlib.sha256(",".join(map(str, ranks)).encode()).hexdigest()[:16]
         key = f"hs/incarnation/{name}/{members}/{making}"
         if self.rank == ranks[0]:
-            number = self._dclient.key_value_increment(f"{_KV_PREFIX}hs/incarnations/{name}", 1)
+            number = self.kv_increment(f"hs/incarnations/{name}")
             self.kv_set(key, str(number))
         else:
             text = self.kv_get(key, timeout_s)
@@ -259,7 +311,7 @@ class DistributedRuntime:
             message = self._missing_message(group, ranks, record, missing, timeout_s)
             self._report(group, ranks, record.sequence, message)
             raise DistributedError(message)
-        if len({r.fingerprint for r in records.values()}) > 1:
+        if len({r.identity for r in records.values()}) > 1:
             message = _mismatch_message(group, record.sequence, [records[r] for r in ranks])
             self._report(group, ranks, record.sequence, message)
             self._leave_together(group, ranks, record.rank, record.sequence, timeout_s)
@@ -286,7 +338,7 @@ class DistributedRuntime:
     def _await_record(self, group: str, ranks: Sequence[int], mine: CollectiveRecord, rank: int,
                       deadline: float) -> str | None:
         """Member `rank`'s record of collective `mine.sequence` by `deadline`, None if it
-        never came. Raises what a member found at an earlier collective of the group (one
+        never came (or the member left the job without it: `shutdown`). Raises what a member found at an earlier collective of the group (one
         this process ran unchecked) when it is reported meanwhile."""
         key = f"hs/{group}/{mine.sequence}/{rank}"
         while True:
@@ -294,6 +346,8 @@ class DistributedRuntime:
             text = self.kv_get(key, max(0.001, min(left, 0.5)))
             if text is not None:
                 return text
+            if self.kv_try_get(f"hs/left/{rank}") is not None:
+                return None  # it left the job without reaching this collective: no use waiting
             finding = self._finding(group)
             if finding is not None and self._raised_divergence.get(group, 0) < finding.sequence < mine.sequence:
                 self._raised_divergence[group] = finding.sequence
@@ -326,6 +380,61 @@ class DistributedRuntime:
                 message += f"\nRank {self.rank} was running {running}, which found no partner."
             raise DistributedError(message)
 
+    def note_run(self, group: str, record: CollectiveRecord) -> None:
+        self._latest[group] = record
+
+    def collective_failed(self, group: str, ranks: Sequence[int], record: CollectiveRecord,
+                          err: BaseException) -> Exception:
+        """The error of this rank's collective `record` of `group` whose program failed
+        (`err`, jaxlib's): the finding a member reported, when there is one; else, for a
+        failure of the collective's transport -- no peer ran the collective within the
+        collective timeout, or a peer's connection closed -- a DistributedError naming the
+        collective, the group, its source line and where each peer is (it left the job
+        after collective #n; its last checked collective); any other failure as itself."""
+        try:
+            self.raise_reported_divergence(group, record.where())
+        except DistributedError as reported:
+            return reported
+        text = str(err)
+        low = text.lower()
+        if not any(word in low for word in ("gloo", "timed out", "connection", "deadline", "peer")):
+            return classify_jaxlib_error(err, f"running collective #{record.sequence} of group "
+                                         f"{group_label(group)} ({record.where()})", "see the error above")
+        if "timed out" in low or "deadline" in low:
+            reason = (f"no peer ran it with this rank within the collective timeout ({self.timeout_s:g} s, "
+                      "init_process_group's timeout)")
+        else:
+            reason = "a peer's connection closed while this rank waited in it (the peer left the job or died)"
+        lines = [f"tpu_dist: collective #{record.sequence} of group {group_label(group)} ({record.where()}) "
+                 f"failed on rank {self.rank}: {reason}."]
+        try:
+            lines.extend(f"  rank {peer}: {self._peer_state(group, peer)}" for peer in ranks if peer != self.rank)
+        except DistributedError as lost:
+            lines.append(f"  (where the peers are is unknown: {lost})")
+        lines.append(f"The transport said: {_first_line(err)}")
+        lines.append(
+            "Every rank must run the same collectives in the same order: a collective that only some ranks "
+            "run (a rank-dependent branch) leaves the others waiting, or pairs with another call. "
+            "TORCH_TPU_SPMD_HANDSHAKE_STAGE=every_call checks every call and names the first that differs."
+        )
+        return DistributedError("\n".join(lines))
+
+    def _peer_state(self, group: str, rank: int) -> str:
+        """Where member `rank` of `group` is, as far as the store knows: the collective
+        after which it left the job, else its last checked collective."""
+        left = self.kv_try_get(f"hs/left/{rank}")
+        if left is not None:
+            latest = _decode_latest(rank, left).get(group)
+            if latest is None:
+                return "it left the job (its script ended or raised) before any collective of this group"
+            return (f"it left the job (its script ended or raised) after collective #{latest.sequence} of this "
+                    f"group ({latest.where()})")
+        last = self.kv_try_get(f"hs/{group}/last/{rank}")
+        if last is None:
+            return "still in the job; no collective of this group checked yet"
+        rec = CollectiveRecord.decode(rank, last)
+        return f"still in the job; its last checked collective was #{rec.sequence} ({rec.where()})"
+
     def _leave_together(self, group: str, ranks: Sequence[int], me: int, sequence: int, timeout_s: float) -> None:
         """Every member sees the mismatch; wait (briefly) until all have read it, so a
         member that raises and exits -- process 0 takes the service with it -- cannot leave
@@ -342,19 +451,18 @@ class DistributedRuntime:
 
     def _missing_message(self, group: str, ranks: Sequence[int], mine: CollectiveRecord,
                          missing: list[int], timeout_s: float) -> str:
-        lines = [
-            f"tpu_dist: collective #{mine.sequence} of group {group_label(group)} ({mine.description}, at "
-            f"{mine.line}) "
-            f"on rank {mine.rank}: rank(s) {missing} did not reach it within {timeout_s:g} s (the "
-            "process died, or it runs other collectives)."
-        ]
+        gone = [rank for rank in missing if self.kv_try_get(f"hs/left/{rank}") is not None]
+        late = [rank for rank in missing if rank not in gone]
+        why = []
+        if late:
+            why.append(f"rank(s) {late} did not reach it within {timeout_s:g} s (the process died, or it runs "
+                       "other collectives)")
+        if gone:
+            why.append(f"rank(s) {gone} left the job without reaching it")
+        lines = [f"tpu_dist: collective #{mine.sequence} of group {group_label(group)} ({mine.where()}) "
+                 f"on rank {mine.rank}: {'; '.join(why)}."]
         for rank in missing:
-            last = self.kv_try_get(f"hs/{group}/last/{rank}")
-            where = "no collective yet"
-            if last is not None:
-                rec = CollectiveRecord.decode(rank, last)
-                where = f"its last checked collective was #{rec.sequence} ({rec.description}, at {rec.line})"
-            lines.append(f"  rank {rank}: {where}")
+            lines.append(f"  rank {rank}: {self._peer_state(group, rank)}")
         lines.append(
             "Every rank must run the same collectives in the same order; a rank that died or is "
             "stuck elsewhere makes the others stop here instead of hanging."
@@ -364,12 +472,29 @@ class DistributedRuntime:
     # -- shutdown ------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Leaves the job: a shutdown barrier with the other processes (bounded by the
-        shutdown timeout), then process 0 stops the coordination service."""
+        """Leaves the job, as a start-up that failed does (`_leave_unstarted`): says where
+        this rank stopped (`hs/left/<rank>`), meets the other processes at an exit barrier
+        -- bounded by the collective timeout plus a margin, so a peer still waiting in a
+        collective gets its Python error and reaches the barrier before process 0 stops the
+        service (a process left connected to a stopped service is aborted by jaxlib) --,
+        leaves the service, then process 0 stops it."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        try:
+            # Where this rank stopped, for a peer still waiting in a collective this rank
+            # never ran: its collective fails (the collective timeout, or this process's
+            # connections closing) and names this rank's last collective of the group.
+            self.kv_set(f"hs/left/{self.rank}", _encode_latest(dict(self._latest)))
+        except DistributedError as err:
+            log.info("tpu_dist: could not say that rank %d leaves: %s", self.rank, err)
+        try:
+            # jaxlib's own shutdown does not wait for the others: without this barrier process
+            # 0 would stop the service under a peer still running (which jaxlib aborts).
+            self._dclient.wait_at_barrier(_KV_PREFIX + "exit", int((self.timeout_s + _SHUTDOWN_MARGIN_S) * 1000))
+        except Exception as err:  # noqa: BLE001 - a peer that died, or one still busy past the timeout
+            log.warning("tpu_dist: rank %d leaves without every other rank: %s", self.rank, _first_line(err))
         try:
             self._dclient.shutdown()
         except Exception as err:  # noqa: BLE001 - peers that died make the barrier fail
@@ -395,6 +520,27 @@ def group_label(handshake_name: str) -> str:
     return f"{name} (incarnation {number})" if name and number.isdigit() else handshake_name
 
 
+_LATEST_SEP = "\x1e"
+_GROUP_SEP = "\x1d"
+
+
+def _encode_latest(latest: dict[str, CollectiveRecord]) -> str:
+    """A leaving rank's last collective of each group (`hs/left/<rank>`)."""
+    return _LATEST_SEP.join(f"{group}{_GROUP_SEP}{record.encode()}" for group, record in latest.items())
+
+
+def _decode_latest(rank: int, text: str) -> dict[str, CollectiveRecord]:
+    latest = {}
+    for item in filter(None, text.split(_LATEST_SEP)):
+        group, _, record = item.partition(_GROUP_SEP)
+        latest[group] = CollectiveRecord.decode(rank, record)
+    return latest
+
+
+def _is_timeout(err: BaseException) -> bool:
+    return "DEADLINE_EXCEEDED" in str(err) or "timed out" in str(err).lower()
+
+
 def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
@@ -402,10 +548,18 @@ def _first_line(err: BaseException) -> str:
 def _mismatch_message(group: str, sequence: int, records: list[CollectiveRecord]) -> str:
     lines = [f"tpu_dist: the ranks of group {group_label(group)} diverged at collective #{sequence}:"]
     for rec in records:
-        lines.append(f"  rank {rec.rank}: {rec.description} at {rec.line}")
+        lines.append(f"  rank {rec.rank}: {rec.where()}")
+    differ = [what for what, values in (
+        ("the collective (kind, element count, dtype, reduce op, root, group)", {r.fingerprint for r in records}),
+        ("the torch.distributed call (operation, tensors' shapes)", {r.call for r in records}),
+        ("the call site", {r.site for r in records}),
+    ) if len(values) > 1]
+    lines.append(f"They differ in {' and '.join(differ)}: run, these would pair different collectives "
+                 "(a wrong result, or a rank left waiting).")
     lines.append(
-        "Every rank must run the same collectives (same kind, shapes, dtypes, group) in the same "
-        "order; fix the rank-dependent branch at the lines above."
+        "Every rank must run the same collectives (same kind, shapes, dtypes, group) from the same line "
+        "in the same order; fix the rank-dependent branch at the lines above (a collective only some "
+        "ranks run, or one the ranks reach from different lines: call it from one line on every rank)."
     )
     return "\n".join(lines)
 
@@ -541,6 +695,22 @@ def _start_error(failure: Exception, rank: int, world_size: int, timeout_s: int)
                             f"{own} {fix}")
 
 
+# How much longer than the collective timeout a process waits for the others at exit: a
+# peer whose collective timed out still raises, unwinds and reaches the barrier.
+_SHUTDOWN_MARGIN_S = 30
+_COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_timeout_seconds"
+
+
+def _bound_cpu_collectives(seconds: int) -> None:
+    """XLA:CPU's collectives (gloo) time out after `seconds` instead of XLA's 30 minutes,
+    unless XLA_FLAGS sets the timeout already. Read from XLA_FLAGS when jaxlib first
+    parses its flags -- at the first client -- which is this job's client: the runtime
+    starts before any other (`require_no_client`). TPU/GPU ignore the flag."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _COLLECTIVE_TIMEOUT_FLAG not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {_COLLECTIVE_TIMEOUT_FLAG}={seconds}".strip()
+
+
 _current: DistributedRuntime | None = None
 _current_lock = threading.Lock()
 
@@ -576,6 +746,13 @@ def initialize(rank: int, world_size: int, address: str, *, timeout_s: float = 3
         # Longer than the group timeout, so a handshake waiting for a dead process raises
         # its Python error, naming it, first; capped so a job still ends when one dies.
         heartbeat = max(10, min(2 * seconds + 5, 120))
+        # A rank waiting in a collective its peers never run must get an error, not wait
+        # forever: XLA:CPU's gloo collectives fail after the job's timeout (a process-wide
+        # flag, read when the client is made). Leaving, every process waits at the exit
+        # barrier longer than that (`DistributedRuntime.shutdown`), so such a peer raises,
+        # and leaves, before process 0 stops the service (a stopped service aborts the
+        # processes still connected to it).
+        _bound_cpu_collectives(seconds)
         service = None
         if rank == 0:
             busy = _port_in_use(address)

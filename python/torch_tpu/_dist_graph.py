@@ -260,7 +260,6 @@ def _group_program(runtime: Any, text: str, ranks: tuple[int, ...], name: str, d
     if not hasattr(program, "fingerprint"):  # cached per (text, ranks): set once
         program.description = description
         program.fingerprint = fingerprint_of(text, f"compiled over ranks {list(ranks)}")
-        program.checked = False
     return program
 
 

@@ -250,12 +250,16 @@ def _parse_handshake_stage(text: str) -> str:
 HANDSHAKE_STAGE = EnvType("`first_call`, `every_call` or `off`", _parse_handshake_stage, "use first_call, every_call or off")
 declare(
     "TORCH_TPU_SPMD_HANDSHAKE_STAGE", HANDSHAKE_STAGE, "first_call",
-    "tpu_dist: when the ranks of a group compare a collective before running it (kind, shapes, "
-    "dtypes, reduce op, group, and each rank's Python line, through the coordination service): "
-    "`first_call` before each collective program's first run, `every_call` before every run "
-    "(catches a rank that skips or reorders a collective it ran before), `off` never. A "
-    "mismatch, or a rank that does not arrive within the process group's timeout, raises on "
-    "the waiting ranks instead of hanging.",
+    "tpu_dist: when the ranks of a group compare a collective before running it, through the "
+    "coordination service (the collective's kind, element count, dtype, reduce op, root and group; "
+    "the torch.distributed call and its tensors' shapes; its call site, the user's file:line -- "
+    "except for broadcast/scatter/gather/reduce and send/recv, whose ranks may call from "
+    "different lines): `first_call` at the first run of each (collective, call, call site) in "
+    "the group (an extra or missing collective under a rank-dependent branch is caught where it "
+    "pairs); `every_call` before every run (also a rank that skips or adds a collective through "
+    "a line it ran before); `off` never. A mismatch, or a rank that does not arrive within the "
+    "process group's timeout, raises on every rank instead of hanging or summing the wrong "
+    "buffers.",
     "frontend",
 )
 declare(

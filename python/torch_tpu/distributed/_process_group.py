@@ -61,23 +61,26 @@ class TPUWork(dist.Work):
     computed and raises its error (an error raised while issuing it, too) -- a plain
     future-backed Work would only log it."""
 
-    def __init__(self, buffers: Sequence[Any] = (), result: Any = None, error: BaseException | None = None) -> None:
+    def __init__(self, buffers: Sequence[Any] = (), result: Any = None, error: BaseException | None = None,
+                 failed: Callable[[Any, BaseException], BaseException] | None = None) -> None:
         super().__init__()
         self._buffers = list(buffers)
         self._result = result if result is not None else []
         self._error = error
+        self._failed = failed  # (buffer, its error) -> the error naming its collective
         self._done = False
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         if self._error is not None:
             raise self._error
         if not self._done:
-            try:
-                for buffer in self._buffers:
+            for buffer in self._buffers:
+                try:
                     buffer.synchronize()
-            except Exception as err:  # noqa: BLE001 - re-raised with the collective named
-                self._error = RuntimeError(f"tpu_dist: the collective failed on the device: {err}")
-                raise self._error from None
+                except Exception as err:  # noqa: BLE001 - re-raised with the collective named
+                    self._error = (self._failed(buffer, err) if self._failed is not None else
+                                   RuntimeError(f"tpu_dist: the collective failed on the device: {err}"))
+                    raise self._error from None
             self._done = True
         return True
 
@@ -298,7 +301,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
     # -- running programs ----------------------------------------------------------------------
 
     def _program(self, kind: str, numel: int, dtype: torch.dtype, ranks: tuple[int, ...], **params: Any):
-        """(program, whether its handshake is still due under `first_call`)."""
+        """The group program of one collective (compiled once, cached per its parameters)."""
         key = (kind, numel, dtype, ranks, tuple(sorted(params.items())))
         program = self._programs.get(key)
         if program is None:
@@ -313,56 +316,115 @@ class ProcessGroupTPU(dist.ProcessGroup):
             from torch_tpu.runtime.distributed import fingerprint_of
 
             program.fingerprint = fingerprint_of(text, program.description)
-            program.checked = False  # set once a handshake of it succeeded
             self._programs[key] = program
-        return program, not program.checked
+        return program
 
     def _collective(self, kind: str, buffer, dtype: torch.dtype, **params: Any):
         """Runs one collective of this group on this rank's flat buffer; returns the output."""
         with self._lock:
             self._sequence += 1
             sequence = self._sequence
-        program, new = self._program(kind, buffer.shape[0], dtype, self._global_ranks, **params)
-        self._maybe_handshake(self._handshake_name, self._global_ranks, sequence, program, new)
-        return program.run([buffer], self._handshake_name)[0]
+        program = self._program(kind, buffer.shape[0], dtype, self._global_ranks, **params)
+        return self._checked_run(self._handshake_name, self._global_ranks, sequence, program, program, [buffer])[0]
 
-    def _maybe_handshake(self, group: str, ranks: tuple[int, ...], sequence: int, program, new: bool) -> None:
+    def _checked_run(self, group: str, ranks: tuple[int, ...], sequence: int, checked_as, program,
+                     buffers: Sequence[Any]) -> list:
+        """Runs `program` as collective `sequence` of `group`, after the handshake when the
+        stage asks for one. What the ranks compare (`CollectiveRecord.identity`): the
+        program (`checked_as`: its fingerprint and description), the user's call (the
+        torch.distributed operation and its tensors' shapes) and its call site. Under
+        `first_call` a handshake runs at each (program, call, call site)'s first run in the
+        group: the same record on every rank that runs the same code, so the ranks agree on
+        which calls they check -- and a collective that one rank reaches from a line the
+        others do not is checked where it pairs."""
+        record = self._record(sequence, checked_as)
         stage = config.get("TORCH_TPU_SPMD_HANDSHAKE_STAGE")
-        if stage == "off" or (stage == "first_call" and not new):
-            return
-        from torch_tpu.runtime.distributed import CollectiveRecord
+        if stage != "off":
+            checked = checked_as.__dict__.setdefault("checked_calls", set())
+            key = (group, record.identity)
+            if stage == "every_call" or key not in checked:
+                self._runtime.handshake(group, ranks, record, self._timeout_s)
+                checked.add(key)
+        outs = program.run(buffers, group, record, ranks)
+        if getattr(_issuing, "call", None) is not None:
+            _issuing.runs.extend((out, group, ranks, record) for out in outs)
+        return outs
 
-        rank = self._runtime.rank
-        record = CollectiveRecord(rank, sequence, program.fingerprint, program.description, user_line())
-        self._runtime.handshake(group, ranks, record, self._timeout_s)
-        program.checked = True
+    def _record(self, sequence: int, program):
+        """This rank's record of collective `sequence`: the program, the torch.distributed
+        call being issued (`_issue`'s, none for a compiled graph's stage), and the user's
+        line; its call site is compared unless the ranks may legitimately call from
+        different lines (a rooted collective, send/recv)."""
+        where = user_frame()
+        texts = _site_texts.get(where)
+        if texts is None:
+            path, lineno = where
+            texts = _site_texts[where] = (f"{path}:{lineno}" if lineno else path, f"{_basename(path)}:{lineno}")
+        line, site = texts
+        call = getattr(_issuing, "call", None)
+        if call is None:
+            text = ""
+        else:
+            text = _call_texts.get(call[:2])
+            if text is None:
+                what, shapes = call[:2]
+                text = _call_texts[call[:2]] = (
+                    f"{what} of {', '.join(str(list(s)) for s in shapes)}" if shapes else what)
+            if call[2]:
+                site = ""
+        return self._runtime.record_type(self._runtime.rank, sequence, program.fingerprint, program.description,
+                                         line, text, site)
 
     def run_program(self, program, buffers: Sequence[Any], sizes: str = "") -> list:
         """Runs a collective program compiled elsewhere -- a stage of a compiled graph
         (`torch_tpu._dist_graph`), which every member runs -- as this group's next
         collective: it takes the next sequence number and goes through the handshake as
-        the group's own programs do (`program` carries `fingerprint`, `description`,
-        `checked`). `sizes` ("s0=3"): the run-time sizes a bounded program exchanges,
-        which its text does not show; checked as part of what the ranks compare."""
+        the group's own programs do (`program` carries `fingerprint` and `description`).
+        `sizes` ("s0=3"): the run-time sizes a bounded program exchanges, which its text
+        does not show; checked as part of what the ranks compare."""
         with self._lock:
             self._sequence += 1
             sequence = self._sequence
         checked_as = _with_sizes(program, sizes) if sizes else program
-        self._maybe_handshake(self._handshake_name, self._global_ranks, sequence, checked_as,
-                              not checked_as.checked)
-        return program.run(buffers, self._handshake_name)
+        return self._checked_run(self._handshake_name, self._global_ranks, sequence, checked_as, program, buffers)
 
-    def _issue(self, what: str, tensors: Sequence[torch.Tensor], body: Callable[[], tuple[list, list]]) -> TPUWork:
+    def _issue(self, what: str, tensors: Sequence[torch.Tensor], body: Callable[[], tuple[list, list]],
+               rooted: bool = False, shapes: bool = True) -> TPUWork:
         """Runs `body` (which enqueues the programs and returns (buffers to wait for,
-        result tensors)); an error becomes the Work's, raised by `wait()`."""
+        result tensors)); an error becomes the Work's, raised by `wait()`. While it runs,
+        `what` and the tensors' shapes (`shapes`: False where ranks legitimately pass
+        different sizes, all_to_all's splits) are the call its collectives' handshake records
+        name and compare; `rooted`: the ranks may call it from different lines (a root and
+        the others, a send and its receive), so the call site is not compared. A call
+        issued inside another (all_to_all runs as all_to_all_single) keeps the outer one's."""
+        outer = getattr(_issuing, "call", None)
         try:
             _check_tpu(tensors, what)
+            if outer is None:
+                _issuing.call = (what, tuple(t.shape for t in tensors) if shapes else (), rooted)
+                _issuing.runs = []
             buffers, result = body()
-            return TPUWork(buffers, result)
+            return TPUWork(buffers, result, failed=self._explainer(_issuing.runs))
         except _ResultSizeError as err:
             return TPUWork(error=ValueError(f"tpu_dist {what}: {err}"))
         except Exception as err:  # noqa: BLE001 - re-raised by wait()
             return TPUWork(error=err)
+        finally:
+            if outer is None:
+                _issuing.call = None
+
+    def _explainer(self, runs: list) -> Callable[[Any, BaseException], BaseException]:
+        """What `TPUWork.wait` raises when output `buffer` fails: the collective that made
+        it, named with its group and line (`DistributedRuntime.collective_failed`)."""
+        runtime = self._runtime
+
+        def explain(buffer, err: BaseException) -> BaseException:
+            for out, group, ranks, record in runs:
+                if out is buffer:
+                    return runtime.collective_failed(group, ranks, record, err)
+            return RuntimeError(f"tpu_dist: the collective failed on the device: {err}")
+
+        return explain
 
     def _reduce_op(self, op: Any) -> str:
         # opts.reduceOp is a ReduceOp object; it compares equal to its RedOpType. (Comparing
@@ -406,7 +468,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
                 outs.append(out)
             return outs, list(tensors)
 
-        return self._issue("broadcast", tensors, body)
+        return self._issue("broadcast", tensors, body, rooted=True)
 
     def reduce(self, tensors, opts=None):
         op = self._reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
@@ -423,7 +485,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
                 outs.append(out)
             return outs, list(tensors)
 
-        return self._issue("reduce", tensors, body)
+        return self._issue("reduce", tensors, body, rooted=True)
 
     def _gathered(self, t: torch.Tensor):
         """All ranks' `t`, concatenated along a new leading dimension (tpu tensor)."""
@@ -478,7 +540,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
                 outs.append(out)
             return outs, list(output_lists)
 
-        return self._issue("gather", list(inputs), body)
+        return self._issue("gather", list(inputs), body, rooted=True)
 
     def _reduce_scattered(self, flat: torch.Tensor, op: str):
         out = self._collective("reduce_scatter", _flat_buffer(flat), flat.dtype, reduce_op=op)
@@ -542,7 +604,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
                 outs.append(out)
             return outs, list(outputs)
 
-        return self._issue("scatter", list(outputs), body)
+        return self._issue("scatter", list(outputs), body, rooted=True)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         def body():
@@ -559,7 +621,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
                 return [out], [output]
             return self._uneven_all_to_all(output, input, list(output_split_sizes), list(input_split_sizes))
 
-        return self._issue("all_to_all_single", [output, input], body)
+        return self._issue("all_to_all_single", [output, input], body, shapes=False)
 
     alltoall_base = all_to_all_single
 
@@ -605,7 +667,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
                 _write(o, piece.reshape(o.shape))
             return [], list(outputs)
 
-        return self._issue("all_to_all", [*outputs, *inputs], body)
+        return self._issue("all_to_all", [*outputs, *inputs], body, shapes=False)
 
     def barrier(self, opts=None):
         def body():
@@ -627,9 +689,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
             _p2p_sequences[group] = _p2p_sequences.get(group, 0) + 1
             sequence = _p2p_sequences[group]
         pairs = ((ranks.index(pair[0]), ranks.index(pair[1])),)
-        program, new = self._program("permute", tensor.numel(), tensor.dtype, ranks, pairs=pairs)
-        self._maybe_handshake(group, ranks, sequence, program, new)
-        out = program.run([_flat_buffer(tensor)], group)[0]
+        program = self._program("permute", tensor.numel(), tensor.dtype, ranks, pairs=pairs)
+        out = self._checked_run(group, ranks, sequence, program, program, [_flat_buffer(tensor)])[0]
         if receiving:
             _write_result(tensor, out)
         return out
@@ -639,14 +700,15 @@ class ProcessGroupTPU(dist.ProcessGroup):
             outs = [self._p2p(t, self.rank(), dst, False) for t in tensors]
             return outs, list(tensors)
 
-        return self._issue("send", tensors, body)
+        # Both sides record "send/recv" (they pair), from different lines (not compared).
+        return self._issue("send/recv", tensors, body, rooted=True)
 
     def recv(self, tensors, src, tag=0):
         def body():
             outs = [self._p2p(t, src, self.rank(), True) for t in tensors]
             return outs, list(tensors)
 
-        return self._issue("recv", tensors, body)
+        return self._issue("send/recv", tensors, body, rooted=True)
 
     def recv_anysource(self, tensors, tag=0):
         return TPUWork(error=ValueError(
@@ -655,19 +717,40 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
 
 _LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/torch_tpu/", "/runtime/", "/compiler/")
+_is_library: dict[str, bool] = {}  # per file name: a frame walk runs on every collective
+_NO_FRAME = "<no Python frame: issued by C++ (e.g. DDP's gradient all-reduce)>"
+
+# The torch.distributed call this thread is issuing (`ProcessGroupTPU._issue`):
+# `call` = (operation, its tensors' shapes, rooted) and `runs` = (output, group, ranks,
+# record) of each collective program it ran.
+_issuing = threading.local()
 
 
-def user_line() -> str:
-    """The innermost frame outside libraries (torch, its decorators) and torch_tpu: the
-    line of the user's collective call. Collectives issued from C++ (DDP's reducer, on
-    the autograd thread) have none."""
+def user_frame() -> tuple[str, int]:
+    """(file, line) of the innermost frame outside libraries (torch, its decorators) and
+    torch_tpu: the user's collective call. Collectives issued from C++ (DDP's reducer, on
+    the autograd thread) have none: (a description, 0)."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not (name.startswith("<") or any(part in name for part in _LIBRARY_PARTS)):
-            return f"{name}:{frame.f_lineno}"
+        library = _is_library.get(name)
+        if library is None:
+            library = _is_library[name] = name.startswith("<") or any(part in name for part in _LIBRARY_PARTS)
+        if not library:
+            return name, frame.f_lineno
         frame = frame.f_back
-    return "<no Python frame: issued by C++ (e.g. DDP's gradient all-reduce)>"
+    return _NO_FRAME, 0
+
+
+def _basename(path: str) -> str:
+    # What the ranks compare of a call site: paths differ between hosts (checkouts,
+    # containers), a script's name and line do not.
+    return path.rpartition("/")[2]
+
+
+# Texts of what records name, made once: a record is made per collective call.
+_site_texts: dict[tuple[str, int], tuple[str, str]] = {}  # (path, line) -> ("path:line", "base:line")
+_call_texts: dict[tuple[str, tuple], str] = {}  # (operation, shapes) -> "all_reduce of [2, 3]"
 
 
 class _SizedProgram:
@@ -678,11 +761,10 @@ class _SizedProgram:
 
         self.description = f"{program.description} at sizes {sizes}"
         self.fingerprint = fingerprint_of(program.fingerprint, self.description)
-        self.checked = False
 
 
 def _with_sizes(program: Any, sizes: str) -> _SizedProgram:
-    """`program` at `sizes`, one per sizes (under `first_call`, each is checked once)."""
+    """`program` at `sizes`, one per sizes (under `first_call`, each is checked once per call)."""
     by_sizes = program.__dict__.setdefault("by_sizes", {})
     sized = by_sizes.get(sizes)
     if sized is None:

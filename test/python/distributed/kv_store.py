@@ -60,6 +60,7 @@ def thread_runtimes(n: int, store: KeyValueStore | None = None) -> list[Distribu
         runtime.rank, runtime.world_size, runtime.address, runtime.timeout_s = rank, n, "memory", 5.0
         runtime._dclient = store
         runtime._raised_divergence = {}
+        runtime._latest = {}
         runtime._incarnations = {}
         runtime.world_incarnation = 1
         runtime._lock = threading.Lock()

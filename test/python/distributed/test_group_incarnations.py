@@ -61,7 +61,7 @@ def test_a_new_group_does_not_compare_with_the_old_groups_records():
     new = _make(runtimes, (0, 1), "0")
     # named as the user knows the group: PyTorch's name, which making of it (not "0#2")
     with pytest.raises(DistributedError, match=r"collective #1 of group 0 \(incarnation 2\) \(all_reduce\(8 x "
-                                               r"float32\), at train\.py:30\) on rank 0: rank\(s\) \[1\] did not "
+                                               r"float32\) at train\.py:30\) on rank 0: rank\(s\) \[1\] did not "
                                                r"reach it"):
         runtimes[0].handshake(new[0], (0, 1), _record(0, "all_reduce(8 x float32)", 30), 0.3)
     # together, the new group's collective #1 checks fine

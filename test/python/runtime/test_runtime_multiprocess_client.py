@@ -6,6 +6,8 @@ and the errors of a missing plugin -- a real plugin is not started (no GPU or TP
 
 from __future__ import annotations
 
+import os
+
 import inspect
 
 import pytest
@@ -160,9 +162,13 @@ def test_a_client_that_fails_to_start_is_named_by_its_rank_as_the_cause(monkeypa
     # An earlier test in this process may have made the process-wide client: that check is
     # not what this test is about (test_client_start covers it).
     monkeypatch.setattr(distributed, "require_no_client", lambda: None)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")  # restored after the test
     with pytest.raises(PlatformError, match=r"tpu_dist: rank 0 of 2 could not create its client: no TPU PjRT "
                                             r"plugin: install libtpu\. The other ranks stop with an error naming "
                                             r"this rank"):
         distributed.initialize(0, 2, "127.0.0.1:1", timeout_s=5)
     assert CoordinationClient.values["torch_tpu/start/outcome"] == "0\x1ffailed\x1fno TPU PjRT plugin: install libtpu"
     assert steps == ["barrier", "left the service", "service stopped"] and distributed.current() is None
+    # XLA:CPU's collectives were bounded by the job's timeout before the client was made
+    # (a rank waiting on a collective its peers never run gets an error, not a hang)
+    assert os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_cpu_collective_timeout_seconds=5"

@@ -111,31 +111,38 @@ def check_die():
 
 
 def check_skip_first_call():
-    """first_call: rank 1 skips an all_reduce whose program ran before. Only rank 1's next
-    collective (a new program) is checked; rank 0 runs its all_reduce unchecked, which
-    finds no partner. Rank 1 raises after the group's timeout, naming its collective and
-    rank 0's last checked one; when it leaves, rank 0's all_reduce fails and raises the
-    same finding with what it was running (docs/explanation/distributed.md)."""
+    """first_call: rank 1 skips an all_reduce it ran before through the same line (a
+    helper): the same identity, not checked again (one the ranks reach from different
+    lines is caught at once: test_collective_pairing.py). Only rank 1's next collective
+    (a new program) is checked; rank 0 runs its all_reduce unchecked, which finds no
+    partner. Rank 1 raises after the group's timeout, naming its collective and rank 0's
+    last checked one; when it leaves, rank 0's all_reduce fails and raises the same finding
+    with what it was running (docs/explanation/distributed.md)."""
     r, n = dist.get_rank(), dist.get_world_size()
     os.environ["TORCH_TPU_SPMD_HANDSHAKE_STAGE"] = "first_call"
     group = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=5))
     x = torch.ones(4, device="tpu")
-    dist.all_reduce(x, group=group)  # checked: its first run
-    dist.all_reduce(x, group=group)  # the same program: not checked again
+
+    def reduce(t):
+        dist.all_reduce(t, group=group)  # every all_reduce below runs from this line
+
+    reduce(x)  # checked: its first run
+    reduce(x)  # the same identity: not checked again
 
     def skip():
         if r != 1:
-            dist.all_reduce(x, group=group)  # rank 0 line
+            reduce(x)  # rank 0 only
         out = torch.zeros(4 * n, device="tpu")
         dist.all_gather_into_tensor(out, x, group=group)  # rank 1 line: a new program
 
     here = skip.__code__.co_firstlineno
     start = time.monotonic()
-    needles = ["DistributedError", "collective #3 of group", "all_gather(4 x float32) over ranks [0, 1], at ",
+    needles = ["DistributedError", "collective #3 of group", "all_gather(4 x float32) over ranks [0, 1] at ",
                f"job.py:{here + 4}", "on rank 1: rank(s) [0] did not reach it within 5 s",
-               "rank 0: its last checked collective was #1 (all_reduce(4 x float32, reduce_op=sum)"]
+               "rank 0: still in the job; its last checked collective was #1 (all_reduce(4 x float32, reduce_op=sum)"]
     if r == 0:
-        needles.append("Rank 0 was running all_reduce(4 x float32, reduce_op=sum) over ranks [0, 1], which found no")
+        needles += ["Rank 0 was running all_reduce(4 x float32, reduce_op=sum) over ranks [0, 1] at ",
+                    "(called as all_reduce of [4]), which found no partner"]
     expect_error("skip under first_call", skip, *needles)
     assert time.monotonic() - start < 20, "not within the group's timeout"
     print(f"rank {r}: skip under first_call OK", flush=True)
