@@ -12,6 +12,7 @@ gather with natively; out-of-range indices are undefined behaviour in this lower
 from __future__ import annotations
 
 import math
+from functools import partial
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -37,7 +38,7 @@ from .helpers import (
     shape_of,
 )
 from .padded import dynamic_dims, i64, reject_dynamic_argument, run_time_size, symbolic_arg, valid_positions
-from .registry import LOWERINGS, LoweringContext, lowers, Padding
+from .registry import LOWERINGS, LoweringContext, lowers, metadata_rule, Padding
 from .symsize import static_layout
 
 aten = torch.ops.aten
@@ -1045,6 +1046,37 @@ def _embedding_bag(
         sized(bag_size, out_shapes[2]),
         sized(max_indices, out_shapes[3]),
     )
+
+
+def _embedding_bag_metadata(
+    op, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+    per_sample_weights=None, include_last_offset=False, padding_idx=-1,
+):
+    """The results' metadata as ATen's CPU kernel gives them (the eager device returns
+    CPU eager's shapes; the meta kernel's differ, and compiled graphs keep those):
+    offset2bag is empty on CPU's fast path of mode='sum' (a float/half/bfloat16 table
+    with unit row stride, unit-stride per-sample weights, no padding_idx) and one bag per
+    index otherwise; bag_size has one entry per bag, except for `_embedding_bag_forward_only`
+    in mode='sum', which leaves it one per offset (the meta kernel counts offsets whenever
+    include_last_offset is set); max_indices is bag_size's copy except in mode='max'."""
+    output, _, _, max_indices = aten._embedding_bag.default(
+        weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset,
+        padding_idx)
+    fast_sum = (
+        mode == _MODE_SUM and weight.dtype in (torch.float32, torch.float16, torch.bfloat16)
+        and weight.stride(1) == 1 and (padding_idx is None or padding_idx < 0)
+        and (per_sample_weights is None or per_sample_weights.stride(0) == 1)
+    )
+    offset2bag = offsets.new_empty((0 if fast_sum else indices.shape[0],))
+    counted = mode != _MODE_SUM or op is aten._embedding_bag.default  # (ATen: for the backward)
+    bag_size = offsets.new_empty((offsets.shape[0] - (1 if include_last_offset and counted else 0),))
+    if mode != _MODE_MAX:
+        max_indices = bag_size.new_empty(bag_size.shape)
+    return output, offset2bag, bag_size, max_indices
+
+
+for _op in (aten._embedding_bag.default, aten._embedding_bag_forward_only.default):
+    metadata_rule(_op)(partial(_embedding_bag_metadata, _op))
 
 
 def _bags_for_backward(offsets, offset2bag, n: int, num_bags: int, idt: torch.dtype) -> ir.Value:

@@ -9,6 +9,7 @@ gives it (`node.meta['val']`). Outputs masked off by `output_mask` are `None`.
 from __future__ import annotations
 
 import math
+from functools import partial
 from collections.abc import Sequence
 
 import torch
@@ -26,7 +27,7 @@ from .padded import (
     schema_arg,
     symbolic_arg,
 )
-from .registry import LoweringContext, lowers, Padding
+from .registry import LoweringContext, lowers, metadata_rule, Padding
 
 aten = torch.ops.aten
 
@@ -356,6 +357,25 @@ def _batch_norm_no_update(
         raise ctx.fail("batch norm in inference mode needs running_mean and running_var")
     out = _batch_norm_inference(x, weight, bias, running_mean, running_var, eps)
     return _out(ctx, 0, out), _empty(ctx, 1), _empty(ctx, 2), _empty(ctx, 3)
+
+
+def _inference_stats_empty(op, *args, **kwargs):
+    """`op`'s meta result with save_mean/save_invstd (results 1 and 2) empty when it
+    normalizes with the running stats, as its CPU (and CUDA) kernels return them; the meta
+    kernels give them [C]. Compiled graphs keep the meta shapes (aot_autograd traces with
+    them); the eager device returns what CPU eager returns."""
+    results = list(op(*args, **kwargs))
+    names = [a.name for a in op._schema.arguments]
+    bound = dict(zip(names, args), **kwargs)
+    if "training" not in names or not bound["training"]:
+        results[1], results[2] = results[1].new_empty((0,)), results[2].new_empty((0,))
+    return tuple(results)
+
+
+for _op in (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+            aten._native_batch_norm_legit_functional.default, aten._native_batch_norm_legit_no_training.default,
+            aten._batch_norm_no_update.default):
+    metadata_rule(_op)(partial(_inference_stats_empty, _op))
 
 
 @lowers(aten.batch_norm_backward.default, **_BATCH_NORM)

@@ -90,9 +90,12 @@ class Lowering:
 
 LOWERINGS: dict[Any, Lowering] = {}
 # Result-metadata rules for overloads whose PyTorch meta kernel accepts less than their
-# lowering and CPU kernel do (aten._grouped_mm's meta kernel takes bfloat16 only): called
-# like the op on meta tensors, they return its result's metadata. The eager device plans
-# an op with them instead of the meta kernel.
+# lowering and CPU kernel do (aten._grouped_mm's meta kernel takes bfloat16 only), or gives
+# other result shapes than the CPU kernel (batch norm's saved statistics in inference mode,
+# embedding_bag's auxiliary results): called like the op on meta tensors, they return its
+# result's metadata as the CPU kernel would. The eager device plans an op with them instead
+# of the meta kernel (its results are CPU eager's); compiled graphs keep the meta kernel's,
+# which aot_autograd traced with.
 METADATA_RULES: dict[Any, Callable] = {}
 
 

@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from torch_tpu.compiler.importer.dynamic import symbol_bounds_from
 
 from .core import config
+from ._dynamic_alias import plan_views, rebuild
 from ._output_layout import apply_layout, output_layouts
 
 log = logging.getLogger("torch_tpu")
@@ -141,6 +142,9 @@ class DynamicCompiledGraph:
             elif isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
                 self._symbol_sources.setdefault(val.node.expr, (i, None))
                 self._symbol_names.setdefault(val.node.expr, _describe_size(val, f"input {i} ({node.name})"))
+        # Outputs that are views of an input or of another output: eager's views, rebuilt
+        # at each call's sizes (aot_autograd regenerates them from their metadata).
+        self._views = plan_views(gm, len(imported.outputs), set(self._symbol_sources))
 
     def _grown_bounds(self, args) -> tuple[dict[sympy.Symbol, int], list[str]] | None:
         """The bounds to recompile with when a size exceeds its bound, and what grew
@@ -176,7 +180,13 @@ class DynamicCompiledGraph:
         leaves = narrow_to_sizes(results, outputs, compiled.imported.num_results)
         leaves = [apply_layout(leaf, layout) if o.kind == "tensor" else leaf
                   for leaf, o, layout in zip(leaves, outputs, self._layouts)]
+        if self._views:
+            leaves = rebuild(leaves, self._views, args, self._symbol_values(args))
         return pytree.tree_unflatten(leaves, compiled.imported.output_tree)
+
+    def _symbol_values(self, args) -> dict[sympy.Symbol, int]:
+        return {sym: int(args[i].shape[d]) if d is not None else int(args[i])
+                for sym, (i, d) in self._symbol_sources.items()}
 
 
 def pad_to_bounds(specs, args) -> tuple[list, list[torch.Tensor]]:

@@ -126,6 +126,10 @@ def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | No
             _record_sources(gm, sources)
         if role == "forward":
             _mark_visible_outputs(gm)
+        if role != "backward":
+            from ._dynamic_alias import ALIASES_REPLAYED
+
+            gm.meta[ALIASES_REPLAYED] = True
         compiled = compile_graph(gm, example_inputs, name=_graph_name(source, graph_id, role))
         if direct is not None and _wrappers_are_noops(gm, len(sources or ())):
             direct["inference"] = compiled

@@ -17,7 +17,7 @@ import threading
 
 import torch
 
-from . import _autocast, _copy, _dynamo_skip, _fallback, _ops, _resize_storage, _serialization
+from . import _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _resize_storage, _serialization
 
 aten = torch.ops.aten
 _lock = threading.Lock()
@@ -149,6 +149,7 @@ def register() -> None:
         impl.impl(aten.set_.source_Storage_storage_offset, _set_storage, "PrivateUse1")
         _serialization.install()
         _resize_storage.install()
+        _module_apply.install()
         own = {
             aten.empty.memory_format: _copy.empty_memory_format,
             aten.empty_strided.default: _copy.empty_strided,

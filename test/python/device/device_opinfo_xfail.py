@@ -21,8 +21,6 @@ XFAIL: dict[str, str] = {
     "as_strided.partial_views": "the sample is a view at storage offset 5 of a larger storage; "
     ".to('tpu') copies only the view's elements (as .to('cuda') does), so as_strided with "
     "storage_offset=0 addresses other elements than on CPU",
-    "native_batch_norm": "the meta kernel gives save_mean/save_invstd shape [C] in eval mode where the CPU "
-    "kernel gives [0]; the device takes result shapes from the meta kernel",
     "to": "the sample converts to device='cpu' explicitly: a CPU result is what it asks for",
     "tensor_split": "the sample's indices tensor must stay on CPU (PyTorch's contract); the test moves "
     "every tensor of a sample to tpu",

@@ -69,3 +69,172 @@ def test_no_grad_and_state_dict_roundtrip(tmp_path):
     fresh.load_state_dict(loaded)
     fresh = fresh.to("tpu")
     torch.testing.assert_close(fresh(torch.ones(2, 8, device="tpu")).cpu(), out.cpu())
+
+
+# Moving a model whose optimizer already exists (issue 30 item 2): `Module.to` keeps the
+# Parameter objects between cpu and tpu as between cpu and cuda, so the optimizer steps the
+# parameters the model uses. Before, the model got new Parameters and the loss stayed flat.
+
+def _train_moving(model, devices, make_opt):
+    """Trains one step per entry of `devices`, moving the model to it first; the optimizer
+    is made before any move."""
+    opt = make_opt(model.parameters())
+    ids = [id(p) for p in model.parameters()]
+    gen = torch.Generator().manual_seed(1)
+    losses = []
+    for device in devices:
+        model.to(device)
+        assert [id(p) for p in model.parameters()] == ids
+        x = torch.randn(32, 8, generator=gen).to(device)
+        y = torch.randn(32, 4, generator=gen).to(device)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+MOVING_OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2),
+}
+
+
+@pytest.mark.parametrize("opt", sorted(MOVING_OPTIMIZERS))
+def test_optimizer_made_before_the_move_trains(opt):
+    model = _mlp()
+    expected = _train_moving(copy.deepcopy(model), ["cpu"] * 5, MOVING_OPTIMIZERS[opt])
+    got = _train_moving(copy.deepcopy(model), ["tpu"] * 5, MOVING_OPTIMIZERS[opt])
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-4, atol=1e-6)
+    assert len(set(got)) == 5  # it trains: no step repeats the loss of the one before
+
+
+def test_cpu_tpu_round_trip_mid_training():
+    # Plain SGD keeps no state, so steps may run on either device (as between cpu and cuda).
+    make = lambda p: torch.optim.SGD(p, lr=0.05)  # noqa: E731
+    model = _mlp()
+    expected = _train_moving(copy.deepcopy(model), ["cpu"] * 5, make)
+    got = _train_moving(copy.deepcopy(model), ["tpu", "cpu", "tpu", "cpu", "tpu"], make)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-4, atol=1e-6)
+
+
+def test_adamw_state_survives_a_round_trip_between_steps():
+    # State made on tpu; the model visits the cpu between two steps (a checkpoint, say).
+    make = MOVING_OPTIMIZERS["adamw"]
+    model = _mlp()
+    expected = _train_moving(copy.deepcopy(model), ["cpu"] * 4, make)
+    moved = copy.deepcopy(model)
+    opt = make(moved.parameters())
+    gen = torch.Generator().manual_seed(1)
+    got = []
+    for step in range(4):
+        if step == 2:
+            moved.cpu()
+            moved.to("tpu")
+        else:
+            moved.to("tpu")
+        x = torch.randn(32, 8, generator=gen).to("tpu")
+        y = torch.randn(32, 4, generator=gen).to("tpu")
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(moved(x), y)
+        loss.backward()
+        opt.step()
+        got.append(loss.item())
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-4, atol=1e-6)
+
+
+def test_optimizer_state_left_on_the_old_device_is_an_error_as_on_cuda():
+    # CUDA does not move optimizer state either: Adam's exp_avg made on cpu meets a cuda
+    # gradient and the step raises PyTorch's device-mismatch error. So does tpu.
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model(torch.ones(2, 8)).sum().backward()
+    opt.step()
+    model.to("tpu")
+    opt.zero_grad()
+    model(torch.ones(2, 8, device="tpu")).sum().backward()
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        opt.step()
+
+
+def test_move_keeps_parameter_objects_grads_hooks_and_ties():
+    model = _mlp()
+    tied = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    tied[1].weight = tied[0].weight
+    weight = model[0].weight
+    weight.tag = "kept"
+    calls = []
+    weight.register_hook(lambda g: calls.append("hook"))
+    weight.register_post_accumulate_grad_hook(lambda p: calls.append("post"))
+    model(torch.ones(2, 8)).sum().backward()
+    grad = weight.grad
+    expected_grad = grad.clone()
+    calls.clear()
+
+    model.to("tpu")
+    tied.to("tpu")
+    assert model[0].weight is weight and weight.device.type == "tpu" and weight.tag == "kept"
+    assert type(weight) is torch.nn.Parameter and weight.requires_grad and weight.is_leaf
+    assert weight.grad is grad and grad.device.type == "tpu"
+    torch.testing.assert_close(grad.cpu(), expected_grad)
+    assert tied[0].weight is tied[1].weight and tied[1].weight.device.type == "tpu"
+    model(torch.ones(2, 8, device="tpu")).sum().backward()
+    assert calls == ["hook", "post"]
+    torch.testing.assert_close(grad.cpu(), 2 * expected_grad)
+
+    model.half()  # tpu -> tpu: PyTorch's own `param.data = ...` path
+    assert model[0].weight is weight and weight.dtype == torch.float16 and weight.grad.dtype == torch.float16
+    model.float().cpu()
+    assert model[0].weight is weight and weight.device.type == "cpu" and weight.grad is grad
+    torch.testing.assert_close(grad, 2 * expected_grad, rtol=1e-3, atol=1e-3)  # a float16 trip
+
+
+def test_overwrite_flag_still_gives_new_parameters():
+    # The user asked for new Parameter objects on conversion: cpu <-> cuda gives them too.
+    model = _mlp()
+    weight = model[0].weight
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    try:
+        model.to("tpu")
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(False)
+    assert model[0].weight is not weight and weight.device.type == "cpu"
+    assert model[0].weight.device.type == "tpu"
+
+
+def test_model_compiled_before_the_move_trains_with_its_optimizer():
+    # Dynamo keeps weak references to a compiled module's parameters; the objects stay
+    # anyway (set_data between cpu and cuda changes them under weak references too).
+    make = MOVING_OPTIMIZERS["adamw"]
+    model = _mlp()
+    expected = _train_moving(copy.deepcopy(model), ["cpu"] * 4, make)
+    moved = copy.deepcopy(model)
+    compiled = torch.compile(moved, backend="tpu")
+    compiled(torch.ones(2, 8))
+    opt = make(moved.parameters())
+    moved.to("tpu")
+    gen = torch.Generator().manual_seed(1)
+    got = []
+    for _ in range(4):
+        x = torch.randn(32, 8, generator=gen).to("tpu")
+        y = torch.randn(32, 4, generator=gen).to("tpu")
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(compiled(x), y)
+        loss.backward()
+        opt.step()
+        got.append(loss.item())
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-4, atol=1e-6)
+
+
+def test_a_parameter_that_cannot_keep_its_object_is_named_in_a_warning(caplog):
+    model = _mlp()
+    weight = model[0].weight
+    row = weight[0]  # a view: a second reference to the parameter's tensor
+    with caplog.at_level("WARNING", logger="torch_tpu"):
+        model.to("tpu")
+    assert model[0].weight is not weight and row.device.type == "cpu"
+    assert model[2].weight.device.type == "tpu"
+    messages = [r.getMessage() for r in caplog.records if "new Parameter objects" in r.getMessage()]
+    assert len(messages) == 1 and "Linear.weight" in messages[0] and "test_device_training.py:" in messages[0]
+    assert "1 parameter(s)" in messages[0]
