@@ -70,10 +70,14 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
         return host
     if self.device.type == "tpu":
         host = to_host(self)
+        # to_host's result is a new host tensor when it views all of its (fresh) storage:
+        # `.cpu()` copies the value once, not twice.
+        fresh = (host.storage_offset() == 0 and not host.is_conj() and not host.is_neg()
+                 and host.numel() * host.element_size() == host.untyped_storage().nbytes())
     else:
         _host_copies.land_into(self)
-        host = self
-    host = host.to(dtype=dtype, memory_format=memory_format, copy=True)
+        host, fresh = self, False
+    host = host.to(dtype=dtype, memory_format=memory_format, copy=not fresh)
     if target.type == "tpu":
         return from_host(host, _storage.device_index(target))
     return host.to(target)
