@@ -148,12 +148,14 @@ declare(
 declare(
     "TORCH_TPU_CACHE_L2", BOOL, None,
     "Machine-local (L2) compile cache shared by the processes of one host: `1` on, `0` off. "
-    "Unset: on when `WORLD_SIZE` > 1 (a multi-process job), off otherwise.",
+    "Unset: on when `WORLD_SIZE` > 1 (a multi-process job) or `TORCH_TPU_CACHE_DIR` is set, "
+    "off otherwise.",
     "runtime",
 )
 declare(
     "TORCH_TPU_CACHE_DIR", PATH, None,
-    "Directory of the L2 compile cache. Unset: `$XDG_CACHE_HOME/torch_tpu/executables` "
+    "Directory of the L2 compile cache; setting it turns L2 on (unless `TORCH_TPU_CACHE_L2=0`), "
+    "in a single process too. Unset: `$XDG_CACHE_HOME/torch_tpu/executables` "
     "(`~/.cache/torch_tpu/executables`). Created with mode 0700; a directory that another "
     "user can write is refused.",
     "runtime",
