@@ -228,13 +228,17 @@ declare(
 declare(
     "TORCH_TPU_MAX_FUSED_OPS", INT, 1000,
     "FUSED mode: a trace holding this many recorded ops is flushed before the next op is "
-    "recorded (bounds host memory and the size of one program).",
+    "recorded (bounds host memory and the size of one program). Traces also end at every "
+    "`torch.optim` optimizer's `step()`, so in a training loop these cuts fall at the same "
+    "ops every step.",
     "frontend",
 )
 declare(
     "TORCH_TPU_FUSED_BACKGROUND_COMPILE", BOOL, True,
     "FUSED mode: 1 runs a trace seen for the first time op by op while its fused program "
-    "compiles in the background (later flushes run the program); 0 waits for the compile.",
+    "compiles in the background; later runs of that trace run the program, waiting for the "
+    "compile if it is still under way (so which path ran never depends on the compile's "
+    "speed, and runs repeat bit for bit). 0 waits for the compile on the first run too.",
     "frontend",
 )
 

@@ -16,10 +16,13 @@ mode, `TORCH_TPU_MAX_FUSED_OPS`) stitches the plans' lowered modules into one mo
 each plan's function becomes a private function of it, `@main` takes the external inputs
 and calls them in order (each call located at the user's line), and returns only the
 values still held by a live storage (dead intermediates are not outputs: XLA removes
-them). Python numbers stay operands, so the program's cache key is the op sequence (plan
+them). Python numbers stay operands (packed into one float64 and one int64 array: one
+transfer each per run), so the program's cache key is the op sequence (plan
 fingerprints), the wiring of operands and which values are live: a steady loop compiles
 its traces once. The first time a key is seen, its ops run one by one through their own
-plans while the fused program compiles in the background; later flushes run the program.
+plans while the fused program compiles in the background; later flushes run the program,
+waiting for its compile if need be (the paths differ in the last bits: runs must repeat).
+The end of a `torch.optim` step is a flush point, so a training loop's traces repeat.
 
 The fused program donates every external buffer a recorded op writes (the storage's
 value before the trace; its new value is an output): XLA writes the new value over it, so
