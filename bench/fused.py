@@ -1,8 +1,9 @@
 """FUSED eager mode (issue 14), as ratios measured side by side in one process:
 
-* (a) an elementwise chain: `y = x`, then 50 x (`y = y + 1; y = y * 2; y = y - 1`) on a
-  2048x2048 float32 tensor, then `.cpu()`: tpu FUSED vs tpu Strict (goal >= 5x on XLA:CPU)
-  vs CPU eager;
+* (a) an elementwise chain: `y = x`, then 50 x (`y = y + 1; y = y * 2; y = y - 1`) -- 150
+  ops -- on a 1024x1024 float32 tensor (`--size`), then `.cpu()`: tpu FUSED vs tpu Strict
+  (goal >= 5x, on XLA:CPU and on the chip) vs CPU eager, in wall time and in process CPU
+  time (all threads; a loaded machine distorts it less);
 * (b) a tiny-GPT training step (`torch_tpu.examples.quickstart.TinyGPT`, AdamW, loss read
   with `.item()` each step): tpu FUSED vs tpu Strict vs `torch.compile(backend="tpu")`
   (goal: FUSED >= 0.8x compiled's throughput) vs CPU eager; compiles per step after
@@ -17,8 +18,13 @@
   step's new parameter and optimizer-state values were new allocations). Python objects
   grow by ~1 MB over 40 steps (tracemalloc, mostly the step program's executable compiled
   in that window): the rest is native (XLA:CPU buffers, allocator).
+* (e) a training loop that reads its loss every 50 steps only (the tiny GPT, AdamW):
+  seconds per step in FUSED vs Strict over `--loop-blocks` blocks of 50 steps after one
+  warm-up block, and how many of FUSED's flushes ran a fused program (issue 30: 0 of 114
+  before the optimizer's step() ended a trace).
 
-    .venv/bin/python bench/fused.py [--rounds 5] [--steps 3] [--memory-steps 1000] [--skip chain,gpt,first,memory]
+    .venv/bin/python bench/fused.py [--rounds 5] [--steps 3] [--memory-steps 1000] [--size 1024] [--loop-blocks 2]
+                                    [--skip chain,gpt,first,memory,loop]
 
 Contenders are interleaved in short blocks per round; each figure is the median over
 rounds of the round's median. Nothing is asserted.
@@ -42,12 +48,16 @@ from _common import interleaved_timings, tiny_gpt_training_step  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _round_medians(contenders: dict, rounds: int, calls: int) -> dict[str, float]:
+def _round_medians(contenders: dict, rounds: int, calls: int, cpu: bool = False) -> dict[str, float]:
+    """Median over rounds of each round's median wall time (`cpu`: also process CPU
+    time, returned under "<name> cpu")."""
     timings = interleaved_timings(contenders, {name: calls * rounds for name in contenders}, rounds, warmup=2)
     out = {}
     for name, t in timings.items():
-        per_round = [statistics.median(t.wall[r * calls:(r + 1) * calls]) for r in range(rounds)]
-        out[name] = statistics.median(per_round)
+        for label, samples in ((name, t.wall), (f"{name} cpu", t.cpu)):
+            if label == name or cpu:
+                per_round = [statistics.median(samples[r * calls:(r + 1) * calls]) for r in range(rounds)]
+                out[label] = statistics.median(per_round)
     return out
 
 
@@ -71,19 +81,24 @@ def _chain(x):
     return y.cpu()
 
 
-def bench_chain(rounds: int, calls: int) -> dict[str, float]:
+def bench_chain(rounds: int, calls: int, size: int = 1024) -> dict[str, float]:
     import torch
 
-    from torch_tpu.device import EagerMode
+    from torch_tpu.device import EagerMode, _fused
 
-    host = torch.randn(2048, 2048)
+    host = torch.randn(size, size)
     device = host.to("tpu")
+    fused = _in_mode(EagerMode.FUSED, lambda: _chain(device))
+    fused()  # the trace's first run (op by op) starts its program's compile
+    for future in list(_fused._PROGRAMS.values()):
+        if hasattr(future, "result"):
+            future.result()
     contenders = {
-        "tpu fused": (_in_mode(EagerMode.FUSED, lambda: _chain(device)), lambda r: r),
+        "tpu fused": (fused, lambda r: r),
         "tpu strict": (_in_mode(EagerMode.STRICT, lambda: _chain(device)), lambda r: r),
         "cpu eager": (lambda: _chain(host), lambda r: r),
     }
-    return _round_medians(contenders, rounds, calls)
+    return _round_medians(contenders, rounds, calls, cpu=True)
 
 
 # -- (b) the tiny-GPT step ----------------------------------------------------------------
@@ -173,24 +188,58 @@ def bench_memory(steps: int, warmup: int = 20) -> tuple[float, float, int]:
     return (_rss_bytes() - start) / 2**20, start / 2**20, len(_fused._PROGRAMS)
 
 
+# -- (e) a loop that reads its loss every 50 steps ---------------------------------------------
+def bench_loop(blocks: int, every: int = 50) -> tuple[dict[str, float], dict]:
+    """(seconds per step of each mode over `blocks` blocks of `every` steps after a
+    warm-up block, FUSED's statistics over the timed blocks)."""
+    import time
+
+    from torch_tpu.device import EagerMode, _fused
+
+    steps = {name: tiny_gpt_training_step("tpu", optimizer="AdamW") for name in ("fused", "strict")}
+    modes = {"fused": EagerMode.FUSED, "strict": EagerMode.STRICT}
+
+    def block(name: str) -> float:
+        step = _in_mode(modes[name], lambda: [steps[name]() for _ in range(every - 1)] + [steps[name]().item()])
+        t0 = time.perf_counter()
+        step()
+        return time.perf_counter() - t0
+
+    for name in steps:
+        block(name)  # warm-up: plans, and FUSED's first traces (their programs compile)
+    before = dict(_fused.STATS)
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(blocks):
+        for name in steps:
+            seconds[name].append(block(name) / every)
+    stats = {k: v - before[k] for k, v in _fused.STATS.items()}
+    return {name: statistics.median(v) for name, v in seconds.items()}, stats
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2, help="timed chain runs per contender per round")
     parser.add_argument("--steps", type=int, default=3, help="timed GPT steps per contender per round")
     parser.add_argument("--memory-steps", type=int, default=1000)
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: chain,gpt,first,memory")
+    parser.add_argument("--size", type=int, default=1024, help="the chain's tensor is size x size float32")
+    parser.add_argument("--loop-blocks", type=int, default=2, help="timed 50-step blocks per mode in (e)")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: chain,gpt,first,memory,loop")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     import torch_tpu.device  # noqa: F401 - registers the device
 
     if "chain" not in skip:
-        print(f"(a) 50 x (y+1; y*2; y-1) on 2048x2048 f32, then .cpu() (median of {args.rounds} round medians):")
-        chain = bench_chain(args.rounds, args.calls)
-        for name, seconds in chain.items():
-            print(f"  {name:12s} {seconds * 1e3:8.1f} ms")
-        print(f"  FUSED vs Strict {chain['tpu strict'] / chain['tpu fused']:5.1f}x faster;"
-              f" vs CPU eager {chain['cpu eager'] / chain['tpu fused']:5.1f}x faster")
+        from torch_tpu.runtime import get_client
+
+        print(f"(a) 50 x (y+1; y*2; y-1) on {args.size}x{args.size} f32, then .cpu(), on {get_client().platform} "
+              f"(median of {args.rounds} round medians):")
+        chain = bench_chain(args.rounds, args.calls, args.size)
+        for name in ("tpu fused", "tpu strict", "cpu eager"):
+            print(f"  {name:12s} {chain[name] * 1e3:8.1f} ms wall   {chain[name + ' cpu'] * 1e3:8.1f} ms CPU")
+        print(f"  FUSED/Strict: {chain['tpu strict'] / chain['tpu fused']:5.1f}x faster (wall), "
+              f"{chain['tpu strict cpu'] / chain['tpu fused cpu']:5.1f}x (CPU time); "
+              f"vs CPU eager {chain['cpu eager'] / chain['tpu fused']:5.1f}x faster (wall)")
     if "gpt" not in skip:
         print(f"(b) tiny-GPT training step (TinyGPT d=128, 2 layers, batch 4x64, AdamW; {args.rounds} rounds):")
         gpt, per_step, stats = bench_gpt(args.rounds, args.steps)
@@ -206,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
                                         ("strict", True, "STRICT")):
             first, second = bench_first(background, mode)
             print(f"  {label:28s} {first:7.2f} s   {second:7.2f} s")
+    if "loop" not in skip:
+        print(f"(e) tiny-GPT AdamW loop reading its loss every 50 steps ({args.loop_blocks} blocks per mode):")
+        per_step, stats = bench_loop(args.loop_blocks)
+        for name, seconds in per_step.items():
+            print(f"  {name:8s} {seconds * 1e3:8.2f} ms per step")
+        print(f"  FUSED/Strict: {per_step['strict'] / per_step['fused']:5.2f}x faster; fused runs "
+              f"{stats['fused_runs']} of {stats['flushes']} flushes ({stats['interpreted_runs']} op by op)")
     if "memory" not in skip:
         growth, start, programs = bench_memory(args.memory_steps)
         print(f"(d) host memory over {args.memory_steps} FUSED training steps after warm-up: "

@@ -2,7 +2,7 @@
 
     L1  in-process: CacheKey -> loaded Executable (LRU, TORCH_TPU_CACHE_L1_ENTRIES)
     L2  machine-local directory shared by the processes of a host (TORCH_TPU_CACHE_L2,
-        TORCH_TPU_CACHE_DIR); on by default when WORLD_SIZE > 1
+        TORCH_TPU_CACHE_DIR); on by default when WORLD_SIZE > 1 or TORCH_TPU_CACHE_DIR is set
     L3  persistent, any fsspec URL (TORCH_TPU_CACHE_URL); off by default
 
 A request looks in L1, then (on a compile thread) L2, then L3, then compiles. Compiles
@@ -69,7 +69,9 @@ class CacheConfig:
         try:
             l2 = config.get("TORCH_TPU_CACHE_L2")  # None: unset
             if l2 is None:
-                l2 = _world_size() > 1
+                # Naming a directory asks for the tier: TORCH_TPU_CACHE_DIR alone used to
+                # do nothing in a single process, silently.
+                l2 = _world_size() > 1 or config.get("TORCH_TPU_CACHE_DIR") is not None
             return cls(
                 l1_entries=max(0, config.get("TORCH_TPU_CACHE_L1_ENTRIES")),
                 l2_dir=(config.get("TORCH_TPU_CACHE_DIR") or default_cache_dir()) if l2 else None,

@@ -91,6 +91,11 @@ def _tracing_table() -> dict:
     return _ours(_core_aten_decompositions_post_autograd())
 
 
+# The table leaves out the ops that have a lowering: one registered later (a user's
+# `register_lowering` of a decomposed op) must drop the op's decomposition from it.
+LOWERINGS.subscribe(lambda op: _tracing_table.cache_clear())
+
+
 def tracing_decompositions() -> dict:
     """`decomposition_table()` for tracing (aot_autograd, make_fx), without the entries
     that only repeat what the dispatcher does while tracing: the core-ATen table's

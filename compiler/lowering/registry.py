@@ -88,7 +88,68 @@ class Lowering:
     identity: Callable | None = None
 
 
-LOWERINGS: dict[Any, Lowering] = {}
+class LoweringTable(dict):
+    """The table of lowerings: a dict that tells its subscribers which overload's entry
+    changed (added, replaced or removed). Users of the table that remember what it did
+    not hold -- the eager device's plan cache ("no lowering: run on CPU"), its kernel
+    registrations, the tracing decomposition table -- subscribe, so a lowering registered
+    after they looked an op up (`torch_tpu.register_lowering`, a `jax_op`'s first trace)
+    is found at the op's next call. Reads are plain dict reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._subscribers: list[Callable[[Any], None]] = []
+
+    def subscribe(self, callback: Callable[[Any], None]) -> None:
+        """`callback(op)` runs after each change of `op`'s entry (idempotent per callback)."""
+        if callback not in self._subscribers:
+            self._subscribers.append(callback)
+
+    def _changed(self, op: Any) -> None:
+        for callback in list(self._subscribers):
+            callback(op)
+
+    def __setitem__(self, op: Any, lowering: "Lowering") -> None:
+        super().__setitem__(op, lowering)
+        self._changed(op)
+
+    def __delitem__(self, op: Any) -> None:
+        super().__delitem__(op)
+        self._changed(op)
+
+    def pop(self, op: Any, *default: Any) -> Any:
+        present = op in self
+        value = super().pop(op, *default)
+        if present:
+            self._changed(op)
+        return value
+
+    def setdefault(self, op: Any, default: Any = None) -> Any:
+        if op not in self:
+            self[op] = default
+        return self[op]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for op, lowering in dict(*args, **kwargs).items():
+            self[op] = lowering
+
+    def __ior__(self, other: Any) -> "LoweringTable":
+        self.update(other)
+        return self
+
+    def popitem(self) -> tuple:
+        op, value = super().popitem()
+        self._changed(op)
+        return op, value
+
+    def clear(self) -> None:
+        ops = list(self)
+        super().clear()
+        for op in ops:
+            self._changed(op)
+
+
+LOWERINGS: LoweringTable = LoweringTable()
 # Result-metadata rules for overloads whose PyTorch meta kernel accepts less than their
 # lowering and CPU kernel do (aten._grouped_mm's meta kernel takes bfloat16 only), or gives
 # other result shapes than the CPU kernel (batch norm's saved statistics in inference mode,

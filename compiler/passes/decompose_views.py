@@ -4,15 +4,34 @@ from __future__ import annotations
 
 from math import prod
 
+from typing import Any
+
 import numpy as np
-import torch
 
 from ..context import ir
 from ..dialect import ref_tensor_type
 from ..dialect.view_ops import VIEW_OPS, build_view, diagonal_length
-from ..dtypes import dtype_of, tensor_type
 from .base import Pass, ops_named, register_pass
-from .view_semantics import attrs_of, overlap_reason, view_shapes
+
+# torch and what loads it (the view semantics, torch dtypes) are bound on the pass's first
+# run (`_load`): listing the pass (`torchtpu-opt --help`) must not import torch (3 s).
+torch: Any = None
+dtype_of: Any = None
+tensor_type: Any = None
+attrs_of: Any = None
+overlap_reason: Any = None
+view_shapes: Any = None
+
+
+def _load() -> None:
+    global torch, dtype_of, tensor_type, attrs_of, overlap_reason, view_shapes
+    if torch is None:
+        import torch as torch_module
+
+        from ..dtypes import dtype_of, tensor_type
+        from .view_semantics import attrs_of, overlap_reason, view_shapes
+
+        torch = torch_module
 
 
 @register_pass
@@ -37,6 +56,7 @@ class DecomposeViewsPass(Pass):
     follows_calls = False
 
     def run(self, op: ir.Operation) -> None:
+        _load()
         targets = ops_named(op, *_REWRITES)
         stores = ops_named(op, "torchtpu.store")
         for view in targets:

@@ -8,7 +8,8 @@ from ..context import func, ir
 from ..dialect import ref_tensor_type
 from ..dialect.view_ops import VIEW_OPS
 from .base import Pass, ops_named, register_pass
-from .view_semantics import COMPLEX_VIEWS, ViewError, forward, inverse
+# The view semantics (view_semantics.py) load torch: imported where the pass runs, so that
+# listing the pass (`torchtpu-opt --help`) does not.
 
 ALIASING_OUTPUT = attributes.ALIASING_OUTPUT
 
@@ -61,6 +62,8 @@ class _FunctionRewrite:
             return
 
     def _run(self) -> None:
+        from .view_semantics import COMPLEX_VIEWS
+
         blocks = list(self.fn.regions[0].blocks)
         if len(blocks) != 1:
             if any(ref_tensor_type(a.type) is not None for b in blocks for a in b.arguments):
@@ -119,6 +122,8 @@ class _FunctionRewrite:
 
     def value_of(self, ref: ir.Value, at: ir.Operation) -> ir.Value:
         """The current value seen through `ref` (building the view chain's forward ops)."""
+        from .view_semantics import ViewError, forward
+
         if ref in self.current:
             return self.current[ref]
         view = self.view_of.get(ref)
@@ -132,6 +137,8 @@ class _FunctionRewrite:
 
     def store(self, ref: ir.Value, value: ir.Value, at: ir.Operation) -> None:
         """Makes `value` the content of `ref`: updates its root through the inverse views."""
+        from .view_semantics import ViewError, inverse
+
         while ref not in self.current:
             view = self.view_of.get(ref)
             if view is None:

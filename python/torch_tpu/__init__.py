@@ -19,7 +19,7 @@ _LAZY = {
     "export": ("torch_tpu._export", "export"),
     "ExportedProgram": ("torch_tpu._export", "ExportedProgram"),
     "load": ("torch_tpu._saved_export", "load"),
-    "is_saved_export": ("torch_tpu._saved_export", "is_saved_export"),
+    "is_saved_export": ("torch_tpu._saved_export_format", "is_saved_export"),  # torch-free
     "SavedExportError": ("torch_tpu._saved_export", "SavedExportError"),
     "tpu_backend": ("torch_tpu.backend", "tpu_backend"),
     "TorchTpuCompileError": ("torch_tpu._errors", "TorchTpuCompileError"),

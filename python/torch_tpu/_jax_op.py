@@ -123,7 +123,7 @@ class JaxOp:
             if result is not None:
                 return result
             if self._jitted is None:
-                import jax
+                jax = _import_jax(self.name)
 
                 # keep_unused: the merged call passes every input (jax would drop those
                 # the function ignores, as a gather's backward ignores the gathered array).
@@ -161,6 +161,13 @@ class JaxOp:
     def _run_tpu(self, inputs):
         from torch_tpu.device._registration import execute
 
+        if not self._lowering_registered:
+            # Before the device looks the op up: it plans the op through the table (a
+            # lowering added later is found too, `_ops.lowering_changed`, but this call
+            # would already have run on the CPU).
+            with _lock:
+                if not self._lowering_registered:
+                    self._register_lowering()
         return list(execute(self.op, inputs))
 
     def _run_cpu(self, inputs):
@@ -255,6 +262,25 @@ class JaxOp:
                 op = JaxOp(f"{self.name}__vjp{num_primals}", vjp_function(self.fn, num_primals))
                 self._vjp_ops[num_primals] = op
         return op
+
+
+def _import_jax(name: str):
+    """jax, or an error saying how to install it: torch_tpu depends on jaxlib only (the
+    MLIR bindings and PjRT), and jax must match jaxlib's version."""
+    try:
+        import jax
+    except ImportError as err:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            wanted = f"jax=={version('jaxlib')}"
+        except PackageNotFoundError:
+            wanted = "jax"
+        raise JaxOpError(
+            f"torch_tpu.jax_op '{name}': jax is not installed ({err}); torch_tpu installs jaxlib only -- "
+            f"install the jax that matches it: pip install '{wanted}'"
+        ) from None
+    return jax
 
 
 def jax_op(name: str, fn: Callable) -> JaxOp:

@@ -27,23 +27,17 @@ from torch_tpu.compiler.importer import InputSpec, OutputSpec
 from . import _safetensors
 from ._export_signature import ExportSignature
 
+from ._saved_export_format import FORMAT, FORMAT_VERSION, MANIFEST, is_saved_export  # noqa: F401 - re-exported
+
 if TYPE_CHECKING:
     from ._export import ExportedProgram
 
-FORMAT = "torch_tpu.export"
-FORMAT_VERSION = 1
-MANIFEST = "export.json"
 PROGRAM = "program.vhlo"
 WEIGHTS = "weights.safetensors"
 
 
 class SavedExportError(ValueError):
     """A saved export that cannot be read: names the folder or file and what is wrong."""
-
-
-def is_saved_export(path: str) -> bool:
-    """True when `path` is a folder written by `ExportedProgram.save` (it holds the manifest)."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
 
 
 def save(ep, path: str) -> None:

@@ -289,6 +289,39 @@ def test_torchtpu_opt_on_a_mlir_file_does_not_import_torch(tmp_path):
     assert done.stdout.strip() == "0 []", done.stdout
 
 
+@pytest.mark.parametrize("argv", [["torch_tpu.tools.opt", "--help"], ["torch_tpu.tools.opt", "--list-passes"],
+                                  ["torch_tpu.tools.run", "{mlir}"]])
+def test_tools_that_need_no_graph_import_no_torch(tmp_path, argv):
+    """`torchtpu-opt --help` lists every pass, the view passes included, whose code uses
+    torch; `torchtpu-run file.mlir` asks whether its input is a saved export. Neither may
+    load torch (3 s against 0.3 s): the view passes bind torch on their first run, and the
+    saved-export check reads the folder only (`_saved_export_format`)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "f.mlir"
+    path.write_text(
+        "func.func @main() -> tensor<2xf32> {\n"
+        "  %0 = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32>\n"
+        "  return %0 : tensor<2xf32>\n}\n"
+    )
+    module, *args = [a.format(mlir=path) for a in argv]
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['tool', *{args!r}]\n"
+        "try:\n"
+        f"    runpy.run_module({module!r}, run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "print('torch loaded:', sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "torch loaded: []" in done.stdout, done.stdout[-2000:]
+    if "--help" in args or "--list-passes" in args:
+        assert "torchtpu-decompose-views" in done.stdout and "torchtpu-inverse-views" in done.stdout
+
+
 def test_every_declared_pass_module_registers_its_pass():
     import importlib
 

@@ -148,12 +148,14 @@ declare(
 declare(
     "TORCH_TPU_CACHE_L2", BOOL, None,
     "Machine-local (L2) compile cache shared by the processes of one host: `1` on, `0` off. "
-    "Unset: on when `WORLD_SIZE` > 1 (a multi-process job), off otherwise.",
+    "Unset: on when `WORLD_SIZE` > 1 (a multi-process job) or `TORCH_TPU_CACHE_DIR` is set, "
+    "off otherwise.",
     "runtime",
 )
 declare(
     "TORCH_TPU_CACHE_DIR", PATH, None,
-    "Directory of the L2 compile cache. Unset: `$XDG_CACHE_HOME/torch_tpu/executables` "
+    "Directory of the L2 compile cache; setting it turns L2 on (unless `TORCH_TPU_CACHE_L2=0`), "
+    "in a single process too. Unset: `$XDG_CACHE_HOME/torch_tpu/executables` "
     "(`~/.cache/torch_tpu/executables`). Created with mode 0700; a directory that another "
     "user can write is refused.",
     "runtime",
@@ -226,13 +228,17 @@ declare(
 declare(
     "TORCH_TPU_MAX_FUSED_OPS", INT, 1000,
     "FUSED mode: a trace holding this many recorded ops is flushed before the next op is "
-    "recorded (bounds host memory and the size of one program).",
+    "recorded (bounds host memory and the size of one program). Traces also end at every "
+    "`torch.optim` optimizer's `step()`, so in a training loop these cuts fall at the same "
+    "ops every step.",
     "frontend",
 )
 declare(
     "TORCH_TPU_FUSED_BACKGROUND_COMPILE", BOOL, True,
     "FUSED mode: 1 runs a trace seen for the first time op by op while its fused program "
-    "compiles in the background (later flushes run the program); 0 waits for the compile.",
+    "compiles in the background; later runs of that trace run the program, waiting for the "
+    "compile if it is still under way (so which path ran never depends on the compile's "
+    "speed, and runs repeat bit for bit). 0 waits for the compile on the first run too.",
     "frontend",
 )
 

@@ -16,10 +16,13 @@ mode, `TORCH_TPU_MAX_FUSED_OPS`) stitches the plans' lowered modules into one mo
 each plan's function becomes a private function of it, `@main` takes the external inputs
 and calls them in order (each call located at the user's line), and returns only the
 values still held by a live storage (dead intermediates are not outputs: XLA removes
-them). Python numbers stay operands, so the program's cache key is the op sequence (plan
+them). Python numbers stay operands (packed into one float64 and one int64 array: one
+transfer each per run), so the program's cache key is the op sequence (plan
 fingerprints), the wiring of operands and which values are live: a steady loop compiles
 its traces once. The first time a key is seen, its ops run one by one through their own
-plans while the fused program compiles in the background; later flushes run the program.
+plans while the fused program compiles in the background; later flushes run the program,
+waiting for its compile if need be (the paths differ in the last bits: runs must repeat).
+The end of a `torch.optim` step is a flush point, so a training loop's traces repeat.
 
 The fused program donates every external buffer a recorded op writes (the storage's
 value before the trace; its new value is an output): XLA writes the new value over it, so
@@ -71,6 +74,7 @@ class Trace:
         self._buffer_ref: dict[int, int] = {}  # id(DeviceBuffer) -> its external position
         self.flushed = False
         self.error: BaseException | None = None
+        self.cut_at_bound = False  # flushed because it reached TORCH_TPU_MAX_FUSED_OPS
 
     def __hash__(self) -> int:
         return id(self)
@@ -151,37 +155,74 @@ class Trace:
                 aliases[ref] = position[value]
         return aliases
 
-    def _arguments(self, donated: tuple[int, ...] = ()) -> list:
-        from ._modes import check_alive
-
-        client = _storage.client()
-        args = []
+    def layout(self) -> tuple[list[int], list[int], list[int]]:
+        """@main's arguments, a function of the trace's key: (the externals that are
+        arguments of their own, in order; the float numbers' externals; the int numbers').
+        The Python numbers come last as one float64 and one int64 array (when there are
+        any): one host-to-device transfer each per run, not one per number."""
+        own, floats, ints = [], [], []
         for ref, (kind, value) in enumerate(self.externals):
-            if kind == "buffer":
-                if value.is_deleted:
-                    check_alive(StorageEntry(torch.uint8, 0, self.index, value))  # raises, naming the line
-                if ref in donated and not _donation_safe(value):
-                    value = value.copy()  # the program may write over what it is given
-                args.append(value)
-            elif kind == "number":
-                dtype = np.float64 if isinstance(value, float) else np.int64
-                args.append(client.to_device(np.asarray(value, dtype=dtype), self.index, copy=True))
-            else:  # a 0-d CPU tensor or an RNG key
-                args.append(client.to_device(value, self.index, copy=True))
+            if kind != "number":
+                own.append(ref)
+            elif type(value) is float:
+                floats.append(ref)
+            else:
+                ints.append(ref)
+        return own, floats, ints
+
+    def main_positions(self) -> dict[int, int]:
+        """{external: its @main argument} for the externals that are arguments of their own."""
+        return {ref: i for i, ref in enumerate(self.layout()[0])}
+
+    def _arguments(self, donated: tuple[int, ...] = ()) -> list:
+        """The fused program's arguments (`layout`); `donated`: externals it may write over."""
+        own, floats, ints = self.layout()
+        args = [self._external_argument(ref, ref in donated) for ref in own]
+        client = _storage.client()
+        for refs, dtype in ((floats, np.float64), (ints, np.int64)):
+            if refs:
+                packed = np.fromiter((self.externals[r][1] for r in refs), dtype=dtype, count=len(refs))
+                args.append(client.to_device(packed, self.index, copy=True))
         return args
 
+    def _external_argument(self, ref: int, donated: bool = False):
+        """One external as a device buffer: a storage's buffer (a copy where the program may
+        write over it and something else still reads it), a Python number (the op-by-op
+        path's per-value buffer cache), a 0-d CPU tensor or an RNG key (uploaded)."""
+        from ._modes import check_alive
+
+        kind, value = self.externals[ref]
+        if kind == "buffer":
+            if value.is_deleted:
+                check_alive(StorageEntry(torch.uint8, 0, self.index, value))  # raises, naming the line
+            if donated and not _donation_safe(value):
+                value = value.copy()  # the program may write over what it is given
+            return value
+        if kind == "number":
+            from ._ops import _scalar_buffer
+
+            return _scalar_buffer(value, self.index)
+        return _storage.client().to_device(value, self.index, copy=True)  # a 0-d CPU tensor or an RNG key
+
     def _run(self, outputs: list[tuple[int, int]]) -> list:
+        """Runs the trace: op by op the first time its key is seen while its program
+        compiles in the background (TORCH_TPU_FUSED_BACKGROUND_COMPILE), else its fused
+        program -- waiting for that compile when it is still under way. Which path a run
+        takes depends on how often its key was seen, never on how fast the compile was:
+        the two paths' results can differ in the last bits (XLA fuses the ops), and runs
+        must repeat bit for bit."""
         key = (self.index, tuple(self.key), tuple(outputs))
         program = _PROGRAMS.get(key)
         if program is None:
             if len(_PROGRAMS) >= _MAX_PROGRAMS:  # oldest first: a program of a loop is reused, others age out
                 del _PROGRAMS[next(iter(_PROGRAMS))]
             program = _PROGRAMS[key] = self._compile(key, outputs)
-            if isinstance(program, Future) and not program.done() and config.get("TORCH_TPU_FUSED_BACKGROUND_COMPILE"):
+            _ADVICE.new_trace(self)
+            if isinstance(program, Future) and config.get("TORCH_TPU_FUSED_BACKGROUND_COMPILE"):
                 return self._interpret(outputs)  # this time, while the program compiles
+        else:
+            _ADVICE.known_trace()
         if isinstance(program, Future):
-            if not program.done() and config.get("TORCH_TPU_FUSED_BACKGROUND_COMPILE"):
-                return self._interpret(outputs)
             program = _PROGRAMS[key] = _loaded(program, len(self.ops))
         if program is _INTERPRET:
             return self._interpret(outputs)
@@ -206,13 +247,14 @@ class Trace:
             return _INTERPRET
         fingerprint = (xxhash.xxh3_64_intdigest(repr(("fused",) + key).encode()),
                        xxhash.xxh3_64_intdigest(repr(self.ops[0][0].fingerprint[1]).encode()))
+        position = self.main_positions()
+        donated = tuple(position[ref] for ref in self.written_externals())
         return _storage.client().compile_async(text, fingerprint=fingerprint, name=f"fused trace of {len(self.ops)} ops",
-                                               options=CompileSpec(device_indices=(self.index,),
-                                                                   donate_argnums=self.written_externals()))
+                                               options=CompileSpec(device_indices=(self.index,), donate_argnums=donated))
 
     def _interpret(self, outputs: list[tuple[int, int]]) -> list:
         """Runs the recorded ops one by one through their own plans."""
-        args = self._arguments()
+        args = [self._external_argument(ref) for ref in range(len(self.externals))]
         wanted = set(outputs)
         last_use: dict[tuple[int, int], int] = {}
         for i, (_, refs, _) in enumerate(self.ops):
@@ -273,11 +315,79 @@ def _loaded(future: Future, n_ops: int):
 def current_trace(index: int) -> Trace:
     trace = _current[0]
     if trace is not None and not trace.flushed:
-        if trace.index == index and len(trace.ops) < config.get("TORCH_TPU_MAX_FUSED_OPS"):
-            return trace
+        if trace.index == index:
+            if len(trace.ops) < config.get("TORCH_TPU_MAX_FUSED_OPS"):
+                return trace
+            trace.cut_at_bound = True
         trace.flush()  # another device, or the bound on recorded ops
+    else:
+        _watch_steps()
     trace = _current[0] = Trace(index)
     return trace
+
+
+# -- step boundaries ------------------------------------------------------------------------------
+_STEP_HOOK: list = []
+
+
+def _watch_steps() -> None:
+    """The end of every `torch.optim` optimizer's `step()` is a flush point (a global
+    post-hook, installed with the first trace). A training loop's traces then start at
+    the same op every step, so they repeat -- and so do the cuts that
+    TORCH_TPU_MAX_FUSED_OPS makes inside a long step -- whatever the loop reads and when.
+    Without it, a loop that read its loss every 50 steps cut its traces only at the bound,
+    at an offset that moved from step to step: no trace repeated, none ran fused."""
+    if _STEP_HOOK:
+        return
+    with _lock:
+        if not _STEP_HOOK:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            _STEP_HOOK.append(register_optimizer_step_post_hook(_step_ended))
+
+
+def _step_ended(optimizer, args, kwargs) -> None:
+    trace = _current[0]
+    if trace is not None and not trace.flushed and trace.ops:
+        trace.flush()  # enqueued: the host does not wait for the program
+
+
+# -- telling users why nothing fuses -------------------------------------------------------------
+class _Advice:
+    """Says once, with what to do, when FUSED runs trace after trace that was never seen
+    before: each runs op by op while a program that nothing reuses compiles, slower than
+    Strict mode."""
+
+    STREAK = 16  # consecutive new traces before it says so
+
+    def __init__(self) -> None:
+        self.streak = 0
+        self.at_bound = 0
+        self.given = False
+
+    def known_trace(self) -> None:
+        self.streak = self.at_bound = 0
+
+    def new_trace(self, trace: Trace) -> None:
+        self.streak += 1
+        self.at_bound += trace.cut_at_bound
+        if self.streak < self.STREAK or self.given:
+            return
+        self.given = True
+        bound = config.get("TORCH_TPU_MAX_FUSED_OPS")
+        why = (f"{self.at_bound} of them were cut at TORCH_TPU_MAX_FUSED_OPS={bound} recorded ops, at points "
+               "that move from one step to the next" if self.at_bound else
+               "their flush points (reads of tpu values) come at different ops each time")
+        log.warning(
+            "torch_tpu: FUSED mode is not fusing: the last %d traces were each new (%s), so each ran op by op "
+            "while a fused program nothing reuses compiled -- slower than Strict mode. Make each step end at the "
+            "same op: step a torch.optim optimizer (its step() ends a trace), or call torch.tpu.synchronize() "
+            "(or read a value, such as loss.item()) at the end of every step; or set TORCH_TPU_MAX_FUSED_OPS to "
+            "a multiple of the ops one step records; or use EagerMode.STRICT. (Logged once.)",
+            self.streak, why)
+
+
+_ADVICE = _Advice()
 
 
 def record(op, args, kwargs, plan, operands, index: int):
@@ -364,6 +474,7 @@ def user_frame() -> tuple[str, int]:
 def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
     """The fused module's text: each distinct plan's function as a private function, and
     @main calling them in order."""
+    from torch_tpu.compiler import ir as hlo
     from torch_tpu.compiler.context import func, ir
     from torch_tpu.core.attributes import ALIASING_OUTPUT
 
@@ -377,23 +488,34 @@ def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
             for plan, _, _ in trace.ops:
                 if id(plan) not in symbols:
                     symbols[id(plan)] = _add_plan(plan, f"op{len(symbols)}")
-        # @main's argument types: each external's type where an op first reads it.
-        arg_types: list = [None] * len(trace.externals)
+        # Each external's type where an op first reads it.
+        types: list = [None] * len(trace.externals)
         for plan, refs, _ in trace.ops:
             inputs = symbols[id(plan)][1].inputs
             for ref, t in zip(refs, inputs):
-                if type(ref) is int and arg_types[ref] is None:
-                    arg_types[ref] = t
-        if any(t is None for t in arg_types):
+                if type(ref) is int and types[ref] is None:
+                    types[ref] = t
+        if any(t is None for t in types):
             raise ValueError("an external input no op reads")
+        # @main's arguments (`Trace.layout`): the other externals, then the numbers packed.
+        own, floats, ints = trace.layout()
+        packs = [(refs, ir.F64Type.get() if refs is floats else ir.IntegerType.get_signless(64))
+                 for refs in (floats, ints) if refs]
+        arg_types = [types[ref] for ref in own] + [ir.RankedTensorType.get([len(refs)], element)
+                                                   for refs, element in packs]
         with ir.InsertionPoint(module.body):
             main = func.FuncOp("main", ir.FunctionType.get(arg_types, []))
         block = main.body.blocks.append(*arg_types)
         values: dict[tuple[int, int], Any] = {}
         with ir.InsertionPoint(block):
+            external = {ref: block.arguments[i] for i, ref in enumerate(own)}
+            for k, (refs, _) in enumerate(packs):
+                pack = block.arguments[len(own) + k]
+                for i, ref in enumerate(refs):
+                    external[ref] = hlo.reshape(hlo.slice_in_dim(pack, 0, i, i + 1), [])
             for i, (plan, refs, (filename, line)) in enumerate(trace.ops):
                 symbol, ftype = symbols[id(plan)]
-                operands = [block.arguments[r] if type(r) is int else values[r] for r in refs]
+                operands = [external[r] if type(r) is int else values[r] for r in refs]
                 with ir.Location.file(filename, line, 0):
                     call = func.CallOp(list(ftype.results), ir.FlatSymbolRefAttr.get(symbol), operands)
                 for j, result in enumerate(call.results):
@@ -402,7 +524,9 @@ def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
             func.ReturnOp(results)
         main.attributes["function_type"] = ir.TypeAttr.get(
             ir.FunctionType.get(arg_types, [r.type for r in results]))
-        aliases = {i: o for i, o in trace.aliases(outputs).items() if arg_types[i] == results[o].type}
+        position = trace.main_positions()
+        aliases = {position[ref]: o for ref, o in trace.aliases(outputs).items()
+                   if arg_types[position[ref]] == results[o].type}
         if aliases:
             i32 = ir.IntegerType.get_signless(32)
             main.attributes["arg_attrs"] = ir.ArrayAttr.get([

@@ -795,6 +795,33 @@ def _plan_for(op, args, kwargs):
     return plan, operands, index, not baked
 
 
+def lowering_changed(changed) -> None:
+    """The lowering table's entry for `changed` was added, replaced or removed (a
+    `torch_tpu.register_lowering`, a jax_op's first trace): the plans that went through
+    it and every "runs on CPU" answer are dropped, so the op's next call plans again
+    with the table as it is now. (Subscribed to `LOWERINGS` by `_registration`.)"""
+    for key, plan in list(_PLANS.items()):
+        if plan is FALLBACK or changed in _plan_targets(key[0]):
+            _PLANS.pop(key, None)
+    for key in list(_FAST):
+        known = _OP_NAMES.get(key[0])
+        if known is not None and changed in _plan_targets(known[0]):
+            _FAST.pop(key, None)
+
+
+@functools.lru_cache(maxsize=None)
+def _plan_targets(op) -> frozenset:
+    """The overloads whose lowering a plan of `op` may use: itself, its out-of-place form
+    (in-place and out= ops) and its functional variant (ops that write and return)."""
+    targets = {op, _FUNCTIONAL_VARIANTS.get(op)}
+    if isinstance(op, torch._ops.OpOverload):
+        targets.add(_functional(op))
+        packet = getattr(torch.ops.aten, op._schema.name.split("::", 1)[1] + "_functional", None)
+        if packet is not None:
+            targets.add(getattr(packet, op._overloadname, None))
+    return frozenset(targets - {None})
+
+
 def _remember(key, plan) -> None:
     """Files `plan` under its fast signature. A plan whose module has matrix ops depends
     on the precision mode (`torch.set_float32_matmul_precision`, `torch_tpu.precision`):

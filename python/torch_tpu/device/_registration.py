@@ -94,22 +94,24 @@ def _boxed_fallback(op, *args, **kwargs):
     return execute(op, *args, **kwargs)
 
 
-def _lowered_targets():
-    """The overloads to register a kernel for: lowered ones and their in-place and out=
-    forms, minus CompositeImplicitAutograd ones (PyTorch decomposes them first)."""
+def _lowered_targets(ops):
+    """The overloads to register a kernel for, of the lowered overloads `ops`: each one
+    and its in-place and out= forms, minus views, CompositeImplicitAutograd ones (PyTorch
+    decomposes them first) and, outside aten, overloads that have a tpu kernel already
+    (a jax_op's, a user's `register_kernel("tpu")`)."""
     from torch_tpu.compiler.importer.mutation import is_view
-    from torch_tpu.compiler.lowering import LOWERINGS
 
     seen = set()
-    for op in list(LOWERINGS):
-        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+    for op in ops:
+        if not isinstance(op, torch._ops.OpOverload):
             continue
         name = op._schema.name.split("::", 1)[1]
+        namespace = getattr(torch.ops, op.namespace)
         forms = [op]
-        inplace = getattr(getattr(aten, name + "_", None), op._overloadname, None)
+        inplace = getattr(getattr(namespace, name + "_", None), op._overloadname, None)
         if inplace is not None:
             forms.append(inplace)
-        packet = getattr(aten, name)
+        packet = getattr(namespace, name)
         for overload in packet.overloads():
             if "out" in overload:
                 forms.append(getattr(packet, overload))
@@ -122,6 +124,8 @@ def _lowered_targets():
                 continue
             try:
                 if torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "CompositeImplicitAutograd"):
+                    continue
+                if op.namespace != "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "PrivateUse1"):
                     continue
             except RuntimeError:  # an overload the dispatcher does not know by that name
                 continue
@@ -175,15 +179,55 @@ _op_kernels: list = []
 def ensure_op_kernels() -> None:
     """Registers a kernel for every lowered overload, on the first tpu tensor: importing
     the lowering table costs seconds, which `import torch` (autoload) must not pay.
-    Until then nothing reaches those kernels (no tpu tensor exists)."""
+    Until then nothing reaches those kernels (no tpu tensor exists). From then on the
+    table's changes reach the device (`_lowering_changed`)."""
     if _op_kernels:
         return
     with _lock:
         if _op_kernels:
             return
-        impl = torch.library.Library("aten", "IMPL")
-        for op in _lowered_targets():
-            if op not in _skip:
-                impl.impl(op, functools.partial(execute, op), "PrivateUse1")
-        _op_kernels.append(impl)
+        from torch_tpu.compiler.lowering import LOWERINGS
+
+        _libraries_by_namespace["aten"] = torch.library.Library("aten", "IMPL")
+        # Subscribed before the table is read: a lowering registered meanwhile is seen.
+        LOWERINGS.subscribe(_lowering_changed)
+        _register_kernels(list(LOWERINGS))
+        _op_kernels.append(_libraries_by_namespace["aten"])
         _dynamo_skip.keep_dynamo_out()  # modules the lowering table and the runtime brought in
+
+
+def _register_kernels(ops) -> None:
+    """A PrivateUse1 kernel (`execute`) for each of `ops`' targets (`_lowered_targets`)
+    that has none of ours yet. A custom op (`torch.library.custom_op`) has a kernel for
+    every device (CompositeExplicitAutograd) that runs its Python body: on tpu tensors the
+    registered lowering must run instead, so the op gets a tpu kernel of its own."""
+    from torch_tpu.compiler.lowering import LOWERINGS
+
+    # Outside aten, only rules from outside the compiler (a user's, a jax_op's: they carry
+    # an `identity`); the compiler's own (collectives, prims) keep the boxed fallback.
+    ops = [op for op in ops if getattr(op, "namespace", None) == "aten"
+           or (op in LOWERINGS and LOWERINGS[op].identity is not None)]
+    with _kernel_lock:
+        for op in _lowered_targets(ops):
+            if op in _skip or op in _registered:
+                continue
+            library = _libraries_by_namespace.get(op.namespace)
+            if library is None:
+                library = _libraries_by_namespace[op.namespace] = torch.library.Library(op.namespace, "IMPL")  # noqa: TOR901
+            library.impl(op, functools.partial(execute, op), "PrivateUse1")
+            _registered.add(op)
+
+
+def _lowering_changed(op) -> None:
+    """A lowering was added, replaced or removed after the device started: the plan
+    caches forget what they knew of the op, and a newly lowered op gets its kernel."""
+    _ops.lowering_changed(op)
+    from torch_tpu.compiler.lowering import LOWERINGS
+
+    if op in LOWERINGS and op not in _registered and "aten" in _libraries_by_namespace:
+        _register_kernels([op])
+
+
+_registered: set = set()  # overloads with an `execute` kernel of ours
+_libraries_by_namespace: dict = {}  # namespace -> the IMPL library of our kernels there
+_kernel_lock = threading.RLock()

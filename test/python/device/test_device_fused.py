@@ -257,3 +257,122 @@ def test_failure_while_running_op_by_op_names_the_op_and_line(monkeypatch):
         z = torch.atan(y).mul(0.123456)  # a fresh trace: it runs op by op
         with pytest.raises(ExecutionError, match=rf"atan.* recorded at {__file__}:{line} failed"):
             z.cpu()
+
+
+# -- issue 30 item 7: traces that repeat, one transfer of numbers, runs that repeat bit for bit
+def _sgd_mlp(seed: int = 0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    cpu_model = copy.deepcopy(model)
+    model = model.to("tpu")
+    return model, torch.optim.SGD(model.parameters(), lr=0.05), cpu_model, torch.optim.SGD(cpu_model.parameters(), lr=0.05)
+
+
+def test_a_loop_that_reads_its_loss_every_n_steps_fuses(monkeypatch):
+    """The loss is read every 10 steps only: before, traces were cut at the bound on
+    recorded ops, at an offset that moved every step, and none repeated (0 fused runs).
+    The optimizer's step() ends a trace, so every step is the same trace."""
+    monkeypatch.setenv("TORCH_TPU_FUSED_BACKGROUND_COMPILE", "1")
+    monkeypatch.setenv("TORCH_TPU_MAX_FUSED_OPS", "100")
+    model, opt, cpu_model, cpu_opt = _sgd_mlp()
+    x, target = torch.randn(6, 8), torch.randn(6, 4)
+    tx, ttarget = x.to("tpu"), target.to("tpu")
+
+    def step(m, o, a, t):
+        o.zero_grad()
+        loss = torch.nn.functional.mse_loss(m(a), t)
+        loss.backward()
+        o.step()
+        return loss
+
+    with set_eager_mode(EagerMode.FUSED):
+        ops = _fused.STATS["ops"]
+        step(model, opt, tx, ttarget).item()
+        per_step = _fused.STATS["ops"] - ops
+        assert 100 % per_step and per_step < 100  # the bound alone would not cut at steps
+        step(cpu_model, cpu_opt, x, target)
+        before = dict(_fused.STATS)
+        for i in range(1, 31):
+            loss = step(model, opt, tx, ttarget)
+            cpu_loss = step(cpu_model, cpu_opt, x, target)
+            if i % 10 == 0:
+                assert loss.item() == pytest.approx(cpu_loss.item(), rel=1e-4, abs=1e-6)
+    flushes = _fused.STATS["flushes"] - before["flushes"]
+    fused_runs = _fused.STATS["fused_runs"] - before["fused_runs"]
+    assert flushes == 30  # one per step, at its end
+    assert fused_runs >= 29  # all but the step whose trace was new (its program compiled meanwhile)
+
+
+def test_python_numbers_are_one_transfer_per_run(fused, monkeypatch):
+    """150 Python numbers in a chain were 150 host-to-device transfers per run."""
+    x = torch.randn(64)
+    y0 = x.to("tpu")
+
+    def chain(y):
+        for k in range(50):
+            y = y + 1
+            y = y * 0.5
+            y = y - k  # a value that differs per op: still one operand array
+        return y
+
+    chain(y0).cpu()  # compiles the fused program
+    client = _fused._storage.client()
+    real, calls = client.to_device, []
+
+    def to_device(value, *args, **kwargs):
+        calls.append(getattr(value, "shape", None))
+        return real(value, *args, **kwargs)
+
+    monkeypatch.setattr(client, "to_device", to_device)
+    runs = _fused.STATS["fused_runs"]
+    got = chain(y0).cpu()
+    assert _fused.STATS["fused_runs"] == runs + 1
+    assert sorted(calls) == [(50,), (100,)]  # the floats (0.5) and the ints, one array each
+    torch.testing.assert_close(got, chain(x))
+
+
+def test_a_known_trace_never_runs_op_by_op(monkeypatch):
+    """The second run of a trace waits for its program when the background compile is
+    still under way: which path it takes (their results differ in the last bits) no
+    longer depends on how fast the compile was, so runs repeat bit for bit."""
+    import threading
+    from concurrent.futures import Future
+
+    monkeypatch.setenv("TORCH_TPU_FUSED_BACKGROUND_COMPILE", "1")
+    client = _fused._storage.client()
+    real = client.compile_async
+
+    def slow_compile(*args, **kwargs):  # a compile still running at the second flush
+        inner, outer = real(*args, **kwargs), Future()
+        threading.Timer(1.0, lambda: outer.set_result(inner.result())).start()
+        return outer
+
+    monkeypatch.setattr(client, "compile_async", slow_compile)
+    torch.manual_seed(3)
+    y = torch.randn(4096).to("tpu")
+    results = []
+    with set_eager_mode(EagerMode.FUSED):
+        stats = dict(_fused.STATS)
+        for _ in range(3):
+            # A trace no other test records: fused, XLA computes it with other roundings.
+            results.append((torch.tanh(y * 0.93) * torch.sigmoid(y) + y.exp() / 3.25).cpu())
+    assert _fused.STATS["interpreted_runs"] == stats["interpreted_runs"] + 1  # the first run only
+    assert _fused.STATS["fused_runs"] == stats["fused_runs"] + 2
+    assert torch.equal(results[1], results[2])
+
+
+def test_fused_mode_says_once_why_it_is_not_fusing(monkeypatch, caplog):
+    """A loop without an optimizer or a read, whose step (17 ops) is cut at a bound (10)
+    that does not align with it: every trace is new. FUSED says so once, with what to do."""
+    monkeypatch.setenv("TORCH_TPU_FUSED_BACKGROUND_COMPILE", "1")
+    monkeypatch.setenv("TORCH_TPU_MAX_FUSED_OPS", "10")
+    monkeypatch.setattr(_fused, "_ADVICE", _fused._Advice())
+    w, base = torch.randn(32).to("tpu"), torch.randn(64).to("tpu")
+    with set_eager_mode(EagerMode.FUSED), caplog.at_level("WARNING", logger="torch_tpu"):
+        for _ in range(12):
+            for k in range(17):
+                w = w + base[k:k + 32]  # 17 different plans (each reads its own offset)
+        torch.tpu.synchronize()
+    advice = [r.getMessage() for r in caplog.records if "FUSED mode is not fusing" in r.getMessage()]
+    assert len(advice) == 1
+    assert "TORCH_TPU_MAX_FUSED_OPS=10" in advice[0] and "torch.tpu.synchronize()" in advice[0]

@@ -307,3 +307,34 @@ def test_compiled_shape_changes_specialise():
     for rows in (6, 9, 11):
         x = torch.randn(rows, 8)
         _close(compiled(x), torch.softmax(x * 2, -1) + 1)
+
+
+def test_first_call_on_tpu_runs_on_the_device(monkeypatch):
+    """A jax_op whose first call is on tpu tensors (the how-to's first example): its rule
+    is in the table before the device plans the op, so neither that call nor later ones
+    run on the CPU (they did from then on: the device remembered "no lowering")."""
+    first = jax_op("test_first_on_tpu", lambda x: jnp.tanh(x) * 3)
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # a CPU fallback raises
+    x = torch.randn(5, 7)
+    for _ in range(2):
+        _close(first(x.to("tpu")).cpu(), torch.tanh(x) * 3)
+    assert not any(plan is _ops.FALLBACK for key, plan in _ops._PLANS.items() if key[0] is first.op)
+
+
+def test_missing_jax_says_how_to_install_it():
+    """torch_tpu installs jaxlib only: without jax the first call says what to install."""
+    script = """
+        import sys, torch, torch_tpu
+        sys.modules["jax"] = None  # as if jax were not installed
+        op = torch_tpu.jax_op("needs_jax", lambda x: x + 1)
+        try:
+            op(torch.ones(2))
+        except torch_tpu.JaxOpError as err:
+            print(err)
+    """
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                            timeout=300)
+    from importlib.metadata import version
+
+    assert "jax is not installed" in result.stdout, result.stderr[-2000:]
+    assert f"pip install 'jax=={version('jaxlib')}'" in result.stdout

@@ -316,6 +316,34 @@ def test_config_from_env(monkeypatch, tmp_path):
         CacheConfig.from_env()
 
 
+def test_cache_dir_alone_turns_l2_on(monkeypatch, tmp_path):
+    """TORCH_TPU_CACHE_DIR in a single process did nothing (L2 stayed off, silently): naming
+    the directory turns the tier on, and a second process loads what the first compiled."""
+    import subprocess
+    import sys
+
+    for name in ("TORCH_TPU_CACHE_L2", "WORLD_SIZE", "TORCH_TPU_CACHE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path / "mine"))
+    assert CacheConfig.from_env().l2_dir == str(tmp_path / "mine")
+    monkeypatch.setenv("TORCH_TPU_CACHE_L2", "0")  # an explicit no still wins
+    assert CacheConfig.from_env().l2_dir is None
+    monkeypatch.delenv("TORCH_TPU_CACHE_L2")
+    code = (
+        "from torch_tpu.runtime import get_client\n"
+        "c = get_client()\n"
+        "c.compile('func.func @main(%a: tensor<3xf32>) -> tensor<3xf32> {\\n"
+        "  %0 = stablehlo.add %a, %a : tensor<3xf32>\\n  return %0 : tensor<3xf32>\\n}', name='twice')\n"
+        "s = c.cache.stats\n"
+        "print(s.compiles, s.l2_hits, s.l2_writes)\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert runs[0].stdout.split() == ["1", "0", "1"]  # compiled, written to the directory
+    assert runs[1].stdout.split() == ["0", "1", "0"]  # a new process: loaded from it
+
+
 def test_missing_fsspec_protocol_is_a_clear_error():
     with pytest.raises(CacheError, match="cannot open compile cache URL nosuchproto://x"):
         _client(None, "nosuchproto://x").compile(scale_module(3.0))
