@@ -11,21 +11,21 @@ from torch_tpu.runtime import get_client
 
 
 class Block(nn.Module):
+    """Small on purpose: the TPU compiler takes seconds per graph, and the suite compiles
+    about ten (its time budget on the chip is 8 minutes, everything included)."""
+
     def __init__(self, d: int = 64) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d)
-        self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
 
     def forward(self, x):
-        h = self.norm(x)
-        x = x + self.attn(h, h, h, need_weights=False)[0]
-        return x + self.mlp(x)
+        return x + self.mlp(self.norm(x))
 
 
 def _model() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(Block(), Block(), nn.Linear(64, 10))
+    return nn.Sequential(Block(), nn.Linear(64, 10))
 
 
 def test_inference_on_host_tensors(chip):
