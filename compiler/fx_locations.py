@@ -39,14 +39,42 @@ def op_name(node: torch.fx.Node) -> str:
     return getattr(target, "__name__", str(target))
 
 
+def node_frame(node: torch.fx.Node) -> tuple[tuple[str, int] | None, bool]:
+    """The user's source line for `node` and whether it is the node's own. Nodes that
+    PyTorch's graph passes add have no stack trace (Dynamo's tensorify pass writes the
+    float arithmetic of GPT-2's GELU under dynamic=True as `true_divide`, `scalar_tensor`
+    nodes): they borrow the line of the nearest node that uses their result, else of the
+    nearest one whose result they use, so an error about them still points at the model."""
+    own = user_frame(node.meta.get("stack_trace"))
+    if own is not None:
+        return own, True
+    for direction in ("users", "inputs"):
+        seen = {node}
+        frontier = [node]
+        while frontier:
+            nxt = []
+            for n in frontier:
+                for m in (n.users if direction == "users" else n.all_input_nodes):
+                    if m in seen:
+                        continue
+                    seen.add(m)
+                    frame = user_frame(m.meta.get("stack_trace"))
+                    if frame is not None:
+                        return frame, False
+                    nxt.append(m)
+            frontier = nxt
+    return None, False
+
+
 def node_location(node: torch.fx.Node) -> ir.Location:
-    frame = user_frame(node.meta.get("stack_trace"))
+    frame, _ = node_frame(node)
     child = ir.Location.file(frame[0], frame[1], 1) if frame else ir.Location.unknown()
     return ir.Location.name(op_name(node), childLoc=child)
 
 
 def describe_node(node: torch.fx.Node) -> str:
-    """`aten.addmm.default (node addmm_3) at model.py:12`, for error messages."""
-    frame = user_frame(node.meta.get("stack_trace"))
-    where = f" at {frame[0]}:{frame[1]}" if frame else ""
+    """`aten.addmm.default (node addmm_3) at model.py:12`, for error messages (`near
+    model.py:12` for a node PyTorch added, from a neighbour's line: `node_frame`)."""
+    frame, own = node_frame(node)
+    where = f" {'at' if own else 'near'} {frame[0]}:{frame[1]}" if frame else ""
     return f"{op_name(node)} (node {node.name}){where}"

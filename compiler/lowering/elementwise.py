@@ -181,7 +181,10 @@ def _rsub(ctx, a, b, alpha=1):
     return _with_alpha(stablehlo.SubtractOp, ctx, b, a, alpha)
 
 
-@lowers(aten.div.Tensor, aten.div.Scalar)
+# true_divide is div's alias; PyTorch's own graph passes emit it (Dynamo's tensorify pass
+# turns a float computed from sizes, GPT-2's GELU constant under dynamic=True, into
+# tensor ops through TensorReferenceAnalysis, which writes true_divide).
+@lowers(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 def _div(ctx, a, b):
     out = ctx.result_dtype()
     lhs, rhs = promote(a, b, to=out)
@@ -243,6 +246,11 @@ def _fmod(ctx, a, b):
     out = ctx.result_dtype()
     lhs, rhs = promote(a, b, to=out)
     return stablehlo.RemOp(lhs, rhs).result
+
+
+@lowers(aten.square.default)  # also emitted by the tensorify pass (TensorReferenceAnalysis)
+def _square(ctx, a):
+    return _pow(ctx, a, 2)
 
 
 @lowers(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)

@@ -285,8 +285,12 @@ def _scatter_advanced(self: ir.Value, plan: _AdvancedIndex, values: ir.Value, ki
 
 def _index_padded(ctx: LoweringContext, x, indices):
     """Advanced indexing: a negative index counts from the run-time end of its dim (the
-    ordinary rule would count from the bound); a boolean mask index has a data-dependent
-    shape and is not supported over a dynamic dim."""
+    ordinary rule would count from the bound), and an index past the end is clamped to
+    the run-time last element, as the static program's gather clamps it to the last one
+    (the ordinary rule would read the padding between the size and the bound). PyTorch's
+    decompositions rely on that clamp: `_unsafe_index` is unchecked, and eager's fused
+    kernels clamp where the decomposition does not. A boolean mask index has a
+    data-dependent shape and is not supported over a dynamic dim."""
     sym = symbolic_arg(ctx, 0)
     dyn = set(dynamic_dims(ctx, 0))
     wrapped = list(indices)
@@ -297,9 +301,11 @@ def _index_padded(ctx: LoweringContext, x, indices):
             raise ctx.dynamic_limit("a boolean mask index over a dynamic (padded) dimension")
         ishape = shape_of(idx)
         idx64 = convert(idx, torch.int64)
-        size = broadcast_to(i64(run_time_size(ctx, sym.shape[d])), ishape)
+        size = i64(run_time_size(ctx, sym.shape[d]))
         negative = compare(idx64, broadcast_to(i64(0), ishape), "LT")
-        wrapped[d] = select(negative, stablehlo.AddOp(idx64, size).result, idx64)
+        idx64 = select(negative, stablehlo.AddOp(idx64, broadcast_to(size, ishape)).result, idx64)
+        last = stablehlo.SubtractOp(size, i64(1)).result
+        wrapped[d] = stablehlo.ClampOp(i64(0), idx64, last).result
     return LOWERINGS[ctx.node.target].fn(ctx, x, wrapped)
 
 

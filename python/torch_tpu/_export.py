@@ -19,7 +19,7 @@ from torch_tpu.compiler.pipeline import run_pipeline
 from torch_tpu.compiler.pipelines import named_pipeline
 
 from ._errors import TorchTpuCompileError
-from ._export_signature import ArgSpec, ExportSignature, argument_names, leaf_spec
+from ._export_signature import ArgSpec, ExportSignature, SymbolSpec, argument_names, leaf_spec
 from ._precision import current_mode
 from ._process_groups import process_groups_of
 
@@ -199,10 +199,12 @@ def _signature(module, ep, args: tuple, kwargs: dict, bounds: dict) -> ExportSig
     user_vals = iter([placeholders.get(spec.arg.name) for spec in ep.graph_signature.input_specs
                       if spec.kind.name == "USER_INPUT"])
     ranges = {}
+    symbols: dict[str, SymbolSpec] = {}
     for sym, bound in bounds.items():
         vr = ep.range_constraints.get(sym)
         low = int(vr.lower) if vr is not None and _is_finite(vr.lower) else 0
         ranges[sym] = (low, int(bound))
+        symbols[str(sym)] = SymbolSpec(_symbol_label(sym, placeholders.values()), low, int(bound))
     specs: list[ArgSpec] = []
     named = [(n, False, v, s) for n, v, s in zip(argument_names(module, len(args)), args, args_spec.children())]
     named += [(k, True, kwargs[k], s) for k, s in zip(kwarg_names, kwargs_spec.children())]
@@ -212,7 +214,27 @@ def _signature(module, ep, args: tuple, kwargs: dict, bounds: dict) -> ExportSig
             # torch.export makes a placeholder for each leaf (scalars specialized).
             leaves.append(leaf_spec(leaf, next(user_vals), ranges))
         specs.append(ArgSpec(name, keyword, pytree.treespec_dumps(tree), tuple(leaves)))
-    return ExportSignature(tuple(specs), pytree.treespec_dumps(ep.call_spec.out_spec))
+    return ExportSignature(tuple(specs), pytree.treespec_dumps(ep.call_spec.out_spec), symbols)
+
+
+def _symbol_label(sym, vals) -> str:
+    """The name users gave a size symbol: the torch.export `Dim`'s (`seq`), read from the
+    ShapeEnv's sources (a dim's source maps to its Dim's name; a root Dim that no input
+    takes as is, as in `2*seq` alone, is a source named after it); else the symbol."""
+    shape_env = next(
+        (s.node.shape_env for v in vals if isinstance(v, torch.Tensor) for s in v.shape if isinstance(s, torch.SymInt)),
+        None,
+    )
+    if shape_env is None:
+        return str(sym)
+    debug_names = getattr(shape_env, "source_name_to_debug_name", {}) or {}
+    for source in shape_env.var_to_sources.get(sym, []):
+        name = source.name() if callable(source.name) else source.name
+        if name in debug_names:
+            return str(debug_names[name])
+        if str(name).isidentifier():
+            return str(name)
+    return str(sym)
 
 
 def _is_finite(x) -> bool:

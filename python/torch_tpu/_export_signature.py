@@ -18,6 +18,69 @@ _CONSTANT_TYPES = (int, float, bool)
 
 
 @dataclass(frozen=True)
+class SymbolSpec:
+    """A size symbol of the exported program (torch.export's `s27`): the name users gave
+    it (the `Dim`'s, `seq`) and its range [min, bound compiled for]."""
+
+    label: str
+    low: int
+    high: int
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "min": self.low, "max": self.high}
+
+    @staticmethod
+    def from_json(data: dict) -> SymbolSpec:
+        return SymbolSpec(str(data["label"]), int(data["min"]), int(data["max"]))
+
+
+@dataclass(frozen=True)
+class SizeExpr:
+    """An affine size `sum(coeff * symbol) + const` (torch.export's derived dims are
+    affine: `Dim + int`, `Dim - int`, `int * Dim`). Plain JSON when saved: reading it back
+    evaluates nothing (no sympy parsing of untrusted text)."""
+
+    terms: tuple[tuple[str, int], ...]  # (symbol, coefficient), sorted by symbol
+    const: int = 0
+
+    @staticmethod
+    def from_sympy(expr) -> SizeExpr | None:
+        """The affine form of a sympy size expression, or None when it is not affine."""
+        import sympy
+
+        expr = sympy.expand(expr)
+        symbols = sorted(expr.free_symbols, key=str)
+        if not symbols:
+            return None
+        poly = sympy.Poly(expr, *symbols)
+        if poly.total_degree() > 1 or not all(c.is_Integer for c in poly.coeffs()):
+            return None
+        terms = tuple((str(s), int(poly.coeff_monomial(s))) for s in symbols)
+        return SizeExpr(terms, int(poly.coeff_monomial(1)))
+
+    def describe(self, labels: dict[str, str]) -> str:
+        """`seq`, `2*seq`, `seq + 1` in the symbols' user names."""
+        parts = []
+        for sym, coeff in self.terms:
+            name = labels.get(sym, sym)
+            parts.append(name if coeff == 1 else f"{coeff}*{name}")
+        text = " + ".join(parts)
+        if self.const:
+            text += f" {'+' if self.const > 0 else '-'} {abs(self.const)}"
+        return text
+
+    def to_json(self) -> dict:
+        return {"terms": {sym: coeff for sym, coeff in self.terms}, "const": self.const}
+
+    @staticmethod
+    def from_json(data: dict) -> SizeExpr:
+        terms = tuple(sorted((str(sym), int(c)) for sym, c in data["terms"].items()))
+        if not terms or any(c == 0 for _, c in terms):
+            raise ValueError(f"malformed size expression {data!r}")
+        return SizeExpr(terms, int(data.get("const", 0)))
+
+
+@dataclass(frozen=True)
 class LeafSpec:
     """One leaf of an argument: a tensor (dtype, shape; `dynamic` maps a dim to its
     [min, max] range) or a constant baked into the program."""
@@ -27,6 +90,11 @@ class LeafSpec:
     shape: tuple[int, ...] = ()
     dynamic: dict[int, tuple[int, int]] = field(default_factory=dict)
     value: Any = None
+    # What each dynamic dim was exported as (`seq`, `2*seq`, `seq + 1`): the constraints
+    # torch.export recorded between dims, checked at every call (`check_constraints`).
+    # Absent for a dim whose size is not affine in the symbols (range check only) and in
+    # manifests written before constraints were recorded.
+    sizes: dict[int, SizeExpr] = field(default_factory=dict)
 
     def describe(self) -> str:
         if self.kind == "constant":
@@ -40,8 +108,11 @@ class LeafSpec:
     def to_json(self) -> dict:
         if self.kind == "constant":
             return {"kind": "constant", "value": self.value}
-        return {"kind": "tensor", "dtype": self.dtype, "shape": list(self.shape),
+        data = {"kind": "tensor", "dtype": self.dtype, "shape": list(self.shape),
                 "dynamic": {str(d): list(r) for d, r in self.dynamic.items()}}
+        if self.sizes:
+            data["sizes"] = {str(d): e.to_json() for d, e in self.sizes.items()}
+        return data
 
     @staticmethod
     def from_json(data: dict) -> LeafSpec:
@@ -50,7 +121,10 @@ class LeafSpec:
         if data["kind"] != "tensor":
             raise ValueError(f"unknown leaf kind {data['kind']!r}")
         dynamic = {int(d): (int(r[0]), int(r[1])) for d, r in data["dynamic"].items()}
-        return LeafSpec("tensor", str(data["dtype"]), tuple(int(s) for s in data["shape"]), dynamic)
+        sizes = {int(d): SizeExpr.from_json(e) for d, e in data.get("sizes", {}).items()}
+        if not set(sizes) <= set(dynamic):
+            raise ValueError(f"size expressions for static dims {sorted(set(sizes) - set(dynamic))}")
+        return LeafSpec("tensor", str(data["dtype"]), tuple(int(s) for s in data["shape"]), dynamic, sizes=sizes)
 
 
 @dataclass(frozen=True)
@@ -77,6 +151,9 @@ class ArgSpec:
 class ExportSignature:
     args: tuple[ArgSpec, ...]
     out_spec: str  # treespec_dumps of the user outputs
+    # The size symbols the leaves' `sizes` refer to (empty for a static program, and in
+    # manifests written before constraints were recorded).
+    symbols: dict[str, SymbolSpec] = field(default_factory=dict)
 
     def describe(self) -> str:
         """`(ids: int64[2, 1..64], *, attention_mask: float32[2, 1..64])`"""
@@ -118,14 +195,97 @@ class ExportSignature:
         inputs: list[Any] = []
         for spec in self.args:
             inputs.extend(_check_argument(spec, bound[spec.name], who))
+        self.check_constraints(inputs, who)
         return inputs
 
+    def check_constraints(self, inputs: list[Any], who: str = "exported program") -> None:
+        """Checks what torch.export recorded between the dynamic dims of the call's leaves
+        (`inputs`, in `flatten_call`'s order): a `Dim` shared by two dims (also two dims of
+        one input) gives them one size, a derived dim (`2*seq`, `seq + 1`) is that function
+        of its root, and each symbol stays in its range. The padded program passes one size
+        per dim and would silently cut or zero-pad a dim that disagrees, so a call that
+        breaks a constraint is an error naming both dims."""
+        if not self.symbols:
+            return
+        labels = {sym: spec.label for sym, spec in self.symbols.items()}
+        dims: list[tuple[str, int, int, SizeExpr]] = []  # (where, dim, size, expression)
+        values = iter(inputs)
+        for arg in self.args:
+            for k, leaf in enumerate(arg.leaves):
+                value = next(values)
+                where = f"argument '{arg.name}'" + (f" (leaf {k})" if len(arg.leaves) > 1 else "")
+                for d, expr in sorted(leaf.sizes.items()):
+                    dims.append((where, d, int(value.shape[d]), expr))
+        # Bind each symbol from the first dim that determines it alone (as torch.export's
+        # own call check unifies them), solving affine sizes (`2*seq` = 10 gives seq = 5).
+        bound: dict[str, tuple[int, str]] = {}  # symbol -> (value, the dim that set it)
+        progress = True
+        while progress:
+            progress = False
+            for where, d, size, expr in dims:
+                unbound = [(sym, c) for sym, c in expr.terms if sym not in bound]
+                if len(unbound) != 1:
+                    continue
+                sym, coeff = unbound[0]
+                rest = size - expr.const - sum(c * bound[s][0] for s, c in expr.terms if s in bound)
+                text = expr.describe(labels)
+                if rest % coeff:
+                    raise ValueError(
+                        f"{who}: {where} dim {d} has size {size}, but it was exported as {text}, "
+                        f"which no integer {labels.get(sym, sym)} gives; pass a size of the form {text}"
+                    )
+                plain = expr.terms == ((sym, 1),) and not expr.const
+                bound[sym] = (rest // coeff, f"{where} dim {d}" + ("" if plain else f" (size {size} = {text})"))
+                progress = True
+        for where, d, size, expr in dims:
+            if any(sym not in bound for sym, _ in expr.terms):
+                continue  # a symbol no dim determines alone: its range was checked per leaf
+            want = expr.const + sum(c * bound[sym][0] for sym, c in expr.terms)
+            if want != size:
+                given = "; ".join(
+                    f"{labels.get(sym, sym)} = {bound[sym][0]} from {bound[sym][1]}" for sym, _ in expr.terms
+                )
+                text = expr.describe(labels)
+                plain = len(expr.terms) == 1 and expr.terms[0][1] == 1 and not expr.const
+                raise ValueError(
+                    f"{who}: {where} dim {d} has size {size}, but it was exported as "
+                    f"{text}{'' if plain else f' = {want}'} ({given}): a shared or derived Dim in "
+                    f"dynamic_shapes, which torch.export compiled the program for; pass sizes that "
+                    f"agree"
+                )
+        for sym, (value, source) in bound.items():
+            spec = self.symbols.get(sym)
+            if spec is not None and not spec.low <= value <= spec.high:
+                raise ValueError(
+                    f"{who}: {spec.label} = {value} (from {source}) is outside its exported range "
+                    f"[{spec.low}, {spec.high}]; " + _range_advice(value, spec.low, spec.high)
+                )
+
     def to_json(self) -> dict:
-        return {"args": [a.to_json() for a in self.args], "out_spec": self.out_spec}
+        data = {"args": [a.to_json() for a in self.args], "out_spec": self.out_spec}
+        if self.symbols:
+            data["symbols"] = {sym: spec.to_json() for sym, spec in self.symbols.items()}
+        return data
 
     @staticmethod
     def from_json(data: dict) -> ExportSignature:
-        return ExportSignature(tuple(ArgSpec.from_json(a) for a in data["args"]), str(data["out_spec"]))
+        symbols = {str(sym): SymbolSpec.from_json(spec) for sym, spec in data.get("symbols", {}).items()}
+        signature = ExportSignature(
+            tuple(ArgSpec.from_json(a) for a in data["args"]), str(data["out_spec"]), symbols
+        )
+        unknown = {sym for a in signature.args for leaf in a.leaves for e in leaf.sizes.values()
+                   for sym, _ in e.terms} - set(symbols)
+        if unknown:
+            raise ValueError(f"size expressions name unknown symbols {sorted(unknown)}")
+        return signature
+
+
+def _range_advice(size: int, low: int, high: int) -> str:
+    """What to do about a size outside [low, high]: below the min, a larger size or an
+    export with a smaller min; above the max, a smaller size or a larger max."""
+    if size < low:
+        return f"pass a size of at least {low}, or export again with a smaller min in dynamic_shapes"
+    return f"pass a size of at most {high}, or export again with a larger max in dynamic_shapes"
 
 
 def _check_argument(spec: ArgSpec, value: Any, who: str) -> list[Any]:
@@ -152,13 +312,17 @@ def _check_argument(spec: ArgSpec, value: Any, who: str) -> list[Any]:
         dtype = str(leaf.dtype).removeprefix("torch.")
         if dtype != leaf_spec.dtype:
             raise TypeError(f"{who}: {where} must have dtype {leaf_spec.dtype}, got {dtype}")
-        if leaf.dim() != len(leaf_spec.shape) or any(
-            not _size_fits(int(size), d, leaf_spec) for d, size in enumerate(leaf.shape)
-        ):
+        misfit = None if leaf.dim() != len(leaf_spec.shape) else next(
+            (d for d, size in enumerate(leaf.shape) if not _size_fits(int(size), d, leaf_spec)), None
+        )
+        if leaf.dim() != len(leaf_spec.shape) or misfit is not None:
+            advice = ""
+            if misfit in leaf_spec.dynamic:
+                size, (low, high) = int(leaf.shape[misfit]), leaf_spec.dynamic[misfit]
+                advice = (f" (dim {misfit} is dynamic, exported for sizes {low}..{high}: "
+                          f"{_range_advice(size, low, high)})")
             raise ValueError(
-                f"{who}: {where} must have shape {leaf_spec.describe()}, got {list(leaf.shape)}"
-                + ("" if not leaf_spec.dynamic else " (a dynamic dim outside its exported range: "
-                   "export again with a larger max in dynamic_shapes)")
+                f"{who}: {where} must have shape {leaf_spec.describe()}, got {list(leaf.shape)}{advice}"
             )
         inputs.append(leaf)
     return inputs
@@ -192,7 +356,8 @@ def argument_names(module: torch.nn.Module, num_positional: int) -> list[str]:
 
 def leaf_spec(value: Any, placeholder_val: Any, ranges: dict) -> LeafSpec:
     """The spec of one input leaf; `placeholder_val` is the graph's fake value for it (None
-    for a constant), `ranges` maps a size symbol to its (min, max)."""
+    for a constant), `ranges` maps a size symbol to its (min, max). Each dynamic dim keeps
+    its size expression in the graph's symbols (`SizeExpr`), the constraints between dims."""
     if not isinstance(value, torch.Tensor):
         if not isinstance(value, _CONSTANT_TYPES):
             raise TypeError(
@@ -200,16 +365,19 @@ def leaf_spec(value: Any, placeholder_val: Any, ranges: dict) -> LeafSpec:
                 "constant, and only int/float/bool constants can be described; pass a tensor"
             )
         return LeafSpec("constant", value=value)
-    shape, dynamic = [], {}
+    shape, dynamic, sizes = [], {}, {}
     fake_shape = placeholder_val.shape if isinstance(placeholder_val, torch.Tensor) else value.shape
     for d, size in enumerate(fake_shape):
         if isinstance(size, torch.SymInt):
             lo, hi = _expr_range(size.node.expr, ranges)
             dynamic[d] = (lo, hi)
             shape.append(hi)
+            expr = SizeExpr.from_sympy(size.node.expr)
+            if expr is not None:
+                sizes[d] = expr
         else:
             shape.append(int(size))
-    return LeafSpec("tensor", str(value.dtype).removeprefix("torch."), tuple(shape), dynamic)
+    return LeafSpec("tensor", str(value.dtype).removeprefix("torch."), tuple(shape), dynamic, sizes=sizes)
 
 
 def _expr_range(expr, ranges: dict) -> tuple[int, int]:

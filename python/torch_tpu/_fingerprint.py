@@ -65,6 +65,12 @@ def _fingerprint(gm: torch.fx.GraphModule, settings: str) -> tuple[bytes, bytes]
                 if symbolic:
                     shapeless.append("sym:" + ",".join(symbolic))
                 dims.extend(int(s) if not isinstance(s, torch.SymInt) or s.node.is_constant() else -1 for s in val.shape)
+            elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) and not val.node.is_constant():
+                # A size passed in as a value (`trunc: Sym(TruncToInt(1.7*ToFloat(s0)))`
+                # from an eager partition) keys by its expression too: the bounds of
+                # every size derived from it (an upsample's output) follow from it, and
+                # two graphs that differ only there (scale 1.7 vs 2.5) are two programs.
+                shapeless.append(f"in:{type(val).__name__}:{val.node.expr}")
             else:
                 shapeless.append(f"in:{type(val).__name__}")
             continue

@@ -27,7 +27,7 @@ import torch
 import torch.fx
 
 from torch_tpu.compiler.importer.dynamic import has_symbolic_shapes
-from torch_tpu.compiler.fx_locations import describe_node, op_name, user_frame
+from torch_tpu.compiler.fx_locations import describe_node, node_frame, op_name
 from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.runtime.errors import CompileError
 
@@ -257,7 +257,7 @@ def _nodes_at(gm: torch.fx.GraphModule, op: str | None, file: str | None, line: 
             continue
         if op is not None and op_name(node) != op:
             continue
-        if file is not None and user_frame(node.meta.get("stack_trace")) != (file, line):
+        if file is not None and node_frame(node)[0] != (file, line):  # the line its location names
             continue
         found.append(node)
     return found

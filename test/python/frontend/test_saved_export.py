@@ -1,6 +1,7 @@
 """Saved exports (#12 item 6): save -> load in a fresh process -> call equals eager;
 calls by keyword with errors that name the argument; corrupt files are clear errors;
-torchtpu-run runs a saved export; dynamic_shapes serve every size within the bound."""
+torchtpu-run runs a saved export; dynamic_shapes serve every size within the bound, and the
+constraints torch.export recorded between dims are checked at every call (#30 items 3, 10)."""
 
 from __future__ import annotations
 
@@ -352,5 +353,155 @@ def test_dynamic_shapes_serve_every_size_within_the_bound(tmp_path):
         torch.testing.assert_close(ep(ids, attention_mask=mask), expected, **TOL)
         torch.testing.assert_close(loaded(ids, attention_mask=mask), expected, **TOL)
     ids, mask = _encoder_inputs(seq=40)
-    with pytest.raises(ValueError, match=r"argument 'ids' must have shape int64\[2, 2..32\], got \[2, 40\]"):
+    with pytest.raises(ValueError, match=r"argument 'ids' must have shape int64\[2, 2..32\], got \[2, 40\] "
+                       r"\(dim 1 is dynamic, exported for sizes 2..32: pass a size of at most 32, or export "
+                       r"again with a larger max"):
         loaded(ids, attention_mask=mask)
+    # Below the min the advice is a larger size or a smaller min, never a larger max (#30 item 10).
+    ids, mask = _encoder_inputs(seq=1)
+    with pytest.raises(ValueError) as err:
+        loaded(ids, attention_mask=mask)
+    assert "got [2, 1] (dim 1 is dynamic, exported for sizes 2..32: pass a size of at least 2, or export " \
+           "again with a smaller min in dynamic_shapes)" in str(err.value)
+    assert "larger max" not in str(err.value)
+
+
+# -- constraints between dynamic dims (#30 item 3) ------------------------------------------
+
+
+class _Pair(nn.Module):
+    def forward(self, x, y):
+        return x.sum(-1, keepdim=True) * 2 + y.sum(-1, keepdim=True)
+
+
+class _Doubled(nn.Module):
+    def forward(self, x, y):
+        return torch.cat([x, x], 0) * y
+
+
+class _Square(nn.Module):
+    def forward(self, x):
+        return x @ x + 1
+
+
+_SEQ = Dim("seq", min=2, max=32)
+
+# (module, example inputs, dynamic_shapes, a call that breaks a constraint, the error it
+# must raise, good calls that must equal eager).
+_CONSTRAINTS = {
+    "shared Dim, two inputs": (
+        TinyEncoder, _encoder_inputs(seq=8), {"ids": {1: _SEQ}, "attention_mask": {1: _SEQ}},
+        (_encoder_inputs(seq=10)[0], _encoder_inputs(seq=11)[1]),
+        "argument 'attention_mask' dim 1 has size 11, but it was exported as seq (seq = 10 from argument 'ids' "
+        "dim 1): a shared or derived Dim in dynamic_shapes, which torch.export compiled the program for; pass "
+        "sizes that agree",
+        [_encoder_inputs(seq=n, seed=n) for n in (2, 13, 32)],
+    ),
+    "derived 2*Dim": (
+        _Doubled, (torch.randn(5, 3), torch.randn(10, 3)), {"x": {0: _SEQ}, "y": {0: 2 * _SEQ}},
+        (torch.randn(5, 3), torch.randn(12, 3)),
+        "argument 'y' dim 0 has size 12, but it was exported as 2*seq = 10 (seq = 5 from argument 'x' dim 0)",
+        [(torch.randn(n, 3), torch.randn(2 * n, 3)) for n in (2, 7, 32)],
+    ),
+    "derived Dim + 1": (
+        _Pair, (torch.randn(4, 6), torch.randn(4, 7)), {"x": {1: _SEQ}, "y": {1: _SEQ + 1}},
+        (torch.randn(4, 6), torch.randn(4, 6)),
+        "argument 'y' dim 1 has size 6, but it was exported as seq + 1 = 7 (seq = 6 from argument 'x' dim 1)",
+        [(torch.randn(4, n), torch.randn(4, n + 1)) for n in (2, 9, 32)],
+    ),
+    "one Dim for two dims of one input": (
+        _Square, (torch.randn(5, 5),), {"x": {0: _SEQ, 1: _SEQ}},
+        (torch.randn(5, 6),),
+        "argument 'x' dim 1 has size 6, but it was exported as seq (seq = 5 from argument 'x' dim 0)",
+        [(torch.randn(n, n),) for n in (2, 17, 32)],
+    ),
+    "derived Dim alone: an odd size": (
+        _Pair, (torch.randn(4, 10), torch.randn(4, 3)), {"x": {1: 2 * _SEQ}, "y": None},
+        (torch.randn(4, 11), torch.randn(4, 3)),
+        "argument 'x' dim 1 has size 11, but it was exported as 2*seq, which no integer seq gives; pass a "
+        "size of the form 2*seq",
+        [(torch.randn(4, n), torch.randn(4, 3)) for n in (4, 14, 64)],
+    ),
+}
+
+
+def _call(ep, module, inputs):
+    if isinstance(module, TinyEncoder):
+        return ep(inputs[0], attention_mask=inputs[1])
+    return ep(*inputs)
+
+
+@pytest.mark.parametrize("case", list(_CONSTRAINTS))
+def test_dynamic_dim_constraints_are_checked_at_every_call(tmp_path, case):
+    make, example, dynamic_shapes, bad, message, good = _CONSTRAINTS[case]
+    torch.manual_seed(0)
+    module = make().eval()
+    args, kwargs = (example[:1], {"attention_mask": example[1]}) if make is TinyEncoder else (example, {})
+    ep = torch_tpu.export(module, args, kwargs, dynamic_shapes=dynamic_shapes)
+    ep.save(str(tmp_path / "saved"))
+    loaded = torch_tpu.load(str(tmp_path / "saved"))
+    for program in (ep, loaded):
+        with pytest.raises(ValueError) as err:
+            _call(program, module, bad)
+        assert message in str(err.value)
+        for inputs in good:
+            torch.testing.assert_close(_call(program, module, inputs), _call(module, module, inputs), **TOL)
+    if case == "derived Dim alone: an odd size":
+        # torch.export's own module lets an odd size through (it binds no root symbol from
+        # a derived dim); the padded program was compiled for 2*seq, so ours refuses it.
+        return
+    # torch.export's own program refuses the same call (its unflattened module checks some
+    # constraints as input checks, some as guards).
+    reference = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes).module()
+    with pytest.raises((RuntimeError, AssertionError), match="Expected input at|Guard failed"):
+        _call(reference, module, bad)
+
+
+def test_torchtpu_run_checks_shared_dims_of_a_saved_export(tmp_path):
+    torch.manual_seed(0)
+    model = TinyEncoder().eval()
+    ids, mask = _encoder_inputs(seq=8)
+    torch_tpu.export(
+        model, (ids,), {"attention_mask": mask}, dynamic_shapes={"ids": {1: _SEQ}, "attention_mask": {1: _SEQ}}
+    ).save(str(tmp_path / "enc"))
+    np.save(tmp_path / "ids.npy", _encoder_inputs(seq=10)[0].numpy())
+    np.save(tmp_path / "mask.npy", _encoder_inputs(seq=11)[1].numpy())
+    result = subprocess.run(
+        [sys.executable, "-m", "torch_tpu.tools.run", str(tmp_path / "enc"),
+         "--input", str(tmp_path / "ids.npy"), "--input", str(tmp_path / "mask.npy")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1
+    assert "argument 'attention_mask' dim 1 has size 11, but it was exported as seq (seq = 10 from argument " \
+           "'ids' dim 1)" in result.stderr
+
+
+def test_constraints_survive_the_manifest_and_old_manifests_still_load(tmp_path):
+    ep = torch_tpu.export(_Doubled(), (torch.randn(5, 3), torch.randn(10, 3)),
+                          dynamic_shapes={"x": {0: _SEQ}, "y": {0: 2 * _SEQ}})
+    ep.save(str(tmp_path / "new"))
+    with open(tmp_path / "new" / MANIFEST) as f:
+        signature = json.load(f)["signature"]
+    (sym,) = signature["symbols"]
+    assert signature["symbols"][sym] == {"label": "seq", "min": 2, "max": 32}
+    assert signature["args"][1]["leaves"][0]["sizes"] == {"0": {"terms": {sym: 2}, "const": 0}}
+    # A manifest written before constraints were recorded: ranges are still checked.
+    ep.save(str(tmp_path / "old"))
+
+    def strip(m):
+        m["signature"].pop("symbols")
+        for arg in m["signature"]["args"]:
+            for leaf in arg["leaves"]:
+                leaf.pop("sizes", None)
+
+    _edit_manifest(str(tmp_path / "old"), strip)
+    old = torch_tpu.load(str(tmp_path / "old"))
+    x, y = torch.randn(6, 3), torch.randn(12, 3)
+    torch.testing.assert_close(old(x, y), _Doubled()(x, y))
+    with pytest.raises(ValueError, match="must have shape float32"):
+        old(torch.randn(40, 3), y)
+    # A size expression naming no recorded symbol is a malformed manifest, not a crash.
+    ep.save(str(tmp_path / "bad"))
+    _edit_manifest(str(tmp_path / "bad"), lambda m: m["signature"].pop("symbols"))
+    with pytest.raises(SavedExportError, match="malformed manifest .*unknown symbols"):
+        torch_tpu.load(str(tmp_path / "bad"))

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from direct_graph import check_direct
 from harness import check
 
 aten = torch.ops.aten
@@ -98,3 +99,17 @@ def test_bool_constants_keep_their_values():
             return torch.where(mask, a, -a)
 
         check(lambda a: select_by_constant_mask(a), torch.randn(mask.shape))
+
+
+# Overloads that tracing rewrites (CompositeImplicit) but PyTorch's own graph passes emit:
+# Dynamo's tensorify pass writes float arithmetic on sizes through TensorReferenceAnalysis
+# (`true_divide`, `square`), after decomposition (#30 item 9, GPT-2's GELU, dynamic=True).
+@pytest.mark.parametrize("op, args", [
+    (aten.true_divide.Tensor, (X, POS)),
+    (aten.true_divide.Tensor, (I, J)),  # integers divide truly: a float result
+    (aten.true_divide.Scalar, (X, 4)),
+    (aten.square.default, (X,)),
+    (aten.square.default, (I,)),
+], ids=["true_divide_float", "true_divide_int", "true_divide_scalar", "square_float", "square_int"])
+def test_ops_emitted_by_the_tensorify_pass(op, args):
+    check_direct(op, *args)
