@@ -9,8 +9,6 @@ import torch
 
 import torch_tpu
 import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
-from torch_tpu import _register_lowering
-from torch_tpu.compiler.lowering import LOWERINGS
 from torch_tpu.device import EagerMode, _fused, _ops, set_eager_mode
 
 
@@ -34,15 +32,6 @@ def twice_plus(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 @twice_plus.register_fake
 def _(x, y):
     return torch.empty_like(x)
-
-
-@pytest.fixture
-def user_table():
-    before = set(LOWERINGS)
-    yield
-    for target in set(LOWERINGS) - before:
-        del LOWERINGS[target]
-        _register_lowering._USER_RULES.pop(target, None)
 
 
 def _lower_axpy():

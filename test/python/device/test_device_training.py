@@ -75,20 +75,25 @@ def test_no_grad_and_state_dict_roundtrip(tmp_path):
 # Parameter objects between cpu and tpu as between cpu and cuda, so the optimizer steps the
 # parameters the model uses. Before, the model got new Parameters and the loss stayed flat.
 
-def _train_moving(model, devices, make_opt):
+def _train_moving(model, devices, make_opt, *, opt=None, forward=None, detours=()):
     """Trains one step per entry of `devices`, moving the model to it first; the optimizer
-    is made before any move."""
-    opt = make_opt(model.parameters())
+    (`opt`, else made by `make_opt`) is made before any move. `forward`: what computes the
+    output (default the model; a compiled model, say). `detours`: steps before which the
+    model first visits the CPU (a checkpoint between two steps)."""
+    opt = opt if opt is not None else make_opt(model.parameters())
+    forward = forward if forward is not None else model
     ids = [id(p) for p in model.parameters()]
     gen = torch.Generator().manual_seed(1)
     losses = []
-    for device in devices:
+    for step, device in enumerate(devices):
+        if step in detours:
+            model.cpu()
         model.to(device)
         assert [id(p) for p in model.parameters()] == ids
         x = torch.randn(32, 8, generator=gen).to(device)
         y = torch.randn(32, 4, generator=gen).to(device)
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss = torch.nn.functional.mse_loss(forward(x), y)
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -124,23 +129,7 @@ def test_adamw_state_survives_a_round_trip_between_steps():
     make = MOVING_OPTIMIZERS["adamw"]
     model = _mlp()
     expected = _train_moving(copy.deepcopy(model), ["cpu"] * 4, make)
-    moved = copy.deepcopy(model)
-    opt = make(moved.parameters())
-    gen = torch.Generator().manual_seed(1)
-    got = []
-    for step in range(4):
-        if step == 2:
-            moved.cpu()
-            moved.to("tpu")
-        else:
-            moved.to("tpu")
-        x = torch.randn(32, 8, generator=gen).to("tpu")
-        y = torch.randn(32, 4, generator=gen).to("tpu")
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(moved(x), y)
-        loss.backward()
-        opt.step()
-        got.append(loss.item())
+    got = _train_moving(copy.deepcopy(model), ["tpu"] * 4, make, detours={2})
     torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-4, atol=1e-6)
 
 
@@ -213,17 +202,7 @@ def test_model_compiled_before_the_move_trains_with_its_optimizer():
     compiled = torch.compile(moved, backend="tpu")
     compiled(torch.ones(2, 8))
     opt = make(moved.parameters())
-    moved.to("tpu")
-    gen = torch.Generator().manual_seed(1)
-    got = []
-    for _ in range(4):
-        x = torch.randn(32, 8, generator=gen).to("tpu")
-        y = torch.randn(32, 4, generator=gen).to("tpu")
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(compiled(x), y)
-        loss.backward()
-        opt.step()
-        got.append(loss.item())
+    got = _train_moving(moved, ["tpu"] * 4, make, opt=opt, forward=compiled)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-4, atol=1e-6)
 
 

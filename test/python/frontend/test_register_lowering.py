@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import torch_tpu
-from torch_tpu import _register_lowering
 from torch_tpu._fingerprint import FxGraphFingerprint
 from torch_tpu.compiler.lowering import LOWERINGS
 
@@ -34,16 +33,6 @@ def split_halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _(x):
     n = x.shape[-1] // 2
     return x.new_empty(*x.shape[:-1], n), x.new_empty(*x.shape[:-1], x.shape[-1] - n)
-
-
-@pytest.fixture
-def user_table():
-    """Removes the test's registrations afterwards (the lowering table is process-wide)."""
-    before = set(LOWERINGS)
-    yield
-    for target in set(LOWERINGS) - before:
-        del LOWERINGS[target]
-        _register_lowering._USER_RULES.pop(target, None)
 
 
 def _register_scaled_add(edited: bool = False):
