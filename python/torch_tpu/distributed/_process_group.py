@@ -130,13 +130,14 @@ def _covers(t: torch.Tensor, entry) -> bool:
 
 def _flat_buffer(t: torch.Tensor):
     """A DeviceBuffer with `t`'s elements in row-major order, shape (numel,): the storage's
-    own buffer when `t` covers it (no copy: DDP's buckets, parameters, gradients), else
-    a device copy of the elements."""
-    from torch_tpu.device import _storage
+    own buffer when `t` covers it (no copy: DDP's buckets, parameters, gradients; a
+    storage kept in another shape is reshaped on the device: `_graph_io.flat_buffer`),
+    else a device copy of the elements."""
+    from torch_tpu.device import _graph_io, _storage
 
     entry = _storage.entry_of(t)
     if _covers(t, entry) and not (t.is_conj() or t.is_neg()):
-        return _storage.buffer_of(entry)
+        return _graph_io.flat_buffer(entry)
     c = t.detach()
     if t.is_conj() or t.is_neg():
         c = c.resolve_conj().resolve_neg()
@@ -145,7 +146,7 @@ def _flat_buffer(t: torch.Tensor):
     if c.storage_offset() != 0 or entry.numel != c.numel() or entry.dtype != c.dtype:
         c = c.clone()
         entry = _storage.entry_of(c)
-    return _storage.buffer_of(entry)
+    return _graph_io.flat_buffer(entry)
 
 
 def _as_tensor(buffer, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
