@@ -99,7 +99,15 @@ def argument(t: torch.Tensor, shared: bool = False):
     executable = _program(("argument", arg, index), "tpu graph argument", (entry.shape, entry.dtype),
                           torch.empty(arg.size, dtype=arg.dtype, device="meta"),
                           lambda storage: read_stored(storage, arg), index)
-    return executable.execute([buffer_of(entry)])[0]
+    value = executable.execute([buffer_of(entry)])[0]
+    if t.numel() == entry.numel and t.storage_offset() == 0 and t.is_contiguous():
+        # The tensor covers its storage row-major but the buffer has another shape (a
+        # storage loaded, resized or written from the host flat): the storage adopts the
+        # tensor's shape -- the same elements in the same order -- so later calls pass it
+        # as it is instead of running this program again.
+        entry.buffer = value
+        return value if shared else value.copy()
+    return value
 
 
 def flat_buffer(entry):

@@ -148,3 +148,25 @@ def test_compiled_call_on_host_tensors_uploads_only_the_batch():
             assert moved.upload_bytes == x.numel() * x.element_size(), moved
             assert moved.programs_executed == 1, moved
             torch.testing.assert_close(out, model(x))
+
+
+def test_a_flat_storage_adopts_the_shape_of_the_tensor_covering_it():
+    """A storage written from the host flat (here grown and shrunk by `resize_`) is
+    reshaped once by the first compiled call that takes the tensor covering it; later
+    calls pass it as is."""
+    host = torch.randn(4, 8)
+    b = host.to("tpu")
+    storage = b.untyped_storage()
+    storage.resize_(storage.nbytes() * 2)
+    storage.resize_(storage.nbytes() // 2)  # the tensor's size again, its buffer flat
+    assert _storage.entry_of(b).shape == (32,) and not _storage.passes_as_is(b)
+    fn = torch.compile(lambda x: x * 2, backend="tpu")
+    fn(b)
+    assert _storage.passes_as_is(b) and _storage.entry_of(b).shape == (4, 8)
+    out, moved = _delta(lambda: fn(b))
+    assert moved.programs_executed == 1
+    torch.testing.assert_close(out.cpu(), host * 2)
+    torch.testing.assert_close(b.cpu(), host)
+    # A view that does not cover its storage leaves the storage's shape alone.
+    torch.testing.assert_close(fn(b[1:]).cpu(), host[1:] * 2)
+    assert _storage.entry_of(b).shape == (4, 8)
