@@ -10,10 +10,10 @@ op whose rule needs them as constants is planned again with them baked in.
 
 Module arguments are whole storages (their buffers, in the storage's shape: `_buffers.py`);
 the module takes a tensor that passes as is (`_storage.passes_as_is`) as the buffer itself,
-reads any other view through the storage's flat order, and returns either new storages
-(functional ops: each in its result's shape) or the new value of each written storage (in
-the storage's shape) (in-place and out= ops, which the runtime then *rebinds*: every
-view of the storage sees the write; the written storages' old buffers are donated to
+reads any other view through the storage's flat order (`_stored.py`), and returns either
+new storages (functional ops: each in its result's shape) or the new value of each written
+storage, in the storage's shape (in-place and out= ops, which the runtime then *rebinds*:
+every view of the storage sees the write; the written storages' old buffers are donated to
 the op when nothing else can read them, `_donation_safe`). An op the table cannot lower
 runs on CPU (`_fallback.py`)."""
 
@@ -157,7 +157,9 @@ def _mismatch(a: str, b: str) -> RuntimeError:
 @dataclass
 class Plan:
     executable: Any
-    results: list  # (size, stride, dtype, numel, row-major, buffer shape) per result (None: not a tensor); empty for writes
+    # (size, stride, dtype, numel, row-major, buffer shape) per result (None: not a tensor);
+    # empty for writes
+    results: list
     multiple: bool  # the op returns a tuple
     written: list  # positions in `operands` of the written storages
     out_names: list
@@ -560,7 +562,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         raise
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
-    # (sizes, strides, dtype, storage numel, row-major) of each result tensor, ready for new_tensor.
+    # (sizes, strides, dtype, storage numel, row-major, buffer shape) of each result tensor,
+    # ready for new_tensor.
     results = [] if written and returning_writer is None else [
         None if layout is None else (list(layout[0]), list(layout[1]), layout[2], math.prod(layout[0]),
                                      tuple(layout[1]) == contiguous_stride(layout[0]),
