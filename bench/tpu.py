@@ -1169,7 +1169,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch_tpu vs jax on {header['device']} ({platform}; client: {client}); jax {header['jax']}, "
           f"torch {header['torch']}; peak {args.peak_tflops} TFLOP/s{'; --small' if args.small else ''}")
     print("ratio = JAX time / ours (> 1: ours faster); time = median over blocks of per-call time; "
-          "bytes: ours at the runtime gateway, JAX by construction")
+          "bytes: ours from the runtime counters, JAX by construction")
     print(f"    {'contender':<32} {'time':>10} {'ratio':>7} {'TFLOP/s':>8} {'MFU':>7} {'h2d/call':>9} {'d2h/call':>9}")
     results: dict[str, dict] = {}
     failed = False
