@@ -37,12 +37,12 @@ Conventions:
     2 * (parameters outside the embedding table) per token + attention 4 * S * S * d
     per sequence and layer (the full square, not halved for the causal mask); training =
     3 x forward. MFU = FLOPs / time / peak (the bf16 peak, also for the f32 case).
-  * bytes/call: host->device and device->host bytes of ours, counted at the runtime's
-    gateway to jaxlib (runtime/_jaxlib.py's batched_device_put and host_value), over the
+  * bytes/call: host->device and device->host bytes of ours, from the runtime's counters
+    (torch_tpu.runtime.transfer_stats(), counted at its gateway to jaxlib), over the
     timed blocks; on XLA:CPU, zero-copy transfers (aliased host memory) count 0 and
     DLPack exports are counted apart. JAX's are by construction (what the case passes).
-    Beside them, ours' device-side relayout programs per call (a compiled graph called on
-    tpu tensors: flat storage <-> shaped array, a device-memory copy each) and their bytes.
+    Beside them, ours' programs executed per call (programs_per_call: one for a compiled
+    call or an eager op on dense tpu tensors, whose storages pass as they are).
   * Correctness first: each case compares ours with JAX (||diff|| / ||jax|| within the
     tolerance, bf16 2e-2 (4e-2 for the 16-layer decoder's logits), f32 3e-3, and
     max |diff| / max |jax| within 5x it; training:
@@ -66,7 +66,6 @@ import statistics
 import sys
 import time
 import traceback
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -103,85 +102,22 @@ def share_jax_client() -> str:
 
 
 class TransferCounter:
-    """Counts ours' host<->device bytes at the runtime's one gateway to jaxlib: every
-    host->device copy of the runtime goes through `_jaxlib.batched_device_put` (Client.to_device,
-    the executables' argument converters), every device->host copy on TPU/GPU through
-    `_jaxlib.host_value` (buffer.host_tensor, DeviceBuffer.to_numpy), and XLA:CPU's
-    zero-copy exports through `_jaxlib.buffer_to_dlpack`. The runtime has no counter of its
-    own: this wraps those three names, so it must be installed before anything compiles
-    (the converters bind `batched_device_put` when they are made). JAX's own transfers do
-    not pass there."""
+    """Ours' host<->device bytes and program launches, read from the runtime's own
+    counters (`torch_tpu.runtime.transfer_stats()`: counted at its one gateway to jaxlib,
+    every Client.to_device, argument converter, host copy and launch). JAX's own
+    transfers and launches do not pass there, even on a shared client."""
 
-    def __init__(self) -> None:
-        self.h2d = 0  # bytes handed to batched_device_put
-        self.h2d_aliased = 0  # of them, zero-copy on XLA:CPU (host memory aliased, nothing moved)
-        self.d2h = 0  # bytes of host copies made (each array's copy counted once: jaxlib keeps it)
-        self.dlpack_exports = 0  # XLA:CPU: results handed to torch by DLPack (zero-copy)
-        self._seen: weakref.WeakSet = weakref.WeakSet()
-        self.installed = False
-
-    def install(self, platform: str) -> None:
-        from torch_tpu.runtime import _jaxlib
-
-        put, host_value, to_dlpack = _jaxlib.batched_device_put, _jaxlib.host_value, _jaxlib.buffer_to_dlpack
-        zero_copy = _jaxlib.ZERO_COPY
-        cpu = platform == "cpu"
-
-        def counted_put(*args: Any, **kwargs: Any) -> Any:
-            nbytes = sum(getattr(x, "nbytes", 0) for x in args[2])
-            self.h2d += nbytes
-            if cpu and len(args) > 6 and args[6] == zero_copy:
-                self.h2d_aliased += nbytes
-            return put(*args, **kwargs)
-
-        def counted_host_value(array: Any) -> Any:
-            host = host_value(array)
-            try:
-                first = array not in self._seen
-                if first:
-                    self._seen.add(array)
-            except TypeError:  # not weakly referenceable: count every read
-                first = True
-            if first:
-                self.d2h += host.nbytes
-            return host
-
-        def counted_to_dlpack(array: Any) -> Any:
-            self.dlpack_exports += 1
-            return to_dlpack(array)
-
-        _jaxlib.batched_device_put = counted_put
-        _jaxlib.host_value = counted_host_value
-        _jaxlib.buffer_to_dlpack = counted_to_dlpack
-        self.installed = True
-
-    def install_relayouts(self) -> None:
-        """Also counts the device-side programs that bridge the eager device's flat storages
-        and a compiled graph's shaped arguments and results (device/_graph_io.py: one
-        program per argument that is not a whole 1-D storage, one per result of rank > 1,
-        each copying the tensor in device memory on every call). `_program` is looked up
-        on every bridge, so wrapping it counts each run and its bytes."""
-        from torch_tpu.device import _graph_io
-
-        program = _graph_io._program
-
-        def counted_program(key: tuple, name: str, operand: tuple, result_val: Any, *args: Any) -> Any:
-            self.relayouts += 1
-            self.relayout_bytes += result_val.numel() * result_val.element_size()
-            return program(key, name, operand, result_val, *args)
-
-        _graph_io._program = counted_program
-
-    relayouts = 0
-    relayout_bytes = 0
+    installed = True
 
     def snapshot(self) -> tuple[int, ...]:
-        """The counts, and the XLA compiles of ours so far (the runtime cache's statistics:
-        a steady contender compiles nothing in its timed blocks)."""
-        from torch_tpu.runtime import get_client
+        """(upload bytes, of them aliased on XLA:CPU, download bytes, DLPack exports, XLA
+        compiles of ours -- the runtime cache's statistics: a steady contender compiles
+        nothing in its timed blocks -- and programs executed)."""
+        from torch_tpu.runtime import get_client, transfer_stats
 
-        return (self.h2d, self.h2d_aliased, self.d2h, self.dlpack_exports, get_client().cache.stats.compiles,
-                self.relayouts, self.relayout_bytes)
+        s = transfer_stats()
+        return (s.upload_bytes, s.aliased_upload_bytes, s.download_bytes, s.dlpack_exports,
+                get_client().cache.stats.compiles, s.programs_executed)
 
 
 COUNTER = TransferCounter()
@@ -222,7 +158,7 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
         for _ in range(warmup):
             c.sync(c.fn())
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    moved = {name: [0] * 7 for name in contenders}
+    moved = {name: [0] * 6 for name in contenders}
     for _ in range(repeats):
         for name, c in contenders.items():
             wait_for_idle_threads()
@@ -247,7 +183,7 @@ def time_each(contenders: dict[str, Contender], repeats: int, warmup: int,
         for _ in range(warmup):
             c.sync(c.fn(prepare[name]()))
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    moved = {name: [0] * 7 for name in contenders}
+    moved = {name: [0] * 6 for name in contenders}
     for _ in range(repeats):
         for name, c in contenders.items():
             arg = prepare[name]()
@@ -271,12 +207,11 @@ def _summary(c: Contender, samples: list[float], moved: list[int], calls: int) -
         h2d, d2h = c.jax_bytes or (0, 0)
         row.update(h2d_bytes_per_call=h2d, d2h_bytes_per_call=d2h, bytes_counted="by construction")
     else:
-        h2d, aliased, d2h, exports, compiles, relayouts, relayout_bytes = moved
+        h2d, aliased, d2h, exports, compiles, programs = moved
         row.update(h2d_bytes_per_call=(h2d - aliased) / calls, h2d_aliased_bytes_per_call=aliased / calls,
                    d2h_bytes_per_call=d2h / calls, dlpack_exports_per_call=exports / calls,
-                   xla_compiles_in_timed_blocks=compiles, relayout_programs_per_call=relayouts / calls,
-                   relayout_device_bytes_per_call=relayout_bytes / calls,
-                   bytes_counted="runtime gateway" if COUNTER.installed else "not counted")
+                   xla_compiles_in_timed_blocks=compiles, programs_per_call=programs / calls,
+                   bytes_counted="runtime counters")
     row.update(c.extra)
     return row
 
@@ -1161,9 +1096,8 @@ def print_case(num: int, result: dict) -> None:
             extra = f"  {row['GB_per_s']:.2f} GB/s"
         if "tokens_per_s" in row:
             extra = f"  {row['tokens_per_s']:.0f} tok/s"
-        if row.get("relayout_programs_per_call"):
-            extra += (f"  (+{row['relayout_programs_per_call']:.0f} relayout programs, "
-                      f"{_fmt_bytes(row['relayout_device_bytes_per_call'])} device copies)")
+        if row.get("programs_per_call", 0) > 1:
+            extra += f"  ({row['programs_per_call']:.1f} programs per call)"
         if row["side"] == "ours" and row.get("xla_compiles_in_timed_blocks"):
             extra += f"  ({row['xla_compiles_in_timed_blocks']} compiles while timed)"
         print(f"    {cname:<32} {fmt_s(row['s_per_call']):>10} {ratio:>7} {tflops:>8} {mfu:>7} "
@@ -1215,7 +1149,6 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     platform = jax.devices()[0].platform  # JAX's client; nothing of ours exists yet
-    COUNTER.install(platform)  # before anything of ours compiles
     client = "own"
     if not args.own_client:
         try:
@@ -1226,7 +1159,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch_tpu
 
-    COUNTER.install_relayouts()
     header = {
         "platform": platform, "device": str(jax.devices()[0].device_kind), "client": client,
         "jax": jax.__version__, "torch": torch.__version__, "torch_tpu": getattr(torch_tpu, "__version__", "?"),
@@ -1237,7 +1169,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch_tpu vs jax on {header['device']} ({platform}; client: {client}); jax {header['jax']}, "
           f"torch {header['torch']}; peak {args.peak_tflops} TFLOP/s{'; --small' if args.small else ''}")
     print("ratio = JAX time / ours (> 1: ours faster); time = median over blocks of per-call time; "
-          "bytes: ours at the runtime gateway, JAX by construction")
+          "bytes: ours from the runtime counters, JAX by construction")
     print(f"    {'contender':<32} {'time':>10} {'ratio':>7} {'TFLOP/s':>8} {'MFU':>7} {'h2d/call':>9} {'d2h/call':>9}")
     results: dict[str, dict] = {}
     failed = False

@@ -4,6 +4,7 @@
     exe = client.compile(mlir_text)            # through the L1/L2/L3 compile cache
     outs = exe(torch_a, torch_b)               # torch in, torch out (zero-copy on CPU)
     bufs = exe.execute([client.to_device(a)])  # asynchronous, stays on the device
+    transfer_stats()                           # uploads/downloads (count, bytes), programs run
 
 Never imports `jax`; jaxlib is reached only through `_jaxlib`.
 """
@@ -25,6 +26,7 @@ from .errors import (
 )
 from .executable import CompileSpec, Executable, Signature, TensorSpec
 from .fingerprint import CacheKey, Fingerprintable, fingerprint
+from .transfers import TransferStats, reset_transfer_stats, transfer_stats
 
 __all__ = [
     "ArgumentError",
@@ -47,9 +49,12 @@ __all__ = [
     "Signature",
     "TensorSpec",
     "TorchTPURuntimeError",
+    "TransferStats",
     "UnsafeCacheDirError",
     "UnsupportedDtypeError",
     "fingerprint",
     "get_client",
+    "reset_transfer_stats",
     "synchronize",
+    "transfer_stats",
 ]

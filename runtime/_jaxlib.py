@@ -45,6 +45,8 @@ from jaxlib import version as _jaxlib_version
 
 from torch_tpu.core import attributes
 
+from . import transfers
+
 JAXLIB_VERSION: str = _jaxlib_version.__version__
 
 # Exceptions jaxlib raises for runtime/compile failures (a RuntimeError subclass).
@@ -61,9 +63,34 @@ RawDevice = _jax.Device
 RawExecutable = _jax.LoadedExecutable
 
 # Hot-path entry points, re-exported as plain functions (unbound methods are as fast as
-# bound ones, and keep jaxlib's method names in this file).
-batched_device_put = _jax.batched_device_put
-buffer_to_dlpack = _jax.buffer_to_dlpack_managed_tensor
+# bound ones, and keep jaxlib's method names in this file). The three that move data or
+# launch programs are counted here (`transfers.py`): every path of the runtime goes through
+# them, so the counts need no wrapping from outside.
+_device_put = _jax.batched_device_put
+_to_dlpack = _jax.buffer_to_dlpack_managed_tensor
+_COUNTERS = transfers.COUNTERS
+
+
+def batched_device_put(aval: Any, sharding: Any, hosts: list, devices: Any, *rest: Any) -> Any:
+    """jaxlib's host -> device transfer (same arguments), counted as uploads; the host
+    semantics is the third of `rest` (ZERO_COPY on XLA:CPU aliases: counted apart)."""
+    counters = _COUNTERS
+    nbytes = 0
+    for host in hosts:
+        nbytes += host.nbytes
+    counters.uploads += len(hosts)
+    counters.upload_bytes += nbytes
+    if len(rest) > 2 and rest[2] == ZERO_COPY and devices and devices[0].platform == "cpu":
+        counters.aliased_upload_bytes += nbytes
+    return _device_put(aval, sharding, hosts, devices, *rest)
+
+
+def buffer_to_dlpack(array: Any) -> Any:
+    """A DLPack capsule of an array handed to the host without a copy (XLA:CPU), counted."""
+    _COUNTERS.dlpack_exports += 1
+    return _to_dlpack(array)
+
+
 batched_block_until_ready = _jax.batched_block_until_ready
 array_is_deleted = _jax.ArrayImpl.is_deleted
 array_is_ready = _jax.ArrayImpl.is_ready
@@ -210,8 +237,10 @@ def assemble(aval: Aval, sharding: Any, arrays: Sequence[RawArray]) -> RawArray:
 def make_runner(executable: RawExecutable, handlers: list[Any]) -> Any:
     """run(arrays) -> output arrays of one single-device execution (asynchronous)."""
     execute_sharded = executable.execute_sharded
+    counters = _COUNTERS
 
     def run(arrays: list[RawArray]) -> list[RawArray]:
+        counters.programs_executed += 1
         return execute_sharded(arrays).consume_with_handlers(handlers)
 
     return run
@@ -219,6 +248,7 @@ def make_runner(executable: RawExecutable, handlers: list[Any]) -> Any:
 
 def execute_replicated(executable: RawExecutable, arrays: list[RawArray]) -> list[list[RawArray]]:
     """[output][replica] single-device arrays of an N-replica execution."""
+    _COUNTERS.programs_executed += 1
     return disassemble(executable.execute_sharded(arrays))
 
 
@@ -305,8 +335,11 @@ def start_host_copy(array: RawArray) -> None:
 def host_value(array: RawArray) -> np.ndarray:
     """A single-device array's value in host memory (read-only NumPy array; ml_dtypes for
     bf16 and the f8 types). Waits for the value and the copy; on XLA:CPU it may alias the
-    buffer instead of copying."""
-    return array._single_device_array_to_np_array_did_copy()[0]
+    buffer instead of copying (then no download is counted)."""
+    host, did_copy = array._single_device_array_to_np_array_did_copy()
+    if did_copy:
+        _COUNTERS.download(array, host.nbytes)
+    return host
 
 
 _ALWAYS_COPY = [_jax.ArrayCopySemantics.ALWAYS_COPY]
@@ -323,7 +356,7 @@ def data_pointer(array: RawArray) -> int:
     """The device address of a single-device array's memory, read from a DLPack capsule
     that is dropped unconsumed (its deleter releases the external reference at once, so
     the array can still be donated). `unsafe_buffer_pointer()` would import jax."""
-    capsule = buffer_to_dlpack(array)
+    capsule = _to_dlpack(array)  # (not an export: the capsule is dropped unconsumed)
     try:
         return int(_DLTensor.from_address(_capsule_pointer(capsule, b"dltensor")).data or 0)
     finally:

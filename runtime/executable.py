@@ -459,6 +459,7 @@ class Executable:
         nargs = self._nargs
         device = self.devices[0]
         execute_sharded = self._raw.execute_sharded
+        counters = _jaxlib.transfers.COUNTERS  # (the runner counts its launches: so does this)
         handlers = self._handlers
         host_outputs = self._host_outputs
         from_dlpack = _from_dlpack()
@@ -479,6 +480,7 @@ class Executable:
                 if len(args) != 1:
                     check_arity(len(args))
                 array = convert(args[0], device)
+                counters.programs_executed += 1
                 try:
                     (out,) = execute_sharded([array]).consume_with_handlers(handlers)
                 except runtime_error as err:
@@ -495,6 +497,7 @@ class Executable:
             if len(args) != nargs:
                 check_arity(len(args))
             arrays = [convert(a, device) for convert, a in zip(converters, args)]
+            counters.programs_executed += 1
             try:
                 outs = execute_sharded(arrays).consume_with_handlers(handlers)
             except runtime_error as err:

@@ -1,6 +1,17 @@
 """The buffer table: a tpu tensor's storage is a non-owning PyTorch storage whose
-address is a key into this table; the entry holds the runtime `DeviceBuffer` (a flat
-1-D array of the storage's elements) that is the storage's value.
+address is a key into this table; the entry holds the runtime `DeviceBuffer` that is the
+storage's value, and that buffer's shape (`StorageEntry.shape`).
+
+A storage's buffer is *shaped*: it has the shape of the dense tensor that produced it (an
+upload of a [4096, 4096] parameter, an op's or a compiled graph's result), its elements
+in the storage's order (a row-major tensor: its own shape; a dense permuted one: its
+dimensions in memory order). On a TPU an array has a tiled layout, so a reshape is a copy
+in device memory, not a free relabelling: a storage kept flat (1-D) would cost a relayout
+program per argument and per result on every call. The tensor that covers its storage in
+that shape passes the buffer to programs as it is (`_storage.passes_as_is`); views of any
+other shape or stride read it through the flat storage order, inside the program that
+uses them. Storages written from the host elsewhere (a resize, a CPU fallback's write
+back) may hold a flat buffer: the shape is always the buffer's own.
 
 Addresses are virtual (never dereferenced: every tpu kernel is ours), unique per
 storage, 64-byte aligned. Views share the storage, hence the entry; an in-place op
@@ -15,6 +26,8 @@ import weakref
 from typing import Any
 
 import torch
+
+from torch_tpu.runtime.buffer import DeviceBuffer
 
 _ALIGN = 64
 # Far above any host allocation: a stray dereference faults instead of reading memory.
@@ -34,21 +47,31 @@ class Pending:
 
 
 class StorageEntry:
-    """One storage: its element dtype, element count, device index and buffer (None
-    until first written: `empty` allocates nothing).
+    """One storage: its element dtype, element count, device index, buffer (None until
+    first written: `empty` allocates nothing) and the buffer's shape (`shape`: its
+    product is `numel`; `(numel,)` for a flat buffer).
 
     `buffer` is the one way to read the value: while a FUSED trace holds it as `Pending`,
     reading `buffer` flushes the trace first, so no reader can see a stale buffer. Only
-    the recorder (`_fused.py`) reads `_buffer`, the raw slot."""
+    the recorder (`_fused.py`) reads `_buffer`, the raw slot. Setting `buffer` to a
+    DeviceBuffer sets `shape` to the buffer's: the two never disagree. A `Pending` value
+    has no shape of its own: its entry keeps the shape the recorded op gives it."""
 
-    __slots__ = ("_buffer", "device_index", "dtype", "numel", "nbytes", "__weakref__")
+    __slots__ = ("_buffer", "device_index", "dtype", "numel", "nbytes", "shape", "_flat", "__weakref__")
 
-    def __init__(self, dtype: torch.dtype, numel: int, device_index: int, buffer: Any = None) -> None:
+    def __init__(self, dtype: torch.dtype, numel: int, device_index: int, buffer: Any = None,
+                 shape: tuple[int, ...] | None = None) -> None:
         self.dtype = dtype
         self.numel = numel
         self.nbytes = numel * dtype.itemsize
         self.device_index = device_index
         self._buffer = buffer
+        if shape is None:
+            shape = buffer.shape if buffer.__class__ is DeviceBuffer else (numel,)
+        self.shape = shape
+        # (buffer, its flat 1-D copy) for the readers that need the storage order
+        # (`_graph_io.flat_buffer`); valid while `_buffer` is that buffer.
+        self._flat: tuple | None = None
 
     @property
     def buffer(self) -> Any:
@@ -65,6 +88,8 @@ class StorageEntry:
     @buffer.setter
     def buffer(self, value: Any) -> None:
         self._buffer = value
+        if value.__class__ is DeviceBuffer:
+            self.shape = value.shape
 
 
 class _Watch(weakref.ref):

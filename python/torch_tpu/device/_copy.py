@@ -8,6 +8,8 @@ enqueued); device -> host copies return at once and land later (`_host_copies.py
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import _host_copies, _ops, _storage
@@ -115,7 +117,10 @@ def resize_(self, size, memory_format=None):
     old = _storage.storage_to_host(entry)
     grown = torch.zeros(needed, dtype=entry.dtype)
     grown[: old.numel()] = old[:needed]
-    new = _storage.from_buffer(_storage.upload(grown, entry.device_index), (needed,), (1,), entry.dtype, entry.device_index)
+    # The new storage takes the tensor's shape when the tensor covers it (then it passes as is).
+    covers = self.storage_offset() == 0 and needed == math.prod(size)
+    buffer = _storage.upload(grown, entry.device_index, shape=tuple(size) if covers else None)
+    new = _storage.from_buffer(buffer, (needed,), (1,), entry.dtype, entry.device_index)
     return aten.set_.source_Storage_storage_offset(self, new.untyped_storage(), self.storage_offset(), size, stride)
 
 

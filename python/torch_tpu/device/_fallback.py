@@ -120,7 +120,7 @@ def run_on_cpu(op, args, kwargs, reason: str):
                 # The CPU kernel resized the output: give the tpu tensor the new storage.
                 _resize_to(t, cpu_t)
                 continue
-            entry.buffer = _storage.upload(host, entry.device_index)
+            entry.buffer = _storage.upload(host, entry.device_index, shape=entry.shape)  # the storage keeps its shape
     def to_tpu(x):
         if isinstance(x, torch.Tensor) and x.device.type == "cpu":
             return _storage.from_host(x, index)

@@ -2,14 +2,19 @@
 tpu tensors), without a host round trip.
 
 A compiled graph's program takes each input as an array of the tensor's shape and
-returns arrays of its results' shapes; the buffer table holds every storage as a flat
-1-D array (`_buffers.py`). Two small programs per signature bridge them, on the device:
+returns arrays of its results' shapes; the buffer table holds each storage in the shape
+of the dense tensor that produced it (`_buffers.py`). So:
 
-* `argument(t)`: the storage's flat buffer read as `t` (the device's own read path,
-  `_ops._read_view`: offset, strides, non-dense views) -> an array of `t`'s shape;
-* `result(buffer)`: a graph result laid out as a new storage (row-major) -> a tpu tensor.
+* `argument(t)`: a tensor that passes as is (`_storage.passes_as_is`: parameters,
+  activations, earlier results) is its storage's buffer, no program run; any other view
+  (a slice, a transpose, a dtype view...) is read by one small program per signature
+  (`_stored.read_stored`: offset, strides, non-dense views) -> an array of `t`'s shape;
+* `result(buffer)`: a graph result becomes a new storage of its own shape, no program.
 
-Both are enqueued without waiting, like every device op. Module state on the device is
+On a TPU, where arrays have tiled layouts and a reshape is a copy, this is what makes a
+compiled call ONE program (a flat storage would cost a relayout program per argument and
+per result on every call). The argument programs are enqueued without waiting, like
+every device op. Module state on the device is
 already a device buffer, so it never enters the host-side resident-parameter cache
 (`_invoker.ResidentParameters`).
 """
@@ -18,13 +23,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from . import _storage
 from ._buffers import entry_of
-from ._ops import TensorArg, _as_storage, _read_view
-from ._storage import buffer_of, contiguous_stride
+from ._ops import TensorArg
+from ._storage import buffer_of, contiguous_stride, layout_passes_as_is
 
 aten = torch.ops.aten
 
@@ -71,8 +75,9 @@ def _program(key: tuple, name: str, operand: tuple, result_val: torch.Tensor,
 
 def argument(t: torch.Tensor, shared: bool = False):
     """The DeviceBuffer of `t`'s value with `t`'s shape (what a compiled graph takes).
-    `shared`: the program does not write (donate) it, so a 1-D tensor covering its whole
-    storage passes the storage's own buffer (same shape: no program to run)."""
+    A tensor that passes as is gives its storage's own buffer (`shared`: the program
+    does not write it) or a device copy of it (a donated argument: the storage keeps its
+    value until the graph's epilogue writes the new one in)."""
     from ._modes import check_alive
 
     if t.is_conj() or t.is_neg():
@@ -83,34 +88,61 @@ def argument(t: torch.Tensor, shared: bool = False):
         t = t.clone()  # a dtype view of a storage: its own storage, by the device's kernel
         entry = entry_of(t)
     check_alive(entry)
-    if shared and t.dim() == 1 and t.stride(0) == 1 and t.storage_offset() == 0 and t.numel() == entry.numel:
-        return buffer_of(entry)
-    arg = TensorArg(t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(), entry.dtype, entry.numel)
+    if layout_passes_as_is(t.dtype, t.shape, t.stride(), t.storage_offset(), entry.dtype, entry.shape):
+        buffer = buffer_of(entry)
+        return buffer if shared else buffer.copy()
+    from ._stored import read_stored
+
+    arg = TensorArg(t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(), entry.dtype, entry.numel,
+                    storage_shape=entry.shape)
     index = entry.device_index
-    executable = _program(("argument", arg, index), "tpu graph argument", ((entry.numel,), entry.dtype),
+    executable = _program(("argument", arg, index), "tpu graph argument", (entry.shape, entry.dtype),
                           torch.empty(arg.size, dtype=arg.dtype, device="meta"),
-                          lambda storage: _read_view(storage, arg), index)
-    return executable.execute([buffer_of(entry)])[0]
+                          lambda storage: read_stored(storage, arg), index)
+    value = executable.execute([buffer_of(entry)])[0]
+    if t.numel() == entry.numel and t.storage_offset() == 0 and t.is_contiguous():
+        # The tensor covers its storage row-major but the buffer has another shape (a
+        # storage loaded, resized or written from the host flat): the storage adopts the
+        # tensor's shape -- the same elements in the same order -- so later calls pass it
+        # as it is instead of running this program again.
+        entry.buffer = value
+        return value if shared else value.copy()
+    return value
+
+
+def flat_buffer(entry):
+    """The storage's value as a 1-D DeviceBuffer (its element order), for the readers
+    that need it flat (a collective's operand): the buffer itself when flat, else one
+    reshape program per (shape, dtype), its output cached on the entry while the buffer
+    stays the same (a parameter all-reduced every step reshapes once per new value)."""
+    buffer = buffer_of(entry)
+    if len(entry.shape) == 1:
+        return buffer
+    cached = entry._flat
+    if cached is not None and cached[0] is buffer:
+        return cached[1]
+    from torch_tpu.compiler.lowering.helpers import reshape
+
+    shape, dtype, index, numel = tuple(entry.shape), entry.dtype, entry.device_index, entry.numel
+    executable = _program(("flat", shape, dtype, index), "tpu storage flat view", (shape, dtype),
+                          torch.empty(numel, dtype=dtype, device="meta"),
+                          lambda value: reshape(value, [numel]), index)
+    flat = executable.execute([buffer])[0]
+    entry._flat = (buffer, flat)
+    return flat
 
 
 def result(buffer, index: int) -> torch.Tensor:
-    """A new tpu tensor (row-major) holding a graph result's DeviceBuffer."""
+    """A new tpu tensor (row-major) over a new storage that is the graph result's
+    DeviceBuffer, in its shape (no relayout)."""
     from ._modes import is_blocking
     from torch_tpu.runtime import dtypes
 
     size = tuple(int(s) for s in buffer.shape)
     dtype = dtypes.torch_dtype(buffer._row)
-    stride = contiguous_stride(size)
-    if len(size) == 1:  # already laid out as its storage
-        return _storage.from_buffer(buffer, size, stride, dtype, index)
-    numel = int(np.prod(size, dtype=np.int64)) if size else 1
-    executable = _program(("result", size, dtype, index), "tpu graph result", (size, dtype),
-                          torch.empty(numel, dtype=dtype, device="meta"),
-                          lambda value: _as_storage(value, size, stride), index)
-    flat = executable.execute([buffer])[0]
     if is_blocking():
-        flat.synchronize()
-    return _storage.from_buffer(flat, size, stride, dtype, index)
+        buffer.synchronize()
+    return _storage.from_buffer(buffer, size, contiguous_stride(size), dtype, index)
 
 
 def device_of(args) -> int | None:

@@ -59,7 +59,7 @@ def _land(job: _Job) -> None:
 
     dtype, size, stride, offset, conj, neg = job.layout
     job.buffer.synchronize()
-    flat = job.buffer.to_torch()
+    flat = job.buffer.to_torch().reshape(-1)  # (a shaped storage's buffer: dense, so a view)
     if dtype != job.storage_dtype:
         flat = bytes_as(flat, dtype)
     value = flat.as_strided(size, stride, offset)

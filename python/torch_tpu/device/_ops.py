@@ -8,10 +8,12 @@ static arguments, precision mode). Python numbers passed as `Scalar` arguments (
 learning rate, `x * step`) are run-time operands of the module, not part of the key; an
 op whose rule needs them as constants is planned again with them baked in.
 
-Module arguments are whole storages (flat buffers); the module reads each tensor as a
-view of its storage and returns either new storages (functional ops) or the new value
-of each written storage (in-place and out= ops, which the runtime then *rebinds*: every
-view of the storage sees the write; the written storages' old buffers are donated to
+Module arguments are whole storages (their buffers, in the storage's shape: `_buffers.py`);
+the module takes a tensor that passes as is (`_storage.passes_as_is`) as the buffer itself,
+reads any other view through the storage's flat order (`_stored.py`), and returns either
+new storages (functional ops: each in its result's shape) or the new value of each written
+storage, in the storage's shape (in-place and out= ops, which the runtime then *rebinds*:
+every view of the storage sees the write; the written storages' old buffers are donated to
 the op when nothing else can read them, `_donation_safe`). An op the table cannot lower
 runs on CPU (`_fallback.py`)."""
 
@@ -59,6 +61,20 @@ class TensorArg:
     storage_dtype: torch.dtype
     storage_numel: int
     host: bool = False  # a 0-d CPU tensor (a run-time operand of its own)
+    storage_shape: tuple[int, ...] | None = None  # the storage buffer's shape (None: flat)
+
+    @property
+    def stored_shape(self) -> tuple[int, ...]:
+        """The shape of the storage's buffer, the module operand's shape."""
+        return (self.storage_numel,) if self.storage_shape is None else self.storage_shape
+
+    @property
+    def as_is(self) -> bool:
+        """Whether the tensor is its storage's buffer as it is (`_storage.layout_passes_as_is`)."""
+        from ._storage import layout_passes_as_is
+
+        return not self.host and layout_passes_as_is(self.dtype, self.size, self.stride, self.offset,
+                                                     self.storage_dtype, self.stored_shape)
 
 
 @dataclass(frozen=True)
@@ -110,7 +126,7 @@ def describe(op, args, kwargs, index_box: list, bake: bool):
                     raise _mismatch(f"tpu:{index_box[0]}", f"tpu:{index}")
                 operands.append(entry)
                 return TensorArg(value.dtype, tuple(value.shape), tuple(value.stride()), value.storage_offset(),
-                                 entry.dtype, entry.numel)
+                                 entry.dtype, entry.numel, storage_shape=entry.shape)
             if value.dim() == 0 and value.device.type == "cpu":
                 # A 0-d CPU tensor mixes with device tensors, as on CUDA: a run-time operand.
                 operands.append(value)
@@ -141,7 +157,9 @@ def _mismatch(a: str, b: str) -> RuntimeError:
 @dataclass
 class Plan:
     executable: Any
-    results: list  # (size, stride, dtype) per result (None: not a tensor); empty for writes
+    # (size, stride, dtype, numel, row-major, buffer shape) per result (None: not a tensor);
+    # empty for writes
+    results: list
     multiple: bool  # the op returns a tuple
     written: list  # positions in `operands` of the written storages
     out_names: list
@@ -172,8 +190,8 @@ class Plan:
         self.launch = self.executable.buffer_launcher()
         self.n_results = sum(layout is not None for layout in self.results)
         if not self.written and not self.multiple and self.results and self.results[0] is not None:
-            size, stride, dtype, numel, contiguous = self.results[0]
-            self.single = (numel, size, stride, dtype, self.index, contiguous)
+            size, stride, dtype, numel, contiguous, shape = self.results[0]
+            self.single = (numel, size, stride, dtype, self.index, contiguous, shape)
 
 
 _PLANS: dict = {}
@@ -379,6 +397,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
 
     from .._compile import _shared_context, pipeline_for
     from .._precision import current_mode
+    from ._stored import read_stored, store_result, write_stored
 
     sig_args, sig_kwargs = sig
     written = _written(op)
@@ -436,7 +455,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     operand_types = []
     for leaf in flat_sig:
         if isinstance(leaf, TensorArg):
-            operand_types.append(((), leaf.dtype) if leaf.host else ((leaf.storage_numel,), leaf.storage_dtype))
+            operand_types.append(((), leaf.dtype) if leaf.host else (leaf.stored_shape, leaf.storage_dtype))
         else:
             operand_types.append(((), torch.float64 if leaf.kind is float else torch.int64))
     # The written arguments' leaves (top-level tensors).
@@ -470,7 +489,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         def rebuild(x):
             if isinstance(x, TensorArg):
                 k = next(it)
-                return block_args[k] if x.host else _read_view(block_args[k], x)
+                return block_args[k] if x.host else read_stored(block_args[k], x)
             if isinstance(x, ScalarArg):
                 return block_args[next(it)]
             if isinstance(x, tuple):
@@ -494,22 +513,22 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
             for value, layout in zip(values, layouts):
                 if layout is not None:
                     size, stride, dtype = layout
-                    outs.append(_as_storage(convert(value, dtype), size, stride))
+                    outs.append(store_result(convert(value, dtype), size, stride))
             for k, (position, arg) in enumerate(zip(write_positions, write_args)):
-                outs.append(_write_into(block_args[position], values[n_returned + k], arg))
+                outs.append(write_stored(block_args[position], values[n_returned + k], arg))
             return outs
         if written:
             outs = []
             for k, (position, arg) in enumerate(zip(write_positions, write_args)):
                 source = values[k if is_out else 0]
-                outs.append(_write_into(block_args[position], source, arg))
+                outs.append(write_stored(block_args[position], source, arg))
             return outs
         outs = []
         for value, layout in zip(values, layouts):
             if layout is None:
                 continue
             size, stride, dtype = layout
-            outs.append(_as_storage(convert(value, dtype), size, stride))
+            outs.append(store_result(convert(value, dtype), size, stride))
         return outs
 
     record = OpRecord(target, tuple(meta_args), meta_kwargs, val, str(op))
@@ -543,10 +562,12 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         raise
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
         raise Unlowerable(f"XLA rejected the module: {err}") from None
-    # (sizes, strides, dtype, storage numel, row-major) of each result tensor, ready for new_tensor.
+    # (sizes, strides, dtype, storage numel, row-major, buffer shape) of each result tensor,
+    # ready for new_tensor.
     results = [] if written and returning_writer is None else [
         None if layout is None else (list(layout[0]), list(layout[1]), layout[2], math.prod(layout[0]),
-                                     tuple(layout[1]) == contiguous_stride(layout[0]))
+                                     tuple(layout[1]) == contiguous_stride(layout[0]),
+                                     _storage.stored_shape(layout[0], layout[1]))
         for layout in layouts
     ]
     multiple = len(op._schema.returns) > 1 if returning_writer is not None else isinstance(val, (tuple, list))
@@ -728,7 +749,7 @@ def _fast_signature(op, args, kwargs):
             elif index != entry.device_index:
                 return None
             operands.append(entry)
-            key.append((entry.dtype, entry.numel, value.dtype, value.shape, value.stride(), value.storage_offset()))
+            key.append((entry.dtype, entry.shape, value.dtype, value.shape, value.stride(), value.storage_offset()))
         elif (kind is float or kind is int) and position < n and names[position] in scalars:
             operands.append(value)
             key.append(kind)
@@ -939,11 +960,12 @@ def bind_results(op, args, kwargs, plan, operands, index, outs):
         layout = plan.results[0]
         if layout is None:
             return None
-        size, stride, dtype, numel, contiguous = layout
-        return _storage.new_tensor(outs[0], numel, size, stride, dtype, index, contiguous)
+        size, stride, dtype, numel, contiguous, shape = layout
+        return _storage.new_tensor(outs[0], numel, size, stride, dtype, index, contiguous, shape)
     buffers = iter(outs[:n_results])
     results = [
-        None if layout is None else _storage.new_tensor(next(buffers), layout[3], *layout[:3], index, layout[4])
+        None if layout is None else _storage.new_tensor(next(buffers), layout[3], *layout[:3], index, layout[4],
+                                                        layout[5])
         for layout in plan.results
     ]
     return tuple(results)

@@ -3,7 +3,11 @@
 A tensor is `(storage, offset, size, stride)` like any PyTorch tensor; the view kernels
 are PyTorch's own CPU kernels run over our non-owning storages (_registration.py), so
 aliasing is exactly PyTorch's. Host transfers move whole storages: a view's value is
-read from (or written into) its storage's host copy with `as_strided`."""
+read from (or written into) its storage's host copy with `as_strided`.
+
+A storage's device buffer has the shape of the dense tensor that produced it
+(`_buffers.py`); `passes_as_is` is the one rule deciding when a tensor is that buffer
+as it is, so programs take it and give it back without a relayout."""
 
 from __future__ import annotations
 
@@ -55,6 +59,54 @@ def contiguous_stride(size) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
+def row_major(size, stride) -> bool:
+    """Whether a layout is row-major dense (PyTorch's `is_contiguous`: the stride of a
+    size-1 dimension does not matter, nor any stride of a tensor without elements)."""
+    expected = 1
+    for s, st in zip(reversed(size), reversed(stride)):
+        s = int(s)
+        if s == 0:
+            return True
+        if s != 1 and int(st) != expected:
+            return False
+        expected *= s
+    return True
+
+
+def stored_shape(size, stride) -> tuple[int, ...] | None:
+    """The buffer shape of the storage of a dense tensor that covers it: its sizes in
+    memory order (a row-major tensor: its own sizes; a channels-last one: N, H, W, C);
+    None for a layout that is not dense (its storage stays flat)."""
+    size = tuple(int(s) for s in size)
+    if row_major(size, stride):
+        return size
+    from ._ops import _dense_order
+
+    order = _dense_order(size, stride)
+    return None if order is None else tuple(size[d] for d in order)
+
+
+def layout_passes_as_is(dtype: torch.dtype, size, stride, offset: int, storage_dtype: torch.dtype,
+                        storage_shape) -> bool:
+    """THE rule of shaped storages: a tensor is its storage's buffer as it is -- a program
+    takes the buffer for it, and a result buffer becomes its storage, with no relayout --
+    when it reads the storage in its own dtype, from offset 0, row-major, with the
+    buffer's shape (so it covers every element). The common tensors do (parameters,
+    activations, op and graph results); views of another shape, stride, offset or dtype
+    (slices, transposes, `as_strided`, dtype views, storages from `set_`/`resize_`) are
+    read and written through the storage's flat order inside the program using them."""
+    return (dtype == storage_dtype and offset == 0 and tuple(size) == tuple(storage_shape)
+            and row_major(size, stride))
+
+
+def passes_as_is(t: torch.Tensor) -> bool:
+    """`layout_passes_as_is` for a tpu tensor (lazy conj/neg bits are not in the storage:
+    such a tensor never does)."""
+    entry = entry_of(t)
+    return (not t.is_conj() and not t.is_neg()
+            and layout_passes_as_is(t.dtype, t.shape, t.stride(), t.storage_offset(), entry.dtype, entry.shape))
+
+
 def wrap(entry: StorageEntry, size, stride, offset: int = 0) -> torch.Tensor:
     """A tpu tensor viewing `entry`'s storage."""
     from ._registration import ensure_op_kernels
@@ -73,7 +125,11 @@ def tensor_on(storage: torch.UntypedStorage, dtype: torch.dtype, size, stride, o
 
 
 def empty(size, stride, dtype: torch.dtype, index: int) -> torch.Tensor:
-    entry = StorageEntry(dtype, storage_numel(size, stride), index)
+    numel = storage_numel(size, stride)
+    # A dense tensor's storage gets its shape from the start: the first write of it (an
+    # in-place init, `out=`, a copy) keeps that shape, so the tensor then passes as is.
+    shape = stored_shape(size, stride) if numel == math.prod(int(s) for s in size) else None
+    entry = StorageEntry(dtype, numel, index, shape=shape)
     return wrap(entry, size, stride)
 
 
@@ -83,11 +139,13 @@ def from_buffer(buffer, size, stride, dtype: torch.dtype, index: int) -> torch.T
 
 
 def new_tensor(buffer, numel: int, size: list, stride: list, dtype: torch.dtype, index: int,
-               contiguous: bool | None = None) -> torch.Tensor:
+               contiguous: bool | None = None, shape: tuple | None = None) -> torch.Tensor:
     """An op's result: a tpu tensor over a new storage holding `buffer` (dense, `numel`
     elements), the op kernels being registered already (the hot path of every op).
-    `contiguous`: whether `stride` is `size`'s row-major stride (computed when None)."""
-    entry = StorageEntry(dtype, numel, index, buffer)
+    `contiguous`: whether `stride` is `size`'s row-major stride (computed when None).
+    `shape`: the buffer's shape, needed when `buffer` is a FUSED trace's pending value
+    (a DeviceBuffer carries its own)."""
+    entry = StorageEntry(dtype, numel, index, buffer, shape)
     if contiguous is None:
         contiguous = tuple(stride) == contiguous_stride(size)
     if contiguous and numel and not index:
@@ -109,7 +167,7 @@ def buffer_of(entry: StorageEntry):
     """The entry's buffer; zeros for a storage never written (`empty` is uninitialised
     memory in PyTorch: zeros are one valid content)."""
     if entry.buffer is None:
-        entry.buffer = client().to_device(torch.zeros(entry.numel, dtype=entry.dtype), entry.device_index, copy=True)
+        entry.buffer = client().to_device(torch.zeros(entry.shape, dtype=entry.dtype), entry.device_index, copy=True)
     return entry.buffer
 
 
@@ -123,7 +181,7 @@ def storage_to_host(entry: StorageEntry) -> torch.Tensor:
     from ._modes import check_alive
 
     check_alive(entry)
-    return entry.buffer.copy_to_host()
+    return entry.buffer.copy_to_host().reshape(-1)  # (a shaped buffer's host copy is dense)
 
 
 def bytes_as(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -156,18 +214,21 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
     return host
 
 
-def upload(host: torch.Tensor, index: int, wait: bool = True):
-    """A flat device buffer with `host`'s elements (a copy: the host tensor stays free).
+def upload(host: torch.Tensor, index: int, wait: bool = True, shape: tuple | None = None):
+    """A device buffer with `host`'s elements in row-major order, of `shape` (flat when
+    None), a copy: the host tensor stays free.
     `wait=False` (a non_blocking copy): off XLA:CPU, the bytes are staged during the call
     and the transfer is not waited for; else the transfer reads `host` directly and is
     done on return (Client.to_device)."""
-    flat = host.detach().contiguous().reshape(-1)
+    flat = host.detach().contiguous().reshape(-1 if shape is None else shape)
     return client().to_device(flat, index, copy=True, wait=wait)
 
 
 def write_host_value(t: torch.Tensor, value: torch.Tensor) -> None:
     """Writes `value` (CPU) into the tpu tensor `t`, which may be any view: the storage
-    is rebound to a new buffer holding its old elements with `t`'s replaced."""
+    is rebound to a new buffer holding its old elements with `t`'s replaced. A tensor
+    covering its storage row-major gives the buffer its shape; any other write keeps the
+    storage's shape."""
     entry = entry_of(t)
     covers = (
         t.dtype == entry.dtype and t.storage_offset() == 0 and t.numel() == entry.numel
@@ -175,11 +236,13 @@ def write_host_value(t: torch.Tensor, value: torch.Tensor) -> None:
     )
     if covers:
         flat = value.to(t.dtype).expand(t.shape).contiguous().reshape(-1)
+        shape = tuple(t.shape)
     else:
         flat = storage_to_host(entry)
         target = flat if t.dtype == entry.dtype else bytes_as(flat, t.dtype)
         target.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(value)
-    entry.buffer = upload(flat, entry.device_index)
+        shape = entry.shape
+    entry.buffer = upload(flat, entry.device_index, shape=shape)
 
 
 def from_host(host: torch.Tensor, index: int, wait: bool = True) -> torch.Tensor:
@@ -191,7 +254,7 @@ def from_host(host: torch.Tensor, index: int, wait: bool = True) -> torch.Tensor
     if _dense_order(size, stride) is None or host.storage_offset() != 0 or host.is_neg() or host.is_conj():
         host = host.resolve_conj().resolve_neg().contiguous()
         stride = contiguous_stride(size)
-    # Storage order of a dense layout: permute to memory order, then flatten.
+    # Storage order of a dense layout: permute to memory order; the buffer has that shape.
     order = _dense_order(size, stride) if size else []
     flat = host.permute(order).reshape(-1) if order else host.reshape(-1)
-    return from_buffer(upload(flat, index, wait), size, stride, host.dtype, index)
+    return from_buffer(upload(flat, index, wait, stored_shape(size, stride)), size, stride, host.dtype, index)

@@ -271,6 +271,23 @@ def memory_stats(device: Any = None) -> dict[str, int]:
     return stats
 
 
+def transfer_stats():
+    """The process's host <-> device traffic and program launches so far
+    (`torch_tpu.runtime.TransferStats`: uploads, upload_bytes, aliased_upload_bytes,
+    downloads, download_bytes, dlpack_exports, programs_executed); subtract two snapshots
+    for what happened in between. Process-wide, like the runtime's client."""
+    from torch_tpu.runtime import transfer_stats as runtime_stats
+
+    return runtime_stats()
+
+
+def reset_transfer_stats() -> None:
+    """Sets `transfer_stats()`'s counters back to zero."""
+    from torch_tpu.runtime import reset_transfer_stats as runtime_reset
+
+    runtime_reset()
+
+
 def mem_get_info(device: Any = None) -> tuple[int, int]:
     """(free, total) bytes of the device's memory, as `torch.cuda.mem_get_info`; from PjRT's
     allocator (`bytes_limit` - `bytes_in_use`). XLA:CPU keeps no such figures: raises."""

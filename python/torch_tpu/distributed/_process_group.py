@@ -130,13 +130,14 @@ def _covers(t: torch.Tensor, entry) -> bool:
 
 def _flat_buffer(t: torch.Tensor):
     """A DeviceBuffer with `t`'s elements in row-major order, shape (numel,): the storage's
-    own buffer when `t` covers it (no copy: DDP's buckets, parameters, gradients), else
-    a device copy of the elements."""
-    from torch_tpu.device import _storage
+    own buffer when `t` covers it (no copy: DDP's buckets, parameters, gradients; a
+    storage kept in another shape is reshaped on the device: `_graph_io.flat_buffer`),
+    else a device copy of the elements."""
+    from torch_tpu.device import _graph_io, _storage
 
     entry = _storage.entry_of(t)
     if _covers(t, entry) and not (t.is_conj() or t.is_neg()):
-        return _storage.buffer_of(entry)
+        return _graph_io.flat_buffer(entry)
     c = t.detach()
     if t.is_conj() or t.is_neg():
         c = c.resolve_conj().resolve_neg()
@@ -145,7 +146,7 @@ def _flat_buffer(t: torch.Tensor):
     if c.storage_offset() != 0 or entry.numel != c.numel() or entry.dtype != c.dtype:
         c = c.clone()
         entry = _storage.entry_of(c)
-    return _storage.buffer_of(entry)
+    return _graph_io.flat_buffer(entry)
 
 
 def _as_tensor(buffer, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -162,7 +163,8 @@ def _take(target: torch.Tensor, dtype: torch.dtype, numel: int, buffer: Callable
           value: Callable[[], torch.Tensor]) -> None:
     """The one rule by which `target` (any tpu tensor, possibly a view) takes a result in
     place. The result has `numel` elements of `dtype`, in order; `buffer()` gives them as a
-    flat DeviceBuffer, `value()` as a tensor. When `target` covers its storage and the
+    DeviceBuffer (flat, or a covering value's storage buffer in its shape), `value()` as a
+    tensor. When `target` covers its storage and the
     result has its dtype and element count, the storage is rebound to `buffer()` (no
     device copy; every view sees it); otherwise `value()` is copied into `target` (a
     device `copy_`, converting the dtype as PyTorch's copy does). A result of another
@@ -190,9 +192,21 @@ class _ResultSizeError(ValueError):
     """A collective's result does not fit the output tensor it is written to."""
 
 
+def _elements_buffer(t: torch.Tensor):
+    """A DeviceBuffer with `t`'s elements in row-major order, of any shape: the storage's
+    own buffer when `t` covers it (whatever shape the storage keeps it in: the element
+    order is the same), else `_flat_buffer(t)`."""
+    from torch_tpu.device import _storage
+
+    entry = _storage.entry_of(t)
+    if _covers(t, entry) and not (t.is_conj() or t.is_neg()):
+        return _storage.buffer_of(entry)
+    return _flat_buffer(t)
+
+
 def _write(target: torch.Tensor, value: torch.Tensor) -> None:
     """`target` takes the tensor `value`'s elements (`_take`)."""
-    _take(target, value.dtype, value.numel(), lambda: _flat_buffer(value), lambda: value)
+    _take(target, value.dtype, value.numel(), lambda: _elements_buffer(value), lambda: value)
 
 
 def _write_result(target: torch.Tensor, buffer) -> None:
