@@ -184,6 +184,8 @@ def test_torchtpu_opt_and_the_core_run_without_torch(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "import torch_tpu.core.config, torch_tpu.core.dtypes, torch_tpu.core.attributes, torch_tpu.core.mlir_context\n"
+        "import torch_tpu.core.user_frames\n"
+        "assert torch_tpu.core.user_frames.is_user_file('/home/me/model.py')  # finds torch's folder, unimported\n"
         "from torch_tpu.tools.opt import main\n"
         f"rc = main([{str(source)!r}, '--torchtpu-compile-pipeline=precision=high'])\n"
         "print(rc, sorted(m for m in ('torch', 'jax') if m in sys.modules), file=sys.stderr)\n"
