@@ -205,8 +205,8 @@ def write_strided(storage: ir.Value, value: ir.Value, size: Sequence[int], strid
     if numel == 0:
         return storage
     if order is not None:
-        # A dense block of the storage (`x[2:4] += 1` on a contiguous x): an update in
-        # place, cheaper on a TPU than a gather over the whole storage.
+        # A dense block of the storage (`x[2:4] += 1` on a contiguous x): an update of
+        # that block, which XLA can do in place, where a gather rebuilds every element.
         start = constant(int(offset), torch.int64)
         return stablehlo.DynamicUpdateSliceOp(storage, as_storage(value, size, stride), [start]).result
     # source[p]: the index into [value..., storage...] of what storage position p holds after.

@@ -7,8 +7,9 @@ before lowering by functionalization, so nothing here tracks storage, with one
 exception: `as_strided` and `as_strided_scatter` address the *storage* of their input.
 We rebuild that storage from the input's logical value, which is exact when the input
 (per its FX metadata) is non-overlapping and dense — contiguous, channels-last or any
-other permutation of a dense layout — and fail loudly otherwise (see `_storage_of`). The storage windows are built by
-`storage_layout.py`, which the eager device shares.
+other permutation of a dense layout — and fail loudly otherwise (see `_storage_of`).
+The windows of that storage are read and written by `storage_layout.py`, which the eager
+device uses for its own storages.
 
 Result shapes are taken from `node.meta['val']` wherever PyTorch already computed them
 (view sizes with -1, split chunk sizes, squeeze), so the rules only decide *how* to move
