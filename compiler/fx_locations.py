@@ -6,28 +6,21 @@ neither imports the other for it."""
 
 from __future__ import annotations
 
-import re
-
 import torch
 import torch.fx
 
-from .context import ir
+from torch_tpu.core.user_frames import frames_of_trace, innermost_user
 
-_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-# Frames from these files are torch/torch_tpu machinery, not the user's model.
-_INTERNAL = ("/torch/", "/torch_tpu/", "<eval_with_key>", "/site-packages/")
+from .context import ir
 
 
 def user_frame(stack_trace: str | None) -> tuple[str, int] | None:
-    """The innermost frame of `stack_trace` that is user code (the last one if all are
-    internal)."""
-    if not stack_trace:
-        return None
-    frames = [(f, int(l)) for f, l in _FRAME.findall(stack_trace)]
+    """The innermost frame of `stack_trace` that is user code (`core/user_frames.py`
+    decides; the innermost frame if none is)."""
+    frames = frames_of_trace(stack_trace)
     if not frames:
         return None
-    user = [fr for fr in frames if not any(tag in fr[0] for tag in _INTERNAL)]
-    return (user or frames)[-1]
+    return innermost_user(frames) or frames[-1]
 
 
 def op_name(node: torch.fx.Node) -> str:

@@ -12,7 +12,8 @@ location and the insertion point active, so helpers build ops without plumbing.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from dataclasses import replace as _replace
 from typing import Any, Callable
 
 import torch
@@ -86,11 +87,16 @@ class Lowering:
     # `identity(record) -> str` names what it lowers to, so compile-cache keys (which
     # cover the compiler's code, not users') change when it does (`lowering_identity`).
     identity: Callable | None = None
+    # Where the rule was registered ("file:line (name)"), for the duplicate error;
+    # `add_lowering` fills it from the rule's definition when not given.
+    site: str = ""
 
 
 class LoweringTable(dict):
     """The table of lowerings: a dict that tells its subscribers which overload's entry
-    changed (added, replaced or removed). Users of the table that remember what it did
+    changed (added, replaced or removed). Entries are written by `add_lowering` (the one
+    writer, which refuses a second lowering of an op unless told to replace it); tests
+    may patch entries as in any dict. Users of the table that remember what it did
     not hold -- the eager device's plan cache ("no lowering: run on CPU"), its kernel
     registrations, the tracing decomposition table -- subscribe, so a lowering registered
     after they looked an op up (`torch_tpu.register_lowering`, a `jax_op`'s first trace)
@@ -197,14 +203,49 @@ def family_of(module: str) -> str:
     return inside.split(".")[0] if inside != module else module.rsplit(".", 1)[-1]
 
 
+def definition_site(fn: Callable) -> str:
+    """`file:line (qualified name)` of where `fn` is defined (a `functools.partial`'s or
+    a bound method's function)."""
+    target = getattr(fn, "func", fn)
+    target = getattr(target, "__func__", target)
+    code = getattr(target, "__code__", None)
+    name = getattr(target, "__qualname__", None) or repr(target)
+    if code is None:
+        return name
+    return f"{code.co_filename}:{code.co_firstlineno} ({name})"
+
+
+class DuplicateLoweringError(ValueError):
+    """A second lowering of an op that has one, without `replace=True`."""
+
+
+def add_lowering(lowering: Lowering, *, replace: bool = False) -> Lowering:
+    """Writes `lowering` into the table: the one writer of `LOWERINGS` (the `lowers`
+    decorator, `declare_padding`, `torch_tpu.register_lowering` and `jax_op` all write
+    through it). An op has one lowering: a second one is a `DuplicateLoweringError`
+    naming both registration sites, unless `replace` says the new entry replaces the
+    old (a re-registered user rule, a padding class declared after the rule).
+    Returns the entry as stored (its `site` filled in)."""
+    if not lowering.site:
+        lowering = _replace(lowering, site=definition_site(lowering.fn))
+    existing = LOWERINGS.get(lowering.op)
+    if existing is not None and not replace:
+        raise DuplicateLoweringError(
+            f"{lowering.op} has two lowerings: {existing.site or existing.family} (family "
+            f"{existing.family}) and {lowering.site} (family {lowering.family}); an op has one lowering -- "
+            "remove one of them, or pass replace=True where the second is registered to replace the first")
+    LOWERINGS[lowering.op] = lowering
+    return lowering
+
+
 def lowers(
-    *ops: Any, dynamic: Padding | None = None, dynamic_rule: Callable | None = None
+    *ops: Any, dynamic: Padding | None = None, dynamic_rule: Callable | None = None, replace: bool = False
 ) -> Callable[[Callable], Callable]:
     """Registers `fn` as the lowering of each of `ops` (OpOverloads; an OpOverloadPacket
     registers all of its overloads), with its padding class `dynamic` (`Padding`) and,
     for a class whose ordinary rule is not right on padded buffers, its `dynamic_rule`
     (`Lowering.dynamic_rule`; the factories of `padded.py` make the common ones). A
-    second lowering of an overload is an error."""
+    second lowering of an overload is an error unless `replace` (`add_lowering`)."""
     if dynamic_rule is not None and (dynamic is None or dynamic in PADDING_SAFE_AS_IS):
         what = dynamic.value if dynamic is not None else "no"
         raise ValueError(f"a dynamic rule for {', '.join(map(str, ops))} with {what} padding class: "
@@ -215,9 +256,7 @@ def lowers(
         family = family_of(getattr(fn, "func", fn).__module__)
         for op in ops:
             for target in _overloads(op):
-                if target in LOWERINGS:
-                    raise ValueError(f"{target} has two lowerings ({LOWERINGS[target].family}, {family})")
-                LOWERINGS[target] = Lowering(target, fn, family, dynamic, dynamic_rule)
+                add_lowering(Lowering(target, fn, family, dynamic, dynamic_rule), replace=replace)
         return fn
 
     return register
@@ -236,7 +275,7 @@ def declare_padding(padding: Padding, *ops: Any, family: str | None = None) -> N
         low = LOWERINGS[target]
         if low.padding is not None and low.padding is not padding:
             raise ValueError(f"{target} declared {low.padding.name} and {padding.name}")
-        LOWERINGS[target] = replace(low, padding=padding)
+        add_lowering(_replace(low, padding=padding), replace=True)  # the same rule, now with its class
 
 
 def require_padding_as_is(lowering: Lowering, ctx: "LoweringContext") -> None:

@@ -8,6 +8,8 @@ exception: `as_strided` and `as_strided_scatter` address the *storage* of their 
 We rebuild that storage from the input's logical value, which is exact when the input
 (per its FX metadata) is non-overlapping and dense — contiguous, channels-last or any
 other permutation of a dense layout — and fail loudly otherwise (see `_storage_of`).
+The windows of that storage are read and written by `storage_layout.py`, which the eager
+device uses for its own storages.
 
 Result shapes are taken from `node.meta['val']` wherever PyTorch already computed them
 (view sizes with -1, split chunk sizes, squeeze), so the rules only decide *how* to move
@@ -33,11 +35,9 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
-    bitcast,
     broadcast_to,
     compare,
     concatenate,
-    constant,
     convert,
     dtype,
     full,
@@ -62,6 +62,16 @@ from .padded import (
     symbolic_arg,
 )
 from .registry import LoweringContext, lowers, Padding
+from .storage_layout import (
+    as_storage,
+    dense_order,
+    numel_of,
+    read_strided,
+    reinterpret,
+    take_static,
+    window_span,
+    write_strided,
+)
 from .row_layout import flatten_layout, unflatten_matches
 from .symsize import SymSize, static_layout
 
@@ -82,29 +92,6 @@ def _pad(x: ir.Value, value: ir.Value, low: Sequence[int], high: Sequence[int], 
     if not any(low) and not any(high) and not any(interior):
         return x
     return stablehlo.PadOp(x, value, list(low), list(high), interior).result
-
-
-def take_static(x: ir.Value, dim: int, index: np.ndarray) -> ir.Value:
-    """Gathers along `dim` with a static index array: the result has shape
-    `x.shape[:dim] + index.shape + x.shape[dim+1:]`."""
-    shape = shape_of(x)
-    index = np.asarray(index, dtype=np.int64)
-    q = index.ndim
-    index_dtype = torch.int32 if shape[dim] < 2**31 else torch.int64
-    indices = constant(index.reshape(index.shape + (1,)), index_dtype, list(index.shape) + [1])
-    before, after = list(range(dim)), list(range(dim + q, dim + q + len(shape) - dim - 1))
-    offset_dims = before + after
-    fields = []
-    if offset_dims:
-        fields.append(f"offset_dims = [{', '.join(map(str, offset_dims))}]")
-    fields += [f"collapsed_slice_dims = [{dim}]", f"start_index_map = [{dim}]", f"index_vector_dim = {q}"]
-    numbers = ir.Attribute.parse(f"#stablehlo.gather<{', '.join(fields)}>")
-    slice_sizes = list(shape)
-    slice_sizes[dim] = 1
-    result_shape = shape[:dim] + list(index.shape) + shape[dim + 1 :]
-    return stablehlo.GatherOp(
-        x, indices, numbers, slice_sizes, indices_are_sorted=False, results=[tensor_type(result_shape, dtype(x))]
-    ).result
 
 
 def _slice_bounds(size: int, start: int | None, end: int | None) -> tuple[int, int]:
@@ -976,98 +963,71 @@ def _select_backward(ctx: LoweringContext, grad, input_sizes, dim, index):
     return _select_scatter(ctx, zeros, grad, dim, index)
 
 
-# -- as_strided: indexing the input's storage ---------------------------------------------------------
-def strided_positions(size: Sequence[int], stride: Sequence[int], offset: int) -> np.ndarray:
-    """Storage positions of every element of an as_strided view, in logical order."""
-    positions = np.full([int(s) for s in size], int(offset), dtype=np.int64)
-    for d, (n, st) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[d] = int(n)
-        positions = positions + (np.arange(int(n), dtype=np.int64) * int(st)).reshape(shape)
-    return positions
-
-
-def _dense_order(meta: torch.Tensor) -> list[int] | None:
-    """A permutation of `meta`'s dims, outermost to innermost in memory, when its layout
-    is non-overlapping and dense (size-1 dims, whose stride is meaningless, go last);
-    None otherwise."""
-    if meta.numel() == 0:
-        return list(range(meta.dim()))
-    sized = [d for d in range(meta.dim()) if meta.shape[d] != 1]
-    unit = [d for d in range(meta.dim()) if meta.shape[d] == 1]
-    order = sorted(sized, key=lambda d: -int(meta.stride(d)))
-    expected = 1
-    for d in reversed(order):
-        if int(meta.stride(d)) != expected:
-            return None
-        expected *= int(meta.shape[d])
-    return order + unit
-
-
+# -- as_strided: indexing the input's storage (storage_layout.py builds the windows) -------------------
 def _storage_of(ctx: LoweringContext, x: ir.Value, meta, what: str) -> ir.Value:
-    """x's elements in storage order, flattened. Requires a non-overlapping dense layout
-    (then storage == a permutation of the logical value)."""
+    """x's storage as a flat value. Requires a non-overlapping dense layout (then the
+    storage is a permutation of the logical value)."""
     if not isinstance(meta, torch.Tensor):
         raise ctx.fail(f"{what}: the input has no tensor metadata to read its strides from")
-    order = _dense_order(meta)
-    if order is None:
+    size, stride = tuple(meta.shape), tuple(meta.stride())
+    if meta.numel() != 0 and dense_order(size, stride) is None:
         raise ctx.fail(
-            f"{what} of an input with sizes {list(meta.shape)} and strides {list(meta.stride())} "
+            f"{what} of an input with sizes {list(size)} and strides {list(stride)} "
             "is not supported: the input's storage is not dense, so it cannot be rebuilt from "
             "its value (as_strided is only lowered over non-overlapping dense inputs)"
         )
-    x = transpose(x, order)
-    numel = int(np.prod(shape_of(x), dtype=np.int64))
-    return reshape(x, [numel])
+    return as_storage(x, size, stride)
+
+
+def _outside(size, stride, offset: int, numel: int) -> bool:
+    span = window_span(size, stride, offset)
+    return span is not None and (span[0] < 0 or span[1] >= numel)
 
 
 @lowers(aten.as_strided.default, aten.as_strided_copy.default, dynamic=Padding.MOVEMENT)
 def _as_strided(ctx: LoweringContext, x, size, stride, storage_offset=None):
-    """A gather of the input's storage. Exact when the input is non-overlapping and dense
+    """A window of the input's storage. Exact when the input is non-overlapping and dense
     (PyTorch's functional graphs apply as_strided to a base, which is contiguous); other
     inputs fail because their storage holds elements the value does not carry."""
     meta = ctx.arg_meta(0)
     storage = _storage_of(ctx, x, meta, "as_strided")
     base_offset = int(meta.storage_offset())
     offset = base_offset if storage_offset is None else int(storage_offset)
-    positions = strided_positions(size, stride, offset) - base_offset
     numel = shape_of(storage)[0]
-    if positions.size and (positions.min() < 0 or positions.max() >= numel):
+    if _outside(size, stride, offset - base_offset, numel):
         raise ctx.fail(
             f"as_strided(size={list(size)}, stride={list(stride)}, storage_offset={offset}) reads "
             f"storage outside the input's {numel} elements (at offset {base_offset}); only views "
             "within the input's own elements can be lowered"
         )
-    return reshape(take_static(storage, 0, positions.reshape(-1)), ctx.result_shape())
+    return reshape(read_strided(storage, size, stride, offset - base_offset), ctx.result_shape())
 
 
 @lowers(aten.as_strided_scatter.default, dynamic=Padding.MOVEMENT)
 def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offset=None):
     """`out = x.clone(); out.as_strided(size, stride, offset).copy_(src)`. The clone is a
     fresh storage (offset 0) in x's dense layout; positions written twice take the last
-    write in logical order. Built as a gather: every storage position picks its source."""
+    write in logical order."""
     meta = ctx.arg_meta(0)
     storage = _storage_of(ctx, x, meta, "as_strided_scatter")
     numel = shape_of(storage)[0]
     offset = 0 if storage_offset is None else int(storage_offset)
-    positions = strided_positions(size, stride, offset).reshape(-1)
-    if positions.size and (positions.min() < 0 or positions.max() >= numel):
+    if _outside(size, stride, offset, numel):
         raise ctx.fail(
             f"as_strided_scatter(size={list(size)}, stride={list(stride)}, storage_offset={offset}) "
             f"writes outside the input's {numel} elements"
         )
-    if positions.size == 0:
+    if any(int(st) == 0 and int(n) > 1 for n, st in zip(size, stride)):
+        # PyTorch's copy_ refuses such a write ("more than one element of the written-to
+        # tensor refers to a single memory location"): eager raises that error.
+        raise ctx.fail(
+            f"as_strided_scatter(size={list(size)}, stride={list(stride)}) writes a window with a zero "
+            "stride, which PyTorch refuses; eager reports it"
+        )
+    if numel_of(size) == 0:
         return x
-    # source[p] = index into [src..., x...] of the value storage position p ends up with.
-    source = np.arange(positions.size, positions.size + numel, dtype=np.int64)
-    source[positions] = np.arange(positions.size, dtype=np.int64)  # last write wins
-    combined = concatenate([reshape(convert(src, dtype(x)), [positions.size]), storage], 0)
-    new_storage = take_static(combined, 0, source)
-    # Back from storage order to the logical layout.
-    order = _dense_order(meta)
-    shape = shape_of(x)
-    permuted = reshape(new_storage, [shape[d] for d in order])
-    return transpose(permuted, _inverse_permutation(order))
+    written = write_strided(storage, convert(src, dtype(x)), size, stride, offset)
+    return read_strided(written, tuple(meta.shape), tuple(meta.stride()), 0)
 
 
 # -- values: copies, dtype conversion, dtype views ------------------------------------------------------
@@ -1109,51 +1069,11 @@ def _view_as_complex(ctx: LoweringContext, x):
 
 @lowers(aten.view.dtype, aten.view_copy.dtype, dynamic=Padding.MOVEMENT)
 def _view_dtype(ctx: LoweringContext, x, dtype_):
-    """Reinterprets the bytes (little-endian, like PyTorch on CPU/TPU hosts): a different
-    element size changes the last dim. Complex types go through their (real, imag) pairs;
-    bool is one byte in PyTorch but i1 in StableHLO, so it converts via uint8."""
-    src, dst = dtype(x), ctx.result_dtype()
-    out_shape = ctx.result_shape()
-    if src == dst:
+    """Reinterprets the bytes (`storage_layout.reinterpret`): a different element size
+    changes the last dim."""
+    if dtype(x) == ctx.result_dtype():
         return x
-    if src.is_complex:
-        x = _view_as_real(ctx, x)
-        x = reshape(x, shape_of(x)[:-2] + [shape_of(x)[-2] * 2] if rank_of(x) > 1 else [2])
-        src = dtype(x)
-    if src is torch.bool:
-        x, src = convert(x, torch.uint8), torch.uint8
-    target = dst
-    if dst.is_complex:
-        target = torch.float32 if dst is torch.complex64 else torch.float64
-    elif dst is torch.bool:
-        target = torch.uint8
-    x = reinterpret_bits(x, target)
-    if dst.is_complex:
-        shape = shape_of(x)
-        pairs = reshape(x, shape[:-1] + [shape[-1] // 2, 2])
-        x = _view_as_complex(ctx, pairs)
-    elif dst is torch.bool:
-        x = convert(x, torch.bool)
-    return reshape(x, out_shape)
-
-
-def reinterpret_bits(x: ir.Value, to: torch.dtype) -> ir.Value:
-    """`x`'s bits read as `to` (aten.view(dtype)): a wider source splits its last dim,
-    a narrower one packs it. Public: `torchtpu-inverse-views` (view_semantics) builds with it."""
-    src = dtype(x)
-    if src == to:
-        return x
-    src_bytes, dst_bytes = src.itemsize, to.itemsize
-    shape = shape_of(x)
-    if src_bytes == dst_bytes:
-        return bitcast(x, to)
-    if src_bytes > dst_bytes:
-        ratio = src_bytes // dst_bytes
-        pieces = bitcast(x, to, shape + [ratio])
-        return reshape(pieces, (shape[:-1] + [shape[-1] * ratio]) if shape else [ratio])
-    ratio = dst_bytes // src_bytes
-    grouped = reshape(x, shape[:-1] + [shape[-1] // ratio, ratio])
-    return bitcast(grouped, to, shape[:-1] + [shape[-1] // ratio])
+    return reshape(reinterpret(x, ctx.result_dtype()), ctx.result_shape())
 
 
 @lowers(aten.resize_.default, dynamic=Padding.MOVEMENT)

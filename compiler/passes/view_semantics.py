@@ -132,7 +132,7 @@ def _slice_positions(shape: list[int], dim: int, start: int, limit: int, step: i
 
 
 def _bitcast(value: ir.Value, to: torch.dtype, shape: list[int]) -> ir.Value:
-    from ..lowering.view_like import reinterpret_bits
+    from ..lowering.storage_layout import reinterpret_bits
 
     src = dtype_of(value.type)
     for dt in (src, to):

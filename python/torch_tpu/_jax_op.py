@@ -87,11 +87,12 @@ class JaxOp:
         """Adds the op's rule to the lowering table, on the first trace: importing the
         table costs seconds, which defining a jax_op at import time must not pay; every
         user of the rule (graph import, eager plans, the CPU path) traces first."""
-        from torch_tpu.compiler.lowering.registry import LOWERINGS, Lowering, Padding
+        from torch_tpu.compiler.lowering.registry import Lowering, Padding, add_lowering, definition_site
 
         # A jax function's shapes are traced static: with a padded (dynamic) operand the op
-        # runs in eager (Padding.EAGER).
-        LOWERINGS[self.op] = Lowering(self.op, self._lower, "jax_op", Padding.EAGER, identity=self._identity)
+        # runs in eager (Padding.EAGER). Its site is the user's jax function, not this method.
+        add_lowering(Lowering(self.op, self._lower, "jax_op", Padding.EAGER, identity=self._identity,
+                              site=definition_site(self.fn)))
 
     @property
     def _lowering_registered(self) -> bool:

@@ -3,20 +3,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from typing import Any, Callable
 
 import torch
 
-from torch_tpu.compiler.lowering import LOWERINGS, Padding, lowers
+from torch_tpu.compiler.lowering import LOWERINGS, Lowering, Padding
+from torch_tpu.compiler.lowering.registry import DuplicateLoweringError, add_lowering, family_of
 
 # Overload -> the digest of the user's rule registered for it (its `Lowering.identity` keys
 # the compile cache, so no program an earlier version of the rule built is reused).
 _USER_RULES: dict[Any, str] = {}
 
 
-def register_lowering(*ops: Any, dynamic: Padding | str | None = None) -> Callable[[Callable], Callable]:
+def register_lowering(*ops: Any, dynamic: Padding | str | None = None,
+                      replace: bool = False) -> Callable[[Callable], Callable]:
     """Registers the decorated function as the lowering of each of `ops` (OpOverloads,
     or OpOverloadPackets for all their overloads: `torch.ops.mylib.op.default`), so
     that graphs calling them compile with no fallback to PyTorch eager::
@@ -43,29 +44,29 @@ def register_lowering(*ops: Any, dynamic: Padding | str | None = None) -> Callab
     name, such as "safe"), which says whether it is right on bounded-dynamic (padded)
     operands; without one, the op runs in eager when an operand has a dynamic dim.
 
-    An op that already has a lowering is an error, unless that lowering is an earlier
-    registration of a function of the same name (a re-run notebook cell), which it
-    replaces."""
+    An op has one lowering: one that already has a lowering is an error naming both
+    registration sites, unless `replace=True` (the rule then replaces the built-in or
+    earlier one) or that lowering is an earlier registration of a function of the same
+    name (a re-run notebook cell), which it replaces."""
     padding = Padding(dynamic) if isinstance(dynamic, str) else dynamic
     targets = [t for op in ops for t in _overloads(op)]
 
     def register(fn: Callable) -> Callable:
-        for target in targets:
-            existing = LOWERINGS.get(target)
-            if existing is None:
-                continue
-            if target in _USER_RULES and _same_name(existing.fn, fn):
-                del LOWERINGS[target]
-            else:
-                where = getattr(getattr(existing.fn, "func", existing.fn), "__module__", existing.family)
-                raise ValueError(f"torch_tpu.register_lowering: {target} already has a lowering (in {where}); "
-                                 "an op has one lowering")
-        lowers(*targets, dynamic=padding)(fn)
+        family = family_of(getattr(fn, "func", fn).__module__)
+        # The rule's code keys the compile cache (graphs and device ops alike), so an
+        # edited rule never reuses a program an earlier version built.
         digest = _digest(fn)
-        for target in targets:
-            # The rule's code keys the compile cache (graphs and device ops alike), so an
-            # edited rule never reuses a program an earlier version built.
-            LOWERINGS[target] = dataclasses.replace(LOWERINGS[target], identity=lambda record, d=digest: f"user:{d}")
+        rules = [Lowering(target, fn, family, padding, identity=lambda record, d=digest: f"user:{d}")
+                 for target in targets]
+        for rule in rules:  # every check before any write: a refused call registers nothing
+            existing = LOWERINGS.get(rule.op)
+            if existing is not None and not (replace or _rerun(rule.op, existing, fn)):
+                try:
+                    add_lowering(rule)  # refuses it, naming both registration sites
+                except DuplicateLoweringError as err:
+                    raise DuplicateLoweringError(f"torch_tpu.register_lowering: {err}") from None
+        for rule in rules:
+            add_lowering(rule, replace=True)
         _USER_RULES.update((target, digest) for target in targets)
         return fn
 
@@ -79,6 +80,11 @@ def _overloads(op: Any) -> list:
         return [op]
     raise TypeError(f"torch_tpu.register_lowering: expected an operator such as torch.ops.mylib.my_op.default, "
                     f"got {op!r} ({type(op).__name__})")
+
+
+def _rerun(target: Any, existing: Lowering, fn: Callable) -> bool:
+    """Whether `fn` re-registers the user's rule of that name (a re-run notebook cell)."""
+    return target in _USER_RULES and _same_name(existing.fn, fn)
 
 
 def _same_name(a: Callable, b: Callable) -> bool:

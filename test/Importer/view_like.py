@@ -46,13 +46,43 @@ run("test_constant_pad_negative", lambda x: aten.constant_pad_nd(x, [-1, 2], 0.5
 # CHECK: stablehlo.slice %{{.*}} [0:16:5] : (tensor<16xf32>) -> tensor<4xf32>
 run("test_diagonal", lambda m: m.diagonal(1), M)
 
-# as_strided gathers the (contiguous) input's storage at static positions.
-# CHECK-LABEL: test_as_strided
+# as_strided reads a window of the (contiguous) input's storage (storage_layout.py): a
+# window that is a transposed dense block is a slice, a reshape and a transpose...
+# CHECK-LABEL: test_as_strided_dense_window
 # CHECK: stablehlo.reshape %{{.*}} : (tensor<4x6xf32>) -> tensor<24xf32>
-# CHECK: "stablehlo.gather"
-# CHECK-SAME: -> tensor<4xf32>
+# CHECK: stablehlo.slice %{{.*}} [3:7] : (tensor<24xf32>) -> tensor<4xf32>
 # CHECK: stablehlo.reshape %{{.*}} : (tensor<4xf32>) -> tensor<2x2xf32>
-run("test_as_strided", lambda m: m.as_strided((2, 2), (1, 2), 3), M)
+# CHECK: stablehlo.transpose %{{.*}}, dims = [1, 0]
+# CHECK-NOT: stablehlo.gather
+# CHECK: return
+run("test_as_strided_dense_window", lambda m: m.as_strided((2, 2), (1, 2), 3), M)
+
+# ... an overlapping one a gather at its static positions.
+# CHECK-LABEL: test_as_strided_overlapping_window
+# CHECK: stablehlo.constant dense<{{\[}}[1], [3], [5], [2], [4], [6], [3], [5], [7]]> : tensor<9x1xi32>
+# CHECK: "stablehlo.gather"
+# CHECK-SAME: -> tensor<9xf32>
+# CHECK: stablehlo.reshape %{{.*}} : (tensor<9xf32>) -> tensor<3x3xf32>
+run("test_as_strided_overlapping_window", lambda m: m.as_strided((3, 3), (1, 2), 1), M)
+
+# as_strided_scatter into a dense block updates it in place; into any other window, every
+# storage position gathers its new value from [src, old storage].
+# CHECK-LABEL: test_as_strided_scatter_dense_window
+# CHECK: stablehlo.transpose %{{.*}}, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
+# CHECK: stablehlo.dynamic_update_slice %{{.*}}, %{{.*}}, %{{.*}} : (tensor<24xf32>, tensor<6xf32>, tensor<i64>) -> tensor<24xf32>
+# CHECK-NOT: stablehlo.gather
+# CHECK: return
+run("test_as_strided_scatter_dense_window", lambda m, s: torch.as_strided_scatter(m, s, (2, 3), (1, 2), 4), M,
+    torch.ones(2, 3))
+
+# CHECK-LABEL: test_as_strided_scatter_gapped_window
+# CHECK: stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<4xf32>, tensor<24xf32>) -> tensor<28xf32>
+# CHECK: "stablehlo.gather"
+# CHECK-SAME: (tensor<28xf32>, tensor<24x1xi32>) -> tensor<24xf32>
+# CHECK-NOT: dynamic_update_slice
+# CHECK: return
+run("test_as_strided_scatter_gapped_window", lambda m, s: torch.as_strided_scatter(m, s, (2, 2), (12, 1), 3), M,
+    torch.ones(2, 2))
 
 # CHECK-LABEL: test_slice_scatter
 # CHECK: stablehlo.dynamic_update_slice

@@ -91,8 +91,10 @@ def _host_like(t: torch.Tensor, dtype: torch.dtype, memory_format) -> torch.Tens
     """An uninitialised CPU tensor laid out as `t.to("cpu", dtype, memory_format=...)`'s
     result: preserve_format keeps a dense tensor's strides, and an empty tensor's (as
     CPU's copy does)."""
+    from torch_tpu.compiler.lowering.storage_layout import dense_order
+
     if memory_format is torch.preserve_format and (
-            t.numel() == 0 or _ops._dense_order(tuple(t.shape), t.stride()) is not None):
+            t.numel() == 0 or dense_order(tuple(t.shape), t.stride()) is not None):
         return torch.empty_strided(t.shape, t.stride(), dtype=dtype)
     like = torch.empty_strided(t.shape, t.stride(), dtype=dtype, device="meta")  # PyTorch's rule for the rest
     return torch.empty_like(like, device="cpu", memory_format=memory_format)

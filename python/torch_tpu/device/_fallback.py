@@ -7,12 +7,12 @@ storages and results are moved to the device. Logged once per op;
 from __future__ import annotations
 
 import logging
-import traceback
 
 import torch
 import torch.utils._pytree as pytree
 
 from torch_tpu.core import config
+from torch_tpu.core.user_frames import innermost_user_frame
 
 from . import _storage
 
@@ -21,13 +21,9 @@ _reported: set[str] = set()
 
 
 def user_line() -> str:
-    """The innermost stack frame outside torch and torch_tpu: the user's line."""
-    for frame in reversed(traceback.extract_stack()):
-        f = frame.filename
-        if "/torch/" in f or "/torch_tpu/" in f or "/runtime/" in f or "/compiler/" in f or f.startswith("<"):
-            continue
-        return f"{f}:{frame.lineno}"
-    return "<unknown>"
+    """`file:line` of the innermost user frame (`core/user_frames.py`): the user's line."""
+    frame = innermost_user_frame()
+    return f"{frame[0]}:{frame[1]}" if frame is not None else "<unknown>"
 
 
 # Ops whose result shape depends on their values: they wait for the value and run on

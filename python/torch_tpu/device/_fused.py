@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from torch_tpu.core import config
+from torch_tpu.core.user_frames import innermost_user_frame
 
 from . import _storage
 from ._buffers import TABLE, Pending, StorageEntry
@@ -450,24 +451,10 @@ def flush_all() -> None:
         trace.flush()
 
 
-_INTERNAL: dict[str, bool] = {}
-
-
 def user_frame() -> tuple[str, int]:
-    """(file, line) of the innermost frame outside torch and torch_tpu: the user's line
-    (`_fallback.user_line`'s rule, without building a traceback: this runs per op)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        internal = _INTERNAL.get(name)
-        if internal is None:
-            internal = _INTERNAL[name] = (
-                "/torch/" in name or "/torch_tpu/" in name or "/runtime/" in name or "/compiler/" in name
-                or name.startswith("<"))
-        if not internal:
-            return name, frame.f_lineno
-        frame = frame.f_back
-    return "<unknown>", 0
+    """(file, line) of the innermost user frame (`core/user_frames.py`, cached per file:
+    this runs per op): the location of the op in the fused program."""
+    return innermost_user_frame() or ("<unknown>", 0)
 
 
 # -- one module ------------------------------------------------------------------------------------

@@ -248,139 +248,42 @@ def _functional(op):
     return functional_counterpart(op)
 
 
-def _dense_order(size, stride) -> list[int] | None:
-    sized = [d for d in range(len(size)) if size[d] != 1]
-    unit = [d for d in range(len(size)) if size[d] == 1]
-    order = sorted(sized, key=lambda d: -int(stride[d]))
-    expected = 1
-    for d in reversed(order):
-        if int(stride[d]) != expected:
-            return None
-        expected *= int(size[d])
-    return order + unit
+def _storage_view(arg: TensorArg):
+    """`arg` as the compiler's description of a window of a flat storage (the device's
+    storage IR is built by `compiler/lowering/storage_layout.py`, shared with the
+    `as_strided` lowerings)."""
+    from torch_tpu.compiler.lowering.storage_layout import StorageView
 
-
-def _reinterpret(flat, to: torch.dtype):
-    """A flat array's bytes as a flat array of `to` elements (stablehlo.bitcast_convert;
-    a narrower source's length is a multiple of the ratio). Bool is one byte in PyTorch
-    but i1 in StableHLO: it goes through uint8; complex through its (real, imag) pairs."""
-    from jaxlib.mlir.dialects import stablehlo
-
-    from torch_tpu.compiler.ir import concatenate, slice_in_dim
-    from torch_tpu.compiler.lowering.helpers import convert, dtype, reshape, shape_of
-    from torch_tpu.compiler.lowering.view_like import reinterpret_bits
-
-    src = dtype(flat)
-    if src == to:
-        return flat
-    if src is torch.bool:
-        flat = convert(flat, torch.uint8)
-    elif src.is_complex:
-        n = shape_of(flat)[0]
-        parts = [reshape(op(flat).result, [n, 1]) for op in (stablehlo.RealOp, stablehlo.ImagOp)]
-        flat = reshape(concatenate(parts, 1), [2 * n])
-    target = torch.uint8 if to is torch.bool else to.to_real() if to.is_complex else to
-    flat = reinterpret_bits(flat, target)
-    if to is torch.bool:
-        return convert(flat, torch.bool)
-    if to.is_complex:
-        pairs = reshape(flat, [shape_of(flat)[0] // 2, 2])
-        real, imag = (reshape(slice_in_dim(pairs, 1, k, k + 1), [shape_of(pairs)[0]]) for k in (0, 1))
-        return stablehlo.ComplexOp(real, imag).result
-    return flat
-
-
-def _viewed_storage(storage, arg: TensorArg):
-    """(the storage read as `arg.dtype` elements, `arg` described over that, how many
-    storage elements it covers) for a dtype view; the storage itself otherwise. Elements
-    narrower than the view's past the last whole view element (a 3-byte tail under an
-    int32 view) are no part of any view element: they are left out, and kept on writes."""
-    from dataclasses import replace
-
-    from torch_tpu.compiler.ir import slice_in_dim
-
-    if arg.dtype == arg.storage_dtype:
-        return storage, arg, arg.storage_numel
-    ratio = arg.dtype.itemsize // arg.storage_dtype.itemsize
-    covered = arg.storage_numel - arg.storage_numel % ratio if ratio > 1 else arg.storage_numel
-    head = storage if covered == arg.storage_numel else slice_in_dim(storage, 0, 0, covered)
-    numel = covered * arg.storage_dtype.itemsize // arg.dtype.itemsize
-    return _reinterpret(head, arg.dtype), replace(arg, storage_dtype=arg.dtype, storage_numel=numel), covered
+    return StorageView(arg.dtype, arg.size, arg.stride, arg.offset, arg.storage_dtype, arg.storage_numel)
 
 
 def _read_view(storage, arg: TensorArg):
     """The value of a tensor described by `arg` from its flat storage value."""
-    from torch_tpu.compiler.lowering.helpers import reshape, transpose
-    from torch_tpu.compiler.ir import slice_in_dim
-    from torch_tpu.compiler.lowering.view_like import strided_positions, take_static
+    from torch_tpu.compiler.lowering.storage_layout import read_view
 
-    storage, arg, _ = _viewed_storage(storage, arg)
-    numel = int(np.prod(arg.size, dtype=np.int64)) if arg.size else 1
-    if numel == 0:
-        return reshape(slice_in_dim(storage, 0, 0, 0), list(arg.size))
-    order = _dense_order(arg.size, arg.stride) if arg.size else []
-    if order is not None:
-        flat = storage
-        if arg.offset != 0 or numel != arg.storage_numel:
-            flat = slice_in_dim(storage, 0, arg.offset, arg.offset + numel)
-        value = reshape(flat, [arg.size[d] for d in order])
-        if order != sorted(order):
-            inverse = [order.index(d) for d in range(len(order))]
-            value = transpose(value, inverse)
-        return value
-    positions = strided_positions(arg.size, arg.stride, arg.offset)
-    return reshape(take_static(storage, 0, positions.reshape(-1)), list(arg.size))
-
-
-def _as_storage(value, size, stride):
-    """`value` laid out as the flat storage of a tensor with `stride` (dense)."""
-    from torch_tpu.compiler.lowering.helpers import reshape, transpose
-
-    numel = int(np.prod(size, dtype=np.int64)) if len(size) else 1
-    order = _dense_order(size, stride) if len(size) else []
-    if order is not None and order != sorted(order):
-        value = transpose(value, order)
-    return reshape(value, [numel])
+    return read_view(storage, _storage_view(arg))
 
 
 def _write_into(storage, value, arg: TensorArg):
-    """The storage after writing `value` into the view `arg` of it; a dtype view writes
-    its elements' bytes (the inverse bitcast of `_viewed_storage`)."""
-    from torch_tpu.compiler.ir import concatenate, slice_in_dim
+    """The storage after writing `value` into the view `arg` of it."""
+    from torch_tpu.compiler.lowering.storage_layout import write_view
 
-    viewed, viewed_arg, covered = _viewed_storage(storage, arg)
-    written = _write_into_same_dtype(viewed, value, viewed_arg)
-    if viewed_arg is arg:
-        return written
-    written = _reinterpret(written, arg.storage_dtype)
-    if covered < arg.storage_numel:
-        written = concatenate([written, slice_in_dim(storage, 0, covered, arg.storage_numel)], 0)
-    return written
+    return write_view(storage, value, _storage_view(arg))
 
 
-def _write_into_same_dtype(storage, value, arg: TensorArg):
-    from torch_tpu.compiler.lowering.helpers import broadcast_to, convert, reshape
-    from torch_tpu.compiler.ir import concatenate
-    from torch_tpu.compiler.lowering.view_like import strided_positions, take_static
+def _as_storage(value, size, stride):
+    """`value` laid out as the flat storage of a dense tensor with `stride`."""
+    from torch_tpu.compiler.lowering.storage_layout import as_storage
 
-    value = broadcast_to(convert(value, arg.dtype), list(arg.size))
-    numel = int(np.prod(arg.size, dtype=np.int64)) if arg.size else 1
-    order = _dense_order(arg.size, arg.stride) if arg.size else []
-    if order is not None and arg.offset == 0 and numel == arg.storage_numel:
-        return _as_storage(value, arg.size, arg.stride)
-    if numel == 0:
-        return storage
-    positions = strided_positions(arg.size, arg.stride, arg.offset).reshape(-1)
-    source = np.arange(numel, numel + arg.storage_numel, dtype=np.int64)
-    source[positions] = np.arange(numel, dtype=np.int64)
-    combined = concatenate([reshape(value, [numel]), storage], 0)
-    return take_static(combined, 0, source)
+    return as_storage(value, size, stride)
 
 
 def _result_layout(val: torch.Tensor):
+    from torch_tpu.compiler.lowering.storage_layout import dense_order
+
     size = tuple(int(s) for s in val.shape)
     stride = tuple(int(s) for s in val.stride())
-    if _dense_order(size, stride) is None or val.storage_offset() != 0:
+    if dense_order(size, stride) is None or val.storage_offset() != 0:
         stride = contiguous_stride(size)
     return size, stride, val.dtype
 

@@ -80,9 +80,9 @@ def stored_shape(size, stride) -> tuple[int, ...] | None:
     size = tuple(int(s) for s in size)
     if row_major(size, stride):
         return size
-    from ._ops import _dense_order
+    from torch_tpu.compiler.lowering.storage_layout import dense_order
 
-    order = _dense_order(size, stride)
+    order = dense_order(size, stride)
     return None if order is None else tuple(size[d] for d in order)
 
 
@@ -249,12 +249,12 @@ def from_host(host: torch.Tensor, index: int, wait: bool = True) -> torch.Tensor
     """A new tpu tensor with `host`'s value, sizes and (dense) strides."""
     host = host.detach()
     size, stride = tuple(host.shape), tuple(host.stride())
-    from ._ops import _dense_order
+    from torch_tpu.compiler.lowering.storage_layout import dense_order
 
-    if _dense_order(size, stride) is None or host.storage_offset() != 0 or host.is_neg() or host.is_conj():
+    if dense_order(size, stride) is None or host.storage_offset() != 0 or host.is_neg() or host.is_conj():
         host = host.resolve_conj().resolve_neg().contiguous()
         stride = contiguous_stride(size)
     # Storage order of a dense layout: permute to memory order; the buffer has that shape.
-    order = _dense_order(size, stride) if size else []
+    order = dense_order(size, stride) if size else []
     flat = host.permute(order).reshape(-1) if order else host.reshape(-1)
     return from_buffer(upload(flat, index, wait, stored_shape(size, stride)), size, stride, host.dtype, index)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._ops import TensorArg, _dense_order, _read_view, _write_into
+from torch_tpu.compiler.lowering.storage_layout import dense_order
+
+from ._ops import TensorArg, _read_view, _write_into
 from ._storage import row_major
 
 
@@ -54,4 +56,4 @@ def store_result(value: Any, size, stride) -> Any:
 
     if row_major(size, stride):
         return value
-    return transpose(value, _dense_order(size, stride))
+    return transpose(value, dense_order(size, stride))

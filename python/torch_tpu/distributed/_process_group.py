@@ -18,7 +18,6 @@ BAND/BOR/BXOR = reductions of bit planes (min/max/sum of 0/1 bytes).
 from __future__ import annotations
 
 import datetime
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from torch_tpu.core import config
+from torch_tpu.core.user_frames import innermost_user_frame
 
 from . import _launch
 
@@ -730,8 +730,6 @@ class ProcessGroupTPU(dist.ProcessGroup):
         ))
 
 
-_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/torch_tpu/", "/runtime/", "/compiler/")
-_is_library: dict[str, bool] = {}  # per file name: a frame walk runs on every collective
 _NO_FRAME = "<no Python frame: issued by C++ (e.g. DDP's gradient all-reduce)>"
 
 # The torch.distributed call this thread is issuing (`ProcessGroupTPU._issue`):
@@ -741,19 +739,11 @@ _issuing = threading.local()
 
 
 def user_frame() -> tuple[str, int]:
-    """(file, line) of the innermost frame outside libraries (torch, its decorators) and
-    torch_tpu: the user's collective call. Collectives issued from C++ (DDP's reducer, on
-    the autograd thread) have none: (a description, 0)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        library = _is_library.get(name)
-        if library is None:
-            library = _is_library[name] = name.startswith("<") or any(part in name for part in _LIBRARY_PARTS)
-        if not library:
-            return name, frame.f_lineno
-        frame = frame.f_back
-    return _NO_FRAME, 0
+    """(file, line) of the innermost user frame (`core/user_frames.py`: outside torch,
+    its decorators, torch_tpu and the standard library): the user's collective call.
+    Collectives issued from C++ (DDP's reducer, on the autograd thread) have none:
+    (a description, 0)."""
+    return innermost_user_frame() or (_NO_FRAME, 0)
 
 
 def _basename(path: str) -> str:

@@ -4,6 +4,8 @@ compiles with no fallback and matches eager; its code keys the compile cache."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -90,10 +92,38 @@ def test_a_lowering_with_two_results_reads_the_context(user_table, monkeypatch):
 
 
 def test_an_op_that_has_a_lowering_is_refused(user_table):
-    with pytest.raises(ValueError, match=r"aten.add.Tensor already has a lowering \(in torch_tpu.compiler.lowering"):
+    builtin = LOWERINGS[torch.ops.aten.add.Tensor]
+    with pytest.raises(ValueError, match=r"torch_tpu.register_lowering: aten.add.Tensor has two lowerings: "
+                       r"\S+compiler/lowering/elementwise.py:\d+ \(\S+\) \(family elementwise\) and "
+                       rf"{re.escape(__file__)}:\d+ \(test_an_op_that_has_a_lowering_is_refused.<locals>.<lambda>\)"
+                       r".*pass replace=True"):
         torch_tpu.register_lowering(torch.ops.aten.add.Tensor)(lambda ctx, x, y, alpha=1: x)
+    assert LOWERINGS[torch.ops.aten.add.Tensor] is builtin
     with pytest.raises(TypeError, match="expected an operator such as torch.ops.mylib.my_op.default"):
         torch_tpu.register_lowering("mylib::op")
+
+
+def test_another_rule_for_a_user_op_is_refused_unless_it_replaces(user_table):
+    op = torch.ops.torchtpu_userlowering.scaled_add.default
+    first = _register_scaled_add()
+
+    def another_rule(ctx, x, y, alpha):
+        return y
+
+    with pytest.raises(ValueError, match=rf"scaled_add.default has two lowerings: {re.escape(__file__)}:\d+ "
+                       rf"\(_register_scaled_add.<locals>.lower_scaled_add\) .* and {re.escape(__file__)}:\d+ "
+                       r"\(test_another_rule_for_a_user_op_is_refused_unless_it_replaces.<locals>.another_rule\)"):
+        torch_tpu.register_lowering(op)(another_rule)
+    assert LOWERINGS[op].fn is first
+    torch_tpu.register_lowering(op, replace=True)(another_rule)
+    assert LOWERINGS[op].fn is another_rule and LOWERINGS[op].identity is not None
+
+
+def test_a_refused_registration_registers_none_of_its_ops(user_table):
+    split = torch.ops.torchtpu_userlowering.split_halves.default
+    with pytest.raises(ValueError, match="aten.add.Tensor has two lowerings"):
+        torch_tpu.register_lowering(split, torch.ops.aten.add.Tensor)(lambda ctx, *args: args[0])
+    assert split not in LOWERINGS
 
 
 def test_registering_again_replaces_and_rekeys_the_cache(user_table):

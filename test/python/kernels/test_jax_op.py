@@ -353,3 +353,24 @@ def test_missing_jax_says_how_to_install_it():
 
     assert "jax is not installed" in result.stdout, result.stderr[-2000:]
     assert f"pip install 'jax=={version('jaxlib')}'" in result.stdout
+
+
+def _jax_halve(x):
+    return x / 2
+
+
+def test_the_lowering_is_written_through_the_one_writer(user_table):
+    """The rule a jax_op adds at its first trace is an ordinary table entry: its site is
+    the user's jax function, and another rule for the op is refused, naming that site."""
+    from torch_tpu.compiler.lowering.registry import LOWERINGS
+
+    op = jax_op("test_halve_site", _jax_halve)
+    _close(op(torch.ones(3)), torch.full((3,), 0.5))
+    entry = LOWERINGS[op.op]
+    assert entry.family == "jax_op"
+    assert entry.site == f"{__file__}:{_jax_halve.__code__.co_firstlineno} (_jax_halve)"
+    with pytest.raises(ValueError, match=r"has two lowerings: .*test_jax_op.py:\d+ \(_jax_halve\) \(family jax_op\)"):
+        torch_tpu.register_lowering(op.op)(lambda ctx, inputs: inputs)
+    assert LOWERINGS[op.op] is entry
+    _close(op(torch.ones(2)), torch.full((2,), 0.5))  # a new signature traces again: no second registration
+    assert LOWERINGS[op.op] is entry

@@ -1,5 +1,6 @@
 """The lowering table's registration rules (compiler/lowering/registry.py): one lowering per
-overload, a dynamic rule only at its lowering's registration and with the class it handles,
+overload, written by `add_lowering` (a second one is an error naming both registration sites
+unless replaced explicitly), a dynamic rule only at its lowering's registration and with the class it handles,
 and the bounded-dynamism declarations as they stood when the rules moved beside their
 lowerings (issue #18 item 2: the move must not change any class or rule)."""
 
@@ -42,6 +43,51 @@ def test_a_second_lowering_is_an_error(scratch):
         registry.lowers(aten.mean.dim, dynamic=Padding.COUNT, dynamic_rule=_rule)(_lowering)
     with pytest.raises(ValueError, match="aten.mean.dim has two lowerings"):
         registry.lowers(aten.mean)(_lowering)  # the packet registers every overload
+
+
+def _other_lowering(ctx, x):
+    return x
+
+
+def _def_line(fn) -> str:
+    return f"{__file__}:{fn.__code__.co_firstlineno}"
+
+
+def test_the_duplicate_error_names_both_registration_sites(scratch):
+    registry.lowers(aten.trunc.default, dynamic=Padding.SAFE)(_lowering)
+    first = scratch[aten.trunc.default]
+    with pytest.raises(registry.DuplicateLoweringError) as err:
+        registry.add_lowering(registry.Lowering(aten.trunc.default, _other_lowering, "other"))
+    message = str(err.value)
+    assert message.startswith("aten.trunc.default has two lowerings: ")
+    assert f"{_def_line(_lowering)} (_lowering) (family test_registry)" in message
+    assert f"{_def_line(_other_lowering)} (_other_lowering) (family other)" in message
+    assert "pass replace=True" in message
+    assert scratch[aten.trunc.default] is first  # a refused registration writes nothing
+
+
+def test_replace_true_replaces_the_entry(scratch):
+    registry.lowers(aten.trunc.default, dynamic=Padding.SAFE)(_lowering)
+    stored = registry.add_lowering(registry.Lowering(aten.trunc.default, _other_lowering, "other"), replace=True)
+    assert scratch[aten.trunc.default] is stored
+    assert stored.fn is _other_lowering and stored.site == f"{_def_line(_other_lowering)} (_other_lowering)"
+    registry.lowers(aten.trunc.default, replace=True)(_lowering)  # the decorator takes it too
+    assert scratch[aten.trunc.default].fn is _lowering
+
+
+def test_declaring_a_class_keeps_the_rule_and_its_site(scratch):
+    registry.lowers(aten.trunc.default)(_lowering)
+    registry.declare_padding(Padding.SAFE, aten.trunc.default)
+    entry = scratch[aten.trunc.default]
+    assert entry.padding is Padding.SAFE and entry.fn is _lowering
+    assert entry.site == f"{_def_line(_lowering)} (_lowering)"
+
+
+def test_every_builtin_entry_knows_its_site():
+    # Written through add_lowering: a missing site means a writer that bypasses it.
+    unsited = [str(op) for op, low in LOWERINGS.items() if not low.site]
+    assert not unsited, unsited[:5]
+    assert LOWERINGS[aten.add.Tensor].site.split(":")[0].endswith("compiler/lowering/elementwise.py")
 
 
 @pytest.mark.parametrize("padding", [None, Padding.SAFE, Padding.MASKED])
