@@ -98,7 +98,7 @@ def _mean_loss_padded(ctx: LoweringContext, *args, **kwargs):
     if schema_arg(ctx, args, kwargs, "reduction") != _REDUCTION_MEAN:
         return NotImplemented
     sym = symbolic_arg(ctx, arg_position(ctx, "self"))
-    if not ctx.importer.dynamic.dynamic_dims(sym):
+    if not ctx.dynamic.dynamic_dims(sym):
         return NotImplemented
     args, kwargs = with_schema_arg(ctx, args, kwargs, "reduction", _REDUCTION_SUM)
     total = LOWERINGS[ctx.node.target].fn(ctx, *args, **kwargs)

@@ -163,22 +163,22 @@ def _reshape_padded(ctx: LoweringContext, x, *args, **kwargs):
     kept row-interleaved for row-wise consumers (row_layout.py); any other moves elements
     with a gather at logical positions."""
     in_sym = symbolic_arg(ctx, 0)
-    out_sym = ctx.importer.dynamic.symbolic_val(ctx.node)
-    in_dyn = ctx.importer.dynamic.dynamic_dims(in_sym)
-    out_dyn = ctx.importer.dynamic.dynamic_dims(out_sym)
+    out_sym = ctx.dynamic.symbolic_val(ctx.node)
+    in_dyn = ctx.dynamic.dynamic_dims(in_sym)
+    out_dyn = ctx.dynamic.dynamic_dims(out_sym)
     if not in_dyn and not out_dyn:
         return NotImplemented
-    importer = ctx.importer
+    rows = ctx.row_layouts
     source = ctx.node.args[0]
-    layout = importer.interleaved.get(source)
+    layout = rows.interleaved.get(source)
     if layout is not None:
         if unflatten_matches(layout, out_sym.shape):
             return reshape(x, ctx.result_shape())  # the padded buffer is already in place
-        x = importer.compacted(source)
+        x = rows.compacted(source)
     elif (
         flat := flatten_layout(in_sym.shape, out_sym.shape, shape_of(x)[in_dyn[0]] if in_dyn else 0)
     ) is not None:
-        importer.interleaved[ctx.node] = flat
+        rows.interleaved[ctx.node] = flat
         return reshape(x, ctx.result_shape())
     if [_size_key(s) for s in in_sym.shape] == [_size_key(s) for s in out_sym.shape] or _layout_preserving(
         in_sym.shape, out_sym.shape
@@ -252,7 +252,7 @@ def compact_rows(ctx: LoweringContext, raw: ir.Value, layout, symbolic) -> ir.Va
     its padded `[lead..., bound, rest...]` buffer, sized, read with one gather."""
     rest = [int(v) for v in symbolic.shape[1:]]
     blocked = reshape(raw, list(layout.lead) + [layout.bound] + rest)
-    size = ctx.importer.dynamic.size_i32(layout.symbol, ctx.node)
+    size = ctx.dynamic.size_i32(layout.symbol, ctx.node)
     blocked = stablehlo.SetDimensionSizeOp(
         blocked, size, len(layout.lead), results=[blocked.type]
     ).result
@@ -941,9 +941,9 @@ def _select_scatter(ctx: LoweringContext, x, src, dim, index):
 
 def _slice_backward_padded(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
     """The gradient placed at the slice's run-time position; its padding is never written."""
-    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    out = ctx.dynamic.symbolic_val(ctx.node)
     dim = normalize_dim(dim, len(input_sizes))
-    if dim not in ctx.importer.dynamic.dynamic_dims(out) and dim not in dynamic_dims(ctx, 0):
+    if dim not in ctx.dynamic.dynamic_dims(out) and dim not in dynamic_dims(ctx, 0):
         return NotImplemented
     base = full(0, dtype(grad), [int(s) for s in input_sizes])
     begin = _runtime_index(ctx, start, run_time_size(ctx, out.shape[dim]))
@@ -959,9 +959,9 @@ def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, st
 
 def _select_backward_padded(ctx: LoweringContext, grad, input_sizes, dim, index):
     """The gradient placed at the selected run-time position."""
-    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    out = ctx.dynamic.symbolic_val(ctx.node)
     dim = normalize_dim(dim, len(input_sizes))
-    if dim not in ctx.importer.dynamic.dynamic_dims(out):
+    if dim not in ctx.dynamic.dynamic_dims(out):
         return NotImplemented
     base = full(0, dtype(grad), [int(s) for s in input_sizes])
     begin = _runtime_index(ctx, index, run_time_size(ctx, out.shape[dim]))
