@@ -11,7 +11,7 @@ from .helpers import (
     add,
     div,
     exp,
-    like,
+    constant_like,
     log,
     log1p,
     logical_and,
@@ -38,7 +38,7 @@ def _opmath(dt: torch.dtype) -> torch.dtype:
 
 
 # Formula shorthands shared with the other families (helpers.py).
-_c = like
+_c = constant_like
 _add, _sub, _mul, _div = add, sub, mul, div
 _and, _or, _max, _min = logical_and, logical_or, maximum, minimum
 _abs, _exp, _log, _log1p, _neg, _sign = absolute, exp, log, log1p, neg, sign

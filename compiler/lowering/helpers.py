@@ -317,10 +317,15 @@ def max_value(dtype_: torch.dtype):
     return torch.iinfo(dtype_).max
 
 
-# -- one-line arithmetic on values ------------------------------------------------------------
-# Shorthands for rules that write formulas (special functions, losses, linear algebra):
-# operands must already share dtype and shape. `add`, `mul`, ... are compiler.ir's
-# (imported above).
-def like(value: Scalar, x: ir.Value) -> ir.Value:
-    """A splat constant with the dtype and shape of `x`."""
+# -- values shaped like others ------------------------------------------------------------------
+def constant_like(value: Scalar, x: ir.Value) -> ir.Value:
+    """A splat constant of `value` with the dtype and shape of `x` (formulas combine it
+    with `x` through compiler.ir's builders, which want operands of one type)."""
     return full(value, dtype(x), shape_of(x))
+
+
+def conj(x: ir.Value) -> ir.Value:
+    """The complex conjugate of `x`; `x` itself when it is real."""
+    if not dtype(x).is_complex:
+        return x
+    return stablehlo.ComplexOp(stablehlo.RealOp(x).result, stablehlo.NegOp(stablehlo.ImagOp(x).result).result).result

@@ -14,7 +14,6 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
-    like,
     broadcast_shapes,
     broadcast_to,
     convert,

@@ -102,6 +102,17 @@ def reduce_max(x: ir.Value, dims: Sequence[int], *, keepdim: bool = False) -> ir
     return reshape(result, keepdim_shape(shape_of(x), dims)) if keepdim else result
 
 
+def reduce_min(x: ir.Value, dims: Sequence[int], *, keepdim: bool = False) -> ir.Value:
+    """amin with NaN propagation (stablehlo.minimum is IEEE-754 `minimum`)."""
+    result = reduce_with(stablehlo.MinOp, x, max_value(dtype(x)), dims)
+    return reshape(result, keepdim_shape(shape_of(x), dims)) if keepdim else result
+
+
+def reduce_prod(x: ir.Value, dims: Sequence[int], *, keepdim: bool = False) -> ir.Value:
+    result = reduce_with(stablehlo.MulOp, x, 1, dims)
+    return reshape(result, keepdim_shape(shape_of(x), dims)) if keepdim else result
+
+
 def num_elements(shape: Sequence[int], dims: Sequence[int]) -> int:
     return math.prod(shape[d] for d in dims)
 
