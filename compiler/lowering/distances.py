@@ -154,10 +154,10 @@ def _pdist_forward(ctx, self, p=2.0):
         return full(0, out, out_shape)
     rows, cols = _upper_pairs(n)
     from .helpers import array_constant
-    from .indexing import _take_rows
+    from .indexing import take_rows
 
-    a = _take_rows(x, array_constant(torch.tensor(rows, dtype=torch.int32), torch.int32))
-    b = _take_rows(x, array_constant(torch.tensor(cols, dtype=torch.int32), torch.int32))
+    a = take_rows(x, array_constant(torch.tensor(rows, dtype=torch.int32), torch.int32))
+    b = take_rows(x, array_constant(torch.tensor(cols, dtype=torch.int32), torch.int32))
     return convert(_pairwise_norm(_sub(a, b), p, 1), out)
 
 
@@ -217,18 +217,18 @@ def _pdist_backward(ctx, grad, self, p, pdist):
     x = convert(self, cdt)
     rows, cols = _upper_pairs(n)
     from .helpers import array_constant
-    from .indexing import _Scatter, _take_rows
+    from .indexing import ScatterSpec, take_rows
 
     ri = array_constant(torch.tensor(rows, dtype=torch.int32), torch.int32)
     ci = array_constant(torch.tensor(cols, dtype=torch.int32), torch.int32)
-    diff = _sub(_take_rows(x, ri), _take_rows(x, ci))
+    diff = _sub(take_rows(x, ri), take_rows(x, ci))
     k = len(rows)
     g = broadcast_to(reshape(convert(grad, cdt), [k, 1]), [k, m])
     dist = broadcast_to(reshape(convert(pdist, cdt), [k, 1]), [k, m])
     term = _distance_grad(diff, g, dist, p)
     zeros = full(0, cdt, [n, m])
-    add_rows = _Scatter(reshape(ri, [k, 1]), (1,), (0,), (0,), 1).apply(zeros, term, "add")
-    result = _Scatter(reshape(ci, [k, 1]), (1,), (0,), (0,), 1).apply(add_rows, _neg(term), "add")
+    add_rows = ScatterSpec(reshape(ri, [k, 1]), (1,), (0,), (0,), 1).apply(zeros, term, "add")
+    result = ScatterSpec(reshape(ci, [k, 1]), (1,), (0,), (0,), 1).apply(add_rows, _neg(term), "add")
     return convert(result, out)
 
 

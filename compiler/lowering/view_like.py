@@ -232,10 +232,10 @@ def gather_reshape(ctx: LoweringContext, x: ir.Value, in_sizes, out_sizes, out_p
     if not coords:
         return reshape(x, out_pad)
     indices = coords[0] if len(coords) == 1 else stablehlo.ConcatenateOp(coords, 1).result
-    from .indexing import _gather
+    from .indexing import gather
 
     trailing = in_pad[len(in_lead) :]
-    taken = _gather(
+    taken = gather(
         x,
         indices,
         offset_dims=list(range(1, 1 + len(trailing))),
