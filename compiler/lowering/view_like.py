@@ -31,12 +31,12 @@ import sympy
 import torch
 
 from ..context import ir, stablehlo
+from .. import ir as hlo
 from ..dtypes import tensor_type
 from .helpers import (
     bitcast,
     broadcast_to,
     compare,
-    concatenate,
     constant,
     convert,
     dtype,
@@ -48,7 +48,6 @@ from .helpers import (
     reshape,
     select,
     shape_of,
-    slice_in_dim,
     transpose,
 )
 from .padded import (
@@ -419,7 +418,7 @@ def _slice_padded(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
 def _slice_tensor(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, rank_of(x))
     start, end = _slice_bounds(shape_of(x)[dim], start, end)
-    return reshape(slice_in_dim(x, dim, start, end, int(step)), ctx.result_shape())
+    return reshape(hlo.slice_in_dim(x, dim, start, end, int(step)), ctx.result_shape())
 
 
 def _narrow_padded(ctx: LoweringContext, x, dim, start, length):
@@ -436,7 +435,7 @@ def _narrow(ctx: LoweringContext, x, dim, start, length):
     dim = normalize_dim(dim, rank_of(x))
     if start < 0:
         start += shape_of(x)[dim]
-    return slice_in_dim(x, dim, int(start), int(start + length))
+    return hlo.slice_in_dim(x, dim, int(start), int(start + length))
 
 
 def _select_padded(ctx: LoweringContext, x, dim, index):
@@ -453,7 +452,7 @@ def _select(ctx: LoweringContext, x, dim, index):
     dim = normalize_dim(dim, rank_of(x))
     size = shape_of(x)[dim]
     index = int(index) + size if index < 0 else int(index)
-    return reshape(slice_in_dim(x, dim, index, index + 1), ctx.result_shape())
+    return reshape(hlo.slice_in_dim(x, dim, index, index + 1), ctx.result_shape())
 
 
 def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
@@ -462,7 +461,7 @@ def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
     pieces, offset = [], 0
     for piece in ctx.meta():
         size = int(piece.shape[dim])
-        pieces.append(slice_in_dim(x, dim, offset, offset + size))
+        pieces.append(hlo.slice_in_dim(x, dim, offset, offset + size))
         offset += size
     return tuple(pieces)
 
@@ -510,7 +509,7 @@ def _unbind(ctx: LoweringContext, x, dim=0):
     dim = normalize_dim(dim, rank_of(x))
     shape = shape_of(x)
     rest = shape[:dim] + shape[dim + 1 :]
-    return tuple(reshape(slice_in_dim(x, dim, i, i + 1), rest) for i in range(shape[dim]))
+    return tuple(reshape(hlo.slice_in_dim(x, dim, i, i + 1), rest) for i in range(shape[dim]))
 
 
 @lowers(aten.unfold.default, aten.unfold_copy.default, dynamic=Padding.MOVEMENT)
@@ -541,7 +540,7 @@ def _cat(ctx: LoweringContext, tensors, dim=0):
         return full(0, out_dtype, ctx.result_shape())
     dim = normalize_dim(dim, rank_of(kept[0]))
     kept = [convert(t, out_dtype) for t in kept]
-    return concatenate(kept, dim)
+    return hlo.concatenate(kept, dim)
 
 
 @lowers(aten.stack.default, dynamic=Padding.SAFE)
@@ -550,7 +549,7 @@ def _stack(ctx: LoweringContext, tensors, dim=0):
     shape = shape_of(tensors[0])
     dim = normalize_dim(dim, len(shape) + 1)
     expanded = shape[:dim] + [1] + shape[dim:]
-    return concatenate([reshape(convert(t, out_dtype), expanded) for t in tensors], dim)
+    return hlo.concatenate([reshape(convert(t, out_dtype), expanded) for t in tensors], dim)
 
 
 # -- reordering ----------------------------------------------------------------------------------
@@ -587,7 +586,7 @@ def _roll(ctx: LoweringContext, x, shifts, dims=()):
             continue
         s = int(shift) % n
         if s:
-            x = concatenate([slice_in_dim(x, d, n - s, n), slice_in_dim(x, d, 0, n - s)], d)
+            x = hlo.concatenate([hlo.slice_in_dim(x, d, n - s, n), hlo.slice_in_dim(x, d, 0, n - s)], d)
     return x
 
 
@@ -690,21 +689,21 @@ def _edge_pad(mode: str, ctx: LoweringContext, x, padding):
         parts = []
         if lo > 0:
             if mode == "reflect":
-                parts.append(_reverse(slice_in_dim(x, d, 1, lo + 1), [d]))
+                parts.append(_reverse(hlo.slice_in_dim(x, d, 1, lo + 1), [d]))
             else:
                 parts.append(_repeat_edge(x, d, 0, lo))
-        parts.append(slice_in_dim(x, d, max(-lo, 0), n - max(-hi, 0)))
+        parts.append(hlo.slice_in_dim(x, d, max(-lo, 0), n - max(-hi, 0)))
         if hi > 0:
             if mode == "reflect":
-                parts.append(_reverse(slice_in_dim(x, d, n - 1 - hi, n - 1), [d]))
+                parts.append(_reverse(hlo.slice_in_dim(x, d, n - 1 - hi, n - 1), [d]))
             else:
                 parts.append(_repeat_edge(x, d, n - 1, hi))
-        x = concatenate(parts, d)
+        x = hlo.concatenate(parts, d)
     return x
 
 
 def _repeat_edge(x: ir.Value, dim: int, index: int, count: int) -> ir.Value:
-    edge = slice_in_dim(x, dim, index, index + 1)
+    edge = hlo.slice_in_dim(x, dim, index, index + 1)
     shape = shape_of(edge)
     shape[dim] = count
     return broadcast_to(edge, shape)
@@ -733,14 +732,14 @@ def _replication_pad_backward(ctx: LoweringContext, grad, x, padding):
         length = shape_of(grad)[d]
         crop_lo, crop_hi = max(-lo, 0), max(-hi, 0)
         begin = max(lo, 0)
-        centre = slice_in_dim(grad, d, begin, begin + n - crop_lo - crop_hi)
+        centre = hlo.slice_in_dim(grad, d, begin, begin + n - crop_lo - crop_hi)
         low, high = [0] * rank, [0] * rank
         low[d], high[d] = crop_lo, crop_hi
         result = _pad(centre, zero, low, high)
         for start, stop, at in ((0, lo, 0), (length - hi, length, n - 1)):
             if stop - start <= 0:
                 continue
-            edge = _sum_keepdim(slice_in_dim(grad, d, start, stop), d)
+            edge = _sum_keepdim(hlo.slice_in_dim(grad, d, start, stop), d)
             low, high = [0] * rank, [0] * rank
             low[d], high[d] = at, n - 1 - at
             result = stablehlo.AddOp(result, _pad(edge, zero, low, high)).result
@@ -801,10 +800,10 @@ def _diagonal(ctx: LoweringContext, x, offset=0, dim1=0, dim2=1):
         return full(0, dtype(x), ctx.result_shape())
     xt = transpose(x, perm)
     rank = len(perm)
-    block = slice_in_dim(slice_in_dim(xt, rank - 2, r0, r0 + length), rank - 1, c0, c0 + length)
+    block = hlo.slice_in_dim(hlo.slice_in_dim(xt, rank - 2, r0, r0 + length), rank - 1, c0, c0 + length)
     batch = shape_of(block)[:-2]
     flat = reshape(block, batch + [length * length])
-    return slice_in_dim(flat, rank - 2, 0, length * length, length + 1)
+    return hlo.slice_in_dim(flat, rank - 2, 0, length * length, length + 1)
 
 
 def _place_on_diagonal(base: ir.Value, src: ir.Value, r0: int, offset: int) -> ir.Value:
@@ -1061,7 +1060,7 @@ def _as_strided_scatter(ctx: LoweringContext, x, src, size, stride, storage_offs
     # source[p] = index into [src..., x...] of the value storage position p ends up with.
     source = np.arange(positions.size, positions.size + numel, dtype=np.int64)
     source[positions] = np.arange(positions.size, dtype=np.int64)  # last write wins
-    combined = concatenate([reshape(convert(src, dtype(x)), [positions.size]), storage], 0)
+    combined = hlo.concatenate([reshape(convert(src, dtype(x)), [positions.size]), storage], 0)
     new_storage = take_static(combined, 0, source)
     # Back from storage order to the logical layout.
     order = _dense_order(meta)
@@ -1095,15 +1094,15 @@ def _convert_element_type(ctx: LoweringContext, x, dtype_):
 def _view_as_real(ctx: LoweringContext, x):
     shape = shape_of(x) + [1]
     parts = [reshape(op(x).result, shape) for op in (stablehlo.RealOp, stablehlo.ImagOp)]
-    return concatenate(parts, len(shape) - 1)
+    return hlo.concatenate(parts, len(shape) - 1)
 
 
 @lowers(aten.view_as_complex.default, dynamic=Padding.SAFE)
 def _view_as_complex(ctx: LoweringContext, x):
     rank = rank_of(x)
     out_shape = shape_of(x)[:-1]
-    real = reshape(slice_in_dim(x, rank - 1, 0, 1), out_shape)
-    imag = reshape(slice_in_dim(x, rank - 1, 1, 2), out_shape)
+    real = reshape(hlo.slice_in_dim(x, rank - 1, 0, 1), out_shape)
+    imag = reshape(hlo.slice_in_dim(x, rank - 1, 1, 2), out_shape)
     return stablehlo.ComplexOp(real, imag).result
 
 
@@ -1168,7 +1167,7 @@ def _resize(ctx: LoweringContext, x, size, *, memory_format=None):
     flat = reshape(x, [_numel(shape_of(x))])
     have = shape_of(flat)[0]
     if count <= have:
-        flat = slice_in_dim(flat, 0, 0, count)
+        flat = hlo.slice_in_dim(flat, 0, 0, count)
     else:
         padding = full(0, dtype(x), [count - have])
         flat = stablehlo.ConcatenateOp([flat, padding], 0).result
