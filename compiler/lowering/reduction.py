@@ -51,6 +51,7 @@ from .padded import (
     valid_positions,
 )
 from .registry import LOWERINGS, LoweringContext, lowers, Padding
+from .opmath import opmath_dtype
 from .symsize import static_layout
 
 aten = torch.ops.aten
@@ -77,11 +78,6 @@ def reduction_dims(dim, rank: int, *, empty_means_all: bool = True) -> list[int]
 
 def keepdim_shape(shape: Sequence[int], dims: Sequence[int]) -> list[int]:
     return [1 if i in dims else s for i, s in enumerate(shape)]
-
-
-def accumulation_dtype(dt: torch.dtype) -> torch.dtype:
-    """The dtype a reduction accumulates in: float32 for the 16-bit floats."""
-    return torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
 
 
 def reduce_with(op_class, x: ir.Value, init, dims: Sequence[int]) -> ir.Value:
@@ -151,7 +147,7 @@ def _is_float(dt: torch.dtype) -> bool:
 @lowers(aten.sum.dim_IntList, aten.sum.default, dynamic=Padding.MASKED)
 def _sum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()  # `dtype`, else int64 for integers/bool, else x's dtype
-    x = convert(convert(x, out), accumulation_dtype(out))
+    x = convert(convert(x, out), opmath_dtype(out))
     dims = reduction_dims(dim, len(shape_of(x)))
     return _finish(ctx, reduce_sum(x, dims))
 
@@ -159,7 +155,7 @@ def _sum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
 @lowers(aten.nansum.default, dynamic=Padding.MASKED)
 def _nansum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
-    x = convert(convert(x, out), accumulation_dtype(out))
+    x = convert(convert(x, out), opmath_dtype(out))
     if _is_float(out) or out.is_complex:
         x = select(_is_nan(x), full(0, dtype_of_value(x), shape_of(x)), x)
     dims = reduction_dims(dim, len(shape_of(x)))
@@ -182,7 +178,7 @@ def _mean_padded(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None
 @lowers(aten.mean.dim, aten.mean.default, dynamic=Padding.COUNT, dynamic_rule=_mean_padded)
 def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
-    x = convert(convert(x, out), accumulation_dtype(out))
+    x = convert(convert(x, out), opmath_dtype(out))
     shape = shape_of(x)
     dims = reduction_dims(dim, len(shape))
     total = reduce_sum(x, dims)
@@ -193,7 +189,7 @@ def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
 @lowers(aten.prod.default, aten.prod.dim_int, dynamic=Padding.MASKED)
 def _prod(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
-    x = convert(convert(x, out), accumulation_dtype(out))
+    x = convert(convert(x, out), opmath_dtype(out))
     dims = reduction_dims(dim, len(shape_of(x)))
     return _finish(ctx, reduce_with(stablehlo.MulOp, x, 1, dims))
 
@@ -401,7 +397,7 @@ def _var_std(
         dim, unbiased = None, dim
     if not (_is_float(dtype(x)) or dtype(x).is_complex):
         raise ctx.fail(f"var/std need a floating point or complex input, got {dtype(x)}")
-    x = convert(x, accumulation_dtype(dtype(x)))
+    x = convert(x, opmath_dtype(dtype(x)))
     dims = reduction_dims(dim, len(shape_of(x)))
     var, mean = variance(x, dims, _correction(unbiased, correction))
     if take_sqrt:
@@ -471,7 +467,7 @@ def _vector_norm(ctx: LoweringContext, x, ord=2, dim=None, keepdim=False, *, dty
             f"vector norms need a floating point or complex input, got {dtype_of_value(x)}"
         )
     dims = reduction_dims(dim, len(shape_of(x)))
-    magnitude = convert(stablehlo.AbsOp(x).result, accumulation_dtype(out))
+    magnitude = convert(stablehlo.AbsOp(x).result, opmath_dtype(out))
     acc = dtype_of_value(magnitude)
     shape = shape_of(magnitude)
     ord = float(ord)
@@ -513,7 +509,7 @@ def _logsumexp(ctx: LoweringContext, x, dim, keepdim=False):
     out = ctx.result_dtype()
     if out.is_complex:
         raise ctx.fail("logsumexp of complex tensors is not supported")
-    x = convert(x, accumulation_dtype(out))
+    x = convert(x, opmath_dtype(out))
     shape = shape_of(x)
     dims = reduction_dims(dim, len(shape))
     # PyTorch's formulation: shift by the max, except where the max is infinite.
@@ -544,13 +540,13 @@ def _softmax_of(x: ir.Value, dim: int) -> ir.Value:
 @lowers(aten._softmax.default, dynamic=Padding.MASKED)
 def _softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     out = ctx.result_dtype()
-    return convert(_softmax_of(convert(x, accumulation_dtype(out)), dim), out)
+    return convert(_softmax_of(convert(x, opmath_dtype(out)), dim), out)
 
 
 @lowers(aten._log_softmax.default, dynamic=Padding.MASKED)
 def _log_softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     out = ctx.result_dtype()
-    shifted, _, total = _softmax_parts(convert(x, accumulation_dtype(out)), dim)
+    shifted, _, total = _softmax_parts(convert(x, opmath_dtype(out)), dim)
     log_total = broadcast_to(stablehlo.LogOp(total).result, shape_of(shifted))
     return convert(stablehlo.SubtractOp(shifted, log_total).result, out)
 
@@ -559,7 +555,7 @@ def _log_softmax(ctx: LoweringContext, x, dim, half_to_float=False):
 def _safe_softmax(ctx: LoweringContext, x, dim, dtype=None):
     """softmax, but 0 (not NaN) along slices that are entirely -inf (masked rows)."""
     out = ctx.result_dtype()
-    x = convert(x, accumulation_dtype(out))
+    x = convert(x, opmath_dtype(out))
     acc, shape = dtype_of_value(x), shape_of(x)
     result = _softmax_of(x, dim)
     dims = reduction_dims(dim, len(shape))
@@ -574,7 +570,7 @@ def _safe_softmax(ctx: LoweringContext, x, dim, dtype=None):
 @lowers(aten._softmax_backward_data.default, dynamic=Padding.MASKED)
 def _softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
     out = ctx.result_dtype()
-    acc = accumulation_dtype(out)
+    acc = opmath_dtype(out)
     grad, output = convert(grad, acc), convert(output, acc)
     shape = shape_of(grad)
     dims = reduction_dims(dim, len(shape))
@@ -586,7 +582,7 @@ def _softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
 @lowers(aten._log_softmax_backward_data.default, dynamic=Padding.MASKED)
 def _log_softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
     out = ctx.result_dtype()
-    acc = accumulation_dtype(out)
+    acc = opmath_dtype(out)
     grad, output = convert(grad, acc), convert(output, acc)
     shape = shape_of(grad)
     dims = reduction_dims(dim, len(shape))
@@ -636,7 +632,7 @@ def _scan_input(ctx: LoweringContext, x: ir.Value, dim: int) -> tuple[ir.Value, 
 
 def _cumulative(op_class, init, ctx: LoweringContext, x, dim, *, dtype=None):
     out = ctx.result_dtype()
-    x, dim = _scan_input(ctx, convert(convert(x, out), accumulation_dtype(out)), dim)
+    x, dim = _scan_input(ctx, convert(convert(x, out), opmath_dtype(out)), dim)
     if shape_of(x)[dim] == 0:
         return _finish(ctx, x)
     (result,) = scan(
@@ -703,7 +699,7 @@ def _logcumsumexp(ctx: LoweringContext, x, dim):
     out = ctx.result_dtype()
     if out.is_complex:
         raise ctx.fail("logcumsumexp of complex tensors is not supported")
-    x, dim = _scan_input(ctx, convert(x, accumulation_dtype(out)), dim)
+    x, dim = _scan_input(ctx, convert(x, opmath_dtype(out)), dim)
     if shape_of(x)[dim] == 0:
         return _finish(ctx, x)
 
