@@ -264,6 +264,7 @@ def fori_loop(
 
     def loop(values: list[ir.Value]) -> list[ir.Value]:
         i, rest = values[0], values[1:]
-        return [add(i, splat(step, i32))] + list(body(i, rest))
+        new = body(i, rest)  # the body's ops first, then the counter's increment
+        return [add(i, splat(step, i32))] + list(new)
 
     return while_loop([splat(start, i32)] + list(init), cond, loop)[1:]
