@@ -143,6 +143,19 @@ class FxImporter:
         """Random `ui{bits}` values of `shape`, advancing the graph's RNG state."""
         return self._random.random_bits(shape, bits)
 
+    def lowering_context(self, node: torch.fx.Node, loc: ir.Location, record: OpRecord | None = None) -> LoweringContext:
+        """The context a rule lowering `node` gets: the graph-level facts it may use
+        (dynamic sizes, process groups, row layouts, random bits) as typed fields."""
+        return LoweringContext(
+            node,
+            loc,
+            record=record,
+            random_source=self,
+            dynamic=self.dynamic,
+            process_groups=self.process_groups,
+            row_layouts=self,
+        )
+
     def run(self) -> ImportedGraph:
         if self.dynamic is None:
             return self._run()
@@ -354,7 +367,7 @@ class FxImporter:
             symbolic = self.dynamic.symbolic_val(node)
             loc = node_location(node)
             with loc, dynamic_import():
-                ctx = LoweringContext(node, loc, self)
+                ctx = self.lowering_context(node, loc)
                 value = compact_rows(ctx, self.env[node], self.interleaved[node], symbolic)
                 value = self.dynamic.mark(value, symbolic, node)
             self._compacted[node] = value
@@ -398,12 +411,12 @@ class FxImporter:
                 result = NotImplemented
                 if self.dynamic is not None and self.dynamic.touches_dynamic(node):
                     with dynamic_import():
-                        result = dynamic_lowering(lowering, LoweringContext(node, loc, self), *args, **kwargs)
+                        result = dynamic_lowering(lowering, self.lowering_context(node, loc), *args, **kwargs)
                 elif self.dynamic is not None:
                     with dynamic_import():
-                        result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
+                        result = lowering.fn(self.lowering_context(node, loc), *args, **kwargs)
                 else:
-                    result = lowering.fn(LoweringContext(node, loc, self), *args, **kwargs)
+                    result = lowering.fn(self.lowering_context(node, loc), *args, **kwargs)
             except LoweringError as err:
                 if err.node is None:
                     raise type(err)(err.reason, node) from err
@@ -427,7 +440,7 @@ class FxImporter:
         # The wrapped op's arguments are the wrapper's after the token and the op.
         inner_metas = torch.fx.node.map_arg(tuple(node.args[2:]), _val)
         record = OpRecord(inner, tuple(inner_metas), dict(node.kwargs), inner_val, node.name)
-        ctx = LoweringContext(node, node_location(node), self, record=record)
+        ctx = self.lowering_context(node, node_location(node), record)
         with ctx.loc:
             if self.dynamic is not None and self.dynamic.touches_dynamic(node):
                 require_padding_as_is(lowering, ctx)

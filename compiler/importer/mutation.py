@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from ..context import ir
 from ..dialect import make_ref_type, ref_tensor_type
 from ..dtypes import tensor_type
-from ..lowering import LOWERINGS, LoweringContext, LoweringError, UnsupportedOpError
+from ..lowering import LOWERINGS, LoweringError, UnsupportedOpError
 from ..lowering.helpers import broadcast_to, convert, shape_of
 from ..lowering.registry import OpRecord, require_padding_as_is
 from ..fx_locations import node_location
@@ -288,7 +288,7 @@ class MutationImporter:
         args = torch.fx.node.map_arg(node.args, lambda n: self.read(self.importer.env[n]))
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.read(self.importer.env[n]))
         with loc:
-            ctx = LoweringContext(node, loc, self.importer)
+            ctx = self.importer.lowering_context(node, loc)
             if self.importer.dynamic is not None and self.importer.dynamic.touches_dynamic(node):
                 require_padding_as_is(lowering, ctx)
             result = lowering.fn(ctx, *args, **kwargs)
@@ -328,7 +328,7 @@ class MutationImporter:
             try:
                 # The counterpart's result metadata may differ from the in-place op's
                 # (type promotion): the record carries the counterpart's.
-                ctx = LoweringContext(node, loc, self.importer, record=OpRecord.of_node(node, meta, use_node_val=False))
+                ctx = self.importer.lowering_context(node, loc, OpRecord.of_node(node, meta, use_node_val=False))
                 if self.importer.dynamic is not None and self.importer.dynamic.touches_dynamic(node):
                     require_padding_as_is(lowering, ctx)
                 result = lowering.fn(ctx, *values_args, **values_kwargs)

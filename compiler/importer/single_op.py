@@ -91,7 +91,7 @@ def lower_op(
             block_args = list(block.arguments)
             try:
                 args, kwargs = read(block_args)
-                ctx = LoweringContext(None, loc, None, record=record, random_source=RandomState(block))
+                ctx = LoweringContext(None, loc, record=record, random_source=RandomState(block))
                 result = normalize_result(lowering.fn(ctx, *args, **kwargs))
                 check_result(record, result)
                 results = write(result, block_args)

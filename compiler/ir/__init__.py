@@ -20,6 +20,7 @@ from .builders import (
     dot_general,
     element_type_of,
     exp,
+    fori_loop,
     iota,
     log,
     log1p,
@@ -40,6 +41,7 @@ from .builders import (
     sub,
     tensor_type,
     transpose,
+    while_loop,
 )
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "dot_general",
     "element_type_of",
     "exp",
+    "fori_loop",
     "iota",
     "log",
     "log1p",
@@ -76,4 +79,5 @@ __all__ = [
     "sub",
     "tensor_type",
     "transpose",
+    "while_loop",
 ]

@@ -5,7 +5,7 @@ already share a type (broadcasting and dtype promotion are the lowerings' busine
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..context import ir, stablehlo
 
@@ -225,3 +225,46 @@ def dot_general(
         p = ir.Attribute.parse(f"#stablehlo<precision {precision}>")
         kwargs["precision_config"] = ir.ArrayAttr.get([p, p])
     return stablehlo.DotGeneralOp(result_type, lhs, rhs, attr, **kwargs).result
+
+
+# -- loops ---------------------------------------------------------------------------------
+def while_loop(
+    init: Sequence[ir.Value],
+    cond: Callable[[list[ir.Value]], ir.Value],
+    body: Callable[[list[ir.Value]], Sequence[ir.Value]],
+) -> list[ir.Value]:
+    """stablehlo.while over the loop-carried values `init`: `cond(values)` returns a 0-d
+    i1, `body(values)` the next values (same types)."""
+    types = [v.type for v in init]
+    op = stablehlo.WhileOp(types, list(init))
+    cond_block = op.cond.blocks.append(*types)
+    with ir.InsertionPoint(cond_block):
+        stablehlo.ReturnOp([cond(list(cond_block.arguments))])
+    body_block = op.body.blocks.append(*types)
+    with ir.InsertionPoint(body_block):
+        stablehlo.ReturnOp(list(body(list(body_block.arguments))))
+    return list(op.results)
+
+
+def fori_loop(
+    start: int,
+    stop: int,
+    init: Sequence[ir.Value],
+    body: Callable[[ir.Value, list[ir.Value]], Sequence[ir.Value]],
+    step: int = 1,
+) -> list[ir.Value]:
+    """`for i in range(start, stop, step): values = body(i, values)` as a while loop
+    whose counter `i` is a 0-d i32; no loop at all when the range is empty."""
+    if (stop - start) * step <= 0:
+        return list(init)
+    i32 = ir.IntegerType.get_signless(32)
+
+    def cond(values: list[ir.Value]) -> ir.Value:
+        return compare(values[0], splat(stop, i32), "LT" if step > 0 else "GT")
+
+    def loop(values: list[ir.Value]) -> list[ir.Value]:
+        i, rest = values[0], values[1:]
+        new = body(i, rest)  # the body's ops first, then the counter's increment
+        return [add(i, splat(step, i32))] + list(new)
+
+    return while_loop([splat(start, i32)] + list(init), cond, loop)[1:]

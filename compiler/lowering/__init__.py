@@ -21,7 +21,7 @@ from .registry import (
     lowers,
 )
 
-_NOT_FAMILIES = {"registry", "helpers", "decompositions", "docs", "padded", "storage_layout"}
+_NOT_FAMILIES = {"registry", "helpers", "decompositions", "docs", "padded", "storage_layout", "opmath", "static_gather"}
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _module not in _NOT_FAMILIES and not _module.startswith("_"):

@@ -43,7 +43,7 @@ def _eager_along_dynamic_dim0(ctx: LoweringContext, *args, **kwargs):
     padded buffers."""
     arg = ctx.node.args[0]
     nodes = arg if isinstance(arg, (list, tuple)) else [arg]
-    dynamic = ctx.importer.dynamic
+    dynamic = ctx.dynamic
     if any(0 in dynamic.dynamic_dims(dynamic.symbolic_val(n)) for n in nodes if isinstance(n, torch.fx.Node)):
         name = str(ctx.node.target).removeprefix("_c10d_functional.").removesuffix(".default")
         frame = user_frame(ctx.node.meta.get("stack_trace"))
@@ -93,7 +93,7 @@ def collective_op(
 
 
 def _group(ctx: LoweringContext, name, size: int | None = None):
-    facts = getattr(ctx.importer, "process_groups", None) or ProcessGroups()
+    facts = ctx.process_groups or ProcessGroups()
     try:
         info = facts.lookup(str(name))
     except GroupResolutionError as err:

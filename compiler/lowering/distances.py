@@ -13,9 +13,11 @@ from collections.abc import Sequence
 import torch
 
 from ..context import ir, stablehlo
+from .. import ir as hlo
 from ..dtypes import tensor_type
 from .helpers import (
     broadcast_to,
+    constant_like,
     convert,
     dtype,
     full,
@@ -26,23 +28,9 @@ from .helpers import (
     select,
     shape_of,
 )
-from ..ir import dot_general
 from .registry import declare_padding, lowers, Padding
-from ._opmath import (
-    _abs,
-    _add,
-    _c,
-    _cmp,
-    _div,
-    _max,
-    _mul,
-    _neg,
-    _opmath,
-    _or,
-    _sign,
-    _sub,
-    _sum_dim,
-)
+from .reduction import reduce_sum
+from .opmath import opmath_dtype
 
 aten = torch.ops.aten
 
@@ -50,19 +38,19 @@ aten = torch.ops.aten
 # -- distances and cross products ----------------------------------------------------------------------------------
 def _pairwise_norm(diff: ir.Value, p: float, axis: int) -> ir.Value:
     """The p-norm of `diff` over `axis` with ATen's special cases (p = 0, 1, 2, inf)."""
-    a = _abs(diff)
+    a = hlo.absolute(diff)
     if p == 0:
-        return _sum_dim(convert(_cmp(a, _c(0, a), "NE"), dtype(a)), axis)
+        return reduce_sum(convert(hlo.compare(a, constant_like(0, a), "NE"), dtype(a)), [axis])
     if p == 1:
-        return _sum_dim(a, axis)
+        return reduce_sum(a, [axis])
     if p == 2:
-        return stablehlo.SqrtOp(_sum_dim(_mul(a, a), axis)).result
+        return stablehlo.SqrtOp(reduce_sum(hlo.mul(a, a), [axis])).result
     if math.isinf(p):
-        (result,) = reduce([a], [full(0, dtype(a), [])], [axis], lambda acc, new: [_max(acc[0], new[0])])
+        (result,) = reduce([a], [full(0, dtype(a), [])], [axis], lambda acc, new: [hlo.maximum(acc[0], new[0])])
         return result
-    powered = stablehlo.PowOp(a, _c(p, a)).result
-    summed = _sum_dim(powered, axis)
-    return stablehlo.PowOp(summed, _c(1.0 / p, summed)).result
+    powered = stablehlo.PowOp(a, constant_like(p, a)).result
+    summed = reduce_sum(powered, [axis])
+    return stablehlo.PowOp(summed, constant_like(1.0 / p, summed)).result
 
 
 def _cdist_direct(x1: ir.Value, x2: ir.Value, p: float, out_shape: Sequence[int]) -> ir.Value:
@@ -75,7 +63,7 @@ def _cdist_direct(x1: ir.Value, x2: ir.Value, p: float, out_shape: Sequence[int]
     s2 = shape_of(x2)
     a = stablehlo.BroadcastInDimOp(tensor_type(full_shape, dtype(x1)), x1, _aligned(len(s1), r, skip=r - 2)).result
     b = stablehlo.BroadcastInDimOp(tensor_type(full_shape, dtype(x2)), x2, _aligned(len(s2), r, skip=r - 3)).result
-    return _pairwise_norm(_sub(a, b), p, r - 1)
+    return _pairwise_norm(hlo.sub(a, b), p, r - 1)
 
 
 def _aligned(src_rank: int, dst_rank: int, *, skip: int) -> list[int]:
@@ -92,16 +80,16 @@ def _euclidean_mm(x1: ir.Value, x2: ir.Value, out_shape: Sequence[int]) -> ir.Va
     m = shape_of(x1)[-1]
     x1 = broadcast_to(x1, batch + shape_of(x1)[-2:])
     x2 = broadcast_to(x2, batch + shape_of(x2)[-2:])
-    n1 = _sum_dim(_mul(x1, x1), len(batch) + 1)
-    n2 = _sum_dim(_mul(x2, x2), len(batch) + 1)
+    n1 = reduce_sum(hlo.mul(x1, x1), [len(batch) + 1])
+    n2 = reduce_sum(hlo.mul(x2, x2), [len(batch) + 1])
     nb = len(batch)
     del m
     batch_dims = list(range(nb))
-    dot = dot_general(x1, x2, batch=(batch_dims, batch_dims), contract=([nb + 1], [nb + 1]))
+    dot = hlo.dot_general(x1, x2, batch=(batch_dims, batch_dims), contract=([nb + 1], [nb + 1]))
     rows = broadcast_to(reshape(n1, shape_of(n1) + [1]), out_shape)
     cols = stablehlo.BroadcastInDimOp(tensor_type(out_shape, dtype(n2)), n2, list(range(nb)) + [nb + 1]).result
-    squared = _add(_add(_mul(_c(-2, dot), dot), rows), cols)
-    return stablehlo.SqrtOp(_max(squared, _c(0, squared))).result
+    squared = hlo.add(hlo.add(hlo.mul(constant_like(-2, dot), dot), rows), cols)
+    return stablehlo.SqrtOp(hlo.maximum(squared, constant_like(0, squared))).result
 
 
 @lowers(aten._cdist_forward.default)
@@ -110,7 +98,7 @@ def _cdist_forward(ctx, x1, x2, p, compute_mode):
     out_shape = ctx.result_shape()
     if 0 in out_shape:
         return full(0, out, out_shape)
-    cdt = _opmath(out)
+    cdt = opmath_dtype(out)
     a, b = convert(x1, cdt), convert(x2, cdt)
     if shape_of(a)[-1] == 0:
         return full(0, out, out_shape)
@@ -129,7 +117,7 @@ def _euclidean_dist(ctx, x1, x2):
     out_shape = ctx.result_shape()
     if 0 in out_shape:
         return full(0, out, out_shape)
-    cdt = _opmath(out)
+    cdt = opmath_dtype(out)
     return convert(_euclidean_mm(convert(x1, cdt), convert(x2, cdt), out_shape), out)
 
 
@@ -149,16 +137,16 @@ def _pdist_forward(ctx, self, p=2.0):
     n, m = shape_of(self)
     if 0 in out_shape:
         return full(0, out, out_shape)
-    x = convert(self, _opmath(out))
+    x = convert(self, opmath_dtype(out))
     if m == 0:
         return full(0, out, out_shape)
     rows, cols = _upper_pairs(n)
     from .helpers import array_constant
-    from .indexing import _take_rows
+    from .indexing import take_rows
 
-    a = _take_rows(x, array_constant(torch.tensor(rows, dtype=torch.int32), torch.int32))
-    b = _take_rows(x, array_constant(torch.tensor(cols, dtype=torch.int32), torch.int32))
-    return convert(_pairwise_norm(_sub(a, b), p, 1), out)
+    a = take_rows(x, array_constant(torch.tensor(rows, dtype=torch.int32), torch.int32))
+    b = take_rows(x, array_constant(torch.tensor(cols, dtype=torch.int32), torch.int32))
+    return convert(_pairwise_norm(hlo.sub(a, b), p, 1), out)
 
 
 @lowers(aten._cdist_backward.default)
@@ -168,7 +156,7 @@ def _cdist_backward(ctx, grad, x1, x2, p, cdist):
     out_shape = ctx.result_shape()
     if 0 in out_shape or 0 in shape_of(grad):
         return full(0, out, out_shape)
-    cdt = _opmath(out)
+    cdt = opmath_dtype(out)
     batch = shape_of(grad)[:-2]
     rows, cols = shape_of(grad)[-2:]
     m = shape_of(x1)[-1]
@@ -176,35 +164,35 @@ def _cdist_backward(ctx, grad, x1, x2, p, cdist):
     r = len(full_shape)
     a = stablehlo.BroadcastInDimOp(tensor_type(full_shape, cdt), convert(x1, cdt), _aligned(rank_of(x1), r, skip=r - 2)).result
     b = stablehlo.BroadcastInDimOp(tensor_type(full_shape, cdt), convert(x2, cdt), _aligned(rank_of(x2), r, skip=r - 3)).result
-    diff = _sub(a, b)
+    diff = hlo.sub(a, b)
     g = broadcast_to(reshape(convert(grad, cdt), batch + [rows, cols, 1]), full_shape)
     dist = broadcast_to(reshape(convert(cdist, cdt), batch + [rows, cols, 1]), full_shape)
     term = _distance_grad(diff, g, dist, p)
-    result = _sum_dim(term, r - 2)
+    result = reduce_sum(term, [r - 2])
     return convert(broadcast_to(result, out_shape), out)
 
 
 def _distance_grad(diff: ir.Value, g: ir.Value, dist: ir.Value, p: float) -> ir.Value:
     """grad * d|diff|_p / d diff, elementwise (ATen's cdist/pdist backward kernels)."""
-    zero = _c(0, diff)
-    dist_zero = _cmp(dist, zero, "EQ")
+    zero = constant_like(0, diff)
+    dist_zero = hlo.compare(dist, zero, "EQ")
     if p == 0:
         return zero
     if p == 1:
-        return _mul(g, _sign(diff))
+        return hlo.mul(g, hlo.sign(diff))
     if math.isinf(p):
-        return _mul(_mul(g, _sign(diff)), convert(_cmp(_abs(diff), dist, "EQ"), dtype(diff)))
+        return hlo.mul(hlo.mul(g, hlo.sign(diff)), convert(hlo.compare(hlo.absolute(diff), dist, "EQ"), dtype(diff)))
     if p == 2:
-        return select(dist_zero, zero, _div(_mul(g, diff), dist))
+        return select(dist_zero, zero, hlo.div(hlo.mul(g, diff), dist))
     if p < 2:
-        powered = _div(stablehlo.PowOp(_abs(diff), _c(p - 1, diff)).result, stablehlo.PowOp(dist, _c(p - 1, dist)).result)
-        value = _mul(_mul(_sign(diff), powered), g)
-        return select(_or(dist_zero, _cmp(diff, zero, "EQ")), zero, value)
-    powered = _div(
-        _mul(diff, stablehlo.PowOp(_abs(diff), _c(p - 2, diff)).result),
-        stablehlo.PowOp(dist, _c(p - 1, dist)).result,
+        powered = hlo.div(stablehlo.PowOp(hlo.absolute(diff), constant_like(p - 1, diff)).result, stablehlo.PowOp(dist, constant_like(p - 1, dist)).result)
+        value = hlo.mul(hlo.mul(hlo.sign(diff), powered), g)
+        return select(hlo.logical_or(dist_zero, hlo.compare(diff, zero, "EQ")), zero, value)
+    powered = hlo.div(
+        hlo.mul(diff, stablehlo.PowOp(hlo.absolute(diff), constant_like(p - 2, diff)).result),
+        stablehlo.PowOp(dist, constant_like(p - 1, dist)).result,
     )
-    return select(dist_zero, zero, _mul(powered, g))
+    return select(dist_zero, zero, hlo.mul(powered, g))
 
 
 @lowers(aten._pdist_backward.default)
@@ -213,22 +201,22 @@ def _pdist_backward(ctx, grad, self, p, pdist):
     n, m = shape_of(self)
     if n < 2 or m == 0:
         return full(0, out, [n, m])
-    cdt = _opmath(out)
+    cdt = opmath_dtype(out)
     x = convert(self, cdt)
     rows, cols = _upper_pairs(n)
     from .helpers import array_constant
-    from .indexing import _Scatter, _take_rows
+    from .indexing import ScatterSpec, take_rows
 
     ri = array_constant(torch.tensor(rows, dtype=torch.int32), torch.int32)
     ci = array_constant(torch.tensor(cols, dtype=torch.int32), torch.int32)
-    diff = _sub(_take_rows(x, ri), _take_rows(x, ci))
+    diff = hlo.sub(take_rows(x, ri), take_rows(x, ci))
     k = len(rows)
     g = broadcast_to(reshape(convert(grad, cdt), [k, 1]), [k, m])
     dist = broadcast_to(reshape(convert(pdist, cdt), [k, 1]), [k, m])
     term = _distance_grad(diff, g, dist, p)
     zeros = full(0, cdt, [n, m])
-    add_rows = _Scatter(reshape(ri, [k, 1]), (1,), (0,), (0,), 1).apply(zeros, term, "add")
-    result = _Scatter(reshape(ci, [k, 1]), (1,), (0,), (0,), 1).apply(add_rows, _neg(term), "add")
+    add_rows = ScatterSpec(reshape(ri, [k, 1]), (1,), (0,), (0,), 1).apply(zeros, term, "add")
+    result = ScatterSpec(reshape(ci, [k, 1]), (1,), (0,), (0,), 1).apply(add_rows, hlo.neg(term), "add")
     return convert(result, out)
 
 
@@ -249,9 +237,9 @@ def _linalg_cross(ctx, self, other, *, dim=-1):
 
     a0, a1, a2 = (part(a, i) for i in range(3))
     b0, b1, b2 = (part(b, i) for i in range(3))
-    c0 = _sub(_mul(a1, b2), _mul(a2, b1))
-    c1 = _sub(_mul(a2, b0), _mul(a0, b2))
-    c2 = _sub(_mul(a0, b1), _mul(a1, b0))
+    c0 = hlo.sub(hlo.mul(a1, b2), hlo.mul(a2, b1))
+    c1 = hlo.sub(hlo.mul(a2, b0), hlo.mul(a0, b2))
+    c2 = hlo.sub(hlo.mul(a0, b1), hlo.mul(a1, b0))
     return stablehlo.ConcatenateOp([c0, c1, c2], d).result
 
 

@@ -8,9 +8,9 @@ import math
 import torch
 
 from ..context import ir, stablehlo
+from .. import ir as hlo
 from ..dtypes import tensor_type
 from .helpers import (
-    add,
     compare,
     convert,
     dtype,
@@ -22,7 +22,7 @@ from .helpers import (
     shape_of,
 )
 from .registry import declare_padding, lowers, Padding
-from ._static_gather import _acc_dtype
+from .opmath import opmath_dtype
 
 aten = torch.ops.aten
 
@@ -39,7 +39,7 @@ def _gather_rows(weight: ir.Value, indices: ir.Value) -> ir.Value:
     return stablehlo.GatherOp(weight, idx, attr, [1, d], results=[tensor_type([m, d], dtype(weight))]).result
 
 
-def _scatter_rows(rows: ir.Value, indices: ir.Value, num: int, combine=add, init=0) -> ir.Value:
+def _scatter_rows(rows: ir.Value, indices: ir.Value, num: int, combine=hlo.add, init=0) -> ir.Value:
     """A (num, *rest) tensor where each rows[i] is combined into row indices[i]."""
     rs = shape_of(rows)
     m = rs[0]
@@ -71,7 +71,7 @@ def _embedding_dense_backward(ctx, grad_output, indices, num_weights, padding_id
     m = math.prod(ishape)
     d = shape_of(grad_output)[-1]
     dt = dtype(grad_output)
-    acc = _acc_dtype(dt)
+    acc = opmath_dtype(dt)
     idx = reshape(indices, [m])
     g = reshape(convert(grad_output, acc), [m, d])
     if padding_idx is not None and padding_idx >= 0:

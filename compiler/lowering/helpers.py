@@ -1,5 +1,7 @@
 """Shared builders for lowering rules: constants, conversions, broadcasting and
-PyTorch's type promotion, in one place (CONVENTIONS.md).
+PyTorch's type promotion, in one place (CONVENTIONS.md). They spell what needs a torch
+dtype or PyTorch's semantics; everything else is compiler.ir's, used qualified
+(`from torch_tpu.compiler import ir as hlo`, `hlo.add(...)`): nothing here re-exports it.
 
 All helpers build at the current insertion point and location (the importer sets both
 around each rule), so they take only what they compute with.
@@ -15,26 +17,7 @@ import torch
 
 from ..context import ir, stablehlo
 from ..dtypes import dtype_of, element_type, is_unsigned, tensor_type
-from ..ir import (  # noqa: F401  (re-exported: the formula shorthands of the lowerings)
-    absolute,
-    add,
-    concatenate,
-    div,
-    exp,
-    log,
-    log1p,
-    logical_and,
-    logical_or,
-    maximum,
-    minimum,
-    mul,
-    neg,
-    sign,
-    slice_in_dim,
-    sqrt,
-    sub,
-)
-from .. import ir as ir_builders
+from .. import ir as hlo
 from .symsize import SymSize, static_layout
 
 Scalar = Union[bool, int, float, complex]
@@ -221,17 +204,17 @@ def promote(*args: ValueOrScalar, to: torch.dtype | None = None) -> list[ir.Valu
 # -- small op builders ------------------------------------------------------------------------
 def compare(lhs: ir.Value, rhs: ir.Value, direction: str) -> ir.Value:
     """stablehlo.compare with the compare type PyTorch's dtype implies (compiler.ir)."""
-    return ir_builders.compare(lhs, rhs, direction)
+    return hlo.compare(lhs, rhs, direction)
 
 
 def iota(shape: Sequence[int], dim: int, dtype_: torch.dtype) -> ir.Value:
     """Each element's index along `dim`, as `dtype_`."""
-    return ir_builders.iota(shape, dim, element_type(dtype_))
+    return hlo.iota(shape, dim, element_type(dtype_))
 
 
 def bitcast(value: ir.Value, to: torch.dtype, shape: Sequence[int] | None = None) -> ir.Value:
     """The same bits read as `to` (`shape` defaults to the operand's: equal widths)."""
-    return ir_builders.bitcast(value, element_type(to), shape)
+    return hlo.bitcast(value, element_type(to), shape)
 
 
 def reshape(value: ir.Value, shape: Sequence[int]) -> ir.Value:
@@ -240,11 +223,11 @@ def reshape(value: ir.Value, shape: Sequence[int]) -> ir.Value:
         return value
     if [d for d in shape_of(value) if d != 1] != [d for d in shape if d != 1]:
         value = static_layout(value)  # bounded dynamism: reshape the padded buffer as is
-    return ir_builders.reshape(value, shape)
+    return hlo.reshape(value, shape)
 
 
 def transpose(value: ir.Value, permutation: Sequence[int]) -> ir.Value:
-    return ir_builders.transpose(value, permutation)
+    return hlo.transpose(value, permutation)
 
 
 def select(pred: ir.Value, on_true: ir.Value, on_false: ir.Value) -> ir.Value:
@@ -317,10 +300,15 @@ def max_value(dtype_: torch.dtype):
     return torch.iinfo(dtype_).max
 
 
-# -- one-line arithmetic on values ------------------------------------------------------------
-# Shorthands for rules that write formulas (special functions, losses, linear algebra):
-# operands must already share dtype and shape. `add`, `mul`, ... are compiler.ir's
-# (imported above).
-def like(value: Scalar, x: ir.Value) -> ir.Value:
-    """A splat constant with the dtype and shape of `x`."""
+# -- values shaped like others ------------------------------------------------------------------
+def constant_like(value: Scalar, x: ir.Value) -> ir.Value:
+    """A splat constant of `value` with the dtype and shape of `x` (formulas combine it
+    with `x` through compiler.ir's builders, which want operands of one type)."""
     return full(value, dtype(x), shape_of(x))
+
+
+def conj(x: ir.Value) -> ir.Value:
+    """The complex conjugate of `x`; `x` itself when it is real."""
+    if not dtype(x).is_complex:
+        return x
+    return stablehlo.ComplexOp(stablehlo.RealOp(x).result, stablehlo.NegOp(stablehlo.ImagOp(x).result).result).result

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import torch
 
 from ..context import ir, stablehlo
+from .. import ir as hlo
 from .helpers import (
     broadcast_shapes,
     broadcast_to,
     compare,
-    concatenate,
     convert,
     dtype,
     full,
@@ -83,7 +83,7 @@ def _dims_attr(kind: str, **fields) -> ir.Attribute:
     return ir.Attribute.parse(f"#stablehlo.{kind}<{', '.join(parts)}>")
 
 
-def _gather(
+def gather(
     operand: ir.Value,
     indices: ir.Value,
     *,
@@ -95,6 +95,8 @@ def _gather(
     operand_batching_dims: Sequence[int] = (),
     start_indices_batching_dims: Sequence[int] = (),
 ) -> ir.Value:
+    """stablehlo.gather with its dimension numbers as keywords (the view_like and
+    distances families use it too)."""
     attr = _dims_attr(
         "gather",
         offset_dims=offset_dims,
@@ -109,17 +111,17 @@ def _gather(
 
 def _take_1d(operand: ir.Value, index: ir.Value) -> ir.Value:
     """`operand[index]` for a 1-D operand and an index tensor of any shape."""
-    return _gather(
+    return gather(
         operand, index, collapsed_slice_dims=[0], start_index_map=[0],
         index_vector_dim=rank_of(index), slice_sizes=[1],
     )
 
 
-def _take_rows(operand: ir.Value, index: ir.Value) -> ir.Value:
+def take_rows(operand: ir.Value, index: ir.Value) -> ir.Value:
     """`operand[index]` along dim 0 for a 1-D index: rows of a rank-r operand."""
     shape = shape_of(operand)
     (k,) = shape_of(index)
-    return _gather(
+    return gather(
         operand, reshape(index, [k, 1]), offset_dims=list(range(1, len(shape))), collapsed_slice_dims=[0],
         start_index_map=[0], index_vector_dim=1, slice_sizes=[1] + shape[1:],
     )
@@ -137,7 +139,7 @@ def _combiner(kind: str, dt: torch.dtype) -> Callable[[ir.Value, ir.Value], ir.V
 
 
 @dataclass(frozen=True)
-class _Scatter:
+class ScatterSpec:
     """A scatter's index tensor and dimension numbers, applied with different update
     values and combiners (scatter_reduce needs several scatters at the same indices)."""
 
@@ -247,7 +249,7 @@ def _advanced_index(ctx: LoweringContext, self: ir.Value, indices, *, wrap: bool
         if wrap:
             t = _as_index(t, shape[d], wrap=True, dt=idt)
         columns.append(reshape(broadcast_to(t, batch), batch + [1]))
-    stacked = concatenate(columns, len(batch))
+    stacked = hlo.concatenate(columns, len(batch))
     remaining = [d for d in range(rank) if d not in dims]
     if dims == list(range(dims[0], dims[-1] + 1)):
         # Adjacent advanced indices: the broadcast index dims replace them in place.
@@ -265,7 +267,7 @@ def _gather_advanced(self: ir.Value, plan: _AdvancedIndex) -> ir.Value:
     shape = shape_of(self)
     if 0 in plan.result_shape or any(shape[d] == 0 for d in plan.dims):
         return full(0, dtype(self), plan.result_shape)
-    return _gather(
+    return gather(
         self, plan.stacked,
         offset_dims=plan.offset_dims,
         collapsed_slice_dims=plan.dims,
@@ -279,7 +281,7 @@ def _scatter_advanced(self: ir.Value, plan: _AdvancedIndex, values: ir.Value, ki
     if 0 in plan.result_shape or 0 in shape_of(self):
         return self
     updates = broadcast_to(convert(values, dtype(self)), list(plan.result_shape))
-    spec = _Scatter(plan.stacked, plan.offset_dims, plan.dims, plan.dims, plan.batch_rank)
+    spec = ScatterSpec(plan.stacked, plan.offset_dims, plan.dims, plan.dims, plan.batch_rank)
     return spec.apply(self, updates, kind)
 
 
@@ -466,7 +468,7 @@ def _gather_dim(ctx, self, dim, index, *, sparse_grad=False):
         self = stablehlo.SliceOp(self, [0] * rank, limits, [1] * rank).result
     others = [d for d in range(rank) if d != dim]
     index = convert(index, _index_dtype(shape_of(self)[dim]))
-    result = _gather(
+    result = gather(
         self, index,
         collapsed_slice_dims=[dim], start_index_map=[dim], index_vector_dim=rank,
         slice_sizes=[1] * rank, operand_batching_dims=others, start_indices_batching_dims=others,
@@ -493,13 +495,13 @@ def _put(ctx, self, index, source, accumulate=False):
         return self
     flat = reshape(self, [n])
     idx = reshape(_as_index(index, n, wrap=True), [k, 1])
-    spec = _Scatter(idx, (), (0,), (0,), 1)
+    spec = ScatterSpec(idx, (), (0,), (0,), 1)
     out = spec.apply(flat, reshape(source, [k]), "add" if accumulate else "replace")
     return reshape(out, shape)
 
 
 # -- scatter family -------------------------------------------------------------------------------
-def _scatter_dim_spec(self: ir.Value, dim: int, index: ir.Value) -> _Scatter:
+def _scatter_dim_spec(self: ir.Value, dim: int, index: ir.Value) -> ScatterSpec:
     """The scatter of torch.scatter: `out[..., index[i...], ...] = src[i...]` along `dim`,
     every other coordinate taken from the position in `index`."""
     shape = shape_of(self)
@@ -508,12 +510,12 @@ def _scatter_dim_spec(self: ir.Value, dim: int, index: ir.Value) -> _Scatter:
     index = convert(index, _index_dtype(shape[dim]))
     others = [d for d in range(rank) if d != dim]
     if all(ishape[d] == shape[d] for d in others):
-        return _Scatter(index, (), (dim,), (dim,), rank, tuple(others), tuple(others))
+        return ScatterSpec(index, (), (dim,), (dim,), rank, tuple(others), tuple(others))
     # The index covers a smaller box: spell out every coordinate.
     columns = [
         reshape(index if d == dim else iota(ishape, d, dtype(index)), ishape + [1]) for d in range(rank)
     ]
-    return _Scatter(concatenate(columns, rank), (), tuple(range(rank)), tuple(range(rank)), rank)
+    return ScatterSpec(hlo.concatenate(columns, rank), (), tuple(range(rank)), tuple(range(rank)), rank)
 
 
 def _prepare_dim_scatter(self, dim, index, src):
@@ -547,7 +549,7 @@ def _reduction_identity(reduce: str, dt: torch.dtype):
 _REDUCE_KIND = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul", "amax": "max", "amin": "min"}
 
 
-def _scatter_reduce(ctx, spec: _Scatter, self, updates, reduce: str, include_self: bool):
+def _scatter_reduce(ctx, spec: ScatterSpec, self, updates, reduce: str, include_self: bool):
     """PyTorch's scatter_reduce / index_reduce: with `include_self=False` the scattered
     positions start from the reduction's identity; `mean` divides by the count (one more
     with `include_self`), floor division for integers."""
@@ -627,13 +629,13 @@ def _scatter_reduce_two(ctx, self, dim, index, src, reduce, *, include_self=True
 
 
 # -- index_add / index_copy / index_fill / index_reduce --------------------------------------------
-def _index_dim_spec(self: ir.Value, dim: int, index: ir.Value, *, wrap: bool) -> _Scatter:
+def _index_dim_spec(self: ir.Value, dim: int, index: ir.Value, *, wrap: bool) -> ScatterSpec:
     """Scatter of whole slices along `dim`: slice i of the source goes to `index[i]`."""
     rank = rank_of(self)
     size = shape_of(self)[dim]
     n = math.prod(shape_of(index))
     idx = reshape(_as_index(index, size, wrap=wrap), [n, 1])
-    return _Scatter(idx, tuple(d for d in range(rank) if d != dim), (dim,), (dim,), 1)
+    return ScatterSpec(idx, tuple(d for d in range(rank) if d != dim), (dim,), (dim,), 1)
 
 
 def _index_source(self, dim, index, source):
@@ -704,7 +706,7 @@ def _index_fill(ctx, self, dim, index, value):
         return self
     # A bool mask over `dim` (index_fill wraps negative indices), broadcast to self.
     idx = reshape(_as_index(index, size, wrap=True), [n, 1])
-    hit = _Scatter(idx, (), (0,), (0,), 1).apply(full(False, torch.bool, [size]), full(True, torch.bool, [n]), "replace")
+    hit = ScatterSpec(idx, (), (0,), (0,), 1).apply(full(False, torch.bool, [size]), full(True, torch.bool, [n]), "replace")
     if rank == 0:
         hit = reshape(hit, [])
     else:
@@ -758,7 +760,7 @@ def _masked_scatter_backward(ctx, grad_output, mask, sizes):
     # Unselected elements go to position m, out of bounds: the scatter drops them.
     target = select(flat_mask, positions, full(m, dtype(positions), [n]))
     grad = reshape(broadcast_to(grad_output, shape), [n])
-    out = _Scatter(reshape(target, [n, 1]), (), (0,), (0,), 1).apply(full(0, dt, [m]), grad, "replace")
+    out = ScatterSpec(reshape(target, [n, 1]), (), (0,), (0,), 1).apply(full(0, dt, [m]), grad, "replace")
     return reshape(out, out_shape)
 
 
@@ -776,8 +778,8 @@ def _nonzero_static(ctx, self, *, size, fill_value=-1):
     if rank == 0:
         coords = full(0, torch.int64, [n, 0])
         return result if out_shape[1] == 0 else coords
-    coords = concatenate([reshape(iota(shape, d, torch.int64), [n, 1]) for d in range(rank)], 1)
-    return _Scatter(reshape(target, [n, 1]), (1,), (0,), (0,), 1).apply(result, coords, "replace")
+    coords = hlo.concatenate([reshape(iota(shape, d, torch.int64), [n, 1]) for d in range(rank)], 1)
+    return ScatterSpec(reshape(target, [n, 1]), (1,), (0,), (0,), 1).apply(result, coords, "replace")
 
 
 # -- data-dependent ops: fail clearly -----------------------------------------------------------------
@@ -828,7 +830,7 @@ def _searchsorted(ctx, sorted_sequence, values, *, out_int32: bool, right: bool,
             return _take_1d(table, index)
         r = len(vshape)
         lead = list(range(r - 1))
-        return _gather(
+        return gather(
             table, index, collapsed_slice_dims=[r - 1], start_index_map=[r - 1], index_vector_dim=r,
             slice_sizes=[1] * r, operand_batching_dims=lead, start_indices_batching_dims=lead,
         )
@@ -943,7 +945,7 @@ def _histc(ctx, self, bins=100, min=0, max=0):
     idt = _index_dtype(bins + 1)
     position = stablehlo.MinOp(convert(select(inside, scaled, full(0, dt, [n])), idt), full(bins - 1, idt, [n])).result
     target = select(inside, position, full(bins, idt, [n]))  # out of range: dropped by the scatter
-    counts = _Scatter(reshape(target, [n, 1]), (), (0,), (0,), 1).apply(full(0, out_dtype, [bins]), full(1, out_dtype, [n]), "add")
+    counts = ScatterSpec(reshape(target, [n, 1]), (), (0,), (0,), 1).apply(full(0, out_dtype, [bins]), full(1, out_dtype, [n]), "add")
     return counts
 
 
@@ -957,7 +959,7 @@ def _bag_of_each_index(offsets: ir.Value, n: int, num_bags: int, idt: torch.dtyp
     marks = full(0, idt, [n])
     if num_bags > 1:
         starts = reshape(stablehlo.SliceOp(convert(offsets, idt), [1], [num_bags], [1]).result, [num_bags - 1, 1])
-        marks = _Scatter(starts, (), (0,), (0,), 1).apply(marks, full(1, idt, [num_bags - 1]), "add")
+        marks = ScatterSpec(starts, (), (0,), (0,), 1).apply(marks, full(1, idt, [num_bags - 1]), "add")
     return _cumsum_1d(marks)
 
 
@@ -992,8 +994,8 @@ def _embedding_bag(
         bag = _bag_of_each_index(offsets, n, num_bags, idt)
         ids = convert(indices, idt)
         valid = _not_padding(ids, padding_idx)
-        rows = _take_rows(weight, ids) if num_rows and feat else full(0, wdt, [n, feat])
-    by_bag = _Scatter(reshape(bag, [n, 1]), (1,), (0,), (0,), 1) if n else None
+        rows = take_rows(weight, ids) if num_rows and feat else full(0, wdt, [n, feat])
+    by_bag = ScatterSpec(reshape(bag, [n, 1]), (1,), (0,), (0,), 1) if n else None
     valid_rows = broadcast_to(reshape(valid, [n, 1]), [n, feat]) if n else None
 
     if n and mode != _MODE_MAX:
@@ -1003,7 +1005,7 @@ def _embedding_bag(
         rows = select(valid_rows, rows, full(0, wdt, [n, feat]))
     counts = full(0, idt, [num_bags])
     if n:
-        counts = _Scatter(reshape(bag, [n, 1]), (), (0,), (0,), 1).apply(counts, convert(valid, idt), "add")
+        counts = ScatterSpec(reshape(bag, [n, 1]), (), (0,), (0,), 1).apply(counts, convert(valid, idt), "add")
 
     max_indices = None
     if not n or num_bags == 0:
@@ -1012,7 +1014,7 @@ def _embedding_bag(
         lowest = full(min_value(wdt), wdt, [n, feat])
         best = by_bag.apply(full(min_value(wdt), wdt, [num_bags, feat]), select(valid_rows, rows, lowest), "max")
         # ATen keeps the first index reaching the maximum (strict '>' while scanning).
-        bag_best = _gather(
+        bag_best = gather(
             best, reshape(bag, [n, 1]), offset_dims=[1], collapsed_slice_dims=[0], start_index_map=[0],
             index_vector_dim=1, slice_sizes=[1, feat],
         )
@@ -1121,11 +1123,11 @@ def _embedding_bag_grad_weight(
     if per_sample_weights is not None:
         scale = stablehlo.MulOp(scale, convert(per_sample_weights, gdt)).result
     if scale_grad_by_freq:
-        counts = _Scatter(reshape(ids, [n, 1]), (), (0,), (0,), 1).apply(full(0, gdt, [num_weights]), full(1, gdt, [n]), "add")
+        counts = ScatterSpec(reshape(ids, [n, 1]), (), (0,), (0,), 1).apply(full(0, gdt, [num_weights]), full(1, gdt, [n]), "add")
         scale = stablehlo.DivOp(scale, _take_1d(counts, ids)).result
     scale = select(_not_padding(ids, padding_idx), scale, full(0, gdt, [n]))
-    rows = stablehlo.MulOp(_take_rows(grad, bag), broadcast_to(reshape(scale, [n, 1]), [n, feat])).result
-    return _Scatter(reshape(ids, [n, 1]), (1,), (0,), (0,), 1).apply(out, rows, "add")
+    rows = stablehlo.MulOp(take_rows(grad, bag), broadcast_to(reshape(scale, [n, 1]), [n, feat])).result
+    return ScatterSpec(reshape(ids, [n, 1]), (1,), (0,), (0,), 1).apply(out, rows, "add")
 
 
 @lowers(aten._embedding_bag_backward.default, dynamic=Padding.INDEX)
@@ -1168,7 +1170,7 @@ def _embedding_bag_per_sample_weights_backward(ctx, grad, weight, indices, offse
     idt = _index_dtype(max(n, shape_of(weight)[0], num_bags) + 1)
     bag = _bags_for_backward(offsets, offset2bag, n, num_bags, idt)
     ids = convert(indices, idt)
-    products = stablehlo.MulOp(_take_rows(grad, bag), convert(_take_rows(weight, ids), dtype(grad))).result
+    products = stablehlo.MulOp(take_rows(grad, bag), convert(take_rows(weight, ids), dtype(grad))).result
     (dots,) = reduce([products], [full(0, dtype(grad), [])], [1], lambda acc, new: [stablehlo.AddOp(acc[0], new[0]).result])
     dots = select(_not_padding(ids, padding_idx), dots, full(0, dtype(grad), [n]))
     return convert(dots, out_dtype)

@@ -12,11 +12,12 @@ import math
 import torch
 
 from ..context import ir, stablehlo
+from .. import ir as hlo
 from ..dtypes import tensor_type
 from .helpers import (
-    like,
     broadcast_shapes,
     broadcast_to,
+    constant_like,
     convert,
     dtype,
     full,
@@ -28,25 +29,8 @@ from .helpers import (
 )
 from .padded import arg_position, product, run_time_size, schema_arg, symbolic_arg, with_schema_arg
 from .registry import LOWERINGS, LoweringContext, declare_padding, lowers, Padding
-from ._opmath import (
-    _abs,
-    _add,
-    _and,
-    _c,
-    _cmp,
-    _div,
-    _exp,
-    _inputs,
-    _log,
-    _log1p,
-    _log_sigmoid,
-    _max,
-    _mul,
-    _neg,
-    _opmath,
-    _sub,
-    _sum_dim,
-)
+from .reduction import reduce_sum
+from .opmath import log_sigmoid_parts, opmath_dtype, opmath_operands
 
 aten = torch.ops.aten
 
@@ -58,7 +42,7 @@ def _sum_all(x: ir.Value) -> ir.Value:
     dims = list(range(rank_of(x)))
     if not dims:
         return x
-    (result,) = reduce([x], [full(0, dtype(x), [])], dims, lambda acc, new: [_add(acc[0], new[0])])
+    (result,) = reduce([x], [full(0, dtype(x), [])], dims, lambda acc, new: [hlo.add(acc[0], new[0])])
     return result
 
 
@@ -69,7 +53,7 @@ def _reduce_loss(loss: ir.Value, reduction: int) -> ir.Value:
     total = _sum_all(loss)
     if reduction == _REDUCTION_MEAN:
         n = math.prod(shape_of(loss))
-        return _div(total, full(n, dtype(total), []))  # n == 0 gives NaN, as torch.mean
+        return hlo.div(total, full(n, dtype(total), []))  # n == 0 gives NaN, as torch.mean
     return total
 
 
@@ -78,7 +62,7 @@ def _loss_inputs(ctx, *args):
     """Pointwise loss operands in opmath, broadcast together (the result shape of a
     reduced loss is 0-d, so the broadcast shape comes from the operands)."""
     out = ctx.result_dtype()
-    cdt = _opmath(out)
+    cdt = opmath_dtype(out)
     shape = broadcast_shapes(*[shape_of(a) for a in args if isinstance(a, ir.Value)])
     return [broadcast_to(convert(a, cdt), shape) for a in args], out
 
@@ -98,7 +82,7 @@ def _mean_loss_padded(ctx: LoweringContext, *args, **kwargs):
     if schema_arg(ctx, args, kwargs, "reduction") != _REDUCTION_MEAN:
         return NotImplemented
     sym = symbolic_arg(ctx, arg_position(ctx, "self"))
-    if not ctx.importer.dynamic.dynamic_dims(sym):
+    if not ctx.dynamic.dynamic_dims(sym):
         return NotImplemented
     args, kwargs = with_schema_arg(ctx, args, kwargs, "reduction", _REDUCTION_SUM)
     total = LOWERINGS[ctx.node.target].fn(ctx, *args, **kwargs)
@@ -112,76 +96,76 @@ _MEAN_LOSS = {"dynamic": Padding.COUNT, "dynamic_rule": _mean_loss_padded}
 @lowers(aten.mse_loss.default, **_MEAN_LOSS)
 def _mse_loss(ctx, self, target, reduction=_REDUCTION_MEAN):
     (x, t), out = _loss_inputs(ctx, self, target)
-    d = _sub(x, t)
-    return convert(_reduce_loss(_mul(d, d), reduction), out)
+    d = hlo.sub(x, t)
+    return convert(_reduce_loss(hlo.mul(d, d), reduction), out)
 
 
 @lowers(aten.mse_loss_backward.default, **_MEAN_LOSS)
 def _mse_loss_backward(ctx, grad_output, self, target, reduction):
-    (g, x, t), out = _inputs(ctx, grad_output, self, target)
+    (g, x, t), out = opmath_operands(ctx, grad_output, self, target)
     norm = 2.0 / math.prod(shape_of(x)) if reduction == _REDUCTION_MEAN else 2.0
-    return convert(_mul(_mul(_c(norm, x), _sub(x, t)), g), out)
+    return convert(hlo.mul(hlo.mul(constant_like(norm, x), hlo.sub(x, t)), g), out)
 
 
 @lowers(aten.binary_cross_entropy.default, **_MEAN_LOSS)
 def _binary_cross_entropy(ctx, self, target, weight=None, reduction=_REDUCTION_MEAN):
     (x, t), out = _loss_inputs(ctx, self, target)
-    floor = _c(-100, x)
-    loss = _sub(
-        _mul(_sub(t, _c(1, t)), _max(_log1p(_neg(x)), floor)),
-        _mul(t, _max(_log(x), floor)),
+    floor = constant_like(-100, x)
+    loss = hlo.sub(
+        hlo.mul(hlo.sub(t, constant_like(1, t)), hlo.maximum(hlo.log1p(hlo.neg(x)), floor)),
+        hlo.mul(t, hlo.maximum(hlo.log(x), floor)),
     )
     if weight is not None:
-        loss = _mul(loss, broadcast_to(convert(weight, dtype(loss)), shape_of(loss)))
+        loss = hlo.mul(loss, broadcast_to(convert(weight, dtype(loss)), shape_of(loss)))
     return convert(_reduce_loss(loss, reduction), out)
 
 
 @lowers(aten.binary_cross_entropy_backward.default, **_MEAN_LOSS)
 def _binary_cross_entropy_backward(ctx, grad_output, self, target, weight=None, reduction=_REDUCTION_MEAN):
-    (g, x, t), out = _inputs(ctx, grad_output, self, target)
-    denominator = _max(_mul(_sub(_c(1, x), x), x), _c(1e-12, x))
-    result = _div(_mul(g, _sub(x, t)), denominator)
+    (g, x, t), out = opmath_operands(ctx, grad_output, self, target)
+    denominator = hlo.maximum(hlo.mul(hlo.sub(constant_like(1, x), x), x), constant_like(1e-12, x))
+    result = hlo.div(hlo.mul(g, hlo.sub(x, t)), denominator)
     if weight is not None:
-        result = _mul(result, broadcast_to(convert(weight, dtype(result)), shape_of(result)))
+        result = hlo.mul(result, broadcast_to(convert(weight, dtype(result)), shape_of(result)))
     if reduction == _REDUCTION_MEAN:
-        result = _div(result, _c(math.prod(shape_of(x)), result))
+        result = hlo.div(result, constant_like(math.prod(shape_of(x)), result))
     return convert(result, out)
 
 
 @lowers(aten.binary_cross_entropy_with_logits.default, **_MEAN_LOSS)
 def _binary_cross_entropy_with_logits(ctx, self, target, weight=None, pos_weight=None, reduction=_REDUCTION_MEAN):
     (x, t), out = _loss_inputs(ctx, self, target)
-    log_sig, _ = _log_sigmoid(x)
+    log_sig, _ = log_sigmoid_parts(x)
     if pos_weight is not None:
         pw = broadcast_to(convert(pos_weight, dtype(x)), shape_of(x))
-        log_sig = _mul(log_sig, _add(_mul(_sub(pw, _c(1, pw)), t), _c(1, t)))
-    loss = _sub(_mul(_sub(_c(1, t), t), x), log_sig)
+        log_sig = hlo.mul(log_sig, hlo.add(hlo.mul(hlo.sub(pw, constant_like(1, pw)), t), constant_like(1, t)))
+    loss = hlo.sub(hlo.mul(hlo.sub(constant_like(1, t), t), x), log_sig)
     if weight is not None:
-        loss = _mul(loss, broadcast_to(convert(weight, dtype(loss)), shape_of(loss)))
+        loss = hlo.mul(loss, broadcast_to(convert(weight, dtype(loss)), shape_of(loss)))
     return convert(_reduce_loss(loss, reduction), out)
 
 
 @lowers(aten.smooth_l1_loss.default, **_MEAN_LOSS)
 def _smooth_l1_loss(ctx, self, target, reduction=_REDUCTION_MEAN, beta=1.0):
     (x, t), out = _loss_inputs(ctx, self, target)
-    z = _abs(_sub(x, t))
+    z = hlo.absolute(hlo.sub(x, t))
     if beta == 0:
         loss = z
     else:
-        quadratic = _div(_mul(_mul(_c(0.5, z), z), z), _c(beta, z))
-        loss = select(_cmp(z, _c(beta, z), "LT"), quadratic, _sub(z, _c(0.5 * beta, z)))
+        quadratic = hlo.div(hlo.mul(hlo.mul(constant_like(0.5, z), z), z), constant_like(beta, z))
+        loss = select(hlo.compare(z, constant_like(beta, z), "LT"), quadratic, hlo.sub(z, constant_like(0.5 * beta, z)))
     return convert(_reduce_loss(loss, reduction), out)
 
 
 @lowers(aten.smooth_l1_loss_backward.default, **_MEAN_LOSS)
 def _smooth_l1_loss_backward(ctx, grad_output, self, target, reduction, beta):
-    (g, x, t), out = _inputs(ctx, grad_output, self, target)
-    norm = _c(_norm(reduction, x), x)
-    d = _sub(x, t)
-    inner = _div(_mul(_mul(norm, d), g), _c(beta, d)) if beta != 0 else _c(0, d)
+    (g, x, t), out = opmath_operands(ctx, grad_output, self, target)
+    norm = constant_like(_norm(reduction, x), x)
+    d = hlo.sub(x, t)
+    inner = hlo.div(hlo.mul(hlo.mul(norm, d), g), constant_like(beta, d)) if beta != 0 else constant_like(0, d)
     result = select(
-        _cmp(d, _c(-beta, d), "LE"), _neg(_mul(norm, g)),
-        select(_cmp(d, _c(beta, d), "GE"), _mul(norm, g), inner),
+        hlo.compare(d, constant_like(-beta, d), "LE"), hlo.neg(hlo.mul(norm, g)),
+        select(hlo.compare(d, constant_like(beta, d), "GE"), hlo.mul(norm, g), inner),
     )
     return convert(result, out)
 
@@ -189,21 +173,21 @@ def _smooth_l1_loss_backward(ctx, grad_output, self, target, reduction, beta):
 @lowers(aten.huber_loss.default, **_MEAN_LOSS)
 def _huber_loss(ctx, self, target, reduction=_REDUCTION_MEAN, delta=1.0):
     (x, t), out = _loss_inputs(ctx, self, target)
-    z = _abs(_sub(x, t))
-    quadratic = _mul(_mul(_c(0.5, z), z), z)
-    linear = _mul(_c(delta, z), _sub(z, _c(0.5 * delta, z)))
-    loss = select(_cmp(z, _c(delta, z), "LT"), quadratic, linear)
+    z = hlo.absolute(hlo.sub(x, t))
+    quadratic = hlo.mul(hlo.mul(constant_like(0.5, z), z), z)
+    linear = hlo.mul(constant_like(delta, z), hlo.sub(z, constant_like(0.5 * delta, z)))
+    loss = select(hlo.compare(z, constant_like(delta, z), "LT"), quadratic, linear)
     return convert(_reduce_loss(loss, reduction), out)
 
 
 @lowers(aten.huber_loss_backward.default, **_MEAN_LOSS)
 def _huber_loss_backward(ctx, grad_output, self, target, reduction, delta):
-    (g, x, t), out = _inputs(ctx, grad_output, self, target)
-    norm = _c(_norm(reduction, x), x)
-    d = _sub(x, t)
+    (g, x, t), out = opmath_operands(ctx, grad_output, self, target)
+    norm = constant_like(_norm(reduction, x), x)
+    d = hlo.sub(x, t)
     result = select(
-        _cmp(d, _c(-delta, d), "LT"), _mul(_mul(_neg(norm), g), _c(delta, g)),
-        select(_cmp(d, _c(delta, d), "GT"), _mul(_mul(norm, g), _c(delta, g)), _mul(_mul(norm, d), g)),
+        hlo.compare(d, constant_like(-delta, d), "LT"), hlo.mul(hlo.mul(hlo.neg(norm), g), constant_like(delta, g)),
+        select(hlo.compare(d, constant_like(delta, d), "GT"), hlo.mul(hlo.mul(norm, g), constant_like(delta, g)), hlo.mul(hlo.mul(norm, d), g)),
     )
     return convert(result, out)
 
@@ -211,16 +195,16 @@ def _huber_loss_backward(ctx, grad_output, self, target, reduction, delta):
 @lowers(aten.soft_margin_loss.default, **_MEAN_LOSS)
 def _soft_margin_loss(ctx, self, target, reduction=_REDUCTION_MEAN):
     (x, t), out = _loss_inputs(ctx, self, target)
-    loss = _log1p(_exp(_mul(_neg(x), t)))
+    loss = hlo.log1p(hlo.exp(hlo.mul(hlo.neg(x), t)))
     return convert(_reduce_loss(loss, reduction), out)
 
 
 @lowers(aten.soft_margin_loss_backward.default, **_MEAN_LOSS)
 def _soft_margin_loss_backward(ctx, grad_output, self, target, reduction=_REDUCTION_MEAN):
-    (g, x, t), out = _inputs(ctx, grad_output, self, target)
-    result = _mul(_mul(t, g), _sub(stablehlo.LogisticOp(_mul(t, x)).result, _c(1, x)))
+    (g, x, t), out = opmath_operands(ctx, grad_output, self, target)
+    result = hlo.mul(hlo.mul(t, g), hlo.sub(stablehlo.LogisticOp(hlo.mul(t, x)).result, constant_like(1, x)))
     if reduction == _REDUCTION_MEAN:
-        result = _div(result, _c(math.prod(shape_of(x)), result))
+        result = hlo.div(result, constant_like(math.prod(shape_of(x)), result))
     return convert(result, out)
 
 
@@ -238,9 +222,9 @@ def _one_hot(self: ir.Value, target: ir.Value, ignore_index: int) -> tuple[ir.Va
     tshape[cdim] = 1
     target = reshape(target, tshape) if math.prod(shape_of(target)) == math.prod(tshape) else target
     tdt = dtype(target)
-    valid = _cmp(target, full(ignore_index, tdt, shape_of(target)), "NE")
+    valid = hlo.compare(target, full(ignore_index, tdt, shape_of(target)), "NE")
     classes = stablehlo.IotaOp(tensor_type(shape, tdt), cdim).result
-    hit = _and(_cmp(classes, broadcast_to(target, shape), "EQ"), broadcast_to(valid, shape))
+    hit = hlo.logical_and(hlo.compare(classes, broadcast_to(target, shape), "EQ"), broadcast_to(valid, shape))
     return hit, valid
 
 
@@ -259,17 +243,17 @@ def _nll_loss_forward(ctx, self, target, weight, reduction, ignore_index):
     """-self[i, target[i]] * weight[target[i]] as a one-hot select and a sum over the
     class dim (no gather: ignored targets may be out of range)."""
     out = ctx.result_dtype(0)
-    cdt = _opmath(out)
+    cdt = opmath_dtype(out)
     x = convert(self, cdt)
     if rank_of(x) == 1 and rank_of(target) == 1:
         target = reshape(target, [])  # the kernel reads target[0]
     hit, valid = _one_hot(x, target, ignore_index)
     w = _class_weights(x, weight)
-    weighted = _mul(x, w) if w is not None else x
+    weighted = hlo.mul(x, w) if w is not None else x
     cdim = _class_dim(x)
-    picked = _neg(_sum_dim(select(hit, weighted, _c(0, x)), cdim))  # [N, ...]
+    picked = hlo.neg(reduce_sum(select(hit, weighted, constant_like(0, x)), [cdim]))  # [N, ...]
     if w is not None:
-        sample_weight = _sum_dim(select(hit, w, _c(0, w)), cdim)
+        sample_weight = reduce_sum(select(hit, w, constant_like(0, w)), [cdim])
     else:
         sample_weight = convert(reshape(valid, shape_of(picked)), cdt)
     if reduction == _REDUCTION_NONE and rank_of(x) > 1:
@@ -277,19 +261,19 @@ def _nll_loss_forward(ctx, self, target, weight, reduction, ignore_index):
     total_weight = _sum_all(sample_weight)
     loss = _sum_all(picked)
     if reduction == _REDUCTION_MEAN:
-        loss = _div(loss, total_weight)
+        loss = hlo.div(loss, total_weight)
     return reshape(convert(loss, out), ctx.result_shape(0)), reshape(convert(total_weight, ctx.result_dtype(1)), ctx.result_shape(1))
 
 
 @lowers(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
 def _nll_loss_backward(ctx, grad_output, self, target, weight, reduction, ignore_index, total_weight):
     out = ctx.result_dtype()
-    cdt = _opmath(out)
+    cdt = opmath_dtype(out)
     shape = shape_of(self)
     cdim = _class_dim(self)
     g = convert(grad_output, cdt)
     if reduction == _REDUCTION_MEAN:
-        g = _div(g, broadcast_to(convert(total_weight, cdt), shape_of(g)))
+        g = hlo.div(g, broadcast_to(convert(total_weight, cdt), shape_of(g)))
     if rank_of(self) == 1 and rank_of(target) == 1:
         target = reshape(target, [])
     x = convert(self, cdt)
@@ -301,8 +285,8 @@ def _nll_loss_backward(ctx, grad_output, self, target, weight, reduction, ignore
     g = broadcast_to(g, shape)
     w = _class_weights(x, weight)
     if w is not None:
-        g = _mul(g, w)
-    return convert(select(hit, _neg(g), _c(0, x)), out)
+        g = hlo.mul(g, w)
+    return convert(select(hit, hlo.neg(g), constant_like(0, x)), out)
 
 
 # Bounded dynamism (registry.Padding). nll_loss sums weights and values (masked) and divides

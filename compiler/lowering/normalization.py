@@ -16,7 +16,8 @@ import torch
 
 from ..context import ir, stablehlo
 from .helpers import broadcast_to, convert, dtype, full, reshape, shape_of
-from .reduction import accumulation_dtype, reduce_sum, variance
+from .opmath import opmath_dtype
+from .reduction import reduce_sum, variance
 from .padded import (
     dynamic_beyond,
     dynamic_dims,
@@ -128,7 +129,7 @@ def _native_layer_norm(ctx: LoweringContext, x, normalized_shape, weight, bias, 
     shape = shape_of(x)
     axis = len(shape) - len(normalized_shape)
     dims = list(range(axis, len(shape)))
-    xf = convert(x, accumulation_dtype(dtype(x)))
+    xf = convert(x, opmath_dtype(dtype(x)))
     var, mean = variance(xf, dims, 0)
     rstd = _rsqrt_plus(var, eps)
     out = _mul_bcast(_sub_bcast(xf, mean), rstd)
@@ -157,7 +158,7 @@ def _native_layer_norm_backward(
     inner = list(range(axis, len(shape)))
     outer = list(range(axis))
     n = math.prod(shape[axis:])
-    acc = accumulation_dtype(dtype(x))
+    acc = opmath_dtype(dtype(x))
     g, xf = convert(grad_out, acc), convert(x, acc)
     mean, rstd = convert(mean, acc), convert(rstd, acc)
     x_hat = _mul_bcast(_sub_bcast(xf, mean), rstd)
@@ -199,7 +200,7 @@ def _normalize(xf, mean, invstd, weight, bias) -> ir.Value:
 
 def _batch_norm_training(ctx: LoweringContext, x, weight, bias, eps):
     """(output, save_mean [C], save_invstd [C], mean, biased var, count) from batch stats."""
-    xf = convert(x, accumulation_dtype(dtype(x)))
+    xf = convert(x, opmath_dtype(dtype(x)))
     var, mean, count = _batch_stats(xf)
     invstd = _rsqrt_plus(var, eps)
     out = _normalize(xf, mean, invstd, weight, bias)
@@ -208,7 +209,7 @@ def _batch_norm_training(ctx: LoweringContext, x, weight, bias, eps):
 
 
 def _batch_norm_inference(x, weight, bias, running_mean, running_var, eps) -> ir.Value:
-    xf = convert(x, accumulation_dtype(dtype(x)))
+    xf = convert(x, opmath_dtype(dtype(x)))
     rank, acc = len(shape_of(xf)), dtype(xf)
     invstd = _rsqrt_plus(_channel(running_var, rank, acc), eps)
     return _normalize(xf, _channel(running_mean, rank, acc), invstd, weight, bias)
@@ -426,7 +427,7 @@ def _native_batch_norm_backward(
 ):
     shape = shape_of(x)
     rank = len(shape)
-    acc = accumulation_dtype(dtype(x))
+    acc = opmath_dtype(dtype(x))
     dims = [d for d in range(rank) if d != 1]
     count = math.prod(shape[d] for d in dims)
     g, xf = convert(grad_out, acc), convert(x, acc)
@@ -471,7 +472,7 @@ def _native_batch_norm_backward(
 def _native_group_norm(ctx: LoweringContext, x, weight, bias, N, C, HxW, group, eps):
     shape = shape_of(x)
     rank = len(shape)
-    acc = accumulation_dtype(dtype(x))
+    acc = opmath_dtype(dtype(x))
     grouped = reshape(convert(x, acc), [N, group, (C // group) * HxW])
     var, mean = variance(grouped, [2], 0)  # [N, group, 1]
     rstd = _rsqrt_plus(var, eps)
@@ -491,7 +492,7 @@ def _native_group_norm(ctx: LoweringContext, x, weight, bias, N, C, HxW, group, 
 def _native_group_norm_backward(
     ctx: LoweringContext, grad_out, x, mean, rstd, weight, N, C, HxW, group, output_mask
 ):
-    acc = accumulation_dtype(dtype(x))
+    acc = opmath_dtype(dtype(x))
     cpg = C // group
     shape4 = [N, group, cpg, HxW]
     g = reshape(convert(grad_out, acc), shape4)
@@ -523,7 +524,7 @@ def _rms(x: ir.Value, normalized_shape, eps) -> tuple[ir.Value, ir.Value, list[i
     """(x * rstd, rstd with keepdim shape, normalized dims) in the accumulation dtype."""
     shape = shape_of(x)
     dims = list(range(len(shape) - len(normalized_shape), len(shape)))
-    xf = convert(x, accumulation_dtype(dtype(x)))
+    xf = convert(x, opmath_dtype(dtype(x)))
     if eps is None:  # PyTorch's default: the epsilon of the accumulation ("opmath") type
         eps = torch.finfo(dtype(xf)).eps
     n = math.prod(shape[d] for d in dims)
@@ -572,7 +573,7 @@ def _fused_rms_norm_backward(
     dims = list(range(len(shape) - len(normalized_shape), len(shape)))
     outer = list(range(dims[0])) if dims else list(range(len(shape)))
     n = math.prod(shape[d] for d in dims)
-    acc = accumulation_dtype(dtype(x))
+    acc = opmath_dtype(dtype(x))
     g, xf, rstd = convert(grad_out, acc), convert(x, acc), convert(rstd, acc)
     x_hat = _mul_bcast(xf, rstd)
     grad_input = grad_weight = None

@@ -11,8 +11,8 @@ the padded layout, returns `NotImplemented` when the ordinary rule is right for 
 (the dynamic dims are not the ones it works along), or raises `ctx.dynamic_limit(...)` so
 the node runs in PyTorch eager rather than computing a wrong result.
 
-A rule gets the importer's `DynamicShapes` as `ctx.importer.dynamic` and the node's
-symbolic metadata through it.
+A rule gets the graph's bounded-dynamism facts as `ctx.dynamic` (`registry.DynamicSizes`)
+and the node's symbolic metadata through it.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ def symbolic_arg(ctx: LoweringContext, position: int):
     """The symbolic metadata of argument `position` (a FakeTensor with SymInt sizes), or
     the argument itself when it is not an FX node."""
     arg = ctx.node.args[position]
-    return ctx.importer.dynamic.symbolic_val(arg) if isinstance(arg, torch.fx.Node) else arg
+    return ctx.dynamic.symbolic_val(arg) if isinstance(arg, torch.fx.Node) else arg
 
 
 def dynamic_dims(ctx: LoweringContext, position: int) -> list[int]:
     """The dynamic dims of argument `position`."""
-    return ctx.importer.dynamic.dynamic_dims(symbolic_arg(ctx, position))
+    return ctx.dynamic.dynamic_dims(symbolic_arg(ctx, position))
 
 
 def is_dynamic_size(s) -> bool:
@@ -53,9 +53,9 @@ def is_dynamic_size(s) -> bool:
 def run_time_size(ctx: LoweringContext, s) -> ir.Value | int:
     """A size of symbolic metadata: a 0-d i64 value when symbolic, else an int."""
     if is_dynamic_size(s):
-        return ctx.importer.dynamic.size_value(s.node.expr, ctx.node)
+        return ctx.dynamic.size_value(s.node.expr, ctx.node)
     if isinstance(s, sympy.Expr) and not isinstance(s, sympy.Integer):
-        return ctx.importer.dynamic.size_value(s, ctx.node)
+        return ctx.dynamic.size_value(s, ctx.node)
     return int(s)
 
 
@@ -89,9 +89,9 @@ def valid_positions(ctx: LoweringContext, position, shape) -> ir.Value | None:
     has none."""
     from .helpers import compare
 
-    sym = ctx.importer.dynamic.symbolic_val(position) if isinstance(position, torch.fx.Node) else symbolic_arg(ctx, position)
+    sym = ctx.dynamic.symbolic_val(position) if isinstance(position, torch.fx.Node) else symbolic_arg(ctx, position)
     valid = None
-    for d in ctx.importer.dynamic.dynamic_dims(sym):
+    for d in ctx.dynamic.dynamic_dims(sym):
         position_d = stablehlo.IotaOp(tensor_type(list(shape), torch.int64), d).result
         inside = compare(position_d, broadcast_to(i64(run_time_size(ctx, sym.shape[d])), list(shape)), "LT")
         valid = inside if valid is None else stablehlo.AndOp(valid, inside).result

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from ..context import ir, stablehlo
+from .. import ir as hlo
 from ..dtypes import tensor_type
 from .helpers import (
-    add,
     array_constant,
     compare,
     convert,
@@ -36,7 +36,8 @@ from .helpers import (
 )
 from .padded import reject_spatial_dynamic
 from .registry import LoweringContext, lowers, Padding
-from ._static_gather import _acc_dtype, _mask_constant, _put_add, _take
+from .static_gather import bool_constant, put_add_static, take_static
+from .opmath import opmath_dtype
 
 aten = torch.ops.aten
 
@@ -91,7 +92,7 @@ def _reduce_window(
 
 
 def _sum_body(args):
-    return [add(args[0], args[1])]
+    return [hlo.add(args[0], args[1])]
 
 
 def _argmax_body(args):
@@ -123,7 +124,7 @@ def _scatter_add_plane(grad: ir.Value, indices: ir.Value, in_shape: Sequence[int
     n_out = math.prod(gs[len(gs) - nd:])
     n_in = math.prod(in_shape[len(in_shape) - nd:])
     dt = dtype(grad)
-    acc = _acc_dtype(dt)
+    acc = opmath_dtype(dt)
     g = reshape(convert(grad, acc), [batch, n_out])
     idx = reshape(indices, [batch, n_out, 1])
     rows = iota([batch, n_out, 1], 0, torch.int64)
@@ -133,7 +134,7 @@ def _scatter_add_plane(grad: ir.Value, indices: ir.Value, in_shape: Sequence[int
         "index_vector_dim = 2>"
     )
     op = stablehlo.ScatterOp([tensor_type([batch, n_in], acc)], [full(0, acc, [batch, n_in])], scatter_idx, [g], attr)
-    scalar_region(op.update_computation, [acc, acc], lambda a: [add(a[0], a[1])])
+    scalar_region(op.update_computation, [acc, acc], lambda a: [hlo.add(a[0], a[1])])
     return convert(reshape(op.results[0], in_shape), dt)
 
 
@@ -238,7 +239,7 @@ def _avg_pool(ctx, nd, x, kernel_size, stride=(), padding=0, ceil_mode=False, co
     lead = len(xs) - nd
     out = ctx.result_shape()
     dt = dtype(x)
-    acc = _acc_dtype(dt)
+    acc = opmath_dtype(dt)
     pads = [(0, 0)] * lead + [_pool_padding(xs[lead + i], out[lead + i], k[i], s[i], p[i]) for i in range(nd)]
     (summed,) = _reduce_window([convert(x, acc)], [full(0, acc, [])], [1] * lead + k, [1] * lead + s, pads, _sum_body)
     div = _avg_divisors(xs[lead:], out[lead:], k, s, p, count_include_pad, divisor_override)
@@ -257,7 +258,7 @@ def _avg_pool_backward(ctx, nd, grad_output, x, kernel_size, stride, padding, ce
     gs = shape_of(grad_output)
     lead = len(xs) - nd
     dt = dtype(grad_output)
-    acc = _acc_dtype(dt)
+    acc = opmath_dtype(dt)
     div = _avg_divisors(xs[lead:], gs[lead:], k, s, p, count_include_pad, divisor_override)
     divisor = stablehlo.BroadcastInDimOp(tensor_type(gs, acc), array_constant(div, acc), list(range(lead, len(gs)))).result
     g = stablehlo.DivOp(convert(grad_output, acc), divisor).result
@@ -331,7 +332,7 @@ def _bin_gather(x: ir.Value, axis: int, out_size: int) -> tuple[ir.Value, np.nda
     k = max((e - s for s, e in zip(starts, ends)), default=1)
     idx = np.array([[min(s + j, e - 1) for j in range(k)] for s, e in zip(starts, ends)], dtype=np.int64)
     valid = np.array([[s + j < e for j in range(k)] for s, e in zip(starts, ends)])
-    return _take(x, axis, idx.reshape(-1)), valid, k
+    return take_static(x, axis, idx.reshape(-1)), valid, k
 
 
 def _split_axis(x: ir.Value, axis: int, parts: Sequence[int]) -> ir.Value:
@@ -344,7 +345,7 @@ def _adaptive_avg(ctx, nd, x, output_size):
     lead = len(xs) - nd
     out_sizes = _expand(output_size, nd)
     dt = dtype(x)
-    acc = _acc_dtype(dt)
+    acc = opmath_dtype(dt)
     y = convert(x, acc)
     count = np.ones(out_sizes, dtype=np.int64)
     for i in range(nd):
@@ -360,10 +361,10 @@ def _adaptive_avg(ctx, nd, x, output_size):
         else:
             y, valid, k = _bin_gather(y, axis, o)
             y = _split_axis(y, axis, [o, k])
-            mask = _mask_constant(valid)
+            mask = bool_constant(valid)
             mask = stablehlo.BroadcastInDimOp(tensor_type(shape_of(y), torch.bool), mask, [axis, axis + 1]).result
             y = select(mask, y, full(0, acc, shape_of(y)))
-        (y,) = reduce([y], [full(0, acc, [])], [axis + 1], lambda a, b: [add(a[0], b[0])])
+        (y,) = reduce([y], [full(0, acc, [])], [axis + 1], lambda a, b: [hlo.add(a[0], b[0])])
     out = shape_of(y)
     divisor = stablehlo.BroadcastInDimOp(
         tensor_type(out, acc), array_constant(count, acc), list(range(lead, len(out)))
@@ -376,7 +377,7 @@ def _adaptive_avg_backward(ctx, nd, grad_output, x):
     gs = shape_of(grad_output)
     lead = len(xs) - nd
     dt = dtype(grad_output)
-    acc = _acc_dtype(dt)
+    acc = opmath_dtype(dt)
     count = np.ones(gs[lead:], dtype=np.int64)
     bins = []
     for i in range(nd):
@@ -399,10 +400,10 @@ def _adaptive_avg_backward(ctx, nd, grad_output, x):
         g = stablehlo.BroadcastInDimOp(
             tensor_type(expanded, acc), g, [d for d in range(len(expanded)) if d != axis + 1]
         ).result
-        mask = stablehlo.BroadcastInDimOp(tensor_type(expanded, torch.bool), _mask_constant(valid), [axis, axis + 1]).result
+        mask = stablehlo.BroadcastInDimOp(tensor_type(expanded, torch.bool), bool_constant(valid), [axis, axis + 1]).result
         g = select(mask, g, full(0, acc, expanded))
         g = reshape(g, shape[:axis] + [len(idx)] + shape[axis + 1:])
-        g = _put_add(g, axis, idx, xs[axis])
+        g = put_add_static(g, axis, idx, xs[axis])
     return convert(g, dt)
 
 
@@ -554,7 +555,7 @@ def _col2im(ctx, cols, output_size, kernel_size, dilation, padding, stride):
     c = ckk // (k[0] * k[1])
     oh, ow = _patch_geometry(out_hw, k, d, p, s)
     dt = dtype(cols)
-    acc = _acc_dtype(dt)
+    acc = opmath_dtype(dt)
     cols = reshape(convert(cols, acc), [n, c, k[0], k[1], oh, ow])
     hp, wp = out_hw[0] + 2 * p[0], out_hw[1] + 2 * p[1]
     total = full(0, acc, [n, c, hp, wp])
@@ -565,7 +566,7 @@ def _col2im(ctx, cols, output_size, kernel_size, dilation, padding, stride):
             lo = [0, 0, i * d[0], j * d[1]]
             hi = [0, 0, hp - (i * d[0] + _dilated(oh, s[0])), wp - (j * d[1] + _dilated(ow, s[1]))]
             placed = stablehlo.PadOp(patch, full(0, acc, []), lo, hi, [0, 0, s[0] - 1, s[1] - 1]).result
-            total = add(total, placed)
+            total = hlo.add(total, placed)
     out = stablehlo.SliceOp(total, [0, 0, p[0], p[1]], [n, c, p[0] + out_hw[0], p[1] + out_hw[1]], [1] * 4).result
     out = convert(out, dt)
     return out if batched else reshape(out, shape_of(out)[1:])

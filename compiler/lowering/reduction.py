@@ -29,6 +29,7 @@ from .helpers import (
     compare,
     convert,
     dtype,
+    full,
     max_value,
     min_value,
     normalize_dim,
@@ -40,7 +41,6 @@ from .helpers import (
     select,
     shape_of,
 )
-from .helpers import full as _full
 from .padded import (
     dynamic_dims,
     i64,
@@ -51,6 +51,7 @@ from .padded import (
     valid_positions,
 )
 from .registry import LOWERINGS, LoweringContext, lowers, Padding
+from .opmath import opmath_dtype
 from .symsize import static_layout
 
 aten = torch.ops.aten
@@ -79,14 +80,9 @@ def keepdim_shape(shape: Sequence[int], dims: Sequence[int]) -> list[int]:
     return [1 if i in dims else s for i, s in enumerate(shape)]
 
 
-def accumulation_dtype(dt: torch.dtype) -> torch.dtype:
-    """The dtype a reduction accumulates in: float32 for the 16-bit floats."""
-    return torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
-
-
 def reduce_with(op_class, x: ir.Value, init, dims: Sequence[int]) -> ir.Value:
     """`stablehlo.reduce` of `x` over `dims` with a binary op; `init` is a Python scalar."""
-    init_value = full(init, dtype(x), [])
+    init_value = full_via_real(init, dtype(x), [])
     (result,) = reduce([x], [init_value], dims, lambda acc, new: [op_class(acc[0], new[0]).result])
     return result
 
@@ -102,17 +98,29 @@ def reduce_max(x: ir.Value, dims: Sequence[int], *, keepdim: bool = False) -> ir
     return reshape(result, keepdim_shape(shape_of(x), dims)) if keepdim else result
 
 
+def reduce_min(x: ir.Value, dims: Sequence[int], *, keepdim: bool = False) -> ir.Value:
+    """amin with NaN propagation (stablehlo.minimum is IEEE-754 `minimum`)."""
+    result = reduce_with(stablehlo.MinOp, x, max_value(dtype(x)), dims)
+    return reshape(result, keepdim_shape(shape_of(x), dims)) if keepdim else result
+
+
+def reduce_prod(x: ir.Value, dims: Sequence[int], *, keepdim: bool = False) -> ir.Value:
+    result = reduce_with(stablehlo.MulOp, x, 1, dims)
+    return reshape(result, keepdim_shape(shape_of(x), dims)) if keepdim else result
+
+
 def num_elements(shape: Sequence[int], dims: Sequence[int]) -> int:
     return math.prod(shape[d] for d in dims)
 
 
-def full(value, dt: torch.dtype, shape: Sequence[int]) -> ir.Value:
-    """helpers.full, also for complex dtypes at rank 0 (helpers.full builds complex
-    splats from a numpy array that np.ascontiguousarray turns into shape [1])."""
+def full_via_real(value, dt: torch.dtype, shape: Sequence[int]) -> ir.Value:
+    """helpers.full, except that a real `value` of a complex dtype is the real splat
+    converted (helpers.full builds complex splats from a numpy array, which once came
+    out with shape [1] at rank 0)."""
     if dt.is_complex and not isinstance(value, complex):
         real = torch.float64 if dt is torch.complex128 else torch.float32
-        return convert(_full(value, real, shape), dt)
-    return _full(value, dt, shape)
+        return convert(full(value, real, shape), dt)
+    return full(value, dt, shape)
 
 
 dtype_of_value = dtype  # for rules whose `dtype` argument shadows the helper
@@ -140,7 +148,7 @@ def _is_float(dt: torch.dtype) -> bool:
 @lowers(aten.sum.dim_IntList, aten.sum.default, dynamic=Padding.MASKED)
 def _sum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()  # `dtype`, else int64 for integers/bool, else x's dtype
-    x = convert(convert(x, out), accumulation_dtype(out))
+    x = convert(convert(x, out), opmath_dtype(out))
     dims = reduction_dims(dim, len(shape_of(x)))
     return _finish(ctx, reduce_sum(x, dims))
 
@@ -148,9 +156,9 @@ def _sum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
 @lowers(aten.nansum.default, dynamic=Padding.MASKED)
 def _nansum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
-    x = convert(convert(x, out), accumulation_dtype(out))
+    x = convert(convert(x, out), opmath_dtype(out))
     if _is_float(out) or out.is_complex:
-        x = select(_is_nan(x), full(0, dtype_of_value(x), shape_of(x)), x)
+        x = select(_is_nan(x), full_via_real(0, dtype_of_value(x), shape_of(x)), x)
     dims = reduction_dims(dim, len(shape_of(x)))
     return _finish(ctx, reduce_sum(x, dims))
 
@@ -171,18 +179,18 @@ def _mean_padded(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None
 @lowers(aten.mean.dim, aten.mean.default, dynamic=Padding.COUNT, dynamic_rule=_mean_padded)
 def _mean(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
-    x = convert(convert(x, out), accumulation_dtype(out))
+    x = convert(convert(x, out), opmath_dtype(out))
     shape = shape_of(x)
     dims = reduction_dims(dim, len(shape))
     total = reduce_sum(x, dims)
-    count = full(num_elements(shape, dims), dtype_of_value(total), shape_of(total))
+    count = full_via_real(num_elements(shape, dims), dtype_of_value(total), shape_of(total))
     return _finish(ctx, stablehlo.DivOp(total, count).result)
 
 
 @lowers(aten.prod.default, aten.prod.dim_int, dynamic=Padding.MASKED)
 def _prod(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
-    x = convert(convert(x, out), accumulation_dtype(out))
+    x = convert(convert(x, out), opmath_dtype(out))
     dims = reduction_dims(dim, len(shape_of(x)))
     return _finish(ctx, reduce_with(stablehlo.MulOp, x, 1, dims))
 
@@ -254,8 +262,8 @@ def arg_reduce(x: ir.Value, dim: int, largest: bool) -> tuple[ir.Value, ir.Value
     """(extreme value, int64 index of its first occurrence) along `dim`."""
     shape = shape_of(x)
     iota = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
-    init_value = full(min_value(dtype(x)) if largest else max_value(dtype(x)), dtype(x), [])
-    init_index = full(0, torch.int64, [])
+    init_value = full_via_real(min_value(dtype(x)) if largest else max_value(dtype(x)), dtype(x), [])
+    init_index = full_via_real(0, torch.int64, [])
 
     def body(acc, new):
         (va, ia), (vb, ib) = acc, new
@@ -302,7 +310,7 @@ def _arg_reduce_padded(largest: bool, with_values: bool):
             return NotImplemented
         dt = dtype(x)
         valid = valid_positions(ctx, 0, shape)
-        fill = _full(min_value(dt) if largest else max_value(dt), dt, shape)
+        fill = full(min_value(dt) if largest else max_value(dt), dt, shape)
         masked = static_layout(select(valid, x, fill))
         if dim is not None:
             values, indices = arg_reduce(masked, dims[0], largest)
@@ -355,7 +363,7 @@ def variance(x: ir.Value, dims: Sequence[int], correction: float) -> tuple[ir.Va
     shape = shape_of(x)
     n = num_elements(shape, dims)
     total = reduce_sum(x, dims, keepdim=True)
-    mean = stablehlo.DivOp(total, full(n, dtype(x), shape_of(total))).result
+    mean = stablehlo.DivOp(total, full_via_real(n, dtype(x), shape_of(total))).result
     diff = stablehlo.SubtractOp(x, broadcast_to(mean, shape)).result
     if dtype(x).is_complex:
         re, im = stablehlo.RealOp(diff).result, stablehlo.ImagOp(diff).result
@@ -365,7 +373,7 @@ def variance(x: ir.Value, dims: Sequence[int], correction: float) -> tuple[ir.Va
     else:
         squares = stablehlo.MulOp(diff, diff).result
     sum_sq = reduce_sum(squares, dims, keepdim=True)
-    divisor = full(max(n - correction, 0), dtype(sum_sq), shape_of(sum_sq))
+    divisor = full_via_real(max(n - correction, 0), dtype(sum_sq), shape_of(sum_sq))
     return stablehlo.DivOp(sum_sq, divisor).result, mean
 
 
@@ -390,7 +398,7 @@ def _var_std(
         dim, unbiased = None, dim
     if not (_is_float(dtype(x)) or dtype(x).is_complex):
         raise ctx.fail(f"var/std need a floating point or complex input, got {dtype(x)}")
-    x = convert(x, accumulation_dtype(dtype(x)))
+    x = convert(x, opmath_dtype(dtype(x)))
     dims = reduction_dims(dim, len(shape_of(x)))
     var, mean = variance(x, dims, _correction(unbiased, correction))
     if take_sqrt:
@@ -423,7 +431,7 @@ def _var_std_padded(take_sqrt: bool, with_mean: bool):
         # Padding in `centered` is masked by the dynamic padder in the reduction.
         squares = reduce_sum(stablehlo.MulOp(centered, centered).result, dims)
         denom = stablehlo.MaxOp(
-            stablehlo.SubtractOp(count, _full(correction, acc, [])).result, _full(0, acc, [])
+            stablehlo.SubtractOp(count, full(correction, acc, [])).result, full(0, acc, [])
         ).result
         var = stablehlo.DivOp(squares, broadcast_to(denom, shape_of(squares))).result
         if take_sqrt:
@@ -460,7 +468,7 @@ def _vector_norm(ctx: LoweringContext, x, ord=2, dim=None, keepdim=False, *, dty
             f"vector norms need a floating point or complex input, got {dtype_of_value(x)}"
         )
     dims = reduction_dims(dim, len(shape_of(x)))
-    magnitude = convert(stablehlo.AbsOp(x).result, accumulation_dtype(out))
+    magnitude = convert(stablehlo.AbsOp(x).result, opmath_dtype(out))
     acc = dtype_of_value(magnitude)
     shape = shape_of(magnitude)
     ord = float(ord)
@@ -477,9 +485,9 @@ def _vector_norm(ctx: LoweringContext, x, ord=2, dim=None, keepdim=False, *, dty
             reduce_sum(_binop(stablehlo.MulOp, magnitude, magnitude), dims)
         ).result
     else:
-        powered = stablehlo.PowOp(magnitude, full(ord, acc, shape)).result
+        powered = stablehlo.PowOp(magnitude, full_via_real(ord, acc, shape)).result
         total = reduce_sum(powered, dims)
-        result = stablehlo.PowOp(total, full(1.0 / ord, acc, shape_of(total))).result
+        result = stablehlo.PowOp(total, full_via_real(1.0 / ord, acc, shape_of(total))).result
     return _finish(ctx, result)
 
 
@@ -502,14 +510,14 @@ def _logsumexp(ctx: LoweringContext, x, dim, keepdim=False):
     out = ctx.result_dtype()
     if out.is_complex:
         raise ctx.fail("logsumexp of complex tensors is not supported")
-    x = convert(x, accumulation_dtype(out))
+    x = convert(x, opmath_dtype(out))
     shape = shape_of(x)
     dims = reduction_dims(dim, len(shape))
     # PyTorch's formulation: shift by the max, except where the max is infinite.
     m = reduce_max(x, dims, keepdim=True)
     magnitude = stablehlo.AbsOp(m).result
-    infinite = compare(magnitude, full(math.inf, dtype(m), shape_of(m)), "EQ")
-    m = select(infinite, full(0, dtype(m), shape_of(m)), m)
+    infinite = compare(magnitude, full_via_real(math.inf, dtype(m), shape_of(m)), "EQ")
+    m = select(infinite, full_via_real(0, dtype(m), shape_of(m)), m)
     shifted = stablehlo.ExpOp(stablehlo.SubtractOp(x, broadcast_to(m, shape)).result).result
     total = stablehlo.LogOp(reduce_sum(shifted, dims, keepdim=True)).result
     return _finish(ctx, stablehlo.AddOp(total, m).result)
@@ -533,13 +541,13 @@ def _softmax_of(x: ir.Value, dim: int) -> ir.Value:
 @lowers(aten._softmax.default, dynamic=Padding.MASKED)
 def _softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     out = ctx.result_dtype()
-    return convert(_softmax_of(convert(x, accumulation_dtype(out)), dim), out)
+    return convert(_softmax_of(convert(x, opmath_dtype(out)), dim), out)
 
 
 @lowers(aten._log_softmax.default, dynamic=Padding.MASKED)
 def _log_softmax(ctx: LoweringContext, x, dim, half_to_float=False):
     out = ctx.result_dtype()
-    shifted, _, total = _softmax_parts(convert(x, accumulation_dtype(out)), dim)
+    shifted, _, total = _softmax_parts(convert(x, opmath_dtype(out)), dim)
     log_total = broadcast_to(stablehlo.LogOp(total).result, shape_of(shifted))
     return convert(stablehlo.SubtractOp(shifted, log_total).result, out)
 
@@ -548,22 +556,22 @@ def _log_softmax(ctx: LoweringContext, x, dim, half_to_float=False):
 def _safe_softmax(ctx: LoweringContext, x, dim, dtype=None):
     """softmax, but 0 (not NaN) along slices that are entirely -inf (masked rows)."""
     out = ctx.result_dtype()
-    x = convert(x, accumulation_dtype(out))
+    x = convert(x, opmath_dtype(out))
     acc, shape = dtype_of_value(x), shape_of(x)
     result = _softmax_of(x, dim)
     dims = reduction_dims(dim, len(shape))
-    masked = compare(x, full(-math.inf, acc, shape), "EQ")
+    masked = compare(x, full_via_real(-math.inf, acc, shape), "EQ")
     all_masked = reshape(
         reduce_with(stablehlo.AndOp, masked, True, dims), keepdim_shape(shape, dims)
     )
-    result = select(broadcast_to(all_masked, shape), full(0, acc, shape), result)
+    result = select(broadcast_to(all_masked, shape), full_via_real(0, acc, shape), result)
     return convert(result, out)
 
 
 @lowers(aten._softmax_backward_data.default, dynamic=Padding.MASKED)
 def _softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
     out = ctx.result_dtype()
-    acc = accumulation_dtype(out)
+    acc = opmath_dtype(out)
     grad, output = convert(grad, acc), convert(output, acc)
     shape = shape_of(grad)
     dims = reduction_dims(dim, len(shape))
@@ -575,7 +583,7 @@ def _softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
 @lowers(aten._log_softmax_backward_data.default, dynamic=Padding.MASKED)
 def _log_softmax_backward(ctx: LoweringContext, grad, output, dim, input_dtype):
     out = ctx.result_dtype()
-    acc = accumulation_dtype(out)
+    acc = opmath_dtype(out)
     grad, output = convert(grad, acc), convert(output, acc)
     shape = shape_of(grad)
     dims = reduction_dims(dim, len(shape))
@@ -625,12 +633,12 @@ def _scan_input(ctx: LoweringContext, x: ir.Value, dim: int) -> tuple[ir.Value, 
 
 def _cumulative(op_class, init, ctx: LoweringContext, x, dim, *, dtype=None):
     out = ctx.result_dtype()
-    x, dim = _scan_input(ctx, convert(convert(x, out), accumulation_dtype(out)), dim)
+    x, dim = _scan_input(ctx, convert(convert(x, out), opmath_dtype(out)), dim)
     if shape_of(x)[dim] == 0:
         return _finish(ctx, x)
     (result,) = scan(
         [x],
-        [full(init, dtype_of_value(x), [])],
+        [full_via_real(init, dtype_of_value(x), [])],
         dim,
         lambda acc, new: [op_class(acc[0], new[0]).result],
     )
@@ -654,7 +662,7 @@ lowers(aten.cumprod.default, **_SCAN)(partial(_cumulative, stablehlo.MulOp, 1))
 
 def _running(op_class, x: ir.Value, init, dim: int) -> ir.Value:
     (result,) = scan(
-        [x], [full(init, dtype(x), [])], dim, lambda acc, new: [op_class(acc[0], new[0]).result]
+        [x], [full_via_real(init, dtype(x), [])], dim, lambda acc, new: [op_class(acc[0], new[0]).result]
     )
     return result
 
@@ -678,7 +686,7 @@ def _cumulative_extreme(largest: bool, ctx: LoweringContext, x, dim):
     if _is_float(dtype(x)):
         marked = stablehlo.OrOp(marked, _is_nan(x)).result
     iota = stablehlo.IotaOp(tensor_type(shape_of(x), torch.int64), dim).result
-    positions = select(marked, iota, full(-1, torch.int64, shape_of(x)))
+    positions = select(marked, iota, full_via_real(-1, torch.int64, shape_of(x)))
     indices = _running(stablehlo.MaxOp, positions, -1, dim)
     return _finish(ctx, values, 0), _finish(ctx, indices, 1)
 
@@ -692,7 +700,7 @@ def _logcumsumexp(ctx: LoweringContext, x, dim):
     out = ctx.result_dtype()
     if out.is_complex:
         raise ctx.fail("logcumsumexp of complex tensors is not supported")
-    x, dim = _scan_input(ctx, convert(x, accumulation_dtype(out)), dim)
+    x, dim = _scan_input(ctx, convert(x, opmath_dtype(out)), dim)
     if shape_of(x)[dim] == 0:
         return _finish(ctx, x)
 
@@ -704,10 +712,10 @@ def _logcumsumexp(ctx: LoweringContext, x, dim):
             hi,
             stablehlo.Log1pOp(stablehlo.ExpOp(stablehlo.SubtractOp(lo, hi).result).result).result,
         ).result
-        equal = stablehlo.AddOp(hi, full(math.log(2.0), dtype(a), [])).result
+        equal = stablehlo.AddOp(hi, full_via_real(math.log(2.0), dtype(a), [])).result
         return [select(compare(a, b, "EQ"), equal, general)]
 
-    (result,) = scan([x], [full(-math.inf, dtype_of_value(x), [])], dim, log_add_exp)
+    (result,) = scan([x], [full_via_real(-math.inf, dtype_of_value(x), [])], dim, log_add_exp)
     return _finish(ctx, result)
 
 
@@ -802,14 +810,14 @@ def _pick(values: ir.Value, indices: ir.Value, position: ir.Value, dim: int):
     shape = shape_of(values)
     iota = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
     hit = compare(iota, broadcast_to(position, shape), "EQ")
-    zero_v = full(0, dtype(values), shape)
+    zero_v = full_via_real(0, dtype(values), shape)
     picked_values = select(hit, values, zero_v)
     if dtype(values) is torch.bool:
         value = reduce_with(stablehlo.OrOp, picked_values, False, [dim])
     else:
         value = reduce_with(stablehlo.AddOp, picked_values, 0, [dim])
     index = reduce_with(
-        stablehlo.AddOp, select(hit, indices, full(0, torch.int64, shape)), 0, [dim]
+        stablehlo.AddOp, select(hit, indices, full_via_real(0, torch.int64, shape)), 0, [dim]
     )
     return value, index
 
@@ -817,7 +825,7 @@ def _pick(values: ir.Value, indices: ir.Value, position: ir.Value, dim: int):
 def _count_nan(x: ir.Value, dim: int) -> ir.Value:
     """Number of NaNs along `dim`, int64, keepdim shape."""
     if not _is_float(dtype(x)):
-        return full(0, torch.int64, keepdim_shape(shape_of(x), [dim]))
+        return full_via_real(0, torch.int64, keepdim_shape(shape_of(x), [dim]))
     return reduce_sum(convert(_is_nan(x), torch.int64), [dim], keepdim=True)
 
 
@@ -830,20 +838,20 @@ def _median(ignore_nan: bool, ctx: LoweringContext, x, dim=None, keepdim=False):
         raise ctx.fail("median of an empty dimension is not defined")
     values, indices = sort_with_indices(x, dim, False)  # NaNs sort last, in order
     nan_count = _count_nan(x, dim)
-    count = stablehlo.SubtractOp(full(n, torch.int64, shape_of(nan_count)), nan_count).result
+    count = stablehlo.SubtractOp(full_via_real(n, torch.int64, shape_of(nan_count)), nan_count).result
     if ignore_nan:
         # (count - 1) // 2, and 0 (a NaN) when every value is NaN.
-        one = full(1, torch.int64, shape_of(count))
+        one = full_via_real(1, torch.int64, shape_of(count))
         position = stablehlo.DivOp(
             stablehlo.MaxOp(
-                stablehlo.SubtractOp(count, one).result, full(0, torch.int64, shape_of(count))
+                stablehlo.SubtractOp(count, one).result, full_via_real(0, torch.int64, shape_of(count))
             ).result,
-            full(2, torch.int64, shape_of(count)),
+            full_via_real(2, torch.int64, shape_of(count)),
         ).result
     else:
         # (n - 1) // 2 without NaNs; the first NaN (sorted position `count`) otherwise.
-        has_nan = compare(nan_count, full(0, torch.int64, shape_of(nan_count)), "GT")
-        position = select(has_nan, count, full((n - 1) // 2, torch.int64, shape_of(count)))
+        has_nan = compare(nan_count, full_via_real(0, torch.int64, shape_of(nan_count)), "GT")
+        position = select(has_nan, count, full_via_real((n - 1) // 2, torch.int64, shape_of(count)))
     value, index = _pick(values, indices, position, dim)
     if isinstance(ctx.meta(), (tuple, list)):  # the .dim overloads: (values, indices)
         return _finish(ctx, value, 0), _finish(ctx, index, 1)

@@ -14,13 +14,16 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from dataclasses import replace as _replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
 import torch.fx
 import torch.utils._pytree
 
 from ..context import ir
+
+if TYPE_CHECKING:
+    from ..process_groups import ProcessGroups
 
 
 class Padding(enum.Enum):
@@ -396,26 +399,68 @@ class OpRecord:
         return self.args[position]
 
 
+class DynamicSizes(Protocol):
+    """The graph's bounded-dynamism facts a rule may ask for (the importer's
+    `DynamicShapes`, compiler/importer/dynamic.py): a node's symbolic metadata, the
+    dynamic dims of a metadata value, and run-time sizes as 0-d values built at the
+    insertion point."""
+
+    def symbolic_val(self, node: torch.fx.Node) -> Any: ...
+
+    def dynamic_dims(self, val: Any) -> list[int]: ...
+
+    def size_value(self, expr: Any, node: torch.fx.Node | None = None) -> ir.Value: ...
+
+    def size_i32(self, expr: Any, node: torch.fx.Node | None = None) -> ir.Value: ...
+
+
+class RowLayouts(Protocol):
+    """The graph's row-interleaved values (row_layout.py): `interleaved` maps a node to
+    its `RowLayout`; `compacted(node)` is that node's compact value, built once."""
+
+    interleaved: dict
+
+    def compacted(self, node: torch.fx.Node) -> ir.Value: ...
+
+
+class RandomSource(Protocol):
+    """What gives random bits: the graph's threaded RNG state (importer/random_state.py)."""
+
+    def random_bits(self, shape: Any, bits: int) -> ir.Value: ...
+
+
 class LoweringContext:
     """What a rule may ask about the op it lowers: `record` (an `OpRecord`), the
-    location, and for ops of an FX graph the node and the importer (graph-level state:
-    the RNG seed, dynamic sizes). Rules that use only `meta`/`arg_meta`/`result_*`/`fail`
-    lower without a graph (`compiler/lowering/single_op.py`)."""
+    location, and for ops of an FX graph the node and the graph-level facts the importer
+    hands over as typed fields (so rules never reach into the importer):
+
+    * `dynamic`: the bounded-dynamism facts (`DynamicSizes`), None when the graph has
+      no symbolic sizes;
+    * `process_groups`: what the frontend found out about the process groups that
+      collectives name (`compiler/process_groups.py`), None when none was given;
+    * `row_layouts`: the row-interleaved values of a bounded-dynamic graph (`RowLayouts`);
+    * `random_source`: where `random_bits` draws from.
+
+    Rules that use only `meta`/`arg_meta`/`result_*`/`fail` lower without a graph
+    (`compiler/importer/single_op.py`)."""
 
     def __init__(
         self,
         node: torch.fx.Node | None,
         loc: ir.Location,
-        importer: Any = None,
         *,
         record: OpRecord | None = None,
-        random_source: Any = None,
+        random_source: RandomSource | None = None,
+        dynamic: DynamicSizes | None = None,
+        process_groups: ProcessGroups | None = None,
+        row_layouts: RowLayouts | None = None,
     ) -> None:
         self.node = node
         self.loc = loc
-        self.importer = importer
-        # Without a graph: what gives random bits (single_op.py's RNG state argument).
         self.random_source = random_source
+        self.dynamic = dynamic
+        self.process_groups = process_groups
+        self.row_layouts = row_layouts
         self._record = record
 
     @property
@@ -428,10 +473,9 @@ class LoweringContext:
     def random_bits(self, shape, bits: int = 32) -> ir.Value:
         """Uniform random `ui32`/`ui64` bits of `shape` from the graph's threaded RNG state
         (the importer adds a `tensor<2xui64>` seed argument the caller supplies)."""
-        source = self.importer if self.importer is not None else self.random_source
-        if source is None:
+        if self.random_source is None:
             raise self.fail("a random op lowered without a graph has no seed to draw from")
-        return source.random_bits(shape, bits)
+        return self.random_source.random_bits(shape, bits)
 
     def meta(self, index: int | None = None):
         val = self.node.meta.get("val") if self._record is None else self._record.val

@@ -15,27 +15,26 @@ import numpy as np
 import torch
 
 from ..context import ir, stablehlo
+from .. import ir as hlo
 from ..dtypes import tensor_type
 from .helpers import (
-    add,
     array_constant,
     compare,
     convert,
     dtype,
     full,
     iota,
-    mul,
     reduce,
     reshape,
     scalar_region,
     select,
     shape_of,
-    sub,
     transpose,
 )
 from .padded import reject_spatial_dynamic
 from .registry import lowers, Padding
-from ._static_gather import _acc_dtype, _mask_constant, _put_add, _take
+from .static_gather import bool_constant, put_add_static, take_static
+from .opmath import opmath_dtype
 
 aten = torch.ops.aten
 
@@ -200,27 +199,27 @@ def _masked(term: ir.Value, axis: int, valid: np.ndarray | None) -> ir.Value:
     if valid is None:
         return term
     shape = shape_of(term)
-    mask = stablehlo.BroadcastInDimOp(tensor_type(shape, torch.bool), _mask_constant(valid), [axis]).result
+    mask = stablehlo.BroadcastInDimOp(tensor_type(shape, torch.bool), bool_constant(valid), [axis]).result
     return select(mask, term, full(0, dtype(term), shape))
 
 
 def _apply_taps(x: ir.Value, axis: int, taps: Taps) -> ir.Value:
     out = None
     for idx, w, valid in taps:
-        term = _take(x, axis, idx)
+        term = take_static(x, axis, idx)
         if w is not None:
-            term = mul(term, _weight(w, shape_of(term), axis, dtype(term)))
+            term = hlo.mul(term, _weight(w, shape_of(term), axis, dtype(term)))
         term = _masked(term, axis, valid)
-        out = term if out is None else add(out, term)
+        out = term if out is None else hlo.add(out, term)
     return out
 
 
 def _apply_taps_transposed(g: ir.Value, axis: int, taps: Taps, size: int) -> ir.Value:
     out = None
     for idx, w, valid in taps:
-        term = g if w is None else mul(g, _weight(w, shape_of(g), axis, dtype(g)))
-        term = _put_add(_masked(term, axis, valid), axis, idx, size)
-        out = term if out is None else add(out, term)
+        term = g if w is None else hlo.mul(g, _weight(w, shape_of(g), axis, dtype(g)))
+        term = put_add_static(_masked(term, axis, valid), axis, idx, size)
+        out = term if out is None else hlo.add(out, term)
     return out
 
 
@@ -261,12 +260,12 @@ def _fixed_point_pass(y: ir.Value, axis: int, rows, in_size: int) -> ir.Value:
     quantized = [(xmin, [int(0.5 + v * scale) if v >= 0 else int(-0.5 + v * scale) for v in w]) for xmin, w in rows]
     acc = None
     for idx, w, valid in _rows_to_taps(quantized, in_size, np.int32):
-        term = _take(y, axis, idx)
+        term = take_static(y, axis, idx)
         w = np.where(valid, w, 0).astype(np.int32) if valid is not None else w.astype(np.int32)
-        term = mul(term, _weight(w, shape_of(term), axis, torch.int32))
-        acc = term if acc is None else add(acc, term)
+        term = hlo.mul(term, _weight(w, shape_of(term), axis, torch.int32))
+        acc = term if acc is None else hlo.add(acc, term)
     shape = shape_of(acc)
-    acc = add(acc, full(1 << (precision - 1), torch.int32, shape))
+    acc = hlo.add(acc, full(1 << (precision - 1), torch.int32, shape))
     acc = stablehlo.ShiftRightArithmeticOp(acc, full(precision, torch.int32, shape)).result
     return stablehlo.ClampOp(full(0, torch.int32, []), acc, full(255, torch.int32, [])).result
 
@@ -294,7 +293,7 @@ def _upsample(ctx, mode: str, nd: int, x, out_sizes, align_corners, scales):
                        "and uint8 for 2-d bilinear/bicubic)")
     np_t = _np_type(dt)
     taps_fn = _TAPS[mode]
-    y = convert(x, _acc_dtype(dt)) if interpolating else x
+    y = convert(x, opmath_dtype(dt)) if interpolating else x
     for i in reversed(range(nd)):
         if mode.endswith("_aa") and xs[lead + i] == out_sizes[i]:
             continue
@@ -308,7 +307,7 @@ def _upsample_backward(ctx, mode, nd, grad_output, out_sizes, input_size, align_
     input_size = [int(s) for s in input_size]
     scales = list(scales) if scales is not None else [None] * nd
     dt = dtype(grad_output)
-    acc = _acc_dtype(dt)
+    acc = opmath_dtype(dt)
     taps_fn = _TAPS[mode]
     g = convert(grad_output, acc)
     for i in range(nd):
@@ -389,9 +388,9 @@ def _f(value, like: ir.Value) -> ir.Value:
 def _unnormalize(coord: ir.Value, size: int, align_corners: bool) -> ir.Value:
     np_t = _np_type(dtype(coord))
     if align_corners:  # (coord + 1) * ((size - 1) / 2)
-        return mul(add(coord, _f(1, coord)), _f(np_t(size - 1) / np_t(2), coord))
+        return hlo.mul(hlo.add(coord, _f(1, coord)), _f(np_t(size - 1) / np_t(2), coord))
     # (coord + 1) * (size / 2) - 0.5
-    return sub(mul(add(coord, _f(1, coord)), _f(np_t(size) / np_t(2), coord)), _f(0.5, coord))
+    return hlo.sub(hlo.mul(hlo.add(coord, _f(1, coord)), _f(np_t(size) / np_t(2), coord)), _f(0.5, coord))
 
 
 def _clip(coord: ir.Value, size: int) -> ir.Value:
@@ -408,11 +407,11 @@ def _reflect(coord: ir.Value, size: int, align_corners: bool) -> ir.Value:
         low, twice_span = 0.0, 2.0 * (size - 1)
     else:
         low, twice_span = -0.5, 2.0 * size
-    c = stablehlo.AbsOp(sub(coord, _f(low, coord))).result
+    c = stablehlo.AbsOp(hlo.sub(coord, _f(low, coord))).result
     flips = _trunc(stablehlo.DivOp(c, _f(twice_span, coord)).result)
-    extra = sub(c, mul(flips, _f(twice_span, coord)))
-    out = stablehlo.MinOp(extra, sub(_f(twice_span, coord), extra)).result
-    return add(out, _f(low, coord)) if low else out
+    extra = hlo.sub(c, hlo.mul(flips, _f(twice_span, coord)))
+    out = stablehlo.MinOp(extra, hlo.sub(_f(twice_span, coord), extra)).result
+    return hlo.add(out, _f(low, coord)) if low else out
 
 
 def _apply_padding(coord: ir.Value, size: int, padding_mode: int, align_corners: bool) -> ir.Value:
@@ -438,7 +437,7 @@ def _flat_pixel_indices(ix: ir.Value, iy: ir.Value, h: int, w: int) -> ir.Value:
     n, p = shape_of(ix)
     xi = convert(_clip(ix, w), torch.int64)
     yi = convert(_clip(iy, h), torch.int64)
-    flat = add(mul(yi, full(w, torch.int64, [n, p])), xi)
+    flat = hlo.add(hlo.mul(yi, full(w, torch.int64, [n, p])), xi)
     return stablehlo.ConcatenateOp([iota([n, p, 1], 0, torch.int64), reshape(flat, [n, p, 1])], 2).result
 
 
@@ -483,20 +482,20 @@ class _Sampler:
 def _times(vals: ir.Value, weight: ir.Value) -> ir.Value:
     """(N, P, C) values times (N, P) weights."""
     w = stablehlo.BroadcastInDimOp(tensor_type(shape_of(vals), dtype(vals)), weight, [0, 1]).result
-    return mul(vals, w)
+    return hlo.mul(vals, w)
 
 
 def _cubic_weights(t: ir.Value) -> list[ir.Value]:
     a = -0.75
 
     def conv1(x):  # ((A + 2) * x - (A + 3)) * x * x + 1
-        return add(mul(mul(sub(mul(_f(a + 2, x), x), _f(a + 3, x)), x), x), _f(1, x))
+        return hlo.add(hlo.mul(hlo.mul(hlo.sub(hlo.mul(_f(a + 2, x), x), _f(a + 3, x)), x), x), _f(1, x))
 
     def conv2(x):  # ((A * x - 5A) * x + 8A) * x - 4A
-        return sub(mul(add(mul(sub(mul(_f(a, x), x), _f(5 * a, x)), x), _f(8 * a, x)), x), _f(4 * a, x))
+        return hlo.sub(hlo.mul(hlo.add(hlo.mul(hlo.sub(hlo.mul(_f(a, x), x), _f(5 * a, x)), x), _f(8 * a, x)), x), _f(4 * a, x))
 
     one = _f(1, t)
-    return [conv2(add(t, one)), conv1(t), conv1(sub(one, t)), conv2(add(sub(one, t), one))]
+    return [conv2(hlo.add(t, one)), conv1(t), conv1(hlo.sub(one, t)), conv2(hlo.add(hlo.sub(one, t), one))]
 
 
 @lowers(
@@ -508,7 +507,7 @@ def _grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corne
     n, c, h, w = shape_of(x)
     _, ho, wo, _ = shape_of(grid)
     dt = dtype(x)
-    acc = _acc_dtype(dt)
+    acc = opmath_dtype(dt)
     g = reshape(convert(grid, acc), [n, ho * wo, 2])
     gx = reshape(stablehlo.SliceOp(g, [0, 0, 0], [n, ho * wo, 1], [1, 1, 1]).result, [n, ho * wo])
     gy = reshape(stablehlo.SliceOp(g, [0, 0, 1], [n, ho * wo, 2], [1, 1, 1]).result, [n, ho * wo])
@@ -522,19 +521,19 @@ def _grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corne
         x0 = stablehlo.FloorOp(ix).result
         y0 = stablehlo.FloorOp(iy).result
         one = _f(1, ix)
-        x1, y1 = add(x0, one), add(y0, one)
-        we = sub(ix, x0)  # distance to the west column
-        ea = sub(one, we)
-        no = sub(iy, y0)  # distance to the north row
-        so = sub(one, no)
+        x1, y1 = hlo.add(x0, one), hlo.add(y0, one)
+        we = hlo.sub(ix, x0)  # distance to the west column
+        ea = hlo.sub(one, we)
+        no = hlo.sub(iy, y0)  # distance to the north row
+        so = hlo.sub(one, no)
         mw, me, mn, ms = _in_range(x0, w), _in_range(x1, w), _in_range(y0, h), _in_range(y1, h)
         nw_v, ne_v, sw_v, se_v = sample.many(
             [(x0, y0, both(mw, mn)), (x1, y0, both(me, mn)), (x0, y1, both(mw, ms)), (x1, y1, both(me, ms))]
         )
-        out = _times(nw_v, mul(so, ea))
-        out = add(out, _times(ne_v, mul(so, we)))
-        out = add(out, _times(sw_v, mul(no, ea)))
-        out = add(out, _times(se_v, mul(no, we)))
+        out = _times(nw_v, hlo.mul(so, ea))
+        out = hlo.add(out, _times(ne_v, hlo.mul(so, we)))
+        out = hlo.add(out, _times(sw_v, hlo.mul(no, ea)))
+        out = hlo.add(out, _times(se_v, hlo.mul(no, we)))
     elif interpolation_mode == _NEAREST:
         ix = stablehlo.RoundNearestEvenOp(_apply_padding(ix, w, padding_mode, align_corners)).result
         iy = stablehlo.RoundNearestEvenOp(_apply_padding(iy, h, padding_mode, align_corners)).result
@@ -542,24 +541,24 @@ def _grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corne
     elif interpolation_mode == _BICUBIC:
         x0 = stablehlo.FloorOp(ix).result
         y0 = stablehlo.FloorOp(iy).result
-        wx = _cubic_weights(sub(ix, x0))
-        wy = _cubic_weights(sub(iy, y0))
+        wx = _cubic_weights(hlo.sub(ix, x0))
+        wy = _cubic_weights(hlo.sub(iy, y0))
 
         def bounded(cx, cy):
             cx = _trunc(_apply_padding(cx, w, padding_mode, align_corners))
             cy = _trunc(_apply_padding(cy, h, padding_mode, align_corners))
             return cx, cy, both(_in_range(cx, w), _in_range(cy, h))
 
-        taps = [bounded(add(x0, _f(j - 1, x0)), add(y0, _f(i - 1, y0))) for i in range(4) for j in range(4)]
+        taps = [bounded(hlo.add(x0, _f(j - 1, x0)), hlo.add(y0, _f(i - 1, y0))) for i in range(4) for j in range(4)]
         vals = sample.many(taps)
         out = None
         for i in range(4):
             row = None
             for j in range(4):
                 term = _times(vals[4 * i + j], wx[j])
-                row = term if row is None else add(row, term)
+                row = term if row is None else hlo.add(row, term)
             term = _times(row, wy[i])
-            out = term if out is None else add(out, term)
+            out = term if out is None else hlo.add(out, term)
     else:
         raise ctx.fail(f"unknown grid_sampler interpolation mode {interpolation_mode}")
     out = transpose(reshape(out, [n, ho, wo, c]), [0, 3, 1, 2])
@@ -583,14 +582,14 @@ def _reflect_with_grad(coord: ir.Value, size: int, align_corners: bool) -> tuple
         low, twice_span = 0.0, 2.0 * (size - 1)
     else:
         low, twice_span = -0.5, 2.0 * size
-    shifted = sub(coord, _f(low, coord))
+    shifted = hlo.sub(coord, _f(low, coord))
     negative = compare(shifted, _f(0, coord), "LT")
     c = stablehlo.AbsOp(shifted).result
     flips = _trunc(stablehlo.DivOp(c, _f(twice_span, coord)).result)
-    extra = sub(c, mul(flips, _f(twice_span, coord)))
-    reflected = sub(_f(twice_span, coord), extra)
+    extra = hlo.sub(c, hlo.mul(flips, _f(twice_span, coord)))
+    reflected = hlo.sub(_f(twice_span, coord), extra)
     one_more = compare(extra, reflected, "GT")
-    out = add(select(one_more, reflected, extra), _f(low, coord))
+    out = hlo.add(select(one_more, reflected, extra), _f(low, coord))
     flip = stablehlo.XorOp(one_more, negative).result
     return out, select(flip, _f(-1, coord), _f(1, coord))
 
@@ -603,12 +602,12 @@ def _coords_with_grad(grid_coord, size, padding_mode, align_corners):
     mult = _f(scale, coord)
     if padding_mode == _BORDER:
         coord, g = _clip_with_grad(coord, size)
-        mult = mul(mult, g)
+        mult = hlo.mul(mult, g)
     elif padding_mode == _REFLECTION:
         coord, g = _reflect_with_grad(coord, size, align_corners)
-        mult = mul(mult, g)
+        mult = hlo.mul(mult, g)
         coord, g = _clip_with_grad(coord, size)
-        mult = mul(mult, g)
+        mult = hlo.mul(mult, g)
     return coord, mult
 
 
@@ -639,28 +638,28 @@ class _Scatterer:
         )
         op = stablehlo.ScatterOp([tensor_type([n, h * w, c], dt)], [full(0, dt, [n, h * w, c])],
                                  _flat_pixel_indices(ix, iy, h, w), [values], attr)
-        scalar_region(op.update_computation, [dt, dt], lambda a: [add(a[0], a[1])])
+        scalar_region(op.update_computation, [dt, dt], lambda a: [hlo.add(a[0], a[1])])
         return reshape(transpose(op.results[0], [0, 2, 1]), [n, c, h, w])
 
 
 def _channel_sum(x: ir.Value) -> ir.Value:
     """(N, P, C) -> (N, P)."""
-    (out,) = reduce([x], [full(0, dtype(x), [])], [2], lambda a, b: [add(a[0], b[0])])
+    (out,) = reduce([x], [full(0, dtype(x), [])], [2], lambda a, b: [hlo.add(a[0], b[0])])
     return out
 
 
 def _cubic_weight_grads(t: ir.Value) -> list[ir.Value]:
     a = -0.75
     f = lambda v: _f(v, t)
-    x0 = sub(f(-1), t)
-    x1 = sub(f(0), t)
-    x2 = sub(f(1), t)
-    x3 = sub(f(2), t)
+    x0 = hlo.sub(f(-1), t)
+    x1 = hlo.sub(f(0), t)
+    x2 = hlo.sub(f(1), t)
+    x3 = hlo.sub(f(2), t)
     return [
-        sub(mul(sub(mul(f(-3 * a), x0), f(10 * a)), x0), f(8 * a)),
-        mul(sub(mul(f(-3 * (a + 2)), x1), f(2 * (a + 3))), x1),
-        mul(sub(mul(f(3 * (a + 2)), x2), f(2 * (a + 3))), x2),
-        add(mul(sub(mul(f(3 * a), x3), f(10 * a)), x3), f(8 * a)),
+        hlo.sub(hlo.mul(hlo.sub(hlo.mul(f(-3 * a), x0), f(10 * a)), x0), f(8 * a)),
+        hlo.mul(hlo.sub(hlo.mul(f(-3 * (a + 2)), x1), f(2 * (a + 3))), x1),
+        hlo.mul(hlo.sub(hlo.mul(f(3 * (a + 2)), x2), f(2 * (a + 3))), x2),
+        hlo.add(hlo.mul(hlo.sub(hlo.mul(f(3 * a), x3), f(10 * a)), x3), f(8 * a)),
     ]
 
 
@@ -675,7 +674,7 @@ def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, pad
     _, ho, wo, _ = shape_of(grid)
     p = ho * wo
     dt = dtype(x)
-    acc = _acc_dtype(dt)
+    acc = opmath_dtype(dt)
     g = reshape(convert(grid, acc), [n, p, 2])
     gx = reshape(stablehlo.SliceOp(g, [0, 0, 0], [n, p, 1], [1, 1, 1]).result, [n, p])
     gy = reshape(stablehlo.SliceOp(g, [0, 0, 1], [n, p, 2], [1, 1, 1]).result, [n, p])
@@ -691,22 +690,22 @@ def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, pad
         x0 = stablehlo.FloorOp(ix).result
         y0 = stablehlo.FloorOp(iy).result
         one = _f(1, ix)
-        x1, y1 = add(x0, one), add(y0, one)
-        we = sub(ix, x0)
-        ea = sub(one, we)
-        no = sub(iy, y0)
-        so = sub(one, no)
+        x1, y1 = hlo.add(x0, one), hlo.add(y0, one)
+        we = hlo.sub(ix, x0)
+        ea = hlo.sub(one, we)
+        no = hlo.sub(iy, y0)
+        so = hlo.sub(one, no)
         mw, me, mn, ms = _in_range(x0, w), _in_range(x1, w), _in_range(y0, h), _in_range(y1, h)
-        corners = [(x0, y0, both(mw, mn), mul(so, ea)), (x1, y0, both(me, mn), mul(so, we)),
-                   (x0, y1, both(mw, ms), mul(no, ea)), (x1, y1, both(me, ms), mul(no, we))]
+        corners = [(x0, y0, both(mw, mn), hlo.mul(so, ea)), (x1, y0, both(me, mn), hlo.mul(so, we)),
+                   (x0, y1, both(mw, ms), hlo.mul(no, ea)), (x1, y1, both(me, ms), hlo.mul(no, we))]
         for cx, cy, mask, weight in corners:
             if scatter is not None:
-                scatter.add(cx, cy, mask, mul(go, bc(weight)))
+                scatter.add(cx, cy, mask, hlo.mul(go, bc(weight)))
         nw, ne, sw, se = sample.many([corner[:3] for corner in corners])
-        dx = add(mul(sub(ne, nw), bc(so)), mul(sub(se, sw), bc(no)))
-        dy = add(mul(sub(sw, nw), bc(ea)), mul(sub(se, ne), bc(we)))
-        grad_x = mul(_channel_sum(mul(dx, go)), mx)
-        grad_y = mul(_channel_sum(mul(dy, go)), my)
+        dx = hlo.add(hlo.mul(hlo.sub(ne, nw), bc(so)), hlo.mul(hlo.sub(se, sw), bc(no)))
+        dy = hlo.add(hlo.mul(hlo.sub(sw, nw), bc(ea)), hlo.mul(hlo.sub(se, ne), bc(we)))
+        grad_x = hlo.mul(_channel_sum(hlo.mul(dx, go)), mx)
+        grad_y = hlo.mul(_channel_sum(hlo.mul(dy, go)), my)
     elif interpolation_mode == _NEAREST:
         ix = stablehlo.RoundNearestEvenOp(_apply_padding(_unnormalize(gx, w, align_corners), w, padding_mode, align_corners)).result
         iy = stablehlo.RoundNearestEvenOp(_apply_padding(_unnormalize(gy, h, align_corners), h, padding_mode, align_corners)).result
@@ -721,14 +720,14 @@ def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, pad
         iy = _unnormalize(gy, h, align_corners)
         x0 = stablehlo.FloorOp(ix).result
         y0 = stablehlo.FloorOp(iy).result
-        tx, ty = sub(ix, x0), sub(iy, y0)
+        tx, ty = hlo.sub(ix, x0), hlo.sub(iy, y0)
         cx, cy = _cubic_weights(tx), _cubic_weights(ty)
         dcx, dcy = _cubic_weight_grads(tx), _cubic_weight_grads(ty)
         taps = []
         for i in range(4):
             for j in range(4):
-                xx = _trunc(_apply_padding(add(x0, _f(i - 1, x0)), w, padding_mode, align_corners))
-                yy = _trunc(_apply_padding(add(y0, _f(j - 1, y0)), h, padding_mode, align_corners))
+                xx = _trunc(_apply_padding(hlo.add(x0, _f(i - 1, x0)), w, padding_mode, align_corners))
+                yy = _trunc(_apply_padding(hlo.add(y0, _f(j - 1, y0)), h, padding_mode, align_corners))
                 taps.append((xx, yy, both(_in_range(xx, w), _in_range(yy, h))))
         vals = sample.many(taps)
         acc_x = acc_y = None
@@ -736,14 +735,14 @@ def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, pad
             for j in range(4):
                 xx, yy, mask = taps[4 * i + j]
                 if scatter is not None:
-                    scatter.add(xx, yy, mask, mul(go, bc(mul(cx[i], cy[j]))))
-                vg = mul(vals[4 * i + j], go)
-                tx_term = mul(vg, bc(mul(dcx[i], cy[j])))
-                ty_term = mul(vg, bc(mul(dcy[j], cx[i])))
-                acc_x = tx_term if acc_x is None else add(acc_x, tx_term)
-                acc_y = ty_term if acc_y is None else add(acc_y, ty_term)
-        grad_x = mul(stablehlo.NegOp(_channel_sum(acc_x)).result, mx)
-        grad_y = mul(stablehlo.NegOp(_channel_sum(acc_y)).result, my)
+                    scatter.add(xx, yy, mask, hlo.mul(go, bc(hlo.mul(cx[i], cy[j]))))
+                vg = hlo.mul(vals[4 * i + j], go)
+                tx_term = hlo.mul(vg, bc(hlo.mul(dcx[i], cy[j])))
+                ty_term = hlo.mul(vg, bc(hlo.mul(dcy[j], cx[i])))
+                acc_x = tx_term if acc_x is None else hlo.add(acc_x, tx_term)
+                acc_y = ty_term if acc_y is None else hlo.add(acc_y, ty_term)
+        grad_x = hlo.mul(stablehlo.NegOp(_channel_sum(acc_x)).result, mx)
+        grad_y = hlo.mul(stablehlo.NegOp(_channel_sum(acc_y)).result, my)
     else:
         raise ctx.fail(f"unknown grid_sampler interpolation mode {interpolation_mode}")
     grad_grid = None

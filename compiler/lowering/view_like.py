@@ -33,11 +33,11 @@ import sympy
 import torch
 
 from ..context import ir, stablehlo
+from .. import ir as hlo
 from ..dtypes import tensor_type
 from .helpers import (
     broadcast_to,
     compare,
-    concatenate,
     convert,
     dtype,
     full,
@@ -48,7 +48,6 @@ from .helpers import (
     reshape,
     select,
     shape_of,
-    slice_in_dim,
     transpose,
 )
 from .padded import (
@@ -150,22 +149,22 @@ def _reshape_padded(ctx: LoweringContext, x, *args, **kwargs):
     kept row-interleaved for row-wise consumers (row_layout.py); any other moves elements
     with a gather at logical positions."""
     in_sym = symbolic_arg(ctx, 0)
-    out_sym = ctx.importer.dynamic.symbolic_val(ctx.node)
-    in_dyn = ctx.importer.dynamic.dynamic_dims(in_sym)
-    out_dyn = ctx.importer.dynamic.dynamic_dims(out_sym)
+    out_sym = ctx.dynamic.symbolic_val(ctx.node)
+    in_dyn = ctx.dynamic.dynamic_dims(in_sym)
+    out_dyn = ctx.dynamic.dynamic_dims(out_sym)
     if not in_dyn and not out_dyn:
         return NotImplemented
-    importer = ctx.importer
+    rows = ctx.row_layouts
     source = ctx.node.args[0]
-    layout = importer.interleaved.get(source)
+    layout = rows.interleaved.get(source)
     if layout is not None:
         if unflatten_matches(layout, out_sym.shape):
             return reshape(x, ctx.result_shape())  # the padded buffer is already in place
-        x = importer.compacted(source)
+        x = rows.compacted(source)
     elif (
         flat := flatten_layout(in_sym.shape, out_sym.shape, shape_of(x)[in_dyn[0]] if in_dyn else 0)
     ) is not None:
-        importer.interleaved[ctx.node] = flat
+        rows.interleaved[ctx.node] = flat
         return reshape(x, ctx.result_shape())
     if [_size_key(s) for s in in_sym.shape] == [_size_key(s) for s in out_sym.shape] or _layout_preserving(
         in_sym.shape, out_sym.shape
@@ -219,10 +218,10 @@ def gather_reshape(ctx: LoweringContext, x: ir.Value, in_sizes, out_sizes, out_p
     if not coords:
         return reshape(x, out_pad)
     indices = coords[0] if len(coords) == 1 else stablehlo.ConcatenateOp(coords, 1).result
-    from .indexing import _gather
+    from .indexing import gather
 
     trailing = in_pad[len(in_lead) :]
-    taken = _gather(
+    taken = gather(
         x,
         indices,
         offset_dims=list(range(1, 1 + len(trailing))),
@@ -239,7 +238,7 @@ def compact_rows(ctx: LoweringContext, raw: ir.Value, layout, symbolic) -> ir.Va
     its padded `[lead..., bound, rest...]` buffer, sized, read with one gather."""
     rest = [int(v) for v in symbolic.shape[1:]]
     blocked = reshape(raw, list(layout.lead) + [layout.bound] + rest)
-    size = ctx.importer.dynamic.size_i32(layout.symbol, ctx.node)
+    size = ctx.dynamic.size_i32(layout.symbol, ctx.node)
     blocked = stablehlo.SetDimensionSizeOp(
         blocked, size, len(layout.lead), results=[blocked.type]
     ).result
@@ -406,7 +405,7 @@ def _slice_padded(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
 def _slice_tensor(ctx: LoweringContext, x, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, rank_of(x))
     start, end = _slice_bounds(shape_of(x)[dim], start, end)
-    return reshape(slice_in_dim(x, dim, start, end, int(step)), ctx.result_shape())
+    return reshape(hlo.slice_in_dim(x, dim, start, end, int(step)), ctx.result_shape())
 
 
 def _narrow_padded(ctx: LoweringContext, x, dim, start, length):
@@ -423,7 +422,7 @@ def _narrow(ctx: LoweringContext, x, dim, start, length):
     dim = normalize_dim(dim, rank_of(x))
     if start < 0:
         start += shape_of(x)[dim]
-    return slice_in_dim(x, dim, int(start), int(start + length))
+    return hlo.slice_in_dim(x, dim, int(start), int(start + length))
 
 
 def _select_padded(ctx: LoweringContext, x, dim, index):
@@ -440,7 +439,7 @@ def _select(ctx: LoweringContext, x, dim, index):
     dim = normalize_dim(dim, rank_of(x))
     size = shape_of(x)[dim]
     index = int(index) + size if index < 0 else int(index)
-    return reshape(slice_in_dim(x, dim, index, index + 1), ctx.result_shape())
+    return reshape(hlo.slice_in_dim(x, dim, index, index + 1), ctx.result_shape())
 
 
 def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
@@ -449,7 +448,7 @@ def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
     pieces, offset = [], 0
     for piece in ctx.meta():
         size = int(piece.shape[dim])
-        pieces.append(slice_in_dim(x, dim, offset, offset + size))
+        pieces.append(hlo.slice_in_dim(x, dim, offset, offset + size))
         offset += size
     return tuple(pieces)
 
@@ -497,7 +496,7 @@ def _unbind(ctx: LoweringContext, x, dim=0):
     dim = normalize_dim(dim, rank_of(x))
     shape = shape_of(x)
     rest = shape[:dim] + shape[dim + 1 :]
-    return tuple(reshape(slice_in_dim(x, dim, i, i + 1), rest) for i in range(shape[dim]))
+    return tuple(reshape(hlo.slice_in_dim(x, dim, i, i + 1), rest) for i in range(shape[dim]))
 
 
 @lowers(aten.unfold.default, aten.unfold_copy.default, dynamic=Padding.MOVEMENT)
@@ -528,7 +527,7 @@ def _cat(ctx: LoweringContext, tensors, dim=0):
         return full(0, out_dtype, ctx.result_shape())
     dim = normalize_dim(dim, rank_of(kept[0]))
     kept = [convert(t, out_dtype) for t in kept]
-    return concatenate(kept, dim)
+    return hlo.concatenate(kept, dim)
 
 
 @lowers(aten.stack.default, dynamic=Padding.SAFE)
@@ -537,7 +536,7 @@ def _stack(ctx: LoweringContext, tensors, dim=0):
     shape = shape_of(tensors[0])
     dim = normalize_dim(dim, len(shape) + 1)
     expanded = shape[:dim] + [1] + shape[dim:]
-    return concatenate([reshape(convert(t, out_dtype), expanded) for t in tensors], dim)
+    return hlo.concatenate([reshape(convert(t, out_dtype), expanded) for t in tensors], dim)
 
 
 # -- reordering ----------------------------------------------------------------------------------
@@ -574,7 +573,7 @@ def _roll(ctx: LoweringContext, x, shifts, dims=()):
             continue
         s = int(shift) % n
         if s:
-            x = concatenate([slice_in_dim(x, d, n - s, n), slice_in_dim(x, d, 0, n - s)], d)
+            x = hlo.concatenate([hlo.slice_in_dim(x, d, n - s, n), hlo.slice_in_dim(x, d, 0, n - s)], d)
     return x
 
 
@@ -677,21 +676,21 @@ def _edge_pad(mode: str, ctx: LoweringContext, x, padding):
         parts = []
         if lo > 0:
             if mode == "reflect":
-                parts.append(_reverse(slice_in_dim(x, d, 1, lo + 1), [d]))
+                parts.append(_reverse(hlo.slice_in_dim(x, d, 1, lo + 1), [d]))
             else:
                 parts.append(_repeat_edge(x, d, 0, lo))
-        parts.append(slice_in_dim(x, d, max(-lo, 0), n - max(-hi, 0)))
+        parts.append(hlo.slice_in_dim(x, d, max(-lo, 0), n - max(-hi, 0)))
         if hi > 0:
             if mode == "reflect":
-                parts.append(_reverse(slice_in_dim(x, d, n - 1 - hi, n - 1), [d]))
+                parts.append(_reverse(hlo.slice_in_dim(x, d, n - 1 - hi, n - 1), [d]))
             else:
                 parts.append(_repeat_edge(x, d, n - 1, hi))
-        x = concatenate(parts, d)
+        x = hlo.concatenate(parts, d)
     return x
 
 
 def _repeat_edge(x: ir.Value, dim: int, index: int, count: int) -> ir.Value:
-    edge = slice_in_dim(x, dim, index, index + 1)
+    edge = hlo.slice_in_dim(x, dim, index, index + 1)
     shape = shape_of(edge)
     shape[dim] = count
     return broadcast_to(edge, shape)
@@ -720,14 +719,14 @@ def _replication_pad_backward(ctx: LoweringContext, grad, x, padding):
         length = shape_of(grad)[d]
         crop_lo, crop_hi = max(-lo, 0), max(-hi, 0)
         begin = max(lo, 0)
-        centre = slice_in_dim(grad, d, begin, begin + n - crop_lo - crop_hi)
+        centre = hlo.slice_in_dim(grad, d, begin, begin + n - crop_lo - crop_hi)
         low, high = [0] * rank, [0] * rank
         low[d], high[d] = crop_lo, crop_hi
         result = _pad(centre, zero, low, high)
         for start, stop, at in ((0, lo, 0), (length - hi, length, n - 1)):
             if stop - start <= 0:
                 continue
-            edge = _sum_keepdim(slice_in_dim(grad, d, start, stop), d)
+            edge = _sum_keepdim(hlo.slice_in_dim(grad, d, start, stop), d)
             low, high = [0] * rank, [0] * rank
             low[d], high[d] = at, n - 1 - at
             result = stablehlo.AddOp(result, _pad(edge, zero, low, high)).result
@@ -788,10 +787,10 @@ def _diagonal(ctx: LoweringContext, x, offset=0, dim1=0, dim2=1):
         return full(0, dtype(x), ctx.result_shape())
     xt = transpose(x, perm)
     rank = len(perm)
-    block = slice_in_dim(slice_in_dim(xt, rank - 2, r0, r0 + length), rank - 1, c0, c0 + length)
+    block = hlo.slice_in_dim(hlo.slice_in_dim(xt, rank - 2, r0, r0 + length), rank - 1, c0, c0 + length)
     batch = shape_of(block)[:-2]
     flat = reshape(block, batch + [length * length])
-    return slice_in_dim(flat, rank - 2, 0, length * length, length + 1)
+    return hlo.slice_in_dim(flat, rank - 2, 0, length * length, length + 1)
 
 
 def _place_on_diagonal(base: ir.Value, src: ir.Value, r0: int, offset: int) -> ir.Value:
@@ -928,9 +927,9 @@ def _select_scatter(ctx: LoweringContext, x, src, dim, index):
 
 def _slice_backward_padded(ctx: LoweringContext, grad, input_sizes, dim, start, end, step):
     """The gradient placed at the slice's run-time position; its padding is never written."""
-    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    out = ctx.dynamic.symbolic_val(ctx.node)
     dim = normalize_dim(dim, len(input_sizes))
-    if dim not in ctx.importer.dynamic.dynamic_dims(out) and dim not in dynamic_dims(ctx, 0):
+    if dim not in ctx.dynamic.dynamic_dims(out) and dim not in dynamic_dims(ctx, 0):
         return NotImplemented
     base = full(0, dtype(grad), [int(s) for s in input_sizes])
     begin = _runtime_index(ctx, start, run_time_size(ctx, out.shape[dim]))
@@ -946,9 +945,9 @@ def _slice_backward(ctx: LoweringContext, grad, input_sizes, dim, start, end, st
 
 def _select_backward_padded(ctx: LoweringContext, grad, input_sizes, dim, index):
     """The gradient placed at the selected run-time position."""
-    out = ctx.importer.dynamic.symbolic_val(ctx.node)
+    out = ctx.dynamic.symbolic_val(ctx.node)
     dim = normalize_dim(dim, len(input_sizes))
-    if dim not in ctx.importer.dynamic.dynamic_dims(out):
+    if dim not in ctx.dynamic.dynamic_dims(out):
         return NotImplemented
     base = full(0, dtype(grad), [int(s) for s in input_sizes])
     begin = _runtime_index(ctx, index, run_time_size(ctx, out.shape[dim]))
@@ -1055,15 +1054,15 @@ def _convert_element_type(ctx: LoweringContext, x, dtype_):
 def _view_as_real(ctx: LoweringContext, x):
     shape = shape_of(x) + [1]
     parts = [reshape(op(x).result, shape) for op in (stablehlo.RealOp, stablehlo.ImagOp)]
-    return concatenate(parts, len(shape) - 1)
+    return hlo.concatenate(parts, len(shape) - 1)
 
 
 @lowers(aten.view_as_complex.default, dynamic=Padding.SAFE)
 def _view_as_complex(ctx: LoweringContext, x):
     rank = rank_of(x)
     out_shape = shape_of(x)[:-1]
-    real = reshape(slice_in_dim(x, rank - 1, 0, 1), out_shape)
-    imag = reshape(slice_in_dim(x, rank - 1, 1, 2), out_shape)
+    real = reshape(hlo.slice_in_dim(x, rank - 1, 0, 1), out_shape)
+    imag = reshape(hlo.slice_in_dim(x, rank - 1, 1, 2), out_shape)
     return stablehlo.ComplexOp(real, imag).result
 
 
@@ -1088,7 +1087,7 @@ def _resize(ctx: LoweringContext, x, size, *, memory_format=None):
     flat = reshape(x, [_numel(shape_of(x))])
     have = shape_of(flat)[0]
     if count <= have:
-        flat = slice_in_dim(flat, 0, 0, count)
+        flat = hlo.slice_in_dim(flat, 0, 0, count)
     else:
         padding = full(0, dtype(x), [count - have])
         flat = stablehlo.ConcatenateOp([flat, padding], 0).result

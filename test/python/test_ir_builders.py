@@ -81,3 +81,52 @@ def test_slice_and_concatenate_leave_whole_values_alone(block):
     part = build.slice_in_dim(x, 1, 1, 4, 2)
     assert build.shape_of(part) == [3, 2]
     assert build.shape_of(build.concatenate([x, part], 1)) == [3, 6]
+
+
+def _execute(module) -> list[int]:
+    """Runs `@main()` of `module` on XLA:CPU: its 0-d integer results."""
+    import numpy as np
+    from jaxlib import xla_client
+
+    client = xla_client.make_cpu_client()
+    exe = client.compile_and_load(str(module), xla_client.DeviceList((client.devices()[0],)), xla_client.CompileOptions())
+    results = exe.execute_sharded([]).disassemble_into_single_device_arrays()
+    return [int(np.asarray(per_device[0])) for per_device in results]
+
+
+def _main(module, count: int, build_results) -> None:
+    """Fills `module` with `@main() -> (count x tensor<i32>)` returning `build_results()`."""
+    from torch_tpu.compiler.context import func
+
+    scalar = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
+    fn = func.FuncOp("main", ir.FunctionType.get([], [scalar] * count))
+    with ir.InsertionPoint(fn.add_entry_block()):
+        func.ReturnOp(list(build_results()))
+
+
+def test_while_loop_carries_its_values_until_cond_fails(block):
+    i32 = ir.IntegerType.get_signless(32)
+    # (i, total) = (0, 0); while i < 5: (i, total) = (i + 1, total + i)
+    _main(block, 2, lambda: build.while_loop(
+        [build.splat(0, i32), build.splat(0, i32)],
+        lambda v: build.compare(v[0], build.splat(5, i32), "LT"),
+        lambda v: [build.add(v[0], build.splat(1, i32)), build.add(v[1], v[0])],
+    ))
+    assert block.operation.verify()
+    assert _execute(block) == [5, 10]
+
+
+def test_fori_loop_counts_up_and_down_and_skips_an_empty_range(block):
+    i32 = ir.IntegerType.get_signless(32)
+
+    def results():
+        one = build.splat(1, i32)
+        assert build.fori_loop(3, 3, [one], lambda i, v: v) == [one]
+        assert build.fori_loop(3, 5, [one], lambda i, v: v, step=-1) == [one]
+        (up,) = build.fori_loop(0, 4, [one], lambda i, v: [build.add(v[0], v[0])])  # 1 * 2**4
+        (down,) = build.fori_loop(4, 0, [one], lambda i, v: [build.add(v[0], i)], step=-2)  # 1 + 4 + 2
+        return [up, down]
+
+    _main(block, 2, results)
+    assert block.operation.verify()
+    assert _execute(block) == [16, 7]

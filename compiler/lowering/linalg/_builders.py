@@ -1,42 +1,30 @@
-"""The linalg family's small builders: scalar and elementwise shorthands, matrix masks and
-products, and the `stablehlo.while` loops the factorizations are written as."""
+"""The linalg family's small builders: real splats (complex ones built from parts), complex
+parts, matrix masks, triangles, diagonals and products. Elementwise arithmetic, slices and
+the `stablehlo.while` loops the factorizations are written as are compiler.ir's
+(`hlo.add`, `hlo.while_loop`, `hlo.fori_loop`); reductions are reduction.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from ...context import ir, stablehlo
+from ... import ir as hlo
 from ...dtypes import tensor_type
 from ..helpers import (
     broadcast_to,
     compare,
+    conj,
     dtype,
     full,
     iota,
-    reduce,
     reshape,
     select,
     shape_of,
     transpose,
 )
 from ..registry import LoweringContext
-from ...ir import (
-    absolute,
-    add,
-    concatenate,
-    div,
-    dot_general,
-    logical_and,
-    logical_not,
-    logical_or,
-    mul,
-    neg,
-    slice_in_dim,
-    sqrt,
-    sub,
-)
 
 
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
@@ -53,22 +41,19 @@ def _check_dtype(ctx: LoweringContext, dt: torch.dtype) -> None:
         raise ctx.fail(f"linear algebra in {dt} is not supported (PyTorch supports float32/64, complex64/128)")
 
 
-def _c(value, dt: torch.dtype, shape: Sequence[int] = ()) -> ir.Value:
-    """A splat of `value` (real scalar; complex dtypes get a zero imaginary part)."""
+def real_splat(value, dt: torch.dtype, shape: Sequence[int] = ()) -> ir.Value:
+    """A splat of the real scalar `value` as `dt`: a complex dtype is built from a real
+    part and a zero imaginary part (helpers.full builds complex splats from a complex
+    array constant instead)."""
     if dt.is_complex:
         part = _REAL_OF[dt]
         return stablehlo.ComplexOp(full(value, part, shape), full(0, part, shape)).result
     return full(value, dt, shape)
 
 
-def _like(value, x: ir.Value) -> ir.Value:
-    return _c(value, dtype(x), shape_of(x))
-
-
-# Formula shorthands: compiler.ir's builders (operands already share type and shape).
-_add, _sub, _mul, _div = add, sub, mul, div
-_neg, _abs, _sqrt = neg, absolute, sqrt
-_and, _or, _not = logical_and, logical_or, logical_not
+def real_splat_like(value, x: ir.Value) -> ir.Value:
+    """`real_splat` with the dtype and shape of `x`."""
+    return real_splat(value, dtype(x), shape_of(x))
 
 
 def _real(x: ir.Value) -> ir.Value:
@@ -83,12 +68,6 @@ def _complex(re: ir.Value, im: ir.Value) -> ir.Value:
     return stablehlo.ComplexOp(re, im).result
 
 
-def _conj(x: ir.Value) -> ir.Value:
-    if not dtype(x).is_complex:
-        return x
-    return _complex(_real(x), _neg(_imag(x)))
-
-
 def _to_complex(x: ir.Value, like: torch.dtype) -> ir.Value:
     """A real value as `like` (complex) with zero imaginary part; a no-op for real `like`."""
     if not like.is_complex or dtype(x).is_complex:
@@ -100,34 +79,12 @@ def _scalar_i32(value: int) -> ir.Value:
     return full(value, torch.int32, [])
 
 
-def _sum(x: ir.Value, dims: Sequence[int]) -> ir.Value:
-    dt = dtype(x)
-    return reduce([x], [_c(0, dt)], dims, lambda a, b: [_add(a[0], b[0])])[0]
-
-
-def _max(x: ir.Value, dims: Sequence[int]) -> ir.Value:
-    dt = dtype(x)
-    init = full(float("-inf") if dt.is_floating_point else torch.iinfo(dt).min, dt, [])
-    return reduce([x], [init], dims, lambda a, b: [stablehlo.MaxOp(a[0], b[0]).result])[0]
-
-
-def _min(x: ir.Value, dims: Sequence[int]) -> ir.Value:
-    dt = dtype(x)
-    init = full(float("inf") if dt.is_floating_point else torch.iinfo(dt).max, dt, [])
-    return reduce([x], [init], dims, lambda a, b: [stablehlo.MinOp(a[0], b[0]).result])[0]
-
-
-def _prod(x: ir.Value, dims: Sequence[int]) -> ir.Value:
-    dt = dtype(x)
-    return reduce([x], [_c(1, dt)], dims, lambda a, b: [_mul(a[0], b[0])])[0]
-
-
 def _abs2(x: ir.Value) -> ir.Value:
     """|x|^2 (real)."""
     if dtype(x).is_complex:
         re, im = _real(x), _imag(x)
-        return _add(_mul(re, re), _mul(im, im))
-    return _mul(x, x)
+        return hlo.add(hlo.mul(re, re), hlo.mul(im, im))
+    return hlo.mul(x, x)
 
 
 def _expand_last(x: ir.Value, size: int, axis: int) -> ir.Value:
@@ -147,10 +104,7 @@ def _mT(x: ir.Value) -> ir.Value:
 
 
 def _mH(x: ir.Value) -> ir.Value:
-    return _conj(_mT(x))
-
-
-_slice, _concat = slice_in_dim, concatenate
+    return conj(_mT(x))
 
 
 def _dynamic_slice_last(x: ir.Value, index: ir.Value, size: int = 1) -> ir.Value:
@@ -171,22 +125,22 @@ def _matrix_masks(shape: Sequence[int]) -> tuple[ir.Value, ir.Value]:
 def _tri_mask(shape: Sequence[int], lower: bool, k: int = 0) -> ir.Value:
     """True on and below (lower) / above (upper) diagonal k."""
     rows, cols = _matrix_masks(shape)
-    diff = _sub(cols, rows)  # col - row
+    diff = hlo.sub(cols, rows)  # col - row
     return compare(diff, full(k, torch.int32, shape), "LE" if lower else "GE")
 
 
 def _tril(x: ir.Value, k: int = 0) -> ir.Value:
-    return select(_tri_mask(shape_of(x), True, k), x, _like(0, x))
+    return select(_tri_mask(shape_of(x), True, k), x, real_splat_like(0, x))
 
 
 def _triu(x: ir.Value, k: int = 0) -> ir.Value:
-    return select(_tri_mask(shape_of(x), False, k), x, _like(0, x))
+    return select(_tri_mask(shape_of(x), False, k), x, real_splat_like(0, x))
 
 
 def _eye(shape: Sequence[int], dt: torch.dtype) -> ir.Value:
     """A batch of identity matrices (ones on the main diagonal) of `shape`."""
     rows, cols = _matrix_masks(shape)
-    return select(compare(rows, cols, "EQ"), _c(1, dt, shape), _c(0, dt, shape))
+    return select(compare(rows, cols, "EQ"), real_splat(1, dt, shape), real_splat(0, dt, shape))
 
 
 def _diagonal(x: ir.Value) -> ir.Value:
@@ -196,9 +150,9 @@ def _diagonal(x: ir.Value) -> ir.Value:
     batch, (m, n) = shape[:-2], shape[-2:]
     k = min(m, n)
     if k == 0:
-        return full(0, dtype(x), batch + [0]) if not dtype(x).is_complex else _c(0, dtype(x), batch + [0])
+        return full(0, dtype(x), batch + [0]) if not dtype(x).is_complex else real_splat(0, dtype(x), batch + [0])
     flat = reshape(x, batch + [m * n])
-    return _slice(flat, len(batch), 0, (k - 1) * (n + 1) + 1, n + 1)
+    return hlo.slice_in_dim(flat, len(batch), 0, (k - 1) * (n + 1) + 1, n + 1)
 
 
 def _diag_embed(v: ir.Value, m: int, n: int) -> ir.Value:
@@ -208,10 +162,10 @@ def _diag_embed(v: ir.Value, m: int, n: int) -> ir.Value:
     out = batch + [m, n]
     k = shape[-1]
     if k < n:
-        v = stablehlo.PadOp(v, _c(0, dtype(v)), [0] * len(shape), [0] * (len(shape) - 1) + [n - k], [0] * len(shape)).result
+        v = stablehlo.PadOp(v, real_splat(0, dtype(v)), [0] * len(shape), [0] * (len(shape) - 1) + [n - k], [0] * len(shape)).result
     cols = _expand_last(v, m, -2)
     rows, colsi = _matrix_masks(out)
-    return select(compare(rows, colsi, "EQ"), cols, _c(0, dtype(v), out))
+    return select(compare(rows, colsi, "EQ"), cols, real_splat(0, dtype(v), out))
 
 
 def _matmul(a: ir.Value, b: ir.Value) -> ir.Value:
@@ -221,7 +175,7 @@ def _matmul(a: ir.Value, b: ir.Value) -> ir.Value:
     nb = len(sa) - 2
     batch = list(range(nb))
     del sb
-    product = dot_general(a, b, batch=(batch, batch), contract=([nb + 1], [nb]), precision="HIGHEST")
+    product = hlo.dot_general(a, b, batch=(batch, batch), contract=([nb + 1], [nb]), precision="HIGHEST")
     # Keep HIGHEST through torchtpu-set-precision (passes/set_precision.py).
     product.owner.attributes["torchtpu.fixed_precision"] = ir.UnitAttr.get()
     return product
@@ -232,39 +186,9 @@ def _batch_broadcast(x: ir.Value, batch: Sequence[int]) -> ir.Value:
     return broadcast_to(x, list(batch) + shape[-2:])
 
 
-# -- loops -----------------------------------------------------------------------------------------
-def _while(init: Sequence[ir.Value], cond: Callable, body: Callable) -> list[ir.Value]:
-    """`stablehlo.while`: `cond(values) -> 0-d i1`, `body(values) -> values`."""
-    types = [v.type for v in init]
-    op = stablehlo.WhileOp(types, list(init))
-    cond_block = op.cond.blocks.append(*types)
-    with ir.InsertionPoint(cond_block):
-        stablehlo.ReturnOp([cond(list(cond_block.arguments))])
-    body_block = op.body.blocks.append(*types)
-    with ir.InsertionPoint(body_block):
-        stablehlo.ReturnOp(list(body(list(body_block.arguments))))
-    return list(op.results)
-
-
-def _fori(start: int, stop: int, init: Sequence[ir.Value], body: Callable, step: int = 1) -> list[ir.Value]:
-    """for i in range(start, stop, step): values = body(i, values), with i a 0-d int32."""
-    if (stop - start) * step <= 0:
-        return list(init)
-
-    def cond(vals):
-        return compare(vals[0], _scalar_i32(stop), "LT" if step > 0 else "GT")
-
-    def loop(vals):
-        i, rest = vals[0], vals[1:]
-        new = body(i, rest)
-        return [_add(i, _scalar_i32(step))] + list(new)
-
-    return _while([_scalar_i32(start)] + list(init), cond, loop)[1:]
-
-
 def _is_empty(shape: Sequence[int]) -> bool:
     return any(int(s) == 0 for s in shape)
 
 
 def _zeros(ctx: LoweringContext, index: int | None = None) -> ir.Value:
-    return _c(0, ctx.result_dtype(index), ctx.result_shape(index))
+    return real_splat(0, ctx.result_dtype(index), ctx.result_shape(index))

@@ -6,10 +6,12 @@ from __future__ import annotations
 import torch
 
 from ...context import ir, stablehlo
+from ... import ir as hlo
 from ..helpers import (
     broadcast_shapes,
     broadcast_to,
     compare,
+    conj,
     convert,
     dtype,
     full,
@@ -21,28 +23,19 @@ from ..helpers import (
 )
 from ..registry import lowers
 from ._builders import (
-    _add,
-    _and,
     _batch_broadcast,
     _check_dtype,
-    _conj,
     _diagonal,
-    _div,
     _dynamic_slice_last,
     _expand_last,
     _eye,
-    _fori,
     _is_empty,
-    _like,
     _mH,
-    _mul,
-    _not,
     _real,
     _real_dtype,
-    _sqrt,
-    _sub,
     _to_complex,
     _tril,
+    real_splat_like,
 )
 
 aten = torch.ops.aten
@@ -144,13 +137,13 @@ def _cholesky_info(a: ir.Value) -> ir.Value:
         x, info = vals
         col = reshape(_dynamic_slice_last(x, k), batch + [n])
         d = _real(reshape(_dynamic_slice_last(_diagonal(x), k), batch))
-        bad = _not(compare(d, full(0, real, batch), "GT"))
+        bad = hlo.logical_not(compare(d, full(0, real, batch), "GT"))
         kk = broadcast_to(k, batch)
-        info = select(_and(bad, compare(info, full(0, torch.int32, batch), "EQ")), _add(kk, full(1, torch.int32, batch)), info)
+        info = select(hlo.logical_and(bad, compare(info, full(0, torch.int32, batch), "EQ")), hlo.add(kk, full(1, torch.int32, batch)), info)
         below = compare(iota(batch + [n], len(batch), torch.int32), broadcast_to(k, batch + [n]), "GT")
-        l = select(below, _div(col, _to_complex(broadcast_to(reshape(_sqrt(d), batch + [1]), batch + [n]), dtype(a))), _like(0, col))
-        outer = _mul(_expand_last(l, n, -1), _conj(_expand_last(l, n, -2)))
-        x = _sub(x, outer)
+        l = select(below, hlo.div(col, _to_complex(broadcast_to(reshape(hlo.sqrt(d), batch + [1]), batch + [n]), dtype(a))), real_splat_like(0, col))
+        outer = hlo.mul(_expand_last(l, n, -1), conj(_expand_last(l, n, -2)))
+        x = hlo.sub(x, outer)
         return [x, info]
 
-    return _fori(0, n, [a, full(0, torch.int32, batch)], body)[1]
+    return hlo.fori_loop(0, n, [a, full(0, torch.int32, batch)], body)[1]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from ...context import ir, stablehlo
+from ... import ir as hlo
 from ...dtypes import tensor_type
 from ..helpers import (
     broadcast_shapes,
@@ -22,38 +23,27 @@ from ..helpers import (
     shape_of,
 )
 from ..registry import LoweringContext, lowers
+from ..reduction import reduce_max, reduce_min, reduce_prod, reduce_sum
 from ._builders import (
-    _abs,
-    _add,
-    _and,
     _batch_broadcast,
-    _c,
     _check_dtype,
     _diagonal,
-    _div,
     _dynamic_slice_last,
     _expand_last,
     _eye,
-    _fori,
     _imag,
     _is_empty,
-    _like,
+    _matrix_masks,
     _mH,
     _mT,
-    _matrix_masks,
-    _max,
-    _min,
-    _mul,
-    _prod,
     _real,
     _real_dtype,
-    _slice,
-    _sub,
-    _sum,
     _to_complex,
     _tri_mask,
     _triu,
     _zeros,
+    real_splat,
+    real_splat_like,
 )
 from .cholesky import _trsm
 
@@ -64,8 +54,8 @@ aten = torch.ops.aten
 def _pivot_magnitude(x: ir.Value) -> ir.Value:
     """LAPACK i?amax's measure: |x| for real, |re| + |im| for complex."""
     if dtype(x).is_complex:
-        return _add(_abs(_real(x)), _abs(_imag(x)))
-    return _abs(x)
+        return hlo.add(hlo.absolute(_real(x)), hlo.absolute(_imag(x)))
+    return hlo.absolute(x)
 
 
 def _pick(x: ir.Value, index: ir.Value, dim: int) -> ir.Value:
@@ -76,7 +66,7 @@ def _pick(x: ir.Value, index: ir.Value, dim: int) -> ir.Value:
     dims = list(range(len(shape[:dim])))
     idx = stablehlo.BroadcastInDimOp(tensor_type(shape, torch.int32), idx, dims).result
     hit = compare(iota(shape, dim, torch.int32), idx, "EQ")
-    return _sum(select(hit, x, _like(0, x)), [dim])
+    return reduce_sum(select(hit, x, real_splat_like(0, x)), [dim])
 
 
 def _lu_factor(a: ir.Value, pivot: bool = True) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
@@ -101,11 +91,11 @@ def _lu_factor(a: ir.Value, pivot: bool = True) -> tuple[ir.Value, ir.Value, ir.
         if pivot:
             mag = _pivot_magnitude(col)
             rdt = dtype(mag)
-            usable = _and(compare(vrows, broadcast_to(j, batch + [m]), "GE"), compare(mag, mag, "EQ"))
+            usable = hlo.logical_and(compare(vrows, broadcast_to(j, batch + [m]), "GE"), compare(mag, mag, "EQ"))
             mag = select(usable, mag, full(-1, rdt, batch + [m]))
-            top = _max(mag, [nb])
+            top = reduce_max(mag, [nb])
             hit = compare(mag, broadcast_to(reshape(top, batch + [1]), batch + [m]), "EQ")
-            p = _min(select(hit, vrows, full(m, i32, batch + [m])), [nb])
+            p = reduce_min(select(hit, vrows, full(m, i32, batch + [m])), [nb])
         else:
             p = jb
         row_j, row_p = _pick(x, jb, nb), _pick(x, p, nb)  # (..., n)
@@ -117,25 +107,25 @@ def _lu_factor(a: ir.Value, pivot: bool = True) -> tuple[ir.Value, ir.Value, ir.
         vp = compare(vrows, _expand_last(p, m, -1), "EQ")
         perm = select(vj, _expand_last(perm_p, m, -1), select(vp, _expand_last(perm_j, m, -1), perm))
         piv = select(compare(iota(batch + [k], nb, torch.int32), broadcast_to(j, batch + [k]), "EQ"),
-                     _expand_last(_add(p, full(1, i32, batch)), k, -1), piv)
+                     _expand_last(hlo.add(p, full(1, i32, batch)), k, -1), piv)
         # Eliminate below the pivot (a zero pivot leaves the column, all zeros, as is).
         pv = reshape(_dynamic_slice_last(row_p, j), batch)
         col = reshape(_dynamic_slice_last(x, j), batch + [m])
-        nonzero = compare(pv, _like(0, pv), "NE")
+        nonzero = compare(pv, real_splat_like(0, pv), "NE")
         below = compare(vrows, broadcast_to(j, batch + [m]), "GT")
         # LAPACK getrf2 scales by the reciprocal unless it would overflow.
         pvm = _expand_last(pv, m, -1)
         tiny = full(torch.finfo(_real_dtype(dt)).tiny, _real_dtype(dt), batch + [m])
-        scaled = select(compare(_abs(pvm), tiny, "GE"), _mul(col, _div(_like(1, pvm), pvm)), _div(col, pvm))
-        l = select(_and(below, _expand_last(nonzero, m, -1)), scaled, select(below, col, _like(0, col)))
-        outer = _mul(_expand_last(l, n, -1), _expand_last(row_p, m, -2))
-        trailing = _and(compare(rows, broadcast_to(j, shape), "GT"), compare(cols, broadcast_to(j, shape), "GT"))
-        x = select(trailing, _sub(x, outer), x)
-        x = select(_and(compare(rows, broadcast_to(j, shape), "GT"), compare(cols, broadcast_to(j, shape), "EQ")),
+        scaled = select(compare(hlo.absolute(pvm), tiny, "GE"), hlo.mul(col, hlo.div(real_splat_like(1, pvm), pvm)), hlo.div(col, pvm))
+        l = select(hlo.logical_and(below, _expand_last(nonzero, m, -1)), scaled, select(below, col, real_splat_like(0, col)))
+        outer = hlo.mul(_expand_last(l, n, -1), _expand_last(row_p, m, -2))
+        trailing = hlo.logical_and(compare(rows, broadcast_to(j, shape), "GT"), compare(cols, broadcast_to(j, shape), "GT"))
+        x = select(trailing, hlo.sub(x, outer), x)
+        x = select(hlo.logical_and(compare(rows, broadcast_to(j, shape), "GT"), compare(cols, broadcast_to(j, shape), "EQ")),
                    _expand_last(l, n, -1), x)
         return [x, perm, piv]
 
-    lu, perm, piv = _fori(0, k, [a, vrows, full(0, i32, batch + [k])], body)
+    lu, perm, piv = hlo.fori_loop(0, k, [a, vrows, full(0, i32, batch + [k])], body)
     return lu, piv, perm, _first_zero_pivot(lu)
 
 
@@ -146,10 +136,10 @@ def _first_zero_pivot(lu: ir.Value) -> ir.Value:
     if k == 0:
         return full(0, torch.int32, batch)
     positions = iota(shape, len(batch), torch.int32)
-    zero = compare(diag, _like(0, diag), "EQ")
-    first = _min(select(zero, positions, full(k, torch.int32, shape)), [len(batch)])
+    zero = compare(diag, real_splat_like(0, diag), "EQ")
+    first = reduce_min(select(zero, positions, full(k, torch.int32, shape)), [len(batch)])
     return select(compare(first, full(k, torch.int32, batch), "EQ"), full(0, torch.int32, batch),
-                  _add(first, full(1, torch.int32, batch)))
+                  hlo.add(first, full(1, torch.int32, batch)))
 
 
 def _perm_from_pivots(piv: ir.Value, m: int) -> ir.Value:
@@ -163,7 +153,7 @@ def _perm_from_pivots(piv: ir.Value, m: int) -> ir.Value:
 
     def body(j, vals):
         (perm,) = vals
-        p = _sub(_pick(piv, broadcast_to(j, batch), nb), full(1, torch.int32, batch))
+        p = hlo.sub(_pick(piv, broadcast_to(j, batch), nb), full(1, torch.int32, batch))
         perm_j, perm_p = _pick(perm, broadcast_to(j, batch), nb), _pick(perm, p, nb)
         vj = compare(vrows, broadcast_to(j, batch + [m]), "EQ")
         vp = compare(vrows, _expand_last(p, m, -1), "EQ")
@@ -171,7 +161,7 @@ def _perm_from_pivots(piv: ir.Value, m: int) -> ir.Value:
 
     if _is_empty(batch):
         return vrows
-    return _fori(0, k, [vrows], body)[0]
+    return hlo.fori_loop(0, k, [vrows], body)[0]
 
 
 def _inverse_perm(perm: ir.Value) -> ir.Value:
@@ -182,7 +172,7 @@ def _inverse_perm(perm: ir.Value) -> ir.Value:
     square = batch + [m, m]
     # hit[r, i] = perm[i] == r ; inv[r] = sum_i hit * i
     hit = compare(_expand_last(perm, m, -2), iota(square, nb, torch.int32), "EQ")
-    return _sum(select(hit, iota(square, nb + 1, torch.int32), full(0, torch.int32, square)), [nb + 1])
+    return reduce_sum(select(hit, iota(square, nb + 1, torch.int32), full(0, torch.int32, square)), [nb + 1])
 
 
 def _take_rows(x: ir.Value, idx: ir.Value) -> ir.Value:
@@ -210,20 +200,20 @@ def _perm_matrix(perm: ir.Value, dt: torch.dtype) -> ir.Value:
     batch, m = shape[:-1], shape[-1]
     square = batch + [m, m]
     hit = compare(iota(square, len(batch), torch.int32), _expand_last(perm, m, -2), "EQ")
-    return select(hit, _c(1, dt, square), _c(0, dt, square))
+    return select(hit, real_splat(1, dt, square), real_splat(0, dt, square))
 
 
 def _unit_lower(lu: ir.Value, cols: int) -> ir.Value:
     """L (..., m, cols) from packed LU: strictly-lower part plus a unit diagonal."""
     shape = shape_of(lu)
-    lower = _slice(lu, len(shape) - 1, 0, cols)
+    lower = hlo.slice_in_dim(lu, len(shape) - 1, 0, cols)
     lshape = shape_of(lower)
     return select(_tri_mask(lshape, True, -1), lower, _eye(lshape, dtype(lu)))
 
 
 def _upper(lu: ir.Value, rows: int) -> ir.Value:
     shape = shape_of(lu)
-    return _triu(_slice(lu, len(shape) - 2, 0, rows))
+    return _triu(hlo.slice_in_dim(lu, len(shape) - 2, 0, rows))
 
 
 def _lu_solve_impl(lu: ir.Value, perm: ir.Value, b: ir.Value, left: bool, adjoint: bool) -> ir.Value:
@@ -251,7 +241,7 @@ def _linalg_lu_factor_ex(ctx, A, *, pivot=True, check_errors=False):
     if not pivot:
         # Without pivoting PyTorch (CUDA only) reports the identity interchanges 1..k.
         shape = shape_of(piv)
-        piv = _add(iota(shape, len(shape) - 1, torch.int32), full(1, torch.int32, shape))
+        piv = hlo.add(iota(shape, len(shape) - 1, torch.int32), full(1, torch.int32, shape))
     return lu, piv, info
 
 
@@ -316,8 +306,8 @@ def _lu_det_sign(piv: ir.Value) -> ir.Value:
     """+1 / -1 (int32, batch-shaped): the parity of the row interchanges."""
     shape = shape_of(piv)
     nb = len(shape) - 1
-    natural = _add(iota(shape, nb, torch.int32), full(1, torch.int32, shape))
-    swaps = _sum(select(compare(piv, natural, "NE"), full(1, torch.int32, shape), full(0, torch.int32, shape)), [nb])
+    natural = hlo.add(iota(shape, nb, torch.int32), full(1, torch.int32, shape))
+    swaps = reduce_sum(select(compare(piv, natural, "NE"), full(1, torch.int32, shape), full(0, torch.int32, shape)), [nb])
     odd = compare(stablehlo.AndOp(swaps, full(1, torch.int32, shape[:-1])).result, full(1, torch.int32, shape[:-1]), "EQ")
     return select(odd, full(-1, torch.int32, shape[:-1]), full(1, torch.int32, shape[:-1]))
 
@@ -327,20 +317,20 @@ def _linalg_det(ctx, A):
     dt = dtype(A)
     _check_dtype(ctx, dt)
     lu, piv, _, _ = _lu_factor(_mT(A) if _uses_transpose(ctx, A) else A)
-    det = _prod(_diagonal(lu), [len(shape_of(lu)) - 2])
+    det = reduce_prod(_diagonal(lu), [len(shape_of(lu)) - 2])
     sign = convert(convert(_lu_det_sign(piv), _real_dtype(dt)), dt) if dt.is_complex else convert(_lu_det_sign(piv), dt)
-    return _mul(det, sign), lu, piv
+    return hlo.mul(det, sign), lu, piv
 
 
 def _sgn(x: ir.Value) -> ir.Value:
     """torch.sgn: x / |x| (0 for 0); sign for real."""
     if not dtype(x).is_complex:
         return stablehlo.SignOp(x).result
-    mag = _abs(x)
+    mag = hlo.absolute(x)
     zero = compare(mag, full(0, dtype(mag), shape_of(mag)), "EQ")
     safe = select(zero, full(1, dtype(mag), shape_of(mag)), mag)
-    q = _div(x, _to_complex(safe, dtype(x)))
-    return select(zero, _like(0, x), q)
+    q = hlo.div(x, _to_complex(safe, dtype(x)))
+    return select(zero, real_splat_like(0, x), q)
 
 
 @lowers(aten._linalg_slogdet.default)
@@ -351,8 +341,8 @@ def _linalg_slogdet(ctx, A):
     diag = _diagonal(lu)
     nb = len(shape_of(lu)) - 2
     perm_sign = convert(_lu_det_sign(piv), _real_dtype(dt))
-    sign = _mul(_prod(_sgn(diag), [nb]), _to_complex(perm_sign, dt))
-    logabs = _sum(stablehlo.LogOp(_abs(diag)).result, [nb])
+    sign = hlo.mul(reduce_prod(_sgn(diag), [nb]), _to_complex(perm_sign, dt))
+    logabs = reduce_sum(stablehlo.LogOp(hlo.absolute(diag)).result, [nb])
     return sign, logabs, lu, piv
 
 

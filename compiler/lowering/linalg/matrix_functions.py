@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from ...context import ir, stablehlo
+from ... import ir as hlo
 from ...dtypes import tensor_type
 from ..helpers import (
     broadcast_shapes,
@@ -22,29 +23,21 @@ from ..helpers import (
     shape_of,
 )
 from ..registry import lowers
+from ..reduction import reduce_max, reduce_sum
 from ._builders import (
-    _abs,
-    _add,
-    _and,
     _batch_broadcast,
-    _c,
     _check_dtype,
-    _div,
     _expand_last,
     _eye,
     _is_empty,
-    _like,
-    _mH,
     _matmul,
-    _max,
-    _mul,
+    _mH,
     _real_dtype,
     _scalar_i32,
-    _slice,
-    _sum,
     _to_complex,
-    _while,
     _zeros,
+    real_splat,
+    real_splat_like,
 )
 from .spectral import _hermitian_from, _jacobi_eigh, _sort_with, _svd, _take_cols
 
@@ -69,13 +62,13 @@ def _linalg_pinv(ctx, self, *, atol=None, rtol=None, hermitian=False):
         values, vectors = _jacobi_eigh(_hermitian_from(self, True))
         values, order = _sort_with(values, descending=False)
         vectors = _take_cols(vectors, order)
-        s_abs = _abs(values)
-        largest = reshape(_max(s_abs, [nb]), shape[:-2] + [1])
+        s_abs = hlo.absolute(values)
+        largest = reshape(reduce_max(s_abs, [nb]), shape[:-2] + [1])
         left, right, s = vectors, vectors, values
     else:
         u, s, vh = _svd(self, False, True)
         s_abs = s
-        largest = _slice(s, nb, 0, 1)
+        largest = hlo.slice_in_dim(s, nb, 0, 1)
         left, right = _mH(vh), u
     # PyTorch's get_atol_rtol: atol defaults to 0; rtol to eps * max(m, n), or to 0 when
     # a positive atol is given.
@@ -90,17 +83,17 @@ def _linalg_pinv(ctx, self, *, atol=None, rtol=None, hermitian=False):
     tol_dtype = torch.promote_types(dtype(atol), torch.promote_types(dtype(rtol), rdt))
     atol_u = reshape(atol, shape_of(atol) + [1])
     rtol_u = reshape(rtol, shape_of(rtol) + [1])
-    scaled = _mul(*_bcast(convert(rtol_u, tol_dtype), convert(largest, tol_dtype)))
+    scaled = hlo.mul(*_bcast(convert(rtol_u, tol_dtype), convert(largest, tol_dtype)))
     tol = stablehlo.MaxOp(*_bcast(convert(atol_u, tol_dtype), scaled)).result
     keep_a, keep_b = _bcast(convert(s_abs, tol_dtype), tol)
     keep = compare(keep_a, keep_b, "GT")
-    inv = _div(_like(1, s), s)
+    inv = hlo.div(real_splat_like(1, s), s)
     s_inv = convert(select(keep, broadcast_to(inv, shape_of(keep)), full(0, rdt, shape_of(keep))), dt)
     batch = broadcast_shapes(shape_of(s_inv)[:-1], shape[:-2])
     s_inv = broadcast_to(s_inv, batch + shape_of(s_inv)[-1:])
     left = _batch_broadcast(left, batch)
     right = _batch_broadcast(right, batch)
-    scaled_left = _mul(left, _expand_last(s_inv, shape_of(left)[-2], -2))
+    scaled_left = hlo.mul(left, _expand_last(s_inv, shape_of(left)[-2], -2))
     return _matmul(scaled_left, _mH(right))
 
 
@@ -141,8 +134,8 @@ def _combination(mats: Sequence[ir.Value], coefs: Sequence[float]) -> ir.Value:
     _compute_linear_combination)."""
     acc = None
     for mat, coef in zip(mats, coefs):
-        term = _mul(mat, _like(coef, mat))
-        acc = term if acc is None else _add(acc, term)
+        term = hlo.mul(mat, real_splat_like(coef, mat))
+        acc = term if acc is None else hlo.add(acc, term)
     return acc
 
 
@@ -156,10 +149,10 @@ def _exp_taylor(a: ir.Value, degree: int, powers: list[ir.Value]) -> ir.Value:
 
     eye, a1 = power(0), power(1)
     if degree == 1:
-        return _add(eye, a1)
+        return hlo.add(eye, a1)
     a2 = power(2)
     if degree == 2:
-        return _add(_add(eye, a1), _mul(a2, _like(0.5, a2)))
+        return hlo.add(hlo.add(eye, a1), hlo.mul(a2, real_splat_like(0.5, a2)))
     if degree == 4:
         inner = _combination([eye, a1, a2], [1 / 2.0, 1 / 6.0, 1 / 24.0])
         return _combination([eye, a1, a2, _matmul(a2, inner)], [1.0, 1.0, 0.0, 1.0])
@@ -179,12 +172,12 @@ def _exp_taylor(a: ir.Value, degree: int, powers: list[ir.Value]) -> ir.Value:
     if degree == 12:
         mats = [power(i) for i in range(4)]
         bs = [_combination(mats, row) for row in _T12_B]
-        bs[2] = _add(bs[2], _matmul(bs[3], bs[3]))
-        return _add(bs[0], _matmul(_add(bs[1], bs[2]), bs[2]))
+        bs[2] = hlo.add(bs[2], _matmul(bs[3], bs[3]))
+        return hlo.add(bs[0], _matmul(hlo.add(bs[1], bs[2]), bs[2]))
     mats = [power(i) for i in range(5)]
     bs = [_combination(mats, row) for row in _T18_B]
-    bs[3] = _add(bs[3], _matmul(bs[0], bs[4]))
-    return _add(bs[1], _matmul(_add(bs[2], bs[3]), bs[3]))
+    bs[3] = hlo.add(bs[3], _matmul(bs[0], bs[4]))
+    return hlo.add(bs[1], _matmul(hlo.add(bs[2], bs[3]), bs[3]))
 
 
 @lowers(aten.linalg_matrix_exp.default)
@@ -200,29 +193,29 @@ def _linalg_matrix_exp(ctx, self):
         return stablehlo.ExpOp(self).result
     rdt = _real_dtype(dt)
     thetas = _EXP_THETAS[rdt]
-    norm = _max(_sum(_abs(self), [nb]), [nb])  # the 1-norm: largest column sum
+    norm = reduce_max(reduce_sum(hlo.absolute(self), [nb]), [nb])  # the 1-norm: largest column sum
 
     def per_matrix(pred: ir.Value) -> ir.Value:
         return stablehlo.BroadcastInDimOp(tensor_type(shape, torch.bool), pred, list(range(nb))).result
 
     powers = [_eye(shape, dt), self]
-    result = _c(0, dt, shape)
+    result = real_splat(0, dt, shape)
     lower = full(-1, rdt, batch)
     for degree, theta in zip((1, 2, 4, 8, 12), thetas):
         upper = full(theta, rdt, batch)
-        inside = _and(compare(lower, norm, "LT"), compare(norm, upper, "LE"))
+        inside = hlo.logical_and(compare(lower, norm, "LT"), compare(norm, upper, "LE"))
         result = select(per_matrix(inside), _exp_taylor(self, degree, powers), result)
         lower = upper
     # degree 18 on A / 2^s, squared s times
-    s = stablehlo.CeilOp(_div(stablehlo.LogOp(_div(norm, full(thetas[-1], rdt, batch))).result,
+    s = stablehlo.CeilOp(hlo.div(stablehlo.LogOp(hlo.div(norm, full(thetas[-1], rdt, batch))).result,
                               full(math.log(2.0), rdt, batch))).result
     s = stablehlo.MaxOp(s, full(0, rdt, batch)).result
     s = select(compare(s, s, "EQ"), stablehlo.MinOp(s, full(2048, rdt, batch)).result, full(0, rdt, batch))
     squarings = convert(s, torch.int32)
     scale = _to_complex(stablehlo.PowOp(full(2, rdt, batch), s).result, dt)
-    scaled = _div(self, stablehlo.BroadcastInDimOp(tensor_type(shape, dt), scale, list(range(nb))).result)
+    scaled = hlo.div(self, stablehlo.BroadcastInDimOp(tensor_type(shape, dt), scale, list(range(nb))).result)
     p = _exp_taylor(scaled, 18, [powers[0], scaled])
-    most = _max(squarings, list(range(nb))) if nb else squarings
+    most = reduce_max(squarings, list(range(nb))) if nb else squarings
 
     def cond(vals):
         return compare(vals[0], most, "LT")
@@ -230,8 +223,8 @@ def _linalg_matrix_exp(ctx, self):
     def loop(vals):
         i, x = vals
         more = compare(broadcast_to(i, batch), squarings, "LT")
-        return [_add(i, _scalar_i32(1)), select(per_matrix(more), _matmul(x, x), x)]
+        return [hlo.add(i, _scalar_i32(1)), select(per_matrix(more), _matmul(x, x), x)]
 
-    p = _while([_scalar_i32(0), p], cond, loop)[1]
+    p = hlo.while_loop([_scalar_i32(0), p], cond, loop)[1]
     large = compare(norm, full(thetas[-2], rdt, batch), "GE")
     return select(per_matrix(large), p, result)

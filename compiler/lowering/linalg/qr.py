@@ -6,11 +6,13 @@ from __future__ import annotations
 import torch
 
 from ...context import ir, stablehlo
+from ... import ir as hlo
 from ...dtypes import tensor_type
 from ..helpers import (
     broadcast_shapes,
     broadcast_to,
     compare,
+    conj,
     convert,
     dtype,
     full,
@@ -21,34 +23,23 @@ from ..helpers import (
     transpose,
 )
 from ..registry import lowers
+from ..reduction import reduce_max, reduce_sum
 from ._builders import (
-    _abs,
-    _and,
     _batch_broadcast,
-    _c,
     _check_dtype,
     _complex,
-    _concat,
-    _conj,
-    _div,
     _dynamic_slice_last,
     _expand_last,
     _eye,
-    _fori,
     _imag,
     _is_empty,
-    _like,
     _matrix_masks,
-    _max,
-    _mul,
-    _neg,
     _real,
     _real_dtype,
-    _sqrt,
-    _sub,
-    _sum,
     _to_complex,
     _zeros,
+    real_splat,
+    real_splat_like,
 )
 from .lu import _upper
 
@@ -70,15 +61,15 @@ def _entry(v: ir.Value, j: ir.Value) -> ir.Value:
 def _vnorm(x: ir.Value, dim: int) -> ir.Value:
     """The 2-norm along `dim` (real result), scaled by the largest magnitude first so it
     neither overflows nor underflows (as LAPACK's nrm2)."""
-    mag = _abs(x)
+    mag = hlo.absolute(x)
     rdt = dtype(mag)
-    scale = _max(mag, [dim])
+    scale = reduce_max(mag, [dim])
     safe = select(compare(scale, full(0, rdt, shape_of(scale)), "GT"), scale, full(1, rdt, shape_of(scale)))
     shape = shape_of(x)
     dims = [d for d in range(len(shape)) if d != dim]
     safe_b = stablehlo.BroadcastInDimOp(tensor_type(shape, rdt), safe, dims).result
-    scaled = _div(mag, safe_b)
-    return _mul(_sqrt(_sum(_mul(scaled, scaled), [dim])), safe)
+    scaled = hlo.div(mag, safe_b)
+    return hlo.mul(hlo.sqrt(reduce_sum(hlo.mul(scaled, scaled), [dim])), safe)
 
 
 def _householder_vector(col: ir.Value, j: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
@@ -93,32 +84,32 @@ def _householder_vector(col: ir.Value, j: ir.Value) -> tuple[ir.Value, ir.Value,
     rows = iota(shape, nb, torch.int32)
     jm = broadcast_to(j, shape)
     below = compare(rows, jm, "GT")
-    x = select(below, col, _like(0, col))
+    x = select(below, col, real_splat_like(0, col))
     alpha = _entry(col, j)
     xnorm = _vnorm(x, nb)
     re = _real(alpha)
     zero = full(0, rdt, batch)
     if dt.is_complex:
         im = _imag(alpha)
-        trivial = _and(compare(xnorm, zero, "EQ"), compare(im, zero, "EQ"))
-        norm = _vnorm(_concat([reshape(re, batch + [1]), reshape(im, batch + [1]), reshape(xnorm, batch + [1])], nb), nb)
+        trivial = hlo.logical_and(compare(xnorm, zero, "EQ"), compare(im, zero, "EQ"))
+        norm = _vnorm(hlo.concatenate([reshape(re, batch + [1]), reshape(im, batch + [1]), reshape(xnorm, batch + [1])], nb), nb)
     else:
         trivial = compare(xnorm, zero, "EQ")
-        norm = _vnorm(_concat([reshape(re, batch + [1]), reshape(xnorm, batch + [1])], nb), nb)
+        norm = _vnorm(hlo.concatenate([reshape(re, batch + [1]), reshape(xnorm, batch + [1])], nb), nb)
     # beta = -sign(re(alpha)) * norm (Fortran SIGN: +0 counts as positive)
     negative = compare(re, zero, "LT")
-    beta = select(negative, norm, _neg(norm))
+    beta = select(negative, norm, hlo.neg(norm))
     safe_beta = select(trivial, full(1, rdt, batch), beta)
     if dt.is_complex:
-        tau = _complex(_div(_sub(safe_beta, re), safe_beta), _neg(_div(im, safe_beta)))
+        tau = _complex(hlo.div(hlo.sub(safe_beta, re), safe_beta), hlo.neg(hlo.div(im, safe_beta)))
     else:
-        tau = _div(_sub(safe_beta, re), safe_beta)
-    tau = select(trivial, _like(0, tau), tau)
-    denom = _sub(alpha, _to_complex(safe_beta, dt))
-    denom = select(trivial, _like(1, denom), denom)
-    scale = _div(_like(1, denom), denom)
-    v = select(below, _mul(x, _expand_last(scale, m, -1)), _like(0, col))
-    v = select(compare(rows, jm, "EQ"), _like(1, col), v)
+        tau = hlo.div(hlo.sub(safe_beta, re), safe_beta)
+    tau = select(trivial, real_splat_like(0, tau), tau)
+    denom = hlo.sub(alpha, _to_complex(safe_beta, dt))
+    denom = select(trivial, real_splat_like(1, denom), denom)
+    scale = hlo.div(real_splat_like(1, denom), denom)
+    v = select(below, hlo.mul(x, _expand_last(scale, m, -1)), real_splat_like(0, col))
+    v = select(compare(rows, jm, "EQ"), real_splat_like(1, col), v)
     beta = select(trivial, re, beta)
     return v, tau, beta
 
@@ -128,9 +119,9 @@ def _reflect_left(c: ir.Value, v: ir.Value, tau: ir.Value) -> ir.Value:
     shape = shape_of(c)
     m, n = shape[-2:]
     nb = len(shape) - 2
-    w = _sum(_mul(_expand_last(_conj(v), n, -1), c), [nb])  # v^H c: (..., n)
-    tv = _mul(v, _expand_last(tau, m, -1))
-    return _sub(c, _mul(_expand_last(tv, n, -1), _expand_last(w, m, -2)))
+    w = reduce_sum(hlo.mul(_expand_last(conj(v), n, -1), c), [nb])  # v^H c: (..., n)
+    tv = hlo.mul(v, _expand_last(tau, m, -1))
+    return hlo.sub(c, hlo.mul(_expand_last(tv, n, -1), _expand_last(w, m, -2)))
 
 
 def _reflect_right(c: ir.Value, v: ir.Value, tau: ir.Value) -> ir.Value:
@@ -138,9 +129,9 @@ def _reflect_right(c: ir.Value, v: ir.Value, tau: ir.Value) -> ir.Value:
     shape = shape_of(c)
     m, n = shape[-2:]
     nb = len(shape) - 2
-    w = _sum(_mul(c, _expand_last(v, m, -2)), [nb + 1])  # c v: (..., m)
-    tw = _mul(w, _expand_last(tau, m, -1))
-    return _sub(c, _mul(_expand_last(tw, n, -1), _expand_last(_conj(v), m, -2)))
+    w = reduce_sum(hlo.mul(c, _expand_last(v, m, -2)), [nb + 1])  # c v: (..., m)
+    tw = hlo.mul(w, _expand_last(tau, m, -1))
+    return hlo.sub(c, hlo.mul(_expand_last(tw, n, -1), _expand_last(conj(v), m, -2)))
 
 
 def _geqrf(a: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -151,7 +142,7 @@ def _geqrf(a: ir.Value) -> tuple[ir.Value, ir.Value]:
     nb = len(batch)
     dt = dtype(a)
     if _is_empty(batch) or k == 0:
-        return a, _c(0, dt, batch + [k])
+        return a, real_splat(0, dt, batch + [k])
     rows, cols = _matrix_masks(shape)
 
     def body(j, vals):
@@ -159,15 +150,15 @@ def _geqrf(a: ir.Value) -> tuple[ir.Value, ir.Value]:
         v, tau, beta = _householder_vector(_column(x, j), j)
         jj = broadcast_to(j, shape)
         # H^H applied to the trailing columns (geqr2 applies conj(tau)).
-        updated = _reflect_left(x, v, _conj(tau))
+        updated = _reflect_left(x, v, conj(tau))
         x = select(compare(cols, jj, "GT"), updated, x)
         vrows = iota(batch + [m], nb, torch.int32)
         vcol = select(compare(vrows, broadcast_to(j, batch + [m]), "EQ"), _expand_last(_to_complex(beta, dt), m, -1), v)
-        x = select(_and(compare(cols, jj, "EQ"), compare(rows, jj, "GE")), _expand_last(vcol, n, -1), x)
+        x = select(hlo.logical_and(compare(cols, jj, "EQ"), compare(rows, jj, "GE")), _expand_last(vcol, n, -1), x)
         taus = select(compare(iota(batch + [k], nb, torch.int32), broadcast_to(j, batch + [k]), "EQ"), _expand_last(tau, k, -1), taus)
         return [x, taus]
 
-    x, taus = _fori(0, k, [a, _c(0, dt, batch + [k])], body)
+    x, taus = hlo.fori_loop(0, k, [a, real_splat(0, dt, batch + [k])], body)
     return x, taus
 
 
@@ -177,8 +168,8 @@ def _reflector(vs: ir.Value, j: ir.Value) -> ir.Value:
     shape = shape_of(col)
     rows = iota(shape, len(shape) - 1, torch.int32)
     jm = broadcast_to(j, shape)
-    v = select(compare(rows, jm, "GT"), col, _like(0, col))
-    return select(compare(rows, jm, "EQ"), _like(1, col), v)
+    v = select(compare(rows, jm, "GT"), col, real_splat_like(0, col))
+    return select(compare(rows, jm, "EQ"), real_splat_like(1, col), v)
 
 
 def _apply_q(vs: ir.Value, taus: ir.Value, c: ir.Value, *, left: bool, adjoint: bool) -> ir.Value:
@@ -193,12 +184,12 @@ def _apply_q(vs: ir.Value, taus: ir.Value, c: ir.Value, *, left: bool, adjoint: 
         v = _reflector(vs, j)
         tau = _entry(taus, j)
         if adjoint:
-            tau = _conj(tau)
+            tau = conj(tau)
         return [_reflect_left(x, v, tau) if left else _reflect_right(x, v, tau)]
 
     if _is_empty(shape_of(c)) or k == 0:
         return c
-    return _fori(start, stop, [c], body, step)[0]
+    return hlo.fori_loop(start, stop, [c], body, step)[0]
 
 
 @lowers(aten.geqrf.default)

@@ -10,44 +10,31 @@ import numpy as np
 import torch
 
 from ...context import ir, stablehlo
+from ... import ir as hlo
 from ...dtypes import tensor_type
-from ..helpers import array_constant, compare, dtype, full, iota, reshape, select, shape_of
+from ..helpers import array_constant, compare, conj, dtype, full, iota, reshape, select, shape_of
 from ..registry import lowers
+from ..reduction import reduce_max, reduce_sum
 from ._builders import (
-    _abs,
     _abs2,
-    _add,
-    _and,
-    _c,
     _check_dtype,
-    _concat,
-    _conj,
     _diag_embed,
     _diagonal,
-    _div,
     _expand_last,
     _eye,
-    _fori,
     _is_empty,
-    _like,
+    _matrix_masks,
     _mH,
     _mT,
-    _matrix_masks,
-    _max,
-    _mul,
-    _not,
     _real,
     _real_dtype,
     _scalar_i32,
-    _slice,
-    _sqrt,
-    _sub,
-    _sum,
     _to_complex,
     _tril,
     _triu,
-    _while,
     _zeros,
+    real_splat,
+    real_splat_like,
 )
 from .qr import _geqrf, _householder_product, _vnorm
 from .lu import _take_rows
@@ -95,13 +82,13 @@ def _permute_dim(x: ir.Value, order: Sequence[int], dim: int) -> ir.Value:
 def _pairs(x: ir.Value, dim: int) -> tuple[ir.Value, ir.Value]:
     """(even, odd) entries along `dim`."""
     n = shape_of(x)[dim]
-    return _slice(x, dim, 0, n, 2), _slice(x, dim, 1, n, 2)
+    return hlo.slice_in_dim(x, dim, 0, n, 2), hlo.slice_in_dim(x, dim, 1, n, 2)
 
 
 def _interleave(even: ir.Value, odd: ir.Value, dim: int) -> ir.Value:
     shape = shape_of(even)
     out = shape[: dim + 1] + [1] + shape[dim + 1 :]
-    both = _concat([reshape(even, out), reshape(odd, out)], dim + 1)
+    both = hlo.concatenate([reshape(even, out), reshape(odd, out)], dim + 1)
     final = list(shape)
     final[dim] *= 2
     return reshape(both, final)
@@ -114,21 +101,21 @@ def _rotation(app: ir.Value, aqq: ir.Value, apq: ir.Value) -> tuple[ir.Value, ir
     rdt = dtype(app)
     shape = shape_of(app)
     complex_ = dtype(apq).is_complex
-    mag = _abs(apq) if complex_ else apq
+    mag = hlo.absolute(apq) if complex_ else apq
     zero = compare(mag, full(0, rdt, shape), "EQ")
     safe = select(zero, full(1, rdt, shape), mag)
-    theta = _div(_sub(aqq, app), _mul(full(2, rdt, shape), safe))
+    theta = hlo.div(hlo.sub(aqq, app), hlo.mul(full(2, rdt, shape), safe))
     one = full(1, rdt, shape)
     sign = select(compare(theta, full(0, rdt, shape), "LT"), full(-1, rdt, shape), one)
-    t = _div(sign, _add(_abs(theta), _sqrt(_add(_mul(theta, theta), one))))
+    t = hlo.div(sign, hlo.add(hlo.absolute(theta), hlo.sqrt(hlo.add(hlo.mul(theta, theta), one))))
     t = select(zero, full(0, rdt, shape), t)
-    c = stablehlo.RsqrtOp(_add(_mul(t, t), one)).result
-    s = _mul(t, c)
-    shift = _mul(t, mag)
+    c = stablehlo.RsqrtOp(hlo.add(hlo.mul(t, t), one)).result
+    s = hlo.mul(t, c)
+    shift = hlo.mul(t, mag)
     if not complex_:
         return c, s, None, shift
-    w = _div(_conj(apq), _to_complex(safe, dtype(apq)))
-    w = select(zero, _like(1, w), w)
+    w = hlo.div(conj(apq), _to_complex(safe, dtype(apq)))
+    w = select(zero, real_splat_like(1, w), w)
     return c, s, w, shift
 
 
@@ -149,9 +136,9 @@ def _rotate(x: ir.Value, c: ir.Value, s: ir.Value, w: ir.Value | None, dim: int,
     cb, sb = b(c), b(s)
     wq = q
     if w is not None:
-        wq = _mul(b(_conj(w) if conj_w else w), q)
-    p2 = _sub(_mul(cb, p), _mul(sb, wq))
-    q2 = _add(_mul(sb, p), _mul(cb, wq))
+        wq = hlo.mul(b(conj(w) if conj_w else w), q)
+    p2 = hlo.sub(hlo.mul(cb, p), hlo.mul(sb, wq))
+    q2 = hlo.add(hlo.mul(sb, p), hlo.mul(cb, wq))
     return _interleave(p2, q2, dim)
 
 
@@ -162,7 +149,7 @@ def _pad_even(x: ir.Value, dims: Sequence[int]) -> ir.Value:
         high[d] = shape[d] % 2
     if not any(high):
         return x
-    return stablehlo.PadOp(x, _c(0, dtype(x)), [0] * len(shape), high, [0] * len(shape)).result
+    return stablehlo.PadOp(x, real_splat(0, dtype(x)), [0] * len(shape), high, [0] * len(shape)).result
 
 
 def _sort_with(keys: ir.Value, descending: bool) -> tuple[ir.Value, ir.Value]:
@@ -193,12 +180,12 @@ def _jacobi_eigh(a: ir.Value) -> tuple[ir.Value, ir.Value]:
     size = shape_of(x)[-1]
     order = _round_robin(size)
     eps = torch.finfo(rdt).eps
-    frob2 = _max(_sum(_abs2(x), [nb, nb + 1]), list(range(nb))) if nb else _sum(_abs2(x), [0, 1])
+    frob2 = reduce_max(reduce_sum(_abs2(x), [nb, nb + 1]), list(range(nb))) if nb else reduce_sum(_abs2(x), [0, 1])
     rows, cols = _matrix_masks(shape_of(x))
     is_diag = compare(rows, cols, "EQ")
-    off_mask = _not(is_diag)
+    off_mask = hlo.logical_not(is_diag)
     two = full(1, torch.int32, shape_of(x))
-    in_pair = _and(off_mask, compare(stablehlo.ShiftRightLogicalOp(rows, two).result,
+    in_pair = hlo.logical_and(off_mask, compare(stablehlo.ShiftRightLogicalOp(rows, two).result,
                                      stablehlo.ShiftRightLogicalOp(cols, two).result, "EQ"))
 
     def step(_, vals):
@@ -206,36 +193,36 @@ def _jacobi_eigh(a: ir.Value) -> tuple[ir.Value, ir.Value]:
         flat = reshape(x, batch + [size * size])
         d = _real(_diagonal(x))
         app, aqq = _pairs(d, nb)
-        apq = _slice(flat, nb, 1, size * size, 2 * size + 2)
+        apq = hlo.slice_in_dim(flat, nb, 1, size * size, 2 * size + 2)
         c, s, w, shift = _rotation(app, aqq, apq)
         x = _rotate(x, c, s, w, nb, conj_w=True)  # rows: J^H A
         x = _rotate(x, c, s, w, nb + 1)  # columns: (J^H A) J
         # The rotated 2x2 blocks exactly: diagonal from the shift, zeros off it (what
         # the rotation computes only up to rounding).
-        diag = _to_complex(_interleave(_sub(app, shift), _add(aqq, shift), nb), dt)
-        x = select(is_diag, _expand_last(diag, size, -1), select(in_pair, _like(0, x), x))
+        diag = _to_complex(_interleave(hlo.sub(app, shift), hlo.add(aqq, shift), nb), dt)
+        x = select(is_diag, _expand_last(diag, size, -1), select(in_pair, real_splat_like(0, x), x))
         v = _rotate(v, c, s, w, nb + 1)
         return [_permute_dim(_permute_dim(x, order, nb), order, nb + 1), _permute_dim(v, order, nb + 1)]
 
     def off_norm2(x):
-        total = _sum(select(off_mask, _abs2(x), full(0, rdt, shape_of(x))), [nb, nb + 1])
-        return _max(total, list(range(nb))) if nb else total
+        total = reduce_sum(select(off_mask, _abs2(x), full(0, rdt, shape_of(x))), [nb, nb + 1])
+        return reduce_max(total, list(range(nb))) if nb else total
 
     def cond(vals):
         sweep, x = vals[0], vals[1]
         more = compare(sweep, _scalar_i32(_MAX_SWEEPS), "LT")
-        limit = _mul(frob2, full(eps * eps, rdt, []))
-        return _and(more, compare(off_norm2(x), limit, "GT"))
+        limit = hlo.mul(frob2, full(eps * eps, rdt, []))
+        return hlo.logical_and(more, compare(off_norm2(x), limit, "GT"))
 
     def sweep(vals):
         sweep_i, x, v = vals
-        x, v = _fori(0, size - 1, [x, v], step)
-        return [_add(sweep_i, _scalar_i32(1)), x, v]
+        x, v = hlo.fori_loop(0, size - 1, [x, v], step)
+        return [hlo.add(sweep_i, _scalar_i32(1)), x, v]
 
     eye = _eye(shape_of(x), dt)
-    _, x, v = _while([_scalar_i32(0), x, eye], cond, sweep)
-    values = _slice(_real(_diagonal(x)), nb, 0, n)
-    vectors = _slice(_slice(v, nb, 0, n), nb + 1, 0, n)
+    _, x, v = hlo.while_loop([_scalar_i32(0), x, eye], cond, sweep)
+    values = hlo.slice_in_dim(_real(_diagonal(x)), nb, 0, n)
+    vectors = hlo.slice_in_dim(hlo.slice_in_dim(v, nb, 0, n), nb + 1, 0, n)
     return values, vectors
 
 
@@ -244,7 +231,7 @@ def _hermitian_from(a: ir.Value, lower: bool) -> ir.Value:
     tri = _tril(a, -1) if lower else _triu(a, 1)
     diag = _real(_diagonal(a))
     n = shape_of(a)[-1]
-    return _add(_add(tri, _mH(tri)), _to_complex(_diag_embed(diag, n, n), dtype(a)))
+    return hlo.add(hlo.add(tri, _mH(tri)), _to_complex(_diag_embed(diag, n, n), dtype(a)))
 
 
 @lowers(aten._linalg_eigh.default)
@@ -278,15 +265,15 @@ def _jacobi_svd(a: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     def step(_, vals):
         w, v, worst = vals
         p, q = _pairs(w, nb + 1)
-        alpha = _sum(_abs2(p), [nb])
-        beta = _sum(_abs2(q), [nb])
-        gamma = _sum(_mul(_conj(p), q), [nb])
+        alpha = reduce_sum(_abs2(p), [nb])
+        beta = reduce_sum(_abs2(q), [nb])
+        gamma = reduce_sum(hlo.mul(conj(p), q), [nb])
         c, s, phase, _ = _rotation(alpha, beta, gamma)
         # convergence measure |gamma| / sqrt(alpha beta) (0 for zero columns)
-        denom = _sqrt(_mul(alpha, beta))
+        denom = hlo.sqrt(hlo.mul(alpha, beta))
         pos = compare(denom, full(0, rdt, shape_of(denom)), "GT")
-        ratio = select(pos, _div(_abs(gamma), select(pos, denom, full(1, rdt, shape_of(denom)))), full(0, rdt, shape_of(denom)))
-        worst = stablehlo.MaxOp(worst, _max(ratio, list(range(nb + 1)))).result
+        ratio = select(pos, hlo.div(hlo.absolute(gamma), select(pos, denom, full(1, rdt, shape_of(denom)))), full(0, rdt, shape_of(denom)))
+        worst = stablehlo.MaxOp(worst, reduce_max(ratio, list(range(nb + 1)))).result
         w = _rotate(w, c, s, phase, nb + 1)
         v = _rotate(v, c, s, phase, nb + 1)
         return [_permute_dim(w, order, nb + 1), _permute_dim(v, order, nb + 1), worst]
@@ -294,17 +281,17 @@ def _jacobi_svd(a: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     def cond(vals):
         sweep, worst = vals[0], vals[3]
         more = compare(sweep, _scalar_i32(_MAX_SWEEPS), "LT")
-        return _and(more, compare(worst, full(tol, rdt, []), "GT"))
+        return hlo.logical_and(more, compare(worst, full(tol, rdt, []), "GT"))
 
     def sweep(vals):
         sweep_i, w, v, _ = vals
-        w, v, worst = _fori(0, size - 1, [w, v, full(0, rdt, [])], step)
-        return [_add(sweep_i, _scalar_i32(1)), w, v, worst]
+        w, v, worst = hlo.fori_loop(0, size - 1, [w, v, full(0, rdt, [])], step)
+        return [hlo.add(sweep_i, _scalar_i32(1)), w, v, worst]
 
     eye = _eye(batch + [size, size], dt)
-    _, w, v, _ = _while([_scalar_i32(0), w, eye, full(float("inf"), rdt, [])], cond, sweep)
-    w = _slice(w, nb + 1, 0, n)
-    v = _slice(_slice(v, nb, 0, n), nb + 1, 0, n)
+    _, w, v, _ = hlo.while_loop([_scalar_i32(0), w, eye, full(float("inf"), rdt, [])], cond, sweep)
+    w = hlo.slice_in_dim(w, nb + 1, 0, n)
+    v = hlo.slice_in_dim(hlo.slice_in_dim(v, nb, 0, n), nb + 1, 0, n)
     sigma = _vnorm(w, nb)
     return w, sigma, v
 
@@ -329,8 +316,8 @@ def _svd(a: ir.Value, full_matrices: bool, compute_uv: bool):
                    full(-1, _real_dtype(dtype(a)), shape[:-2] + [n]), full(1, _real_dtype(dtype(a)), shape[:-2] + [n]))
     qcols = shape_of(q)[-1]
     if qcols > n:
-        signs = _concat([signs, full(1, dtype(signs), shape[:-2] + [qcols - n])], nb)
-    u = _mul(q, _to_complex(_expand_last(signs, m, -2), dtype(a)))
+        signs = hlo.concatenate([signs, full(1, dtype(signs), shape[:-2] + [qcols - n])], nb)
+    u = hlo.mul(q, _to_complex(_expand_last(signs, m, -2), dtype(a)))
     return u, sigma, _mH(v)
 
 

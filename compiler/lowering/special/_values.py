@@ -1,7 +1,8 @@
 """The special family's building blocks: `_T`, an elementwise value whose Python operators
 build StableHLO ops; kernels' `if` chains as select cascades (`_chain`); their
-data-dependent loops as `stablehlo.while` loops (`_loop`); and the dtype plumbing of a rule
-(`_operands`, `_finish`, `_unary_rule`)."""
+data-dependent loops as `stablehlo.while` loops (`_loop`, `_while_values` over
+compiler.ir's `while_loop`); and the dtype plumbing of a rule (`_operands`, `_finish`,
+`_unary_rule`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import torch
 
 from ...context import chlo, ir, stablehlo
+from ... import ir as hlo
 from ...dtypes import tensor_type
 from ..helpers import broadcast_to, convert, dtype, full, is_value, rank_of, reduce, shape_of
 from ..registry import LoweringContext
@@ -255,24 +257,19 @@ def _any(mask: _T) -> ir.Value:
     return out
 
 
-def _while(
+def _while_values(
     init: Sequence[_T],
     cond: Callable[[list[_T]], ir.Value],
     body: Callable[[list[_T]], Sequence[_T]],
 ) -> list[_T]:
-    """stablehlo.while over `init`: `cond(values)` returns a 0-d bool, `body(values)`
-    the next values."""
-    values = [v.v for v in init]
-    op = stablehlo.WhileOp([v.type for v in values], values)
-    types = [v.type for v in values]
-    cond_block = op.cond.blocks.append(*types)
-    with ir.InsertionPoint(cond_block):
-        stablehlo.ReturnOp([cond([_T(a) for a in cond_block.arguments])])
-    body_block = op.body.blocks.append(*types)
-    with ir.InsertionPoint(body_block):
-        out = body([_T(a) for a in body_block.arguments])
-        stablehlo.ReturnOp([o.v for o in out])
-    return [_T(r) for r in op.results]
+    """compiler.ir's `while_loop` over `_T` values: `cond(values)` returns a 0-d bool,
+    `body(values)` the next values."""
+    results = hlo.while_loop(
+        [v.v for v in init],
+        lambda values: cond([_T(a) for a in values]),
+        lambda values: [o.v for o in body([_T(a) for a in values])],
+    )
+    return [_T(r) for r in results]
 
 
 def _loop(
@@ -299,7 +296,7 @@ def _loop(
         st = [_where(act, n, s) for n, s in zip(new, st)]
         return [i + 1, act & more, *st]
 
-    out = _while([counter, active, *state], cond, body)
+    out = _while_values([counter, active, *state], cond, body)
     return out[2:]
 
 

@@ -10,7 +10,7 @@ import torch
 
 from ..helpers import broadcast_to, convert, full
 from ..registry import LoweringContext, lowers
-from ._values import _T, _any, _chain, _finish, _operands, _where, _while
+from ._values import _T, _any, _chain, _finish, _operands, _where, _while_values
 
 aten = torch.ops.aten
 
@@ -70,7 +70,7 @@ def _recurrence(
         new_r = step(kt, p, q)
         return [k + 1, _where(active, q, p), _where(active, new_r, q), _where(active, new_r, r)]
 
-    _, _, _, r = _while([counter, *init], cond, body)
+    _, _, _, r = _while_values([counter, *init], cond, body)
     return r
 
 

@@ -93,7 +93,7 @@ def _sin_calls_missing_target(monkeypatch, only_above: int | None = None) -> Non
 
     def rule(ctx, x):
         if only_above is not None and (
-            ctx.importer.dynamic is None or max(ir.RankedTensorType(x.type).shape) <= only_above
+            ctx.dynamic is None or max(ir.RankedTensorType(x.type).shape) <= only_above
         ):
             return ordinary(ctx, x)
         return stablehlo.CustomCallOp([x.type], [x], "torchtpu_test_missing_target").result

@@ -1,5 +1,5 @@
 """Builders the pooling, resampling and embedding families share: gathers and scatter-adds
-at static indices, bool mask constants, and the accumulation dtype of PyTorch's CPU kernels."""
+at static (compile-time) indices, and bool constants from NumPy masks."""
 
 from __future__ import annotations
 
@@ -10,26 +10,19 @@ import torch
 
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
-from .helpers import add, array_constant, compare, dtype, full, scalar_region, shape_of
-
-
-_REDUCED = (torch.float16, torch.bfloat16)
-
-
-def _acc_dtype(dt: torch.dtype) -> torch.dtype:
-    """PyTorch's CPU kernels accumulate reduced-precision floats in f32."""
-    return torch.float32 if dt in _REDUCED else dt
+from .. import ir as hlo
+from .helpers import array_constant, compare, dtype, full, scalar_region, shape_of
 
 
 # -- generic builders ---------------------------------------------------------------------------
-def _mask_constant(mask: np.ndarray) -> ir.Value:
+def bool_constant(mask: np.ndarray) -> ir.Value:
     """A bool constant, built as int8 != 0 (helpers.array_constant's packbits path
     mis-encodes i1 arrays on this jaxlib)."""
     values = array_constant(np.asarray(mask, dtype=np.int8), torch.int8)
     return compare(values, full(0, torch.int8, list(np.shape(mask))), "NE")
 
 
-def _take(x: ir.Value, axis: int, indices: Sequence[int]) -> ir.Value:
+def take_static(x: ir.Value, axis: int, indices: Sequence[int]) -> ir.Value:
     """x gathered along `axis` at static `indices` (NumPy's take)."""
     indices = [int(i) for i in indices]
     shape = shape_of(x)
@@ -49,8 +42,8 @@ def _take(x: ir.Value, axis: int, indices: Sequence[int]) -> ir.Value:
     return stablehlo.GatherOp(x, idx, attr, sizes, results=[tensor_type(out, dtype(x))]).result
 
 
-def _put_add(values: ir.Value, axis: int, indices: Sequence[int], size: int) -> ir.Value:
-    """The adjoint of `_take`: a zero tensor with `size` along `axis` into which the
+def put_add_static(values: ir.Value, axis: int, indices: Sequence[int], size: int) -> ir.Value:
+    """The adjoint of `take_static`: a zero tensor with `size` along `axis` into which the
     slices of `values` are added at `indices`."""
     shape = shape_of(values)
     r = len(shape)
@@ -64,5 +57,5 @@ def _put_add(values: ir.Value, axis: int, indices: Sequence[int], size: int) -> 
     )
     dt = dtype(values)
     op = stablehlo.ScatterOp([tensor_type(out, dt)], [full(0, dt, out)], idx, [values], attr)
-    scalar_region(op.update_computation, [dt, dt], lambda a: [add(a[0], a[1])])
+    scalar_region(op.update_computation, [dt, dt], lambda a: [hlo.add(a[0], a[1])])
     return op.results[0]
