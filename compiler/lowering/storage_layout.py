@@ -33,18 +33,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from .. import ir as hlo
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
     bitcast,
     broadcast_to,
-    concatenate,
     constant,
     convert,
     dtype,
     reshape,
     shape_of,
-    slice_in_dim,
     transpose,
 )
 
@@ -179,12 +178,12 @@ def read_strided(storage: ir.Value, size: Sequence[int], stride: Sequence[int], 
     size = [int(s) for s in size]
     numel = numel_of(size)
     if numel == 0:
-        return reshape(slice_in_dim(storage, 0, 0, 0), size)
+        return reshape(hlo.slice_in_dim(storage, 0, 0, 0), size)
     order = dense_order(size, stride)
     if order is not None:
         flat = storage
         if offset != 0 or numel != shape_of(storage)[0]:
-            flat = slice_in_dim(storage, 0, int(offset), int(offset) + numel)
+            flat = hlo.slice_in_dim(storage, 0, int(offset), int(offset) + numel)
         value = reshape(flat, [size[d] for d in order])
         return value if order == sorted(order) else transpose(value, _inverse(order))
     positions = strided_positions(size, stride, offset)
@@ -218,7 +217,7 @@ def write_strided(storage: ir.Value, value: ir.Value, size: Sequence[int], strid
     # assignment keeps): the first occurrence in the reversed write order.
     written, last = np.unique(positions[::-1], return_index=True)
     source[written] = elements[::-1][last]
-    combined = concatenate([reshape(value, [numel]), storage], 0)
+    combined = hlo.concatenate([reshape(value, [numel]), storage], 0)
     return take_static(combined, 0, source)
 
 
@@ -270,7 +269,7 @@ def _interleaved(x: ir.Value) -> ir.Value:
     [..., 2n] (0-d -> [2])."""
     shape = shape_of(x)
     parts = [reshape(op(x).result, shape + [1]) for op in (stablehlo.RealOp, stablehlo.ImagOp)]
-    pairs = concatenate(parts, len(shape))
+    pairs = hlo.concatenate(parts, len(shape))
     return reshape(pairs, shape[:-1] + [shape[-1] * 2] if shape else [2])
 
 
@@ -279,7 +278,7 @@ def _paired(x: ir.Value) -> ir.Value:
     shape = shape_of(x)
     lead, n = shape[:-1], shape[-1] // 2
     pairs = reshape(x, lead + [n, 2])
-    real, imag = (reshape(slice_in_dim(pairs, len(lead) + 1, k, k + 1), lead + [n]) for k in (0, 1))
+    real, imag = (reshape(hlo.slice_in_dim(pairs, len(lead) + 1, k, k + 1), lead + [n]) for k in (0, 1))
     return stablehlo.ComplexOp(real, imag).result
 
 
@@ -307,7 +306,7 @@ def _as_view_dtype(storage: ir.Value, view: StorageView) -> tuple[ir.Value, Stor
         return storage, view, view.storage_numel
     ratio = view.dtype.itemsize // view.storage_dtype.itemsize
     covered = view.storage_numel - view.storage_numel % ratio if ratio > 1 else view.storage_numel
-    head = storage if covered == view.storage_numel else slice_in_dim(storage, 0, 0, covered)
+    head = storage if covered == view.storage_numel else hlo.slice_in_dim(storage, 0, 0, covered)
     numel = covered * view.storage_dtype.itemsize // view.dtype.itemsize
     return reinterpret(head, view.dtype), replace(view, storage_dtype=view.dtype, storage_numel=numel), covered
 
@@ -329,5 +328,5 @@ def write_view(storage: ir.Value, value: ir.Value, view: StorageView) -> ir.Valu
         return written
     written = reinterpret(written, view.storage_dtype)
     if covered < view.storage_numel:
-        written = concatenate([written, slice_in_dim(storage, 0, covered, view.storage_numel)], 0)
+        written = hlo.concatenate([written, hlo.slice_in_dim(storage, 0, covered, view.storage_numel)], 0)
     return written
