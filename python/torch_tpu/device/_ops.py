@@ -59,6 +59,10 @@ class TensorArg:
     storage_dtype: torch.dtype
     storage_numel: int
     host: bool = False  # a 0-d CPU tensor (a run-time operand of its own)
+    # PyTorch's lazy conjugation / negation bits (`x.conj()`, `x.conj().imag`): the storage
+    # holds the plain values and the module applies the bit after reading the view.
+    conj: bool = False
+    neg: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,16 +96,17 @@ def describe(op, args, kwargs, index_box: list, bake: bool):
     run-time scalars replaced by their descriptions) and the runtime operands in order."""
     names = _positional_names(op)
     scalars = frozenset() if bake else _scalar_names(op)
+    written = _written(op)
     operands: list[Any] = []
 
     def leaf(value, top_name: str | None):
         if isinstance(value, torch.Tensor):
             if value.device.type == "tpu":
-                if value.is_conj() or value.is_neg():
-                    # Lazy conjugation/negation bits are not in the storage: the module
-                    # would read the plain values. PyTorch resolves them for most ops;
-                    # the rest (copies) take the host path, which applies them.
-                    raise Unlowerable("an argument with a lazy conjugation or negation bit")
+                conj, neg = value.is_conj(), value.is_neg()
+                if (conj or neg) and top_name in written:
+                    # Writing through a lazy bit stores the inverse of the value: the
+                    # host path (PyTorch's CPU kernel on the host copy) applies it.
+                    raise Unlowerable("it writes an argument with a lazy conjugation or negation bit")
                 entry = entry_of(value)
                 index = entry.device_index
                 if index_box[0] is None:
@@ -110,7 +115,7 @@ def describe(op, args, kwargs, index_box: list, bake: bool):
                     raise _mismatch(f"tpu:{index_box[0]}", f"tpu:{index}")
                 operands.append(entry)
                 return TensorArg(value.dtype, tuple(value.shape), tuple(value.stride()), value.storage_offset(),
-                                 entry.dtype, entry.numel)
+                                 entry.dtype, entry.numel, conj=conj, neg=neg)
             if value.dim() == 0 and value.device.type == "cpu":
                 # A 0-d CPU tensor mixes with device tensors, as on CUDA: a run-time operand.
                 operands.append(value)
@@ -288,6 +293,18 @@ def _viewed_storage(storage, arg: TensorArg):
     head = storage if covered == arg.storage_numel else slice_in_dim(storage, 0, 0, covered)
     numel = covered * arg.storage_dtype.itemsize // arg.dtype.itemsize
     return _reinterpret(head, arg.dtype), replace(arg, storage_dtype=arg.dtype, storage_numel=numel), covered
+
+
+def _apply_lazy_bits(value, arg: TensorArg):
+    """The value PyTorch means by a view with a lazy negation / conjugation bit."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    if arg.neg:
+        value = stablehlo.NegOp(value).result
+    if arg.conj:
+        real, imag = stablehlo.RealOp(value).result, stablehlo.ImagOp(value).result
+        value = stablehlo.ComplexOp(real, stablehlo.NegOp(imag).result).result
+    return value
 
 
 def _read_view(storage, arg: TensorArg):
@@ -470,7 +487,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         def rebuild(x):
             if isinstance(x, TensorArg):
                 k = next(it)
-                return block_args[k] if x.host else _read_view(block_args[k], x)
+                return block_args[k] if x.host else _apply_lazy_bits(_read_view(block_args[k], x), x)
             if isinstance(x, ScalarArg):
                 return block_args[next(it)]
             if isinstance(x, tuple):
