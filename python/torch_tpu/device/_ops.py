@@ -404,6 +404,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     returning_writer = None
     if written or op in _FUNCTIONAL_VARIANTS:
         returning_writer = _returning_writer(op, sig_args, sig_kwargs)
+        if returning_writer is None and op in _FUNCTIONAL_VARIANTS:
+            written = []  # batch norm normalizing with its running stats reads them only
     if returning_writer is not None:
         # Writes some arguments and returns new tensors (batch norm's running stats): its
         # functional variant returns the op's results, then the written arguments' values.
