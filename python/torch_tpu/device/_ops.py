@@ -43,6 +43,15 @@ class Unlowerable(Exception):
     """The op cannot run through the lowering table (the CPU fallback runs it)."""
 
 
+class ResizeOutputs(Exception):
+    """An out= argument's size differs from the result's: PyTorch resizes it first
+    (`at::native::resize_output`), then the op writes it. Carries {name: new size}."""
+
+    def __init__(self, sizes: dict[str, tuple[int, ...]]):
+        super().__init__(sizes)
+        self.sizes = sizes
+
+
 class OverlappingWrite(Unlowerable):
     """The op writes a view whose elements share memory (an expanded tensor): only the
     op's own CPU kernel knows whether it takes that (`fill_` does, `copy_`/`add_` raise),
@@ -227,6 +236,41 @@ def _written(op) -> list[str]:
     if op in METADATA_INPLACE:
         return []
     return [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _check_out_sizes(op, sig_args, sig_kwargs, written, val) -> None:
+    """Raises ResizeOutputs when an out= argument must be resized to hold the result."""
+    names = _positional_names(op)
+    bound = dict(zip(names, sig_args))
+    bound.update(dict(sig_kwargs))
+    vals = list(val) if isinstance(val, (tuple, list)) else [val]
+    sizes = {}
+    for name, result in zip(written, vals):
+        arg = bound.get(name)
+        if isinstance(arg, TensorArg) and isinstance(result, torch.Tensor) and arg.size != tuple(result.shape):
+            sizes[name] = tuple(int(s) for s in result.shape)
+    if sizes:
+        raise ResizeOutputs(sizes)
+
+
+def _resize_outputs(op, args, kwargs, sizes: dict[str, tuple[int, ...]]) -> None:
+    """PyTorch's `resize_output`: an out= tensor of another size takes the result's size
+    (with PyTorch's warning when it held elements), on the device."""
+    import warnings
+
+    bound = dict(zip(_positional_names(op), args))
+    bound.update(kwargs)
+    for name, size in sizes.items():
+        out = bound[name]
+        if out.numel() != 0:
+            warnings.warn(
+                f"An output with one or more elements was resized since it had shape {list(out.shape)}, which "
+                f"does not match the required output shape {list(size)}. This behavior is deprecated, and in a "
+                "future PyTorch release outputs will not be resized unless they have zero elements. You can "
+                "explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+                UserWarning, stacklevel=4,
+            )
+        out.resize_(size)
 
 
 def _functional(op):
@@ -437,6 +481,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         raise Unlowerable(f"no metadata: {type(err).__name__}: {err}") from None
     if not bake and _numbers_shape_result(metadata_of, f_args, f_kwargs, val):
         raise Unlowerable("its result's metadata depends on the values of its numbers")
+    if is_out:
+        _check_out_sizes(op, sig_args, sig_kwargs, written, val)
 
     # Positions in `operands` of each tensor / scalar leaf, in describe()'s order.
     flat_sig: list = []
@@ -800,6 +846,12 @@ def _plan_for(op, args, kwargs):
             plan = _build_plan(op, sig, operands, index, baked)
         except OverlappingWrite:
             raise  # not remembered as FALLBACK: that would lose the reason (the CPU kernel decides)
+        except ResizeOutputs as resize:
+            # Not remembered: the signature holds the out= sizes before the resize. The
+            # caller must not remember the plan under that signature either.
+            _resize_outputs(op, args, kwargs, resize.sizes)
+            plan, operands, index, _ = _plan_for(op, args, kwargs)
+            return plan, operands, index, False
         except Unlowerable:
             if baked or not any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in operands):
                 _PLANS[key] = FALLBACK

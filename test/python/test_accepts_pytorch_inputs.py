@@ -1,0 +1,112 @@
+"""Issue #30: a lowering must accept every input PyTorch accepts. Each case is one class
+of input that lowerings used to reject (and that only passed because the op fell back to
+PyTorch eager or to the CPU): bounds that broadcast the input to a larger shape, 0-d
+tensors, empty tensors, mixed dtypes that promote, lazy conjugation/negation bits,
+running-stat ops in inference mode, out= forms.
+
+Every case runs with TORCH_TPU_STRICT=1, so a fallback is an error, through both paths
+(torch.compile(backend="tpu", fullgraph=True) and the eager tpu device), and is compared
+with PyTorch eager on CPU: values at float32 tolerances (1e-5 absolute, 1.3e-6 relative,
+torch.testing's), shapes and dtypes exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+import torch_tpu.device  # noqa: F401 - registers the tpu device where autoload is off
+
+aten = torch.ops.aten
+
+
+def _g(*shape, dtype=torch.float32, seed=0):
+    generator = torch.Generator().manual_seed(seed + len(shape))
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.randn(shape, generator=generator, dtype=dtype)
+    if dtype is torch.bool:
+        return torch.randint(0, 2, shape, generator=generator).bool()
+    return torch.randint(-5, 6, shape, generator=generator, dtype=dtype)
+
+
+# (id, function, inputs). Grouped by the class of input each one exercises.
+BROADCAST_BOUND = [
+    ("clamp_min_wider_bound", torch.clamp_min, lambda: (_g(5, 1), _g(1, 5))),
+    ("clamp_max_wider_bound", torch.clamp_max, lambda: (_g(5, 1), _g(4, 5, 5))),
+    ("clamp_both_bounds_broadcast", lambda x, lo, hi: torch.clamp(x, lo, hi), lambda: (_g(3, 1), _g(1, 4) - 1, _g(4) + 1)),
+    ("clamp_only_max_tensor", lambda x, hi: torch.clamp(x, max=hi), lambda: (_g(2, 1, 3), _g(4, 1))),
+    ("clip_wider_bound", lambda x, lo: torch.clip(x, min=lo), lambda: (_g(6), _g(2, 6))),
+    ("inplace_clamp_same_shape_bound", lambda x, lo: x.clone().clamp_(min=lo), lambda: (_g(2, 3), _g(3))),
+]
+ZERO_DIM = [
+    ("clamp_zero_dim_input_tensor_bound", torch.clamp_min, lambda: (_g(), _g(3))),
+    ("clamp_zero_dim_bounds", lambda x, lo, hi: torch.clamp(x, lo, hi), lambda: (_g(2, 3), _g() - 1, _g() + 1)),
+    ("add_zero_dim_operands", torch.add, lambda: (_g(), _g())),
+    ("where_zero_dim_condition", torch.where, lambda: (_g(dtype=torch.bool), _g(2, 2), _g())),
+]
+EMPTY = [
+    ("clamp_empty_input", lambda x, lo: torch.clamp(x, min=lo), lambda: (_g(0, 3), _g(3))),
+    ("clamp_min_empty_bound_broadcast", torch.clamp_min, lambda: (_g(0, 1), _g(1, 4))),
+    ("sum_of_empty", lambda x: x.sum(0), lambda: (_g(0, 4),)),
+    ("layer_norm_empty_batch", lambda x, w, b: torch.nn.functional.layer_norm(x, (4,), w, b), lambda: (_g(0, 4), _g(4), _g(4))),
+]
+PROMOTION = [
+    ("clamp_int_input_float_bound", lambda x, lo: torch.clamp(x, min=lo), lambda: (_g(2, 3, dtype=torch.int64), _g(3))),
+    ("clamp_int_input_python_float", lambda x: torch.clamp(x, min=0.5, max=2.5), lambda: (_g(4, dtype=torch.int32),)),
+    ("clamp_float_input_int_bound", lambda x, lo: torch.clamp_min(x, lo), lambda: (_g(2, 3), _g(1, 3, dtype=torch.int64))),
+    ("clamp_bool_bound", lambda x, hi: torch.clamp_max(x, hi), lambda: (_g(2, 2, dtype=torch.int64), _g(2, dtype=torch.bool))),
+    ("clamp_zero_dim_double_bound_keeps_float32", lambda x, lo: torch.clamp_min(x, lo), lambda: (_g(3), _g(dtype=torch.float64))),
+]
+LAZY_BITS = [
+    ("clone_of_conj_view", lambda x: x.conj().clone(), lambda: (_g(3, 4, dtype=torch.complex64),)),
+    ("add_of_conj_view", lambda x: x.conj() + 1, lambda: (_g(3, dtype=torch.complex64),)),
+    ("imag_of_conj_view_is_negated", lambda x: x.conj().imag * 2, lambda: (_g(3, dtype=torch.complex64),)),
+    ("ifft", torch.fft.ifft, lambda: (_g(8, dtype=torch.complex64),)),
+    ("hfft", torch.fft.hfft, lambda: (_g(5, dtype=torch.complex64),)),
+]
+INFERENCE_STATS = [
+    ("native_batch_norm_legit_eval", lambda x, w, b, m, v: aten._native_batch_norm_legit(x, w, b, m, v, False, 0.1, 1e-5),
+     lambda: (_g(2, 3, 4), _g(3), _g(3), _g(3), _g(3).abs() + 0.5)),
+    ("native_batch_norm_eval", lambda x, w, b, m, v: aten.native_batch_norm(x, w, b, m, v, False, 0.1, 1e-5),
+     lambda: (_g(2, 3, 4), _g(3), _g(3), _g(3), _g(3).abs() + 0.5)),
+]
+OUT_FORMS = [
+    ("clamp_out_broadcast", lambda x, lo: torch.clamp(x, min=lo, out=torch.empty(0, device=x.device)),
+     lambda: (_g(3, 1), _g(1, 2))),
+]
+
+CASES = BROADCAST_BOUND + ZERO_DIM + EMPTY + PROMOTION + LAZY_BITS + INFERENCE_STATS + OUT_FORMS
+
+
+@pytest.fixture(autouse=True)
+def _strict(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+
+
+def _compare(actual, expected) -> None:
+    a_leaves, e_leaves = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
+    assert len(a_leaves) == len(e_leaves)
+    for a, e in zip(a_leaves, e_leaves):
+        assert (a.shape, a.dtype) == (e.shape, e.dtype)
+        torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=1.3e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c[0]) for c in CASES])
+def test_compiled(case):
+    name, fn, make = case
+    inputs = make()
+    expected = fn(*inputs)
+    torch._dynamo.reset()
+    actual = torch.compile(fn, backend="tpu", fullgraph=True, dynamic=False)(*inputs)
+    _compare(actual, expected)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c[0]) for c in CASES])
+def test_device(case):
+    name, fn, make = case
+    inputs = make()
+    expected = fn(*inputs)
+    actual = fn(*(t.to("tpu") for t in inputs))
+    for leaf in pytree.tree_leaves(actual):
+        assert leaf.device.type == "tpu"
+    _compare(actual, expected)
