@@ -273,10 +273,60 @@ def _resize_outputs(op, args, kwargs, sizes: dict[str, tuple[int, ...]]) -> None
         out.resize_(size)
 
 
+# Options of a factory's functional form that its out= form takes from the out tensor.
+_FACTORY_OPTIONS = ("dtype", "layout", "device", "pin_memory")
+
+
 def _functional(op):
     from torch_tpu.compiler.importer.mutation import functional_counterpart
 
-    return functional_counterpart(op)
+    return functional_counterpart(op) or _factory_counterpart(op)
+
+
+@functools.lru_cache(maxsize=None)
+def _factory_counterpart(op):
+    """A factory's functional overload for its out= form (`arange.start_out` ->
+    `arange.start_step`): the same arguments plus the factory options, which the out
+    tensor decides (`_factory_options`). None for other ops."""
+    from torch_tpu.compiler.importer.mutation import written_args
+
+    written = _written(op)
+    if not written or op._schema.name.endswith("_"):
+        return None
+    wanted = [(a.name, str(a.type)) for a in op._schema.arguments if a.name not in written]
+    packet = getattr(torch.ops.aten, op._schema.name.split("::", 1)[-1], None)
+    for candidate in (packet.overloads() if packet is not None else ()):
+        other = getattr(packet, candidate)
+        args = [(a.name, str(a.type)) for a in other._schema.arguments]
+        extra = [a for a in other._schema.arguments[len(wanted):]]
+        if args[: len(wanted)] == wanted and extra and not written_args(other) and all(
+                a.name in _FACTORY_OPTIONS and a.kwarg_only for a in extra):
+            return other
+    return None
+
+
+def _factory_options(op, target, sig_args, sig_kwargs, written) -> list:
+    """What a factory's out= form computes in: the out tensor's dtype (on the plan's
+    device, `meta` in signatures), as PyTorch's functional factories call the out= kernel
+    on a tensor of those options."""
+    if target is not _factory_counterpart(op):
+        return []
+    bound = dict(zip(_positional_names(op), sig_args))
+    bound.update(dict(sig_kwargs))
+    out = bound.get(written[0])
+    return [("dtype", out.dtype), ("device", torch.device("meta"))] if isinstance(out, TensorArg) else []
+
+
+def _with_schema_defaults(op, target, sig_args, sig_kwargs) -> tuple:
+    """`sig_kwargs` plus the op's defaults, by name, for the arguments of `target` (its
+    functional form) not given: the form may require one the op defaults
+    (`bernoulli_.float`'s p=0.5, required by `bernoulli.p`)."""
+    given = {k for k, _ in sig_kwargs} | set(_positional_names(op)[: len(sig_args)])
+    takes = {a.name for a in target._schema.arguments}
+    return tuple(sig_kwargs) + tuple(
+        (a.name, a.default_value) for a in op._schema.arguments
+        if a.name not in given and a.name in takes and a.has_default_value() and a.default_value is not None
+    )
 
 
 def _dense_order(size, stride) -> list[int] | None:
@@ -464,6 +514,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         target = _functional(op)
         if target is None or target not in LOWERINGS:
             raise Unlowerable(f"no lowered out-of-place form of {op}")
+        sig_kwargs = _with_schema_defaults(op, target, sig_args, sig_kwargs)
+        sig_kwargs += tuple(_factory_options(op, target, sig_args, sig_kwargs, written))
     elif op not in LOWERINGS:
         raise Unlowerable(f"no lowering registered for {op}")
     is_out = bool(written) and returning_writer is None and not op._schema.name.endswith("_")
