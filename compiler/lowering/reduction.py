@@ -25,6 +25,7 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
+    bitcast,
     broadcast_to,
     compare,
     convert,
@@ -205,6 +206,22 @@ for _op in (aten.all.default, aten.all.dim, aten.all.dims):
 def _count_nonzero(ctx: LoweringContext, x, dim=None):
     nonzero = convert(convert(x, torch.bool), torch.int64)
     return _finish(ctx, reduce_sum(nonzero, reduction_dims(dim, len(shape_of(x)))))
+
+
+# -- hash_tensor ---------------------------------------------------------------------------------
+@lowers(aten.hash_tensor.default, dynamic=Padding.MASKED)
+def _hash_tensor(ctx: LoweringContext, x, dim=(), *, keepdim=False, mode=0):
+    """torch.hash_tensor's xor_sum (mode 0, its only mode): each element widened to 64
+    bits as PyTorch's kernel does (floats to float64, integers sign-extended to int64,
+    bool to 0/1), its bits read as uint64, XOR-reduced over `dim` (every dim when empty)."""
+    if mode != 0:
+        raise ctx.fail(f"hash_tensor mode {mode} is not one PyTorch defines (0: xor_sum)")
+    if dtype(x).is_complex:
+        raise ctx.fail("hash_tensor of a complex tensor is not supported by PyTorch either")
+    wide = convert(x, torch.float64 if dtype(x).is_floating_point else torch.int64)
+    bits = bitcast(wide, torch.uint64)
+    dims = reduction_dims(dim, len(shape_of(x)))
+    return _finish(ctx, reduce_with(stablehlo.XorOp, bits, 0, dims))
 
 
 # -- amax, amin, max, min, aminmax -------------------------------------------------------------

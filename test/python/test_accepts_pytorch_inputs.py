@@ -71,6 +71,12 @@ INFERENCE_STATS = [
     ("native_batch_norm_eval", lambda x, w, b, m, v: aten.native_batch_norm(x, w, b, m, v, False, 0.1, 1e-5),
      lambda: (_g(2, 3, 4), _g(3), _g(3), _g(3), _g(3).abs() + 0.5)),
 ]
+# Ops that ran only through the fallback for want of a lowering.
+UNLOWERED = [
+    ("hash_tensor_float_all_dims", torch.hash_tensor, lambda: (_g(3, 4),)),
+    ("hash_tensor_int8_dim_keepdim", lambda x: torch.hash_tensor(x, 1, keepdim=True), lambda: (_g(3, 4, dtype=torch.int8),)),
+    ("hash_tensor_bool", torch.hash_tensor, lambda: (_g(5, dtype=torch.bool),)),
+]
 OUT_FORMS = [
     ("clamp_out_broadcast", lambda x, lo: torch.clamp(x, min=lo, out=torch.empty(3, 2, device=x.device)),
      lambda: (_g(3, 1), _g(1, 2))),
@@ -87,7 +93,7 @@ OUT_FORMS = [
     ("mvlgamma", lambda x: torch.mvlgamma(x, 3), lambda: (_g(4).abs() + 3,)),
 ]
 
-CASES = BROADCAST_BOUND + ZERO_DIM + EMPTY + PROMOTION + LAZY_BITS + INFERENCE_STATS + OUT_FORMS
+CASES = BROADCAST_BOUND + ZERO_DIM + EMPTY + PROMOTION + LAZY_BITS + INFERENCE_STATS + UNLOWERED + OUT_FORMS
 # Dynamo itself refuses an out= tensor of another size under fullgraph ("Shape mismatch
 # with out= tensor variant"): the resize is the eager device's to do.
 DEVICE_ONLY = {"clamp_out_resized_from_empty", "max_dim_out_resized", "arange_out_int64", "arange_out_float64"}

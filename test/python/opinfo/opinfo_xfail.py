@@ -26,7 +26,6 @@ FORWARD_XFAIL: dict[str, str] = {
     "exponential": RANDOM_OP,
     "geometric": RANDOM_OP,
     "grid_sampler_3d": "no lowering for aten.grid_sampler_3d.default",
-    "hash_tensor": "no lowering for aten.hash_tensor.default",
     "histogram": "no lowering for aten.histogram.bin_ct",
     "histogramdd": "no lowering for aten._histogramdd_bin_edges.default",
     "item": DYNAMO_WRAPPER,
