@@ -76,6 +76,8 @@ UNLOWERED = [
     ("hash_tensor_float_all_dims", torch.hash_tensor, lambda: (_g(3, 4),)),
     ("hash_tensor_int8_dim_keepdim", lambda x: torch.hash_tensor(x, 1, keepdim=True), lambda: (_g(3, 4, dtype=torch.int8),)),
     ("hash_tensor_bool", torch.hash_tensor, lambda: (_g(5, dtype=torch.bool),)),
+    # No meta kernel in PyTorch (the device plans it through FakeTensorMode, as torch.compile does).
+    ("geqrf_without_meta_kernel", torch.geqrf, lambda: (_g(2, 5, 3),)),
 ]
 OUT_FORMS = [
     ("clamp_out_broadcast", lambda x, lo: torch.clamp(x, min=lo, out=torch.empty(3, 2, device=x.device)),

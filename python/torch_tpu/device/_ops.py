@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 
 from torch_tpu.runtime.buffer import DeviceBuffer
 from torch_tpu.runtime.errors import DeviceOutOfMemoryError, UnsupportedDtypeError
@@ -213,6 +214,28 @@ def _meta(sig_leaf, numbers=None):
     return sig_leaf
 
 
+def _metadata_without_meta_kernel(target, meta_args, meta_kwargs):
+    """The result metadata of an op without a meta kernel (`geqrf` in PyTorch 2.13), as
+    torch.compile gets it: FakeTensorMode runs its CPU kernel on zero-filled stand-ins
+    of the argument sizes. Returned as meta tensors of the same sizes and strides."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def fake(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
+        return x
+
+    def meta(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+
+    with FakeTensorMode():
+        args, kwargs = pytree.tree_map(fake, (list(meta_args), dict(meta_kwargs)))
+        result = target(*args, **kwargs)
+    return pytree.tree_map(meta, result)
+
+
 def _metadata(val) -> list:
     vals = list(val) if isinstance(val, (tuple, list)) else [val]
     return [(v.shape, v.dtype, v.stride()) if isinstance(v, torch.Tensor) else type(v) for v in vals]
@@ -222,6 +245,8 @@ def _numbers_shape_result(target, f_args, f_kwargs, val) -> bool:
     """Whether the run-time numbers decide the result's metadata (arange's `end`): the
     plan's metadata came from stand-ins, so such an op must bake its numbers in. Checked
     by running the meta kernel again with other, distinct stand-ins."""
+    if not any(isinstance(leaf, ScalarArg) for leaf in pytree.tree_leaves((list(f_args), dict(f_kwargs)))):
+        return False  # no run-time numbers: nothing to decide
     numbers = iter(range(20, 1000, 7))
     try:
         other = target(*[_meta(a, numbers) for a in f_args], **{k: _meta(v, numbers) for k, v in f_kwargs.items()})
@@ -317,16 +342,22 @@ def _factory_options(op, target, sig_args, sig_kwargs, written) -> list:
     return [("dtype", out.dtype), ("device", torch.device("meta"))] if isinstance(out, TensorArg) else []
 
 
-def _with_schema_defaults(op, target, sig_args, sig_kwargs) -> tuple:
-    """`sig_kwargs` plus the op's defaults, by name, for the arguments of `target` (its
-    functional form) not given: the form may require one the op defaults
-    (`bernoulli_.float`'s p=0.5, required by `bernoulli.p`)."""
-    given = {k for k, _ in sig_kwargs} | set(_positional_names(op)[: len(sig_args)])
-    takes = {a.name for a in target._schema.arguments}
-    return tuple(sig_kwargs) + tuple(
-        (a.name, a.default_value) for a in op._schema.arguments
-        if a.name not in given and a.name in takes and a.has_default_value() and a.default_value is not None
-    )
+def _with_schema_defaults(op, target, sig_args, sig_kwargs) -> tuple[tuple, tuple]:
+    """(sig_args, sig_kwargs) with the op's defaults for the arguments not given that
+    `target` (its functional form) takes at the same place: its form may require one the
+    op defaults (`bernoulli_.float`'s p=0.5, required by `bernoulli.p`). Positional ones
+    stay positional (rules take their arguments by position), kwarg-only ones by name."""
+    given = {k for k, _ in sig_kwargs}
+    theirs = target._schema.arguments
+    args, kwargs = list(sig_args), list(sig_kwargs)
+    for i, a in enumerate(op._schema.arguments):
+        if i < len(sig_args) or a.name in given or not a.has_default_value() or a.default_value is None:
+            continue
+        if not a.kwarg_only and i == len(args) and i < len(theirs) and theirs[i].name == a.name:
+            args.append(a.default_value)
+        elif a.kwarg_only and any(t.name == a.name and t.kwarg_only for t in theirs):
+            kwargs.append((a.name, a.default_value))
+    return tuple(args), tuple(kwargs)
 
 
 def _dense_order(size, stride) -> list[int] | None:
@@ -514,7 +545,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         target = _functional(op)
         if target is None or target not in LOWERINGS:
             raise Unlowerable(f"no lowered out-of-place form of {op}")
-        sig_kwargs = _with_schema_defaults(op, target, sig_args, sig_kwargs)
+        sig_args, sig_kwargs = _with_schema_defaults(op, target, sig_args, sig_kwargs)
         sig_kwargs += tuple(_factory_options(op, target, sig_args, sig_kwargs, written))
     elif op not in LOWERINGS:
         raise Unlowerable(f"no lowering registered for {op}")
@@ -526,7 +557,10 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     metadata_of = METADATA_RULES.get(target, target)
     try:
         meta_args, meta_kwargs = [_meta(a) for a in f_args], {k: _meta(v) for k, v in f_kwargs.items()}
-        val = metadata_of(*meta_args, **meta_kwargs)
+        try:
+            val = metadata_of(*meta_args, **meta_kwargs)
+        except NotImplementedError:
+            val = _metadata_without_meta_kernel(metadata_of, meta_args, meta_kwargs)
     except Unlowerable:
         raise
     except Exception as err:  # noqa: BLE001 - data-dependent or meta-less: CPU runs it
