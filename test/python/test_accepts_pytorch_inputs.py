@@ -76,6 +76,10 @@ UNLOWERED = [
     ("hash_tensor_float_all_dims", torch.hash_tensor, lambda: (_g(3, 4),)),
     ("hash_tensor_int8_dim_keepdim", lambda x: torch.hash_tensor(x, 1, keepdim=True), lambda: (_g(3, 4, dtype=torch.int8),)),
     ("hash_tensor_bool", torch.hash_tensor, lambda: (_g(5, dtype=torch.bool),)),
+    ("mode_ties_smallest_value_last_index", lambda x: torch.mode(x, 1),
+     lambda: (torch.tensor([[1.0, 2.0, 2.0, 1.0, 3.0], [5.0, 5.0, 4.0, 4.0, 4.0]]),)),
+    ("mode_int_dim0_keepdim", lambda x: torch.mode(x, 0, keepdim=True), lambda: (_g(6, 3, dtype=torch.int64) % 3,)),
+    ("mode_zero_dim", torch.mode, lambda: (_g(),)),
     # No meta kernel in PyTorch (the device plans it through FakeTensorMode, as torch.compile does).
     ("geqrf_without_meta_kernel", torch.geqrf, lambda: (_g(2, 5, 3),)),
 ]

@@ -64,7 +64,6 @@ _LSTSQ = ("linalg_lstsq's out= form: its functional form returns sizes that depe
           "the rank (data-dependent), so it has no lowering; the CPU runs it")
 
 CPU_FALLBACK: dict[str, str] = {
-    "mode": _NO_LOWERING.format("aten.mode"),
     "histogram": _NO_LOWERING.format("aten.histogram (bin_ct, bins_tensor)"),
     "histogramdd": _NO_LOWERING.format("aten._histogramdd_bin_edges / _histogramdd_from_bin_cts"),
     "grid_sampler_3d": _NO_LOWERING.format("aten.grid_sampler_3d"),

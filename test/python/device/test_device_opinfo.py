@@ -69,6 +69,9 @@ DEVICE_STREAM = {
     # offsets (`torch.rand` on the input's device), multi-head attention its dropout mask in
     # the training samples. With given offsets / no dropout they equal CPU (test_device_random).
     "nn.functional.fractional_max_pool3d", "nn.functional.multi_head_attention_forward",
+    # Its mask comes from `bernoulli_(p)` on the device (it ran on CPU's generator while
+    # bernoulli_'s default p kept it off the device).
+    "nn.functional.feature_alpha_dropout.with_train",
 }
 
 
