@@ -146,3 +146,26 @@ def test_device_inplace_form_gets_the_defaults_its_functional_form_requires():
     x.bernoulli_()
     values = x.cpu()
     assert set(values.unique().tolist()) <= {0.0, 1.0} and 0 < values.sum() < 64
+
+
+@pytest.mark.parametrize("fn, op, hint", [
+    (torch.unique, "aten._unique2", "torch.compiler.disable"),
+    (torch.unique_consecutive, "aten.unique_consecutive", "torch.compiler.disable"),
+    (torch.nonzero, "aten.nonzero", "nonzero_static"),
+], ids=["unique", "unique_consecutive", "nonzero"])
+def test_compiled_data_dependent_op_is_refused_by_name(fn, op, hint):
+    """What cannot be lowered (a result shape that depends on the values) is, under
+    STRICT, an error naming the op, the reason, the user's line and what to do."""
+    import torch._dynamo.config as dynamo_config
+
+    from torch_tpu._errors import TorchTpuCompileError
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: fn(x), backend="tpu", fullgraph=True)
+    with dynamo_config.patch(capture_dynamic_output_shape_ops=True), pytest.raises(Exception) as caught:
+        compiled(torch.tensor([1.0, 2.0, 2.0, 0.0]))
+    err = getattr(caught.value, "inner_exception", caught.value)  # Dynamo's BackendCompilerFailed wraps ours
+    assert isinstance(err, TorchTpuCompileError), caught.value
+    message = str(err)
+    assert op in message and "data-dependent" in message and hint in message
+    assert f"{__file__}:" in message  # the user's source line

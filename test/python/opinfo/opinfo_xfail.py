@@ -75,8 +75,8 @@ FORWARD_XFAIL: dict[str, str] = {
     "tensor_split": DATA_DEPENDENT,
     "to_sparse": SPARSE,
     "uniform": RANDOM_OP,
-    "unique": "no lowering for aten._unique2.default",
-    "unique_consecutive": "no lowering for aten.unique_consecutive.default",
+    "unique": DATA_DEPENDENT,
+    "unique_consecutive": DATA_DEPENDENT,
 }
 
 BACKWARD_XFAIL: dict[str, str] = {
