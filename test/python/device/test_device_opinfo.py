@@ -14,7 +14,9 @@ may run a `-k` subset).
 the CPU fails it (issue #30: 30 entries passed only through that fallback). The entries
 that still need the CPU are listed in device_opinfo_xfail.CPU_FALLBACK, each with its
 reason; they run without STRICT, as users get them, and must still fall back: an entry
-that starts to run on the device fails until it is removed from the list.
+that starts to run on the device fails until it is removed from the list. Measured
+2026-12-04 (`-k "test_device_op and not fused"`): 663 passed, 14 xfailed in 512 s on the
+loaded 2-core machine, 14 of the passing entries through CPU_FALLBACK.
 
 FUSED mode (issue 14): `test_device_op_fused` runs the entries of FUSED_SUBSET with the
 ops recorded and run as one program at the `.to("cpu")` flush; with
