@@ -337,13 +337,14 @@ def _where(ctx, cond, a, b):
 
 @lowers(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(ctx, x, min=None, max=None):
+    # PyTorch broadcasts the bounds with the input (`clamp(x[5, 1], min=b[1, 5])` is
+    # [5, 5]) and promotes all three: the result takes the common shape, not x's.
     out = ctx.result_dtype()
-    result = convert(x, out)
-    shape = shape_of(result)
+    result, *bounds = promote(x, *(b for b in (min, max) if b is not None), to=out)
     if min is not None:
-        result = stablehlo.MaxOp(result, coerce(min, out, shape)).result
+        result = stablehlo.MaxOp(result, bounds.pop(0)).result
     if max is not None:
-        result = stablehlo.MinOp(result, coerce(max, out, shape)).result
+        result = stablehlo.MinOp(result, bounds.pop(0)).result
     return result
 
 

@@ -798,6 +798,16 @@ def _bincount(ctx, self, weights=None, minlength=0):
     raise ctx.fail("bincount is not supported: its output size is max(input) + 1, " + _DATA_DEPENDENT)
 
 
+@lowers(aten._unique2.default, aten._unique.default, aten.unique_dim.default, aten.unique_consecutive.default,
+        aten.unique_dim_consecutive.default, dynamic=Padding.INDEX)
+def _unique(ctx, self, *args, **kwargs):
+    raise ctx.fail(
+        "unique is not supported: its output size is the number of distinct values, " + _DATA_DEPENDENT
+        + " (call it outside the compiled function, e.g. under torch.compiler.disable, or keep a "
+        "fixed-size form: torch.sort(x) and a mask of the positions where the sorted value changes)"
+    )
+
+
 @lowers(aten._local_scalar_dense.default, dynamic=Padding.INDEX)
 def _local_scalar_dense(ctx, self):
     raise ctx.fail(

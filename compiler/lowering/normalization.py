@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from ..context import ir, stablehlo
-from .helpers import broadcast_to, convert, dtype, full, reshape, shape_of
+from .helpers import broadcast_shapes, broadcast_to, convert, dtype, full, reshape, shape_of
 from .opmath import opmath_dtype
 from .reduction import reduce_sum, variance
 from .padded import (
@@ -47,14 +47,13 @@ def _sub_bcast(a: ir.Value, b: ir.Value) -> ir.Value:
 
 
 def _same(a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """Broadcasts the lower-rank or size-1 operand to the other's shape (same rank or a
-    trailing-aligned lower rank)."""
+    """Both operands broadcast to their common shape, by PyTorch's rule: a size-1 dim
+    takes the other's size, 0 included (an empty batch's [0, 1] statistics against its
+    [0, C] input stay empty; the larger of the two sizes would make it [1, C])."""
     sa, sb = shape_of(a), shape_of(b)
     if sa == sb:
         return a, b
-    shape = [
-        max(x, y) for x, y in zip([1] * (len(sb) - len(sa)) + sa, [1] * (len(sa) - len(sb)) + sb)
-    ]
+    shape = broadcast_shapes(sa, sb)
     return broadcast_to(a, shape), broadcast_to(b, shape)
 
 

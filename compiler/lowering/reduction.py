@@ -25,6 +25,7 @@ import torch
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import (
+    bitcast,
     broadcast_to,
     compare,
     convert,
@@ -215,6 +216,22 @@ def _count_nonzero(ctx: LoweringContext, x, dim=None):
     return _finish(ctx, reduce_sum(nonzero, reduction_dims(dim, len(shape_of(x)))))
 
 
+# -- hash_tensor ---------------------------------------------------------------------------------
+@lowers(aten.hash_tensor.default, dynamic=Padding.MASKED)
+def _hash_tensor(ctx: LoweringContext, x, dim=(), *, keepdim=False, mode=0):
+    """torch.hash_tensor's xor_sum (mode 0, its only mode): each element widened to 64
+    bits as PyTorch's kernel does (floats to float64, integers sign-extended to int64,
+    bool to 0/1), its bits read as uint64, XOR-reduced over `dim` (every dim when empty)."""
+    if mode != 0:
+        raise ctx.fail(f"hash_tensor mode {mode} is not one PyTorch defines (0: xor_sum)")
+    if dtype(x).is_complex:
+        raise ctx.fail("hash_tensor of a complex tensor is not supported by PyTorch either")
+    wide = convert(x, torch.float64 if dtype(x).is_floating_point else torch.int64)
+    bits = bitcast(wide, torch.uint64)
+    dims = reduction_dims(dim, len(shape_of(x)))
+    return _finish(ctx, reduce_with(stablehlo.XorOp, bits, 0, dims))
+
+
 # -- amax, amin, max, min, aminmax -------------------------------------------------------------
 def _extreme(x: ir.Value, dims: Sequence[int], largest: bool) -> ir.Value:
     if dtype(x) is torch.bool:  # max/min of i1 as or/and
@@ -354,6 +371,48 @@ lowers(aten.max.dim, dynamic=Padding.INDEX, dynamic_rule=_arg_reduce_padded(True
 lowers(aten.min.dim, dynamic=Padding.INDEX, dynamic_rule=_arg_reduce_padded(False, True))(
     partial(_max_min_dim, False)
 )
+
+
+# -- mode ------------------------------------------------------------------------------------
+@lowers(aten.mode.default, dynamic=Padding.INDEX)
+def _mode(ctx: LoweringContext, x, dim=-1, keepdim=False):
+    """torch.mode as CPU eager gives it: the value occurring most often along `dim`, the
+    smallest such value on a tie (NaNs count as equal and sort last), and the index of its
+    last occurrence. Counts come from comparing every pair of a row (an [..., n, n]
+    intermediate): exact, quadratic in the size of `dim`."""
+    rank = len(shape_of(x))
+    if rank == 0:
+        return x, full(0, torch.int64, [])
+    d = normalize_dim(dim, rank)
+    order = [i for i in range(rank) if i != d] + [d]
+    moved = stablehlo.TransposeOp(x, ir.DenseI64ArrayAttr.get(order)).result if order != list(range(rank)) else x
+    work = convert(moved, torch.uint8) if dtype(x) is torch.bool else moved
+    shape = shape_of(work)
+    n = shape[-1]
+    pair = shape + [n]
+    rows = broadcast_to(reshape(work, shape + [1]), pair)  # [..., i, j] = x_i
+    cols = broadcast_to(reshape(work, shape[:-1] + [1, n]), pair)  # [..., i, j] = x_j
+    floating = dtype(work).is_floating_point
+    same = compare(rows, cols, "EQ")
+    if floating:
+        same = stablehlo.OrOp(same, stablehlo.AndOp(_is_nan(rows), _is_nan(cols)).result).result
+    counts = reduce_sum(convert(same, torch.int64), [len(pair) - 1])  # [..., n]
+    best = reduce_with(stablehlo.MaxOp, counts, 0, [len(shape) - 1])
+    candidate = compare(counts, broadcast_to(reshape(best, shape[:-1] + [1]), shape), "EQ")
+    number = stablehlo.AndOp(candidate, stablehlo.NotOp(_is_nan(work)).result).result if floating else candidate
+    lowest = reduce_with(stablehlo.MinOp, select(number, work, full(max_value(dtype(work)), dtype(work), shape)),
+                         max_value(dtype(work)), [len(shape) - 1])
+    if floating:  # every candidate is NaN: the mode is NaN
+        some_number = reduce_with(stablehlo.OrOp, number, False, [len(shape) - 1])
+        lowest = select(some_number, lowest, full(math.nan, dtype(work), shape_of(lowest)))
+    target = broadcast_to(reshape(lowest, shape[:-1] + [1]), shape)
+    at = compare(work, target, "EQ")
+    if floating:
+        at = stablehlo.OrOp(at, stablehlo.AndOp(_is_nan(work), _is_nan(target)).result).result
+    positions = stablehlo.IotaOp(tensor_type(shape, torch.int64), len(shape) - 1).result
+    index = reduce_with(stablehlo.MaxOp, select(at, positions, full(-1, torch.int64, shape)), -1, [len(shape) - 1])
+    return (reshape(convert(lowest, ctx.result_dtype(0)), ctx.result_shape(0)),
+            reshape(index, ctx.result_shape(1)))
 
 
 # -- var, std -------------------------------------------------------------------------------

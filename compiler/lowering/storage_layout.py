@@ -330,3 +330,15 @@ def write_view(storage: ir.Value, value: ir.Value, view: StorageView) -> ir.Valu
     if covered < view.storage_numel:
         written = hlo.concatenate([written, hlo.slice_in_dim(storage, 0, covered, view.storage_numel)], 0)
     return written
+
+
+def apply_lazy_bits(value: ir.Value, *, conj: bool, neg: bool) -> ir.Value:
+    """The value PyTorch means by a view of `value`'s storage carrying its lazy negation
+    (`x.neg()` of a conjugate view) and conjugation (`x.conj()`) bits: the storage holds the
+    plain values, the bits apply on read."""
+    if neg:
+        value = stablehlo.NegOp(value).result
+    if conj:
+        real, imag = stablehlo.RealOp(value).result, stablehlo.ImagOp(value).result
+        value = stablehlo.ComplexOp(real, stablehlo.NegOp(imag).result).result
+    return value

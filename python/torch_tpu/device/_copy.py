@@ -1,6 +1,7 @@
 """Moving values between CPU and tpu tensors: `copy_` (both directions, one
 PrivateUse1 kernel: PyTorch dispatches a copy with any tpu argument here), `_to_copy`
-(which receives the CPU tensor of `.to("tpu")`), `_local_scalar_dense` (`.item()`).
+(which receives the CPU tensor of `.to("tpu")`), `_local_scalar_dense` (`.item()`) and
+`equal` (a comparison on the device whose one boolean is read like `.item()`).
 
 `non_blocking=True`: host -> device copies never wait for the device (the source is read
 during the call, so changing it afterwards is safe; the transfer and the write are
@@ -107,6 +108,15 @@ def _copy_from_and_resize(self, dst):
 
 def _local_scalar_dense(self):
     return to_host(self).item()
+
+
+def equal(self, other) -> bool:
+    """torch.equal: the comparison runs on the device; only its one boolean crosses to the
+    host, as `.item()` does. Sizes must match exactly (no broadcasting); the dtypes promote
+    and NaN equals nothing, as on CPU."""
+    if self.shape != other.shape:
+        return False
+    return bool(_local_scalar_dense(torch.eq(self, other).all()))
 
 
 def resize_(self, size, memory_format=None):

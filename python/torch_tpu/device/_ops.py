@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 
 from torch_tpu.runtime.buffer import DeviceBuffer
 from torch_tpu.runtime.errors import DeviceOutOfMemoryError, UnsupportedDtypeError
@@ -43,6 +44,15 @@ from ._storage import buffer_of, contiguous_stride
 
 class Unlowerable(Exception):
     """The op cannot run through the lowering table (the CPU fallback runs it)."""
+
+
+class ResizeOutputs(Exception):
+    """An out= argument's size differs from the result's: PyTorch resizes it first
+    (`at::native::resize_output`), then the op writes it. Carries {name: new size}."""
+
+    def __init__(self, sizes: dict[str, tuple[int, ...]]):
+        super().__init__(sizes)
+        self.sizes = sizes
 
 
 class OverlappingWrite(Unlowerable):
@@ -61,6 +71,10 @@ class TensorArg:
     storage_dtype: torch.dtype
     storage_numel: int
     host: bool = False  # a 0-d CPU tensor (a run-time operand of its own)
+    # PyTorch's lazy conjugation / negation bits (`x.conj()`, `x.conj().imag`): the storage
+    # holds the plain values and the module applies the bit after reading the view.
+    conj: bool = False
+    neg: bool = False
     storage_shape: tuple[int, ...] | None = None  # the storage buffer's shape (None: flat)
 
     @property
@@ -73,8 +87,9 @@ class TensorArg:
         """Whether the tensor is its storage's buffer as it is (`_storage.layout_passes_as_is`)."""
         from ._storage import layout_passes_as_is
 
-        return not self.host and layout_passes_as_is(self.dtype, self.size, self.stride, self.offset,
-                                                     self.storage_dtype, self.stored_shape)
+        return (not self.host and not self.conj and not self.neg
+                and layout_passes_as_is(self.dtype, self.size, self.stride, self.offset, self.storage_dtype,
+                                        self.stored_shape))
 
 
 @dataclass(frozen=True)
@@ -108,16 +123,17 @@ def describe(op, args, kwargs, index_box: list, bake: bool):
     run-time scalars replaced by their descriptions) and the runtime operands in order."""
     names = _positional_names(op)
     scalars = frozenset() if bake else _scalar_names(op)
+    written = _written(op)
     operands: list[Any] = []
 
     def leaf(value, top_name: str | None):
         if isinstance(value, torch.Tensor):
             if value.device.type == "tpu":
-                if value.is_conj() or value.is_neg():
-                    # Lazy conjugation/negation bits are not in the storage: the module
-                    # would read the plain values. PyTorch resolves them for most ops;
-                    # the rest (copies) take the host path, which applies them.
-                    raise Unlowerable("an argument with a lazy conjugation or negation bit")
+                conj, neg = value.is_conj(), value.is_neg()
+                if (conj or neg) and top_name in written:
+                    # Writing through a lazy bit stores the inverse of the value: the
+                    # host path (PyTorch's CPU kernel on the host copy) applies it.
+                    raise Unlowerable("it writes an argument with a lazy conjugation or negation bit")
                 entry = entry_of(value)
                 index = entry.device_index
                 if index_box[0] is None:
@@ -126,7 +142,7 @@ def describe(op, args, kwargs, index_box: list, bake: bool):
                     raise _mismatch(f"tpu:{index_box[0]}", f"tpu:{index}")
                 operands.append(entry)
                 return TensorArg(value.dtype, tuple(value.shape), tuple(value.stride()), value.storage_offset(),
-                                 entry.dtype, entry.numel, storage_shape=entry.shape)
+                                 entry.dtype, entry.numel, storage_shape=entry.shape, conj=conj, neg=neg)
             if value.dim() == 0 and value.device.type == "cpu":
                 # A 0-d CPU tensor mixes with device tensors, as on CUDA: a run-time operand.
                 operands.append(value)
@@ -217,6 +233,28 @@ def _meta(sig_leaf, numbers=None):
     return sig_leaf
 
 
+def _metadata_without_meta_kernel(target, meta_args, meta_kwargs):
+    """The result metadata of an op without a meta kernel (`geqrf` in PyTorch 2.13), as
+    torch.compile gets it: FakeTensorMode runs its CPU kernel on zero-filled stand-ins
+    of the argument sizes. Returned as meta tensors of the same sizes and strides."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def fake(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
+        return x
+
+    def meta(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+
+    with FakeTensorMode():
+        args, kwargs = pytree.tree_map(fake, (list(meta_args), dict(meta_kwargs)))
+        result = target(*args, **kwargs)
+    return pytree.tree_map(meta, result)
+
+
 def _metadata(val) -> list:
     vals = list(val) if isinstance(val, (tuple, list)) else [val]
     return [(v.shape, v.dtype, v.stride()) if isinstance(v, torch.Tensor) else type(v) for v in vals]
@@ -226,6 +264,8 @@ def _numbers_shape_result(target, f_args, f_kwargs, val) -> bool:
     """Whether the run-time numbers decide the result's metadata (arange's `end`): the
     plan's metadata came from stand-ins, so such an op must bake its numbers in. Checked
     by running the meta kernel again with other, distinct stand-ins."""
+    if not any(isinstance(leaf, ScalarArg) for leaf in pytree.tree_leaves((list(f_args), dict(f_kwargs)))):
+        return False  # no run-time numbers: nothing to decide
     numbers = iter(range(20, 1000, 7))
     try:
         other = target(*[_meta(a, numbers) for a in f_args], **{k: _meta(v, numbers) for k, v in f_kwargs.items()})
@@ -242,10 +282,101 @@ def _written(op) -> list[str]:
     return [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
 
 
+def _check_out_sizes(op, sig_args, sig_kwargs, written, val) -> None:
+    """Raises ResizeOutputs when an out= argument must be resized to hold the result."""
+    names = _positional_names(op)
+    bound = dict(zip(names, sig_args))
+    bound.update(dict(sig_kwargs))
+    vals = list(val) if isinstance(val, (tuple, list)) else [val]
+    sizes = {}
+    for name, result in zip(written, vals):
+        arg = bound.get(name)
+        if isinstance(arg, TensorArg) and isinstance(result, torch.Tensor) and arg.size != tuple(result.shape):
+            sizes[name] = tuple(int(s) for s in result.shape)
+    if sizes:
+        raise ResizeOutputs(sizes)
+
+
+def _resize_outputs(op, args, kwargs, sizes: dict[str, tuple[int, ...]]) -> None:
+    """PyTorch's `resize_output`: an out= tensor of another size takes the result's size
+    (with PyTorch's warning when it held elements), on the device."""
+    import warnings
+
+    bound = dict(zip(_positional_names(op), args))
+    bound.update(kwargs)
+    for name, size in sizes.items():
+        out = bound[name]
+        if out.numel() != 0:
+            warnings.warn(
+                f"An output with one or more elements was resized since it had shape {list(out.shape)}, which "
+                f"does not match the required output shape {list(size)}. This behavior is deprecated, and in a "
+                "future PyTorch release outputs will not be resized unless they have zero elements. You can "
+                "explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+                UserWarning, stacklevel=4,
+            )
+        out.resize_(size)
+
+
+# Options of a factory's functional form that its out= form takes from the out tensor.
+_FACTORY_OPTIONS = ("dtype", "layout", "device", "pin_memory")
+
+
 def _functional(op):
     from torch_tpu.compiler.importer.mutation import functional_counterpart
 
-    return functional_counterpart(op)
+    return functional_counterpart(op) or _factory_counterpart(op)
+
+
+@functools.lru_cache(maxsize=None)
+def _factory_counterpart(op):
+    """A factory's functional overload for its out= form (`arange.start_out` ->
+    `arange.start_step`): the same arguments plus the factory options, which the out
+    tensor decides (`_factory_options`). None for other ops."""
+    from torch_tpu.compiler.importer.mutation import written_args
+
+    written = _written(op)
+    if not written or op._schema.name.endswith("_"):
+        return None
+    wanted = [(a.name, str(a.type)) for a in op._schema.arguments if a.name not in written]
+    packet = getattr(torch.ops.aten, op._schema.name.split("::", 1)[-1], None)
+    for candidate in (packet.overloads() if packet is not None else ()):
+        other = getattr(packet, candidate)
+        args = [(a.name, str(a.type)) for a in other._schema.arguments]
+        extra = [a for a in other._schema.arguments[len(wanted):]]
+        if args[: len(wanted)] == wanted and extra and not written_args(other) and all(
+                a.name in _FACTORY_OPTIONS and a.kwarg_only for a in extra):
+            return other
+    return None
+
+
+def _factory_options(op, target, sig_args, sig_kwargs, written) -> list:
+    """What a factory's out= form computes in: the out tensor's dtype (on the plan's
+    device, `meta` in signatures), as PyTorch's functional factories call the out= kernel
+    on a tensor of those options."""
+    if target is not _factory_counterpart(op):
+        return []
+    bound = dict(zip(_positional_names(op), sig_args))
+    bound.update(dict(sig_kwargs))
+    out = bound.get(written[0])
+    return [("dtype", out.dtype), ("device", torch.device("meta"))] if isinstance(out, TensorArg) else []
+
+
+def _with_schema_defaults(op, target, sig_args, sig_kwargs) -> tuple[tuple, tuple]:
+    """(sig_args, sig_kwargs) with the op's defaults for the arguments not given that
+    `target` (its functional form) takes at the same place: its form may require one the
+    op defaults (`bernoulli_.float`'s p=0.5, required by `bernoulli.p`). Positional ones
+    stay positional (rules take their arguments by position), kwarg-only ones by name."""
+    given = {k for k, _ in sig_kwargs}
+    theirs = target._schema.arguments
+    args, kwargs = list(sig_args), list(sig_kwargs)
+    for i, a in enumerate(op._schema.arguments):
+        if i < len(sig_args) or a.name in given or not a.has_default_value() or a.default_value is None:
+            continue
+        if not a.kwarg_only and i == len(args) and i < len(theirs) and theirs[i].name == a.name:
+            args.append(a.default_value)
+        elif a.kwarg_only and any(t.name == a.name and t.kwarg_only for t in theirs):
+            kwargs.append((a.name, a.default_value))
+    return tuple(args), tuple(kwargs)
 
 
 def _storage_view(arg: TensorArg):
@@ -255,6 +386,13 @@ def _storage_view(arg: TensorArg):
     from torch_tpu.compiler.lowering.storage_layout import StorageView
 
     return StorageView(arg.dtype, arg.size, arg.stride, arg.offset, arg.storage_dtype, arg.storage_numel)
+
+
+def _apply_lazy_bits(value, arg: TensorArg):
+    """The value PyTorch means by a view with a lazy negation / conjugation bit."""
+    from torch_tpu.compiler.lowering.storage_layout import apply_lazy_bits
+
+    return apply_lazy_bits(value, conj=arg.conj, neg=arg.neg)
 
 
 def _read_view(storage, arg: TensorArg):
@@ -309,6 +447,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     returning_writer = None
     if written or op in _FUNCTIONAL_VARIANTS:
         returning_writer = _returning_writer(op, sig_args, sig_kwargs)
+        if returning_writer is None and op in _FUNCTIONAL_VARIANTS:
+            written = []  # batch norm normalizing with its running stats reads them only
     if returning_writer is not None:
         # Writes some arguments and returns new tensors (batch norm's running stats): its
         # functional variant returns the op's results, then the written arguments' values.
@@ -323,6 +463,8 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         target = _functional(op)
         if target is None or target not in LOWERINGS:
             raise Unlowerable(f"no lowered out-of-place form of {op}")
+        sig_args, sig_kwargs = _with_schema_defaults(op, target, sig_args, sig_kwargs)
+        sig_kwargs += tuple(_factory_options(op, target, sig_args, sig_kwargs, written))
     elif op not in LOWERINGS:
         raise Unlowerable(f"no lowering registered for {op}")
     is_out = bool(written) and returning_writer is None and not op._schema.name.endswith("_")
@@ -333,13 +475,18 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     metadata_of = METADATA_RULES.get(target, target)
     try:
         meta_args, meta_kwargs = [_meta(a) for a in f_args], {k: _meta(v) for k, v in f_kwargs.items()}
-        val = metadata_of(*meta_args, **meta_kwargs)
+        try:
+            val = metadata_of(*meta_args, **meta_kwargs)
+        except NotImplementedError:
+            val = _metadata_without_meta_kernel(metadata_of, meta_args, meta_kwargs)
     except Unlowerable:
         raise
     except Exception as err:  # noqa: BLE001 - data-dependent or meta-less: CPU runs it
         raise Unlowerable(f"no metadata: {type(err).__name__}: {err}") from None
     if not bake and _numbers_shape_result(metadata_of, f_args, f_kwargs, val):
         raise Unlowerable("its result's metadata depends on the values of its numbers")
+    if is_out:
+        _check_out_sizes(op, sig_args, sig_kwargs, written, val)
 
     # Positions in `operands` of each tensor / scalar leaf, in describe()'s order.
     flat_sig: list = []
@@ -392,7 +539,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         def rebuild(x):
             if isinstance(x, TensorArg):
                 k = next(it)
-                return block_args[k] if x.host else read_stored(block_args[k], x)
+                return block_args[k] if x.host else _apply_lazy_bits(read_stored(block_args[k], x), x)
             if isinstance(x, ScalarArg):
                 return block_args[next(it)]
             if isinstance(x, tuple):
@@ -705,6 +852,12 @@ def _plan_for(op, args, kwargs):
             plan = _build_plan(op, sig, operands, index, baked)
         except OverlappingWrite:
             raise  # not remembered as FALLBACK: that would lose the reason (the CPU kernel decides)
+        except ResizeOutputs as resize:
+            # Not remembered: the signature holds the out= sizes before the resize. The
+            # caller must not remember the plan under that signature either.
+            _resize_outputs(op, args, kwargs, resize.sizes)
+            plan, operands, index, _ = _plan_for(op, args, kwargs)
+            return plan, operands, index, False
         except Unlowerable:
             if baked or not any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in operands):
                 _PLANS[key] = FALLBACK

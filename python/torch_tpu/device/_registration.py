@@ -3,7 +3,7 @@ the `torch.tpu` module, hooks, a device guard, and the kernels:
 
 * view kernels (`view`, `as_strided`, `set_`, ...) are PyTorch's CPU kernels run over
   our non-owning storages: they only touch metadata, so aliasing is PyTorch's own;
-* allocation, copies and `.item()` (`_copy.py`);
+* allocation, copies and host reads, `.item()` and `torch.equal` (`_copy.py`);
 * every overload of the lowering table, and their in-place / out= forms (`_ops.py`);
 * a boxed fallback for every other op: its decomposition when the compiler's table
   has one, else `_ops.py` when a functional form is lowered, else the CPU (`_fallback.py`).
@@ -161,6 +161,7 @@ def register() -> None:
             aten._to_copy.default: _copy._to_copy,
             aten._copy_from_and_resize.default: _copy._copy_from_and_resize,
             aten._local_scalar_dense.default: _copy._local_scalar_dense,
+            aten.equal.default: _copy.equal,
             aten.resize_.default: _copy.resize_,
         }
         for op, kernel in own.items():

@@ -351,12 +351,13 @@ def test_data_dependent_shapes(monkeypatch):
 
 
 def test_unlowered_op_falls_back_and_strict_names_op_and_line(monkeypatch, caplog):
-    c = torch.tensor([[1.0, 2.0, 2.0], [3.0, 3.0, 1.0]])
-    values, indices = torch.mode(c.to("tpu"))
-    torch.testing.assert_close(values.cpu(), torch.mode(c).values)
+    # segment_reduce has no lowering (aten.mode was the example until it got one).
+    c, lengths = torch.tensor([1.0, 2.0, 2.0, 3.0, 3.0, 1.0]), torch.tensor([2, 4])
+    summed = torch.segment_reduce(c.to("tpu"), "sum", lengths=lengths.to("tpu"))
+    torch.testing.assert_close(summed.cpu(), torch.segment_reduce(c, "sum", lengths=lengths))
     monkeypatch.setenv("TORCH_TPU_STRICT", "1")
-    with pytest.raises(RuntimeError, match=r"aten.mode.default at .*test_device_basics.py:\d+ .*TORCH_TPU_STRICT=1"):
-        torch.mode(c.to("tpu"))
+    with pytest.raises(RuntimeError, match=r"aten.segment_reduce.default at .*test_device_basics.py:\d+ .*TORCH_TPU_STRICT=1"):
+        torch.segment_reduce(c.to("tpu"), "sum", lengths=lengths.to("tpu"))
 
 
 def test_second_process_compiles_nothing(tmp_path):

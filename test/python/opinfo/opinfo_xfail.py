@@ -26,7 +26,6 @@ FORWARD_XFAIL: dict[str, str] = {
     "exponential": RANDOM_OP,
     "geometric": RANDOM_OP,
     "grid_sampler_3d": "no lowering for aten.grid_sampler_3d.default",
-    "hash_tensor": "no lowering for aten.hash_tensor.default",
     "histogram": "no lowering for aten.histogram.bin_ct",
     "histogramdd": "no lowering for aten._histogramdd_bin_edges.default",
     "item": DYNAMO_WRAPPER,
@@ -43,7 +42,6 @@ FORWARD_XFAIL: dict[str, str] = {
     "log_normal": RANDOM_OP,
     "masked_select": DATA_DEPENDENT,
     "matrix_exp": "the batched sample is ill-conditioned: eager is further from a float64 reference than we are, beyond the float32 tolerance",
-    "mode": "no lowering for aten.mode.default",
     "multinomial": RANDOM_OP,
     "narrow": DATA_DEPENDENT,
     "nn.functional.alpha_dropout": RANDOM_OP,
@@ -77,8 +75,8 @@ FORWARD_XFAIL: dict[str, str] = {
     "tensor_split": DATA_DEPENDENT,
     "to_sparse": SPARSE,
     "uniform": RANDOM_OP,
-    "unique": "no lowering for aten._unique2.default",
-    "unique_consecutive": "no lowering for aten.unique_consecutive.default",
+    "unique": DATA_DEPENDENT,
+    "unique_consecutive": DATA_DEPENDENT,
 }
 
 BACKWARD_XFAIL: dict[str, str] = {
@@ -100,7 +98,6 @@ BACKWARD_XFAIL: dict[str, str] = {
     "logcumsumexp": "numerical mismatch beyond OpInfo's float32 tolerance (greatest absolute difference 0.004598140716552734)",
     "masked_select": DATA_DEPENDENT,
     "matrix_exp": "the batched sample is ill-conditioned: eager is further from a float64 reference than we are, beyond the float32 tolerance",
-    "mode": "no lowering for aten.mode.default",
     "nn.functional.alpha_dropout": RANDOM_OP,
     "nn.functional.ctc_loss": DATA_DEPENDENT,
     "nn.functional.dropout": RANDOM_OP,
