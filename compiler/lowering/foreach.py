@@ -163,15 +163,21 @@ for _name in ("addcmul", "addcdiv"):
     ELEMENTWISE[_packet.Scalar] = ForeachRule(_element)
     ELEMENTWISE[_packet.ScalarList] = ForeachRule(_element)
     ELEMENTWISE[_packet.Tensor] = ForeachRule(_element, per_element=frozenset({"scalars"}))
-for _name in ("sqrt", "neg", "reciprocal", "abs", "exp", "log", "sign", "sigmoid", "tanh"):
+UNARY = (
+    "abs", "acos", "asin", "atan", "ceil", "clone", "cos", "cosh", "erf", "erfc", "exp", "expm1",
+    "floor", "frac", "lgamma", "log", "log10", "log1p", "log2", "neg", "reciprocal", "round",
+    "rsqrt", "sigmoid", "sign", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
+)
+for _name in UNARY:
     ELEMENTWISE[getattr(aten, f"_foreach_{_name}").default] = ForeachRule(getattr(aten, _name).default)
 
 for _op, _rule in ELEMENTWISE.items():
     _register(_op, _rule, Padding.SAFE)
 
-# clip_grad_norm_'s per-tensor norms: a reduction of each tensor.
+# Reductions of each whole tensor (clip_grad_norm_'s per-tensor norms).
 _register(
     aten._foreach_norm.Scalar,
     ForeachRule(aten.linalg_vector_norm.default, names=("self", "ord", "dtype")),
     Padding.MASKED,
 )
+_register(aten._foreach_max.default, ForeachRule(aten.max.default), Padding.MASKED)
