@@ -20,12 +20,13 @@ def op_id(op) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
-def float32_ops():
-    """OpInfo's entries (`op_db` and the `_foreach_*` lists, whose samples are lists of
-    tensors: `as_function` makes each tensor a graph input) that support float32 on CPU."""
+def float32_ops(foreach: bool = False):
+    """OpInfo's entries that support float32 on CPU: `op_db`'s, and with `foreach` those of
+    the `_foreach_*` lists too (their samples are lists of tensors: `as_function` makes
+    each tensor a graph input)."""
     from torch.testing._internal import common_methods_invocations as opinfo
 
-    foreach_ops = [op for name in FOREACH_DBS for op in getattr(opinfo, name)]
+    foreach_ops = [op for name in FOREACH_DBS for op in getattr(opinfo, name)] if foreach else []
     return [op for op in [*opinfo.op_db, *foreach_ops] if torch.float32 in op.supported_dtypes("cpu")]
 
 
