@@ -12,7 +12,12 @@ is shared by every element (`_foreach_add.Tensor`'s `other` broadcasts against e
 tensor), except the `Tensor scalars` of `_foreach_addcmul/addcdiv.Tensor`, a 1-D tensor
 holding one scalar per element (`ForeachRule.per_element`). The in-place forms
 (`_foreach_add_`, ...) need no rules of their own: functionalization, or the importer's
-non-functional mode, lowers them through these out-of-place ones."""
+non-functional mode, lowers them through these out-of-place ones (on the eager device they
+keep PyTorch's kernel, which runs each tensor's in-place op there).
+
+While tracing, PyTorch's fake kernels turn `_foreach_add.Tensor` into `.item()` and
+`_foreach_add.Scalar`, and refuse the CPU tensor of `_foreach_addcmul/addcdiv.Tensor`: those
+rules serve graphs built otherwise (test/python/lowering/test_foreach.py)."""
 
 from __future__ import annotations
 
@@ -63,10 +68,10 @@ def _list_length(ctx: LoweringContext, schema: torch._C.FunctionSchema, bound: d
     return lengths.pop()
 
 
-def _element_scalar(value: Any, meta: Any, index: int) -> tuple[Any, Any]:
-    """Entry `index` of a 1-D tensor of per-element scalars: a 0-d value and its metadata."""
-    if not isinstance(value, ir.Value):
-        return value[index], meta[index]
+def _element_scalar(value: ir.Value, meta: torch.Tensor, index: int) -> tuple[ir.Value, torch.Tensor]:
+    """Entry `index` of a 1-D tensor of per-element scalars: a 0-d value and its metadata.
+    ATen's kernels read the entries as Python scalars; the element rules convert a 0-d
+    value to their compute dtype as they do a scalar."""
     entry = hlo.reshape(hlo.slice_in_dim(value, 0, index, index + 1), [])
     return entry, torch.empty((), dtype=meta.dtype, device="meta")
 
