@@ -122,6 +122,11 @@ def _lowered_targets(ops):
             if is_view(form):
                 # Views keep PyTorch's own (composite) kernels: a lowered view would copy.
                 continue
+            if _writes_a_list(form):
+                # The device's plans write top-level tensors only (_ops.plan): an op that
+                # writes a tensor list (`_foreach_add_`, the foreach out= forms) keeps
+                # PyTorch's own kernel, which runs each tensor's in-place op on the device.
+                continue
             try:
                 if torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "CompositeImplicitAutograd"):
                     continue
@@ -130,6 +135,11 @@ def _lowered_targets(ops):
             except RuntimeError:  # an overload the dispatcher does not know by that name
                 continue
             yield form
+
+
+def _writes_a_list(op) -> bool:
+    return any(a.alias_info is not None and a.alias_info.is_write and isinstance(a.type, torch._C.ListType)
+               for a in op._schema.arguments)
 
 
 def register() -> None:

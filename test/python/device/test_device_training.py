@@ -217,3 +217,25 @@ def test_a_parameter_that_cannot_keep_its_object_is_named_in_a_warning(caplog):
     messages = [r.getMessage() for r in caplog.records if "new Parameter objects" in r.getMessage()]
     assert len(messages) == 1 and "Linear.weight" in messages[0] and "test_device_training.py:" in messages[0]
     assert "1 parameter(s)" in messages[0]
+
+
+# Foreach ops on tpu tensors (issue 28): the out-of-place ones run through their lowerings
+# (compiler/lowering/foreach.py); those that write a tensor list keep PyTorch's kernel,
+# which runs each tensor's in-place op on the device.
+def test_foreach_ops_on_device_tensors():
+    generator = torch.Generator().manual_seed(2)
+    a = [torch.randn(3, generator=generator), torch.randn(2, 2, generator=generator)]
+    b = [torch.randn(3, generator=generator), torch.randn(2, 2, generator=generator)]
+    ta, tb = [t.to("tpu") for t in a], [t.to("tpu") for t in b]
+
+    def cpu(tensors):
+        return [t.cpu() for t in tensors]
+
+    torch.testing.assert_close(cpu(torch._foreach_add(ta, tb, alpha=2)), torch._foreach_add(a, b, alpha=2))
+    torch.testing.assert_close(cpu(torch._foreach_norm(ta)), torch._foreach_norm(a))
+    for tensors, others in ((ta, tb), (a, b)):
+        torch._foreach_mul_(tensors, 3.0)
+        torch._foreach_addcdiv_(tensors, others, [t.abs() + 1 for t in others], [0.5, 2.0])
+        torch._foreach_lerp_(tensors, others, 0.25)
+    assert all(t.device.type == "tpu" for t in ta)
+    torch.testing.assert_close(cpu(ta), a)

@@ -16,21 +16,22 @@ from torch_tpu.compiler.importer import import_graph
 
 
 def check_direct(op, *args, rtol=None, atol=None, **kwargs):
-    """Lowers `op(*args, **kwargs)` as a one-node FX graph (tensor args become inputs),
-    runs it on XLA:CPU and compares every output with eager."""
+    """Lowers `op(*args, **kwargs)` as a one-node FX graph (tensor args, also those in
+    lists, become inputs), runs it on XLA:CPU and compares every output with eager."""
     graph = torch.fx.Graph()
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    # Tensors, also inside lists (the `_foreach_*` ops' Tensor[] arguments), become inputs.
+    tensors = [a for a in pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
     inputs = []
     for i, t in enumerate(tensors):
         placeholder = graph.placeholder(f"t{i}")
         placeholder.meta["val"] = t
         inputs.append(placeholder)
     feed = iter(inputs)
-    node_args = tuple(next(feed) if isinstance(a, torch.Tensor) else a for a in args)
+    node_args = pytree.tree_map(lambda a: next(feed) if isinstance(a, torch.Tensor) else a, args)
     expected = op(*args, **kwargs)
     node = graph.call_function(op, node_args, kwargs)
     node.meta["val"] = expected
-    if isinstance(expected, tuple):
+    if isinstance(expected, (tuple, list)):
         items = []
         for i, e in enumerate(expected):
             item = graph.call_function(operator.getitem, (node, i))

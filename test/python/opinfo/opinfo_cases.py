@@ -20,10 +20,18 @@ def op_id(op) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
-def float32_ops():
-    from torch.testing._internal.common_methods_invocations import op_db
+def float32_ops(foreach: bool = False):
+    """OpInfo's entries that support float32 on CPU: `op_db`'s, and with `foreach` those of
+    the `_foreach_*` lists too (their samples are lists of tensors: `as_function` makes
+    each tensor a graph input)."""
+    from torch.testing._internal import common_methods_invocations as opinfo
 
-    return [op for op in op_db if torch.float32 in op.supported_dtypes("cpu")]
+    foreach_ops = [op for name in FOREACH_DBS for op in getattr(opinfo, name)] if foreach else []
+    return [op for op in [*opinfo.op_db, *foreach_ops] if torch.float32 in op.supported_dtypes("cpu")]
+
+
+FOREACH_DBS = ("foreach_unary_op_db", "foreach_binary_op_db", "foreach_pointwise_op_db",
+               "foreach_reduce_op_db", "foreach_other_op_db")
 
 
 def tolerances(op) -> tuple[float, float]:

@@ -1,5 +1,5 @@
-"""Every OpInfo entry that supports float32 on CPU, through
-torch.compile(..., backend="tpu", fullgraph=True) with no fallback allowed
+"""Every OpInfo entry that supports float32 on CPU (`op_db` and the `_foreach_*` lists),
+through torch.compile(..., backend="tpu", fullgraph=True) with no fallback allowed
 (TORCH_TPU_STRICT=1), compared against eager with OpInfo's tolerances.
 
 Expected failures are listed, each with its reason, in opinfo_xfail.py; the xfail is
@@ -14,7 +14,7 @@ import torch.utils._pytree as pytree
 from opinfo_cases import as_function, compare, float32_ops, op_id, samples, tolerances
 from opinfo_xfail import BACKWARD_XFAIL, FORWARD_XFAIL
 
-OPS = float32_ops()
+OPS = float32_ops(foreach=True)
 
 # Ops whose result values are unspecified in PyTorch (uninitialized memory): only the
 # shape and dtype can be compared, as PyTorch's own OpInfo tests do.
