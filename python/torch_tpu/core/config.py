@@ -237,9 +237,10 @@ declare(
     "TORCH_TPU_FUSED_BACKGROUND_COMPILE", BOOL, True,
     "FUSED mode: where a new trace's fused program compiles. 1: on a background thread while "
     "the trace's first run goes op by op; 0: the flush waits for the compile before that first "
-    "run (timings without a compile running beside the trace's ops). Results never depend on it: which path a run takes depends only on how "
-    "often its trace was seen (`TORCH_TPU_FUSED_FIRST_RUN`), and a later run waits for a "
-    "compile still under way, so runs repeat bit for bit with either value.",
+    "run (timings without a compile running beside the trace's ops). Results never depend on "
+    "it: which path a run takes depends only on how often its trace was seen "
+    "(`TORCH_TPU_FUSED_FIRST_RUN`), and a later run waits for a compile still under way, so "
+    "runs repeat bit for bit with either value.",
     "frontend",
 )
 declare(
