@@ -100,6 +100,22 @@ def host_tensor(array: Any, row: dtypes.ElementType) -> Any:
     return t if view is None else t.view(getattr(torch, row.torch_name))
 
 
+def _own_copy(shared: Any) -> Any:
+    """A copy of a contiguous CPU tensor in memory of its own, made by one thread (a NumPy
+    copy of its bytes). `Tensor.clone()` splits a copy of a few MB across PyTorch's
+    OpenMP threads: on a 2-core machine shared with other processes, `.cpu()` of a 4 MB
+    result took 27 ms of wall and 11 ms of CPU time that way (threads waiting for each
+    other at the region's end), 0.8 ms with one thread -- more than the fused program that
+    made the value (bench/fused.py, (a))."""
+    torch = _torch_module() or __import__("torch")
+    if shared.numel() == 0:
+        return shared.clone()
+    source = shared.reshape(-1).view(torch.uint8)
+    own = torch.empty_like(source)  # PyTorch's allocator: 64-byte aligned, as a clone's memory
+    np.copyto(own.numpy(), source.numpy())
+    return own.view(shared.dtype).reshape(shared.shape)
+
+
 class DeviceBuffer:
     """One array on one device. Execution is asynchronous: a buffer returned by
     `Executable.execute` may still be being computed; `synchronize()` waits for it,
@@ -242,7 +258,7 @@ class DeviceBuffer:
         reader shares that host copy). Waits for the value."""
         self._check_alive("read")
         if self.device.platform == "cpu":
-            return self.to_torch().clone()
+            return _own_copy(self.to_torch())
         try:
             return host_tensor(_jaxlib.array_clone(self._array), self._row)
         except _jaxlib.JaxRuntimeError as err:

@@ -20,8 +20,11 @@ them). Python numbers stay operands (packed into one float64 and one int64 array
 transfer each per run), so the program's cache key is the op sequence (plan
 fingerprints), the wiring of operands and which values are live: a steady loop compiles
 its traces once. The first time a key is seen, its ops run one by one through their own
-plans while the fused program compiles in the background; later flushes run the program,
-waiting for its compile if need be (the paths differ in the last bits: runs must repeat).
+plans while the fused program compiles (in the background, or before that run); later
+flushes run the program, waiting for its compile if need be. The paths differ in the last
+bits, so the path depends only on how often the key was seen: runs repeat bit for bit,
+whether or not the compile is in the background (TORCH_TPU_FUSED_FIRST_RUN=1 runs the
+program from the first run on).
 The end of a `torch.optim` step is a flush point, so a training loop's traces repeat.
 
 The fused program donates every external buffer a recorded op writes (the storage's
@@ -206,12 +209,12 @@ class Trace:
         return _storage.client().to_device(value, self.index, copy=True)  # a 0-d CPU tensor or an RNG key
 
     def _run(self, outputs: list[tuple[int, int]]) -> list:
-        """Runs the trace: op by op the first time its key is seen while its program
-        compiles in the background (TORCH_TPU_FUSED_BACKGROUND_COMPILE), else its fused
-        program -- waiting for that compile when it is still under way. Which path a run
-        takes depends on how often its key was seen, never on how fast the compile was:
-        the two paths' results can differ in the last bits (XLA fuses the ops), and runs
-        must repeat bit for bit."""
+        """Runs the trace: op by op the first time its key is seen (unless
+        TORCH_TPU_FUSED_FIRST_RUN), else its fused program -- waiting for that compile when
+        it is still under way. Which path a run takes depends on how often its key was
+        seen, never on how fast the compile was nor on where it ran
+        (TORCH_TPU_FUSED_BACKGROUND_COMPILE): the two paths' results can differ in the
+        last bits (XLA fuses the ops), and runs must repeat bit for bit."""
         key = (self.index, tuple(self.key), tuple(outputs))
         program = _PROGRAMS.get(key)
         if program is None:
@@ -219,8 +222,10 @@ class Trace:
                 del _PROGRAMS[next(iter(_PROGRAMS))]
             program = _PROGRAMS[key] = self._compile(key, outputs)
             _ADVICE.new_trace(self)
-            if isinstance(program, Future) and config.get("TORCH_TPU_FUSED_BACKGROUND_COMPILE"):
-                return self._interpret(outputs)  # this time, while the program compiles
+            if isinstance(program, Future) and not config.get("TORCH_TPU_FUSED_BACKGROUND_COMPILE"):
+                program = _PROGRAMS[key] = _loaded(program, len(self.ops))  # compiled before the first run
+            if not config.get("TORCH_TPU_FUSED_FIRST_RUN"):
+                return self._interpret(outputs)  # this time (while the program compiles, in the background)
         else:
             _ADVICE.known_trace()
         if isinstance(program, Future):

@@ -17,7 +17,7 @@ from torch_tpu.runtime.buffer import DeviceBuffer
 def fused(monkeypatch):
     """FUSED mode, waiting for each new program's compile: every flush runs the fused
     program (no op-by-op first run, which copies what it writes)."""
-    monkeypatch.setenv("TORCH_TPU_FUSED_BACKGROUND_COMPILE", "0")
+    monkeypatch.setenv("TORCH_TPU_FUSED_FIRST_RUN", "1")
     with set_eager_mode(EagerMode.FUSED):
         yield
 

@@ -107,14 +107,14 @@ def _run_program(data) -> None:
 @pytest.fixture(scope="module")
 def fused_mode():
     """FUSED mode where every flush runs the trace's fused program (compiled on first sight)."""
-    previous = os.environ.get("TORCH_TPU_FUSED_BACKGROUND_COMPILE")
-    os.environ["TORCH_TPU_FUSED_BACKGROUND_COMPILE"] = "0"
+    previous = os.environ.get("TORCH_TPU_FUSED_FIRST_RUN")
+    os.environ["TORCH_TPU_FUSED_FIRST_RUN"] = "1"
     with set_eager_mode(EagerMode.FUSED):
         yield
     if previous is None:
-        del os.environ["TORCH_TPU_FUSED_BACKGROUND_COMPILE"]
+        del os.environ["TORCH_TPU_FUSED_FIRST_RUN"]
     else:
-        os.environ["TORCH_TPU_FUSED_BACKGROUND_COMPILE"] = previous
+        os.environ["TORCH_TPU_FUSED_FIRST_RUN"] = previous
 
 
 @pytest.fixture(scope="module")

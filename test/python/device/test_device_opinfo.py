@@ -148,9 +148,9 @@ _FUSED_ALL = os.environ.get("TORCH_TPU_TEST_OPINFO_FUSED") == "all"
 def test_device_op_fused(op, monkeypatch):
     from torch_tpu.device import _fused
 
-    # Each sample is a trace seen once: with the background compile it would only run op
-    # by op while its program compiles. Waiting runs the fused program itself.
-    monkeypatch.setenv("TORCH_TPU_FUSED_BACKGROUND_COMPILE", "0")
+    # Each sample is a trace seen once: its first run would go op by op while its program
+    # compiles. TORCH_TPU_FUSED_FIRST_RUN runs the fused program itself.
+    monkeypatch.setenv("TORCH_TPU_FUSED_FIRST_RUN", "1")
     interpreted = _fused.STATS["interpreted_runs"]
     with set_eager_mode(EagerMode.FUSED):
         _check(op)
