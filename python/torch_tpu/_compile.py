@@ -20,7 +20,6 @@ from torch_tpu.compiler.importer.storage_views import rebase_storage_views
 from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.compiler.passes.set_precision import has_matrix_ops
-from torch_tpu.compiler.pipelines import named_pipeline
 
 from torch_tpu.runtime.errors import CompileError
 
@@ -28,25 +27,18 @@ from . import _fallback_reasons as fallback_reasons
 from . import _recovery
 from .core import config
 from ._custom_ops import expand_custom_ops
-from ._dump import ARGUMENT_SOURCES, parameter_name
 from ._errors import TorchTpuCompileError
 from ._fallback_reasons import FallbackReason
 from ._fingerprint import FxGraphFingerprint
-from ._invoker import (  # noqa: F401 - RESIDENT_PARAMETERS: re-exported
-    RESIDENT_PARAMETERS, Invoker, OutputPlan, PrecisionKeyed, compile_fx, shared_context,
-)
+from ._invoker import PrecisionKeyed, compile_fx
 from ._output_layout import output_layouts
+from .program.dump import ARGUMENT_SOURCES, parameter_name
+from .program.invoker import Invoker, OutputPlan
+from .program.pipelines import compile_pipeline
 
 log = logging.getLogger("torch_tpu")
 
 _reported_fallbacks: set[tuple[str, str]] = set()
-# The invoker owns these; the old names stay importable.
-_shared_context = shared_context
-
-
-def pipeline_for(mode: str, bounds: str = "none") -> str:
-    """The frontend's pipeline for a graph: `torchtpu-compile-pipeline` (compiler/pipelines.py)."""
-    return named_pipeline("torchtpu-compile-pipeline", precision=mode, bounds=bounds)
 
 
 class CompiledGraph:
@@ -177,7 +169,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     defer = defer and symbol_bounds is None
 
     def pipeline(mode: str, platform: str) -> str:
-        return pipeline_for(mode, _dynamic.bounds_mode(platform) if symbol_bounds is not None else "none")
+        return compile_pipeline(mode, _dynamic.bounds_mode(platform) if symbol_bounds is not None else "none")
 
     # The compiler's own code and versions are in the runtime's options key
     # (runtime.fingerprint.toolchain_fingerprint): the settings are this graph's choices.
@@ -191,7 +183,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         wait=not defer,
         device_index=device_index or 0,
     )
-    imported = program.imported
+    imported = program.lowered
     # Everything but the executable is read now, while XLA compiles (when deferred).
     precision_sensitive = has_matrix_ops(imported.module.operation)
     resident, host = resident_inputs(gm, imported), host_results(gm, imported)
