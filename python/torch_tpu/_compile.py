@@ -34,6 +34,7 @@ from ._invoker import PrecisionKeyed, compile_fx
 from ._output_layout import output_layouts
 from .program.dump import ARGUMENT_SOURCES, parameter_name
 from .program.invoker import Invoker, OutputPlan
+from .program.protocols import HostCallable, PrecisionAware
 from .program.pipelines import compile_pipeline
 
 log = logging.getLogger("torch_tpu")
@@ -49,7 +50,8 @@ class CompiledGraph:
     graph inputs that are module state (held on the device between calls)."""
 
     def __init__(self, executable, imported, precision_sensitive: bool = True,
-                 resident: Iterable[int] = (), written: Iterable[int] = ()) -> None:
+                 resident: Iterable[int] = (), written: Iterable[int] = (), host_results: Iterable[int] = (),
+                 device_index: int | None = None) -> None:
         self.executable = executable
         self.imported = imported
         self.precision_sensitive = precision_sensitive
@@ -58,7 +60,8 @@ class CompiledGraph:
         self._outputs = imported.outputs
         self._tree = imported.output_tree
         self.invoker = Invoker(executable, self._input_specs, needs_rng=self._needs_rng,
-                               resident=resident, written=written)
+                               resident=resident, written=written, host_results=host_results,
+                               device_index=device_index)
         self._output_plan = OutputPlan(self._outputs, self._tree)
 
     def set_output_layouts(self, layouts: list) -> None:
@@ -79,7 +82,7 @@ class CompiledGraph:
         fewer; a graph with module state: 6 fewer)."""
         if type(self).__call__ is not CompiledGraph.__call__:
             return None
-        if not hasattr(self.executable, "caller"):
+        if not isinstance(self.executable, HostCallable):
             return None  # a tpu_dist graph's DistributedGraphProgram: its own call path
         result_type = self._output_plan.direct_type(len(self.executable.signature.results))
         return None if result_type is None else self.invoker.host_caller(result_type)
@@ -220,9 +223,8 @@ def fx_graph(executable, imported, precision_sensitive: bool, resident: Iterable
     """The `CompiledGraph` of a Dynamo/aot_autograd graph: `resident` inputs held on the
     device, `host` results returned as CPU tensors, tpu tensors in and out when
     `device_index` is set, eager's output `layouts` applied (None: a bounded graph's)."""
-    compiled = CompiledGraph(executable, imported, precision_sensitive, resident=resident)
-    compiled.invoker.host_results = host
-    compiled.invoker.plan.device_index = device_index
+    compiled = CompiledGraph(executable, imported, precision_sensitive, resident=resident, host_results=host,
+                             device_index=device_index)
     if layouts is not None:
         compiled.set_output_layouts(layouts)
     return compiled
@@ -300,11 +302,8 @@ class _CompiledSubmodule(torch.nn.Module):
 
 
 def _precision_sensitive(compiled) -> bool:
-    if isinstance(compiled, (CompiledGraph, PendingGraph)):
+    if isinstance(compiled, PrecisionAware):  # CompiledGraph, PendingGraph, DynamicCompiledGraph
         return compiled.precision_sensitive
-    inner = getattr(compiled, "compiled", None)  # _dynamic.DynamicCompiledGraph
-    if isinstance(inner, CompiledGraph):
-        return inner.precision_sensitive
     if isinstance(compiled, torch.fx.GraphModule):  # partitioned: compiled submodules
         return any(
             _precision_sensitive(m.compiled) for m in compiled.modules() if isinstance(m, _CompiledSubmodule)

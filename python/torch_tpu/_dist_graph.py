@@ -280,10 +280,7 @@ def _group_program(runtime: Any, text: str, ranks: tuple[int, ...], name: str, d
     from torch_tpu.runtime.distributed import fingerprint_of
 
     program = runtime.compile_group_program(text, ranks, name)
-    if not hasattr(program, "fingerprint"):  # cached per (text, ranks): set once
-        program.description = description
-        program.fingerprint = fingerprint_of(text, f"compiled over ranks {list(ranks)}")
-    return program
+    return program.label(description, fingerprint_of(text, f"compiled over ranks {list(ranks)}"))
 
 
 def _collective_ops(op: Any) -> list[Any]:

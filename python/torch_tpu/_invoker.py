@@ -17,6 +17,7 @@ from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
 from ._precision import current_mode, warn_cost
 from .program import Lowered, Program, ProgramKey, client, compile_module, shared_context
+from .program.protocols import FastPathProgram, PendingProgram, precision_sensitive
 
 _log = logging.getLogger(__name__)
 
@@ -91,12 +92,12 @@ class PrecisionKeyed:
     calls go straight to the program, or to its `fast_path()` once it ran (`_entry`)."""
 
     def __init__(self, build: Callable[[], Callable[..., Any]],
-                 is_sensitive: Callable[[Any], bool] = lambda c: getattr(c, "precision_sensitive", True),
+                 is_sensitive: Callable[[Any], bool] = precision_sensitive,
                  first: Callable[[], Any] | None = None) -> None:
         self._build = build
         mode = current_mode()
         program = (first or build)()
-        self._pending = program if hasattr(program, "resolve") else None
+        self._pending = program if isinstance(program, PendingProgram) else None
         # Guards the slot table's writers (a new mode's build, a first call's fast path, the
         # pending program's resolution); readers take the table as it is. Re-entrant: the
         # resolution replaces its slot while holding it.
@@ -134,9 +135,9 @@ class PrecisionKeyed:
         """What a mode's slot holds for `program`: a program that offers a `fast_path()`
         (a `CompiledGraph`) is called through it from its second call on. The first call
         runs the program itself: its argument plan is decided by that call's arguments."""
-        fast_path = getattr(program, "fast_path", None)
-        if fast_path is None:
+        if not isinstance(program, FastPathProgram):
             return program
+        fast_path = program.fast_path
 
         def first_call(*args):
             result = program(*args)

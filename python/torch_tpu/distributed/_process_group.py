@@ -329,9 +329,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
         text = program_text(module)
         program = self._runtime.compile_group_program(text, ranks, f"tpu_dist.{kind}({numel} x {dtype})")
-        program.description = _describe(kind, numel, dtype, params, ranks)
-        program.fingerprint = fingerprint_of(text, program.description)
-        return program
+        description = _describe(kind, numel, dtype, params, ranks)
+        return program.label(description, fingerprint_of(text, description))
 
     def _collective(self, kind: str, buffer, dtype: torch.dtype, **params: Any):
         """Runs one collective of this group on this rank's flat buffer; returns the output."""

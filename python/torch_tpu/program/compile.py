@@ -58,6 +58,7 @@ class Program:
     seconds: float = 0.0
     _submitted: float | None = None
     options: Any = None
+    _finished: float | None = None  # when the background compile finished (its own time)
 
     def load(self) -> Any:
         """The executable; a program built with `defer=True` is compiled now (once)."""
@@ -74,7 +75,7 @@ class Program:
         future = self.executable
         with _timing.phase("xla_wait", self.timings):
             executable = future.result()  # a failed compile raises again if resolved again
-        done = getattr(future, "finished_at", None) or time.perf_counter()
+        done = self._finished or time.perf_counter()
         _timing.record("xla_compile", done - self._submitted, self.timings)
         self.seconds += done - self._submitted
         self.executable, self._submitted = executable, None
@@ -196,7 +197,7 @@ def _submit(program: Program, module: Any, options: Any, compiler: Callable[[Any
         payload = module if isinstance(module, str) else _bytecode(module)
         program._submitted = time.perf_counter()
         future = client().compile_async(payload, options=options, fingerprint=fingerprint, name=program.name)
-        future.add_done_callback(_note_finish_time)
+        future.add_done_callback(lambda _: _note_finish_time(program))
         program.executable = future
 
 
@@ -230,5 +231,5 @@ def _bytecode(module: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _note_finish_time(future: Any) -> None:
-    future.finished_at = time.perf_counter()
+def _note_finish_time(program: Program) -> None:
+    program._finished = time.perf_counter()
