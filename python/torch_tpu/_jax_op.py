@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import keyword
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 

@@ -1,4 +1,4 @@
-"""The invoker (`torch_tpu._invoker`): argument plans (module state held on the device and
+"""The invoker (`torch_tpu.program.invoker`): argument plans (module state held on the device and
 never served stale), DeviceBuffer pass-through, output plans, and the dump on error that
 compiled graphs and the views path share."""
 
@@ -9,7 +9,6 @@ import collections
 import pytest
 import torch
 
-from torch_tpu import _invoker
 from torch_tpu.program import invoker as program_invoker
 from torch_tpu.program.invoker import RESIDENT_PARAMETERS, Invoker, OutputPlan
 from torch_tpu.runtime import DeviceBuffer, get_client
