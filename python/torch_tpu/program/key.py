@@ -36,7 +36,7 @@ class ProgramKey:
     def fingerprint(self) -> tuple[int, int]:
         """(shapeless, dims) for the runtime's cache; computed once."""
         if not self._digest:
-            if isinstance(self.subject, Fingerprinted):
+            if _fingerprinted(self.subject):
                 shapeless, dims = self.subject.cache_fingerprint()
                 head = f"{self.kind}\0{self.settings}\0".encode()
                 self._digest.append((xxhash.xxh3_64_intdigest(head + shapeless), xxhash.xxh3_64_intdigest(dims)))
@@ -49,7 +49,7 @@ class ProgramKey:
         """The program cache's key: the subject itself where it is a hashable value (no
         hashing of its text per lookup: graph-argument programs and jax_ops on CPU tensors
         are looked up on every call), else its fingerprint."""
-        if isinstance(self.subject, Fingerprinted):
+        if _fingerprinted(self.subject):
             return (self.kind, self.fingerprint(), self.settings)
         return (self.kind, self.subject, self.settings)
 
@@ -57,6 +57,12 @@ class ProgramKey:
         """12 hex digits naming the program (dump folders)."""
         shapeless, dims = self.fingerprint()
         return xxhash.xxh3_64_hexdigest(f"{shapeless}|{dims}".encode())[:12]
+
+
+def _fingerprinted(subject: Any) -> bool:
+    # Value subjects (tuples, text) first: a protocol check costs ~100x a type check, and
+    # the program cache is asked on every use of a graph-argument program or a jax_op.
+    return not isinstance(subject, (tuple, str, bytes, int)) and isinstance(subject, Fingerprinted)
 
 
 # The program kinds, each compiled through `compile_module` (the dump folder's prefix).

@@ -7,6 +7,8 @@ pipelines that touch matrix ops; collective programs have none.
 
 from __future__ import annotations
 
+import functools
+
 
 def named_pipeline(argument: str, **options: object) -> str:
     # The compiler is imported when a program is first built, not with the device.
@@ -15,21 +17,25 @@ def named_pipeline(argument: str, **options: object) -> str:
     return invocation(argument, **options)
 
 
+@functools.lru_cache(maxsize=None)  # a pure function of its arguments, asked per program use
 def compile_pipeline(mode: str, bounds: str = "none") -> str:
     """`torchtpu-compile-pipeline`: compiled FX graphs, eager single ops, jax_ops."""
     return named_pipeline("torchtpu-compile-pipeline", precision=mode, bounds=bounds)
 
 
+@functools.lru_cache(maxsize=None)  # a pure function of its arguments, asked per program use
 def export_pipeline(mode: str, bounds: str = "none") -> str:
     """`torchtpu-export-pipeline`: the compile pipeline, CHLO legalized (portable artifacts)."""
     return named_pipeline("torchtpu-export-pipeline", precision=mode, bounds=bounds)
 
 
+@functools.lru_cache(maxsize=None)  # a pure function of its arguments, asked per program use
 def views_pipeline(mode: str) -> str:
     """`torchtpu-views-pipeline`: graphs imported with references and views."""
     return named_pipeline("torchtpu-views-pipeline", precision=mode)
 
 
+@functools.lru_cache(maxsize=None)  # a pure function of its arguments, asked per program use
 def collective_pipeline() -> str:
     """`torchtpu-collective-pipeline`: a stand-alone collective program (`tpu_dist`)."""
     return named_pipeline("torchtpu-collective-pipeline")
