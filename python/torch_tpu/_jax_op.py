@@ -56,7 +56,8 @@ class JaxOp:
         self.name = name
         self.fn = fn
         self._jitted = None  # jax.jit(fn), made on the first trace (imports jax)
-        self._traces: dict[tuple[ArraySpec, ...], Traced] = {}
+        # (input signature, float32 matmul precision mode) -> lowering
+        self._traces: dict[tuple[tuple[ArraySpec, ...], str], Traced] = {}
         self._backward: tuple[Callable, Callable | None] | None = None
         self._vjp_ops: dict[int, JaxOp] = {}
         self._single: bool | None = None  # whether the function returns one array
@@ -112,8 +113,12 @@ class JaxOp:
 
     # -- tracing ----------------------------------------------------------------------------
     def traced(self, specs: tuple[ArraySpec, ...]) -> Traced:
-        """The lowering for one input signature (traced once, then cached)."""
-        result = self._traces.get(specs)
+        """The lowering for one input signature under the float32 matmul precision in
+        effect (traced once per pair, then cached)."""
+        from ._precision import current_mode
+
+        key = (specs, current_mode())
+        result = self._traces.get(key)
         if result is not None and self._lowering_registered:
             return result
         with _lock:
@@ -127,14 +132,14 @@ class JaxOp:
                 # keep_unused: the merged call passes every input (jax would drop those
                 # the function ignores, as a gather's backward ignores the gathered array).
                 self._jitted = jax.jit(self.fn, keep_unused=True)
-            result = trace(self.fn, self._jitted, self.name, specs)
+            result = trace(self.fn, self._jitted, self.name, specs, key[1])
             if self._single is not None and self._single != result.single:
                 raise JaxOpError(
                     f"torch_tpu.jax_op '{self.name}': {describe_function(self.fn)} returns one array for some "
                     "input shapes and a tuple for others; return the same structure for every shape"
                 )
             self._single = result.single
-            self._traces[specs] = result
+            self._traces[key] = result
         return result
 
     def _fake(self, inputs):

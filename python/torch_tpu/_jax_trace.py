@@ -108,14 +108,21 @@ def runtime_platform() -> str:
     return get_client().platform
 
 
-def trace(fn: Callable, jitted: Any, name: str, specs: Sequence[ArraySpec]) -> Traced:
-    """Lowers `fn` (its `jax.jit`, `jitted`) for inputs of `specs`. Raises `JaxOpError`
-    naming the op, the function and the user's failing line."""
+# torch's float32 matmul precision modes as jax's default matmul precision. The mode
+# must reach inside the function: a Pallas kernel's dots are lowered by Mosaic into the
+# kernel's own code, where no pass of ours can set their precision afterwards.
+_JAX_MATMUL_PRECISION = {"highest": "highest", "high": "high", "medium": "bfloat16"}
+
+
+def trace(fn: Callable, jitted: Any, name: str, specs: Sequence[ArraySpec], precision: str = "highest") -> Traced:
+    """Lowers `fn` (its `jax.jit`, `jitted`) for inputs of `specs`, its float32 matrix
+    products at torch's `precision` mode. Raises `JaxOpError` naming the op, the function
+    and the user's failing line."""
     import jax
 
     signature = ", ".join(map(str, specs))
     try:
-        with _x64(specs):
+        with _x64(specs), jax.default_matmul_precision(_JAX_MATMUL_PRECISION[precision]):
             avals = [jax.ShapeDtypeStruct(s.shape, _jax_dtype(s.dtype)) for s in specs]
             # For the platform torch_tpu runs on, not jax's default one: a Pallas kernel
             # lowers to a Mosaic custom call for a TPU, to loops (interpret mode) elsewhere,

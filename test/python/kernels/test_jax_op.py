@@ -82,6 +82,21 @@ def test_trace_is_cached_per_signature():
     assert calls == [(3,), (2, 2)]
 
 
+def test_trace_follows_the_float32_matmul_precision():
+    # A Pallas kernel's dots are compiled inside the kernel (Mosaic), out of reach of any
+    # later pass: the precision mode must be in effect while jax traces the function.
+    op = jax_op("test_precision_matmul", lambda x, y: x @ y)
+    from torch_tpu._jax_trace import ArraySpec
+
+    specs = tuple(ArraySpec.of(t) for t in (torch.ones(2, 2), torch.ones(2, 2)))
+    seen = {}
+    for mode, jax_name in (("highest", "HIGHEST"), ("high", "HIGH"), ("medium", "DEFAULT")):
+        with torch_tpu.precision(mode):
+            seen[mode] = op.traced(specs)
+        assert f"precision = [{jax_name}, {jax_name}]" in seen[mode].stablehlo, mode
+    assert len({t.digest for t in seen.values()}) == 3  # one lowering (and compile key) per mode
+
+
 # -- eager tpu tensors ------------------------------------------------------------------------
 def test_tpu_runs_through_the_lowering_table():
     x, y = torch.randn(4, 8), torch.randn(8, 3)
