@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from .context import ir, make_context
 from .diagnostics import DiagnosticEngine
 from .pipeline import run_pipeline
+from .pipelines import named_pipeline
 
-LOWERING = "torchtpu-verify,torchtpu-lower-collectives{broadcast=all_gather bitwise=bytes}"
+# The named pipeline the collective is lowered with (`torchtpu-collective-pipeline`).
+PIPELINE = "torchtpu-collective-pipeline"
 
 
 class CollectiveProgramError(ValueError):
@@ -38,7 +40,7 @@ def result_shape(kind: str, shape: Sequence[int], group_size: int, dim: int = 0)
     return out
 
 
-def collective_module(
+def collective_source(
     kind: str,
     shape: Sequence[int],
     element: str,
@@ -49,9 +51,10 @@ def collective_module(
     pairs: Sequence[tuple[int, int]] | None = None,
     dim: int = 0,
 ) -> str:
-    """StableHLO text of `@main(x) -> y` doing one collective over replicas
-    0..group_size-1. kind: all_reduce, all_gather, reduce_scatter, all_to_all,
-    broadcast (src = the source's index) or permute (pairs of replica indices)."""
+    """The text of `@main(x) -> y` holding one `torchtpu.collective` over replicas
+    0..group_size-1, before `torchtpu-collective-pipeline` lowers it. kind: all_reduce,
+    all_gather, reduce_scatter, all_to_all, broadcast (src = the source's index) or
+    permute (pairs of replica indices)."""
     members = ", ".join(str(i) for i in range(group_size))
     attrs = [f'kind = "{kind}"']
     if kind == "permute":
@@ -68,16 +71,31 @@ def collective_module(
         attrs.append(f"dim = {int(dim)} : i64")
     in_t = _type(shape, element)
     out_t = _type(result_shape(kind, shape, group_size, dim), element)
-    text = (
+    return (
         f"func.func @main(%x: {in_t}) -> {out_t} {{\n"
         f'  %y = "torchtpu.collective"(%x) {{{", ".join(attrs)}}} : ({in_t}) -> {out_t}\n'
         f"  return %y : {out_t}\n}}\n"
     )
+
+
+def rejection(engine: DiagnosticEngine) -> CollectiveProgramError:
+    """The error of a collective the pipeline rejected: its first diagnostic."""
+    return CollectiveProgramError(engine.errors[0].message if engine.errors else "the lowering failed")
+
+
+def program_text(module) -> str:
+    """The lowered module as every process of the group compiles it (no locations)."""
+    return module.operation.get_asm(enable_debug_info=False)
+
+
+def collective_module(kind: str, shape: Sequence[int], element: str, group_size: int, **params) -> str:
+    """StableHLO text of `@main(x) -> y` doing one collective over replicas 0..group_size-1:
+    `collective_source` lowered by `torchtpu-collective-pipeline`."""
+    text = collective_source(kind, shape, element, group_size, **params)
     ctx = make_context()
     with ctx, ir.Location.unknown():
         module = ir.Module.parse(text)
         engine = DiagnosticEngine()
-        if not run_pipeline(module.operation, LOWERING, engine):
-            message = engine.errors[0].message if engine.errors else "the lowering failed"
-            raise CollectiveProgramError(message)
-        return module.operation.get_asm(enable_debug_info=False)
+        if not run_pipeline(module.operation, named_pipeline(PIPELINE), engine):
+            raise rejection(engine)
+        return program_text(module)

@@ -169,3 +169,15 @@ def _spmd(thin: bool, broadcast: str, bitwise: str, global_device_ids: bool) -> 
 )
 def _partition() -> list[str]:
     return ["torchtpu-verify", "torchtpu-inline", "torchtpu-insert-collectives"]
+
+
+@register_pipeline(
+    "torchtpu-collective-pipeline",
+    "What a tpu_dist collective program runs: its one `torchtpu.collective` lowered for every backend",
+    "`torchtpu-lower-collectives` with broadcasts lowered through all-gather and bitwise "
+    "reductions through bytes, which every backend has (XLA:CPU lacks collective-broadcast and "
+    "and/or/xor all-reduce), so every process of a group compiles byte-identical text "
+    "(`compiler/collective_programs.py`).",
+)
+def _collective() -> list[str]:
+    return ["torchtpu-verify", "torchtpu-lower-collectives{broadcast=all_gather bitwise=bytes}"]

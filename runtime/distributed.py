@@ -114,6 +114,17 @@ class GroupProgram:
         self._rows = [r.element_type for r in signature.results]
         self._shapes = [r.shape for r in signature.results]
         self._raw = raw
+        # What the handshake compares and errors show (`label`): the same on every rank
+        # that runs the same collective.
+        self.description = ""
+        self.fingerprint = ""
+
+    def label(self, description: str, fingerprint: str) -> "GroupProgram":
+        """Sets what the handshake compares (once: a program is cached per text and ranks,
+        so a later compile of the same text finds it labelled)."""
+        if not self.fingerprint:
+            self.description, self.fingerprint = description, fingerprint
+        return self
 
     def run(self, buffers: Sequence[DeviceBuffer], group: str, record: CollectiveRecord | None = None,
             ranks: Sequence[int] = ()) -> list[DeviceBuffer]:

@@ -20,7 +20,6 @@ from torch_tpu.compiler.importer.storage_views import rebase_storage_views
 from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.compiler.passes.set_precision import has_matrix_ops
-from torch_tpu.compiler.pipelines import named_pipeline
 
 from torch_tpu.runtime.errors import CompileError
 
@@ -28,25 +27,19 @@ from . import _fallback_reasons as fallback_reasons
 from . import _recovery
 from .core import config
 from ._custom_ops import expand_custom_ops
-from ._dump import ARGUMENT_SOURCES, parameter_name
 from ._errors import TorchTpuCompileError
 from ._fallback_reasons import FallbackReason
 from ._fingerprint import FxGraphFingerprint
-from ._invoker import (  # noqa: F401 - RESIDENT_PARAMETERS: re-exported
-    RESIDENT_PARAMETERS, Invoker, OutputPlan, PrecisionKeyed, compile_fx, shared_context,
-)
+from ._invoker import PrecisionKeyed, compile_fx
 from ._output_layout import output_layouts
+from .program.dump import ARGUMENT_SOURCES, parameter_name
+from .program.invoker import Invoker, OutputPlan
+from .program.protocols import HostCallable, PrecisionAware
+from .program.pipelines import compile_pipeline
 
 log = logging.getLogger("torch_tpu")
 
 _reported_fallbacks: set[tuple[str, str]] = set()
-# The invoker owns these; the old names stay importable.
-_shared_context = shared_context
-
-
-def pipeline_for(mode: str, bounds: str = "none") -> str:
-    """The frontend's pipeline for a graph: `torchtpu-compile-pipeline` (compiler/pipelines.py)."""
-    return named_pipeline("torchtpu-compile-pipeline", precision=mode, bounds=bounds)
 
 
 class CompiledGraph:
@@ -57,7 +50,8 @@ class CompiledGraph:
     graph inputs that are module state (held on the device between calls)."""
 
     def __init__(self, executable, imported, precision_sensitive: bool = True,
-                 resident: Iterable[int] = (), written: Iterable[int] = ()) -> None:
+                 resident: Iterable[int] = (), written: Iterable[int] = (), host_results: Iterable[int] = (),
+                 device_index: int | None = None) -> None:
         self.executable = executable
         self.imported = imported
         self.precision_sensitive = precision_sensitive
@@ -66,7 +60,8 @@ class CompiledGraph:
         self._outputs = imported.outputs
         self._tree = imported.output_tree
         self.invoker = Invoker(executable, self._input_specs, needs_rng=self._needs_rng,
-                               resident=resident, written=written)
+                               resident=resident, written=written, host_results=host_results,
+                               device_index=device_index)
         self._output_plan = OutputPlan(self._outputs, self._tree)
 
     def set_output_layouts(self, layouts: list) -> None:
@@ -87,7 +82,7 @@ class CompiledGraph:
         fewer; a graph with module state: 6 fewer)."""
         if type(self).__call__ is not CompiledGraph.__call__:
             return None
-        if not hasattr(self.executable, "caller"):
+        if not isinstance(self.executable, HostCallable):
             return None  # a tpu_dist graph's DistributedGraphProgram: its own call path
         result_type = self._output_plan.direct_type(len(self.executable.signature.results))
         return None if result_type is None else self.invoker.host_caller(result_type)
@@ -177,7 +172,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     defer = defer and symbol_bounds is None
 
     def pipeline(mode: str, platform: str) -> str:
-        return pipeline_for(mode, _dynamic.bounds_mode(platform) if symbol_bounds is not None else "none")
+        return compile_pipeline(mode, _dynamic.bounds_mode(platform) if symbol_bounds is not None else "none")
 
     # The compiler's own code and versions are in the runtime's options key
     # (runtime.fingerprint.toolchain_fingerprint): the settings are this graph's choices.
@@ -191,7 +186,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         wait=not defer,
         device_index=device_index or 0,
     )
-    imported = program.imported
+    imported = program.lowered
     # Everything but the executable is read now, while XLA compiles (when deferred).
     precision_sensitive = has_matrix_ops(imported.module.operation)
     resident, host = resident_inputs(gm, imported), host_results(gm, imported)
@@ -228,9 +223,8 @@ def fx_graph(executable, imported, precision_sensitive: bool, resident: Iterable
     """The `CompiledGraph` of a Dynamo/aot_autograd graph: `resident` inputs held on the
     device, `host` results returned as CPU tensors, tpu tensors in and out when
     `device_index` is set, eager's output `layouts` applied (None: a bounded graph's)."""
-    compiled = CompiledGraph(executable, imported, precision_sensitive, resident=resident)
-    compiled.invoker.host_results = host
-    compiled.invoker.plan.device_index = device_index
+    compiled = CompiledGraph(executable, imported, precision_sensitive, resident=resident, host_results=host,
+                             device_index=device_index)
     if layouts is not None:
         compiled.set_output_layouts(layouts)
     return compiled
@@ -308,11 +302,8 @@ class _CompiledSubmodule(torch.nn.Module):
 
 
 def _precision_sensitive(compiled) -> bool:
-    if isinstance(compiled, (CompiledGraph, PendingGraph)):
+    if isinstance(compiled, PrecisionAware):  # CompiledGraph, PendingGraph, DynamicCompiledGraph
         return compiled.precision_sensitive
-    inner = getattr(compiled, "compiled", None)  # _dynamic.DynamicCompiledGraph
-    if isinstance(inner, CompiledGraph):
-        return inner.precision_sensitive
     if isinstance(compiled, torch.fx.GraphModule):  # partitioned: compiled submodules
         return any(
             _precision_sensitive(m.compiled) for m in compiled.modules() if isinstance(m, _CompiledSubmodule)

@@ -139,27 +139,24 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds
     `symbol_bounds` (a graph with symbolic sizes) the program is the bounded one
     (padded inputs plus their sizes, `torchtpu-materialize-bounds`), which the caller
     wraps in a `_dynamic.DynamicCompiledGraph` as `compile_whole_graph` does."""
-    from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.compiler.importer import import_graph
     from torch_tpu.compiler.outlined import functions_by_name, split_outlined
     from torch_tpu.compiler.passes.set_precision import has_matrix_ops
-    from torch_tpu.compiler.pipeline import run_pipeline
     from torch_tpu.runtime import distributed
 
-    from ._compile import fx_graph, host_results, pipeline_for, resident_inputs, tpu_index
-    from ._dynamic import bounds_mode
+    from ._compile import fx_graph, host_results, resident_inputs, tpu_index
+    from ._dynamic import bounds_mode, settings_key
     from ._errors import TorchTpuCompileError
-    from ._invoker import client, shared_context
+    from ._fingerprint import FxGraphFingerprint
     from ._output_layout import output_layouts
     from ._precision import current_mode
     from ._process_groups import process_groups_of
+    from .program import Lowered, ProgramKey, client, compile_module, shared_context
+    from .program.pipelines import compile_pipeline, in_sequence
     from .spmd import is_spmd_safe, spmd_pipeline
 
     runtime = distributed.current()
     local = client()
-    imported = import_graph(gm, context=shared_context(), process_groups=process_groups_of(gm),
-                            symbol_bounds=symbol_bounds)
-    module = imported.module.operation
     # A bounded graph compiles embedded (one program): its padded values carry their
     # run-time sizes as XLA dynamic shapes, which would cross thin stages' boundaries as
     # dynamically shaped buffers, and a stage program takes static ones; the one program's
@@ -170,44 +167,70 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds
     spmd = spmd_pipeline(thin=thin, broadcast="all_gather" if on_cpu else "collective_broadcast",
                          bitwise="bytes" if on_cpu else "native")
     bounds = bounds_mode(local.platform) if symbol_bounds is not None else "none"
-    pipelines = ((pipeline_for(current_mode(), bounds), "the compiler pipeline"), (spmd, "the SPMD pipeline"))
-    for pipeline, what in pipelines:
-        engine = DiagnosticEngine()
-        if not run_pipeline(module, pipeline, engine):
-            raise TorchTpuCompileError(
-                f"torch_tpu: {what} failed on graph {name}:\n{engine.format()}", engine.diagnostics
-            )
-    module_text = module.get_asm(enable_debug_info=False)
+    mode = current_mode()
+    # The compile pipeline, then the SPMD pipeline: one pipeline, so the dump replays both.
+    pipeline = in_sequence(compile_pipeline(mode, bounds), spmd)
+    settings = f"precision={mode};thin={thin}" + (f";{settings_key(symbol_bounds)}" if symbol_bounds is not None else "")
+    fingerprint = FxGraphFingerprint(gm, settings)
     everyone = tuple(range(runtime.world_size))
-    if thin:
-        outlined = split_outlined(module)
-        functions = functions_by_name(module)
-        steps = []
-        for stage in outlined.stages:
-            label = f"{name}:{stage.name}"
-            if stage.kind == "compute":
-                program = local.compile(stage.text, name=label)
-            else:
-                program = _group_program(runtime, stage.text, everyone, label,
-                                         _describe_collective(functions[stage.name]))
-            steps.append(_Step(stage.kind, program, stage.args, stage.name))
-        outputs = outlined.outputs
-    else:
-        from torch_tpu.compiler.outlined import ValueRef
+    found: dict[str, Any] = {}
 
-        kinds = ", ".join(_collective_names(module))
-        program = _group_program(runtime, module_text, everyone, name,
-                                 f"graph {name} with its collectives embedded ({kinds}) [compiled]")
-        from torch_tpu.compiler.context import ir
+    def build() -> Lowered:
+        graph = import_graph(gm, context=shared_context(), process_groups=process_groups_of(gm),
+                             symbol_bounds=symbol_bounds)
+        found["imported"] = graph
+        return Lowered(graph.module, graph)
 
-        entry = functions_by_name(module)[imported.func_name]
-        signature = ir.FunctionType(ir.TypeAttr(entry.attributes["function_type"]).value)
-        steps = [_Step("collective", program, tuple(ValueRef(-1, i) for i in range(len(signature.inputs))), name)]
-        outputs = tuple(ValueRef(0, k) for k in range(len(signature.results)))
-    exchanged = _exchanged_sizes(gm, imported) if symbol_bounds is not None else ()
-    executable = DistributedGraphProgram(local, steps, outputs, module_text, thin, exchanged)
-    return fx_graph(executable, imported, has_matrix_ops(module), resident_inputs(gm, imported),
-                    host_results(gm, imported), tpu_index(gm),
+    def rejected(engine) -> Exception:
+        return TorchTpuCompileError(
+            f"torch_tpu: the compiler or the SPMD pipeline failed on graph {name}:\n{engine.format()}",
+            engine.diagnostics,
+        )
+
+    def stages(final) -> DistributedGraphProgram:
+        """The program of the final module: its compute stages on this process's device,
+        its collective stages (or the whole module, embedded) over every process."""
+        module = final.operation
+        imported = found["imported"]
+        module_text = module.get_asm(enable_debug_info=False)
+        if thin:
+            outlined = split_outlined(module)
+            functions = functions_by_name(module)
+            steps = []
+            for stage in outlined.stages:
+                label = f"{name}:{stage.name}"
+                if stage.kind == "compute":
+                    program = local.compile(stage.text, name=label)
+                else:
+                    program = _group_program(runtime, stage.text, everyone, label,
+                                             _describe_collective(functions[stage.name]))
+                steps.append(_Step(stage.kind, program, stage.args, stage.name))
+            outputs = outlined.outputs
+        else:
+            from torch_tpu.compiler.context import ir
+            from torch_tpu.compiler.outlined import ValueRef
+
+            kinds = ", ".join(_collective_names(module))
+            program = _group_program(runtime, module_text, everyone, name,
+                                     f"graph {name} with its collectives embedded ({kinds}) [compiled]")
+            entry = functions_by_name(module)[imported.func_name]
+            signature = ir.FunctionType(ir.TypeAttr(entry.attributes["function_type"]).value)
+            steps = [_Step("collective", program, tuple(ValueRef(-1, i) for i in range(len(signature.inputs))), name)]
+            outputs = tuple(ValueRef(0, k) for k in range(len(signature.results)))
+        exchanged = _exchanged_sizes(gm, imported) if symbol_bounds is not None else ()
+        return DistributedGraphProgram(local, steps, outputs, module_text, thin, exchanged)
+
+    # Not reused from the program cache, as any Dynamo graph (`_invoker.compile_fx`).
+    compiled = compile_module(
+        build, key=ProgramKey("dist_graph", fingerprint), name=name, pipeline=pipeline,
+        dump_name=f"{name}-dist-{ProgramKey('dist_graph', fingerprint).short_hash()}",
+        dump_files={"fx_graph.py": lambda: gm.print_readable(print_output=False)},
+        input_specs=lambda graph: graph.inputs, rejected=rejected, compiler=stages, reuse=False,
+        building="importing the graph",
+    )
+    imported = compiled.lowered
+    return fx_graph(compiled.executable, imported, has_matrix_ops(compiled.module.operation),
+                    resident_inputs(gm, imported), host_results(gm, imported), tpu_index(gm),
                     output_layouts(gm, len(imported.outputs)) if symbol_bounds is None else None)
 
 
@@ -257,10 +280,7 @@ def _group_program(runtime: Any, text: str, ranks: tuple[int, ...], name: str, d
     from torch_tpu.runtime.distributed import fingerprint_of
 
     program = runtime.compile_group_program(text, ranks, name)
-    if not hasattr(program, "fingerprint"):  # cached per (text, ranks): set once
-        program.description = description
-        program.fingerprint = fingerprint_of(text, f"compiled over ranks {list(ranks)}")
-    return program
+    return program.label(description, fingerprint_of(text, f"compiled over ranks {list(ranks)}"))
 
 
 def _collective_ops(op: Any) -> list[Any]:

@@ -23,6 +23,7 @@ from torch_tpu.compiler.importer.dynamic import symbol_bounds_from
 from .core import config
 from ._dynamic_alias import plan_views, rebuild
 from ._output_layout import apply_layout, output_layouts
+from .program.protocols import precision_sensitive
 
 log = logging.getLogger("torch_tpu")
 
@@ -145,6 +146,12 @@ class DynamicCompiledGraph:
         # Outputs that are views of an input or of another output: eager's views, rebuilt
         # at each call's sizes (aot_autograd regenerates them from their metadata).
         self._views = plan_views(gm, len(imported.outputs), set(self._symbol_sources))
+
+
+    @property
+    def precision_sensitive(self) -> bool:
+        """The graph compiled at the current bounds' (`program.protocols.PrecisionAware`)."""
+        return precision_sensitive(self.compiled)
 
     def _grown_bounds(self, args) -> tuple[dict[sympy.Symbol, int], list[str]] | None:
         """The bounds to recompile with when a size exceeds its bound, and what grew

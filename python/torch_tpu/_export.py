@@ -12,28 +12,22 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from torch_tpu.compiler.diagnostics import DiagnosticEngine
 from torch_tpu.compiler.importer import InputSpec, OutputSpec, import_graph
 from torch_tpu.compiler.lowering.decompositions import decomposition_table
-from torch_tpu.compiler.pipeline import run_pipeline
-from torch_tpu.compiler.pipelines import named_pipeline
 
 from ._errors import TorchTpuCompileError
 from ._export_signature import ArgSpec, ExportSignature, SymbolSpec, argument_names, leaf_spec
+from ._fingerprint import FxGraphFingerprint
 from ._precision import current_mode
 from ._process_groups import process_groups_of
+from .program import Lowered, ProgramKey, compile_module
+from .program.pipelines import export_pipeline
 
 # How an exported module takes dynamic dims: padded static buffers plus one i32 size per
 # dynamic dim (`torchtpu-materialize-bounds`), what every runtime needs today
 # (`_dynamic.MATERIALIZE_BOUNDS_PLATFORMS`). Fixed, not per machine: an artifact must not
 # depend on where it was exported.
 EXPORT_BOUNDS_MODE = "materialize"
-
-
-def pipeline_for(mode: str, bounds: str = "none") -> str:
-    """`torchtpu-export-pipeline`: the compile pipeline plus CHLO legalization, so an
-    exported artifact is pure StableHLO (VHLO has no CHLO ops)."""
-    return named_pipeline("torchtpu-export-pipeline", precision=mode, bounds=bounds)
 
 
 @dataclass(frozen=True)
@@ -69,6 +63,9 @@ class ExportedProgram:
     signature: ExportSignature
     interface: ProgramInterface
     _compiled: Any = field(default=None, repr=False)
+    # What `export` compiled through `program.compile_module` (XLA runs at the first call);
+    # None for a program read back by `torch_tpu.load`.
+    _program: Any = field(default=None, repr=False)
 
     @property
     def user_outputs(self) -> list[int]:
@@ -96,6 +93,16 @@ class ExportedProgram:
         # modules whose ops carry our name locations in this jaxlib build.
         return stablehlo.serialize_portable_artifact_str(self.text, version)
 
+    def _loaded_program(self):
+        """The program `export` built, or (read back from a folder) the module as it is."""
+        if self._program is not None:
+            return self._program
+        from .program import ProgramKey, compile_module
+        from .program.pipelines import NO_PASSES
+
+        return compile_module(self.module, key=ProgramKey("export", self.text), name="torch_tpu.export",
+                              pipeline=NO_PASSES, defer=True, reuse=False)
+
     def describe(self) -> str:
         """The call signature: `(ids: int64[2, 1..64], *, attention_mask: float32[2, 1..64])`."""
         return self.signature.describe()
@@ -116,9 +123,7 @@ class ExportedProgram:
 
         inputs = self.signature.flatten_call(args, kwargs)
         if self._compiled is None:
-            from torch_tpu.runtime import get_client
-
-            self._compiled = CompiledGraph(get_client().compile(self.module), self.interface)
+            self._compiled = CompiledGraph(self._loaded_program().load(), self.interface)
         compiled = self._compiled
         padded, sizes = _dynamic.pad_to_bounds(
             [s for s in self.interface.inputs if s.role == "input"], [*self.state, *inputs]
@@ -171,17 +176,33 @@ def export(
         state.append(value.detach())
         names.append(spec.target)
     bounds = _dynamic.initial_bounds(gm) if _has_symbols(gm) else None
-    imported = import_graph(gm, symbol_bounds=bounds, process_groups=process_groups_of(gm))
-    engine = DiagnosticEngine()
-    pipeline = pipeline_for(current_mode(), EXPORT_BOUNDS_MODE if bounds else "none")
-    if not run_pipeline(imported.module.operation, pipeline, engine):
-        raise TorchTpuCompileError(f"torch_tpu.export: the compiler pipeline failed:\n{engine.format()}")
+    mode = current_mode()
+    settings = f"precision={mode}" + (f";{_dynamic.settings_key(bounds)}" if bounds else "")
+
+    def build() -> Lowered:
+        graph = import_graph(gm, symbol_bounds=bounds, process_groups=process_groups_of(gm))
+        return Lowered(graph.module, graph)
+
+    def rejected(engine) -> Exception:
+        return TorchTpuCompileError(f"torch_tpu.export: the compiler pipeline failed:\n{engine.format()}")
+
+    # Passed and dumped now; XLA compiles at the first call (`ExportedProgram.__call__`):
+    # an export may only be saved.
+    fingerprint = FxGraphFingerprint(gm, settings)
+    program = compile_module(
+        build, key=ProgramKey("export", fingerprint), name="torch_tpu.export",
+        pipeline=export_pipeline(mode, EXPORT_BOUNDS_MODE if bounds else "none"),
+        dump_files={"fx_graph.py": lambda: gm.print_readable(print_output=False)},
+        input_specs=lambda graph: graph.inputs, rejected=rejected, defer=True, reuse=False,
+        building="importing the graph",
+    )
+    imported = program.lowered
     user_outputs = tuple(
         i for i, spec in enumerate(ep.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT
     )
     signature = _signature(module, ep, args, kwargs, bounds or {})
     interface = ProgramInterface(tuple(imported.inputs), tuple(imported.outputs), imported.num_results, user_outputs)
-    return ExportedProgram(imported.module, state, names, signature, interface)
+    return ExportedProgram(imported.module, state, names, signature, interface, _program=program)
 
 
 def _has_symbols(gm: torch.fx.GraphModule) -> bool:

@@ -20,7 +20,7 @@ import torch
 import torch.fx
 
 from torch_tpu.compiler.lowering import LoweringError
-from torch_tpu.compiler.pipelines import named_pipeline
+
 
 from ._compile import CompiledGraph
 from ._errors import TorchTpuCompileError
@@ -28,6 +28,7 @@ from ._invoker import compile_fx
 from ._output_alias import OutputAliasPlan, plan_output_aliases
 from ._precision import current_mode
 from .core import attributes
+from .program.pipelines import views_pipeline
 
 log = logging.getLogger("torch_tpu")
 
@@ -39,10 +40,6 @@ def log_once(key: str, message: str, *args) -> None:
     if key not in _logged:
         _logged.add(key)
         log.warning(message, *args)
-
-
-def view_pipeline(mode: str) -> str:
-    return named_pipeline("torchtpu-views-pipeline", precision=mode)
 
 
 def aliased_results(module) -> dict[int, int]:
@@ -106,12 +103,12 @@ def compile_inplace_graph(gm: torch.fx.GraphModule, name: str = "graph") -> InPl
 
     program = compile_fx(
         gm, name=name, settings=f"views=torchtpu;donate={donate}",
-        pipeline=lambda mode, _platform: view_pipeline(mode),
+        pipeline=lambda mode, _platform: views_pipeline(mode),
         import_options={"functional": False}, dump_name=lambda _: f"{name}-views",
         what_failed="the view passes", before_xla=before_xla,
     )
     log.debug("torch_tpu: %s compiled with torchtpu views in %.2fs", name, program.seconds)
-    return InPlaceCompiledGraph(program.executable, program.imported, written, output_aliases)
+    return InPlaceCompiledGraph(program.executable, program.lowered, written, output_aliases)
 
 
 def donate_written_inputs() -> bool:

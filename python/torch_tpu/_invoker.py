@@ -1,109 +1,28 @@
-"""One invoker for every compiled program of the frontend: `torch.compile` graphs
-(`_compile.py`), graphs compiled with torch_tpu's view passes (`_inplace.py`) and, later,
-the eager device's single-op modules.
-
-Two halves:
-
-* **compiling** (`compile_fx`): the client, the precision mode in the fingerprint, the
-  dump (`TORCH_TPU_DUMP_DIR`, with `error.txt` when the import or a pass fails), import ->
-  named pipeline -> XLA through the compile cache (whose options key holds the toolchain
-  fingerprint, `runtime.fingerprint`). `PrecisionKeyed` picks a program per precision mode
-  at call time.
-* **running** (`Invoker`): an argument plan decided once per program (which positions are
-  module state held resident on the device, which are effect tokens or Python scalars; all
-  other positions pass through untouched, with no per-call dispatch), then the executable,
-  then an output plan (torch tensors in the graph's structure, or DeviceBuffers).
-
-Invoker API (what callers use):
-
-    Invoker(executable, input_specs, *, needs_rng=False, resident=(), written=())
-        input_specs: the program's graph inputs (`ImportedGraph.inputs` with role "input"),
-        resident: indices of inputs that are module state (parameters, buffers): uploaded
-        once and re-uploaded only when the tensor object, its storage or its `_version`
-        changes; written: indices the program writes (donated: never resident).
-    invoker.arguments(args) -> list
-        the executable's arguments for the graph inputs `args` (torch tensors, Python
-        scalars, None effect tokens, DeviceBuffers); an RNG seed is appended when needed.
-    invoker(*args) -> list[torch.Tensor]
-        runs and waits; results are torch tensors (zero-copy on CPU), one per module result.
-        With eager tpu tensors as arguments (`torch_tpu.device`), their device buffers are
-        passed and results are tpu tensors, enqueued without waiting (`device/_graph_io.py`).
-    invoker.buffers(*args) -> list[DeviceBuffer]
-        runs asynchronously; DeviceBuffer arguments go straight to the device program
-        (no host round trip) and results stay on the device.
-"""
+"""Compiling FX graphs for the backend (`compile_fx`, through `program.compile_module`) and
+choosing a graph's program by the precision mode at call time (`PrecisionKeyed`). The
+invoker that runs every program is `program/invoker.py`."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-import weakref
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from torch_tpu.compiler.diagnostics import DiagnosticEngine
-from torch_tpu.compiler.lowering import LoweringError
 
-from . import _timing
-from ._dump import GraphDump
 from ._errors import TorchTpuCompileError
 from ._fingerprint import FxGraphFingerprint
 from ._precision import current_mode, warn_cost
+from .program import Lowered, Program, ProgramKey, client, compile_module, shared_context
+from .program.protocols import FastPathProgram, PendingProgram, precision_sensitive
 
 _log = logging.getLogger(__name__)
 
-_context = None
-
-
-def shared_context():
-    """One MLIR context per process: creating one costs ~0.2 s; modules are independent."""
-    global _context
-    if _context is None:
-        from torch_tpu.compiler.context import make_context
-
-        _context = make_context()
-    return _context
-
-
-def client():
-    from torch_tpu.runtime import get_client
-
-    return get_client()
-
 
 # -- compiling ----------------------------------------------------------------------------------
-
-
-@dataclass
-class FxProgram:
-    """One compiled FX graph: the executable, what the importer said about its inputs and
-    outputs, and how long each compile phase took. Compiled with `wait=False`, the
-    executable is a future until `resolve()`."""
-
-    executable: Any
-    imported: Any
-    timings: dict[str, float]
-    seconds: float
-    _submitted: float | None = None
-
-    def resolve(self) -> "FxProgram":
-        """Waits for an executable compiling in the background (raising its compile error
-        here); `timings` then hold the compile's own time ("xla_compile") and the time
-        spent waiting for it ("xla_wait")."""
-        if self._submitted is None:
-            return self
-        future = self.executable
-        with _timing.phase("xla_wait", self.timings):
-            executable = future.result()  # a failed compile raises again if resolved again
-        done = getattr(future, "finished_at", None) or time.perf_counter()
-        _timing.record("xla_compile", done - self._submitted, self.timings)
-        self.seconds += done - self._submitted
-        self.executable, self._submitted = executable, None
-        return self
 
 
 def compile_fx(
@@ -119,71 +38,45 @@ def compile_fx(
     before_xla: Callable[[Any], None] | None = None,
     wait: bool = True,
     device_index: int = 0,
-) -> FxProgram:
-    """Imports `gm`, runs `pipeline(mode, platform)` on it and compiles it through the
-    compile cache. The precision mode in force is part of the fingerprint (with
-    `settings`, this graph's other choices). Raises LoweringError (the import rejected a
-    node; dumped to error.txt) or TorchTpuCompileError (a pass failed, located).
-    `wait=False`: XLA compiles on the compile cache's thread (it releases the GIL) while
-    the caller goes on tracing; `FxProgram.resolve()` waits for it and raises its error.
-    `device_index`: the device the program runs on (a graph of tensors on `tpu:1`)."""
+) -> Program:
+    """Imports `gm`, runs `pipeline(mode, platform)` on it and compiles it through
+    `program.compile_module` (dumped, keyed, timed). The precision mode in force is part
+    of the key (with `settings`, this graph's other choices); `Program.lowered` is the
+    importer's `ImportedGraph`. Raises LoweringError (the import rejected a node; dumped
+    to error.txt) or TorchTpuCompileError (a pass failed, located). `wait=False`: XLA
+    compiles on the compile cache's thread (it releases the GIL) while the caller goes on
+    tracing; `Program.resolve()` waits for it and raises its error. `device_index`: the
+    device the program runs on (a graph of tensors on `tpu:1`)."""
     from torch_tpu.compiler.importer import import_graph
     from torch_tpu.runtime import CompileSpec
 
     from ._process_groups import process_groups_of
 
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
     runtime = client()
     mode = current_mode()
     warn_cost(mode, runtime.platform)
     fingerprint = FxGraphFingerprint(gm, f"precision={mode}" + (f";{settings}" if settings else ""))
-    dump = GraphDump(dump_name(fingerprint))
-    if dump.enabled:
-        dump.write("fx_graph.py", gm.print_readable(print_output=False))
-    with _timing.phase("convert", timings):
-        try:
-            imported = import_graph(
-                gm, context=shared_context(), process_groups=process_groups_of(gm), **import_options
-            )
-        except LoweringError as err:
-            dump.write_error("importing the graph", str(err))
-            raise
-    with _timing.phase("passes", timings):
-        engine = DiagnosticEngine()
-        if not dump.run_pipeline(imported.module.operation, pipeline(mode, runtime.platform), engine):
-            raise TorchTpuCompileError(
-                f"torch_tpu: {what_failed} failed on graph {name}:\n{engine.format()}\n"
-                "Set TORCH_TPU_DUMP_DIR to get the module and reproduce with torchtpu-opt.",
-                engine.diagnostics,
-            )
-    dump.write_inputs(imported.module.operation, imported.inputs, sources)
-    if before_xla is not None:
-        before_xla(imported.module)
-    options = CompileSpec(device_indices=(device_index,)) if device_index else None
-    if not wait:
-        # XLA gets bytecode, parsed in a context of its own: the shared MLIR context and
-        # this module stay with this thread (the next graph imports into that context).
-        submitted = time.perf_counter()
-        future = runtime.compile_async(_bytecode(imported.module), options=options, fingerprint=fingerprint,
-                                       name=name)
-        future.add_done_callback(_note_finish_time)
-        return FxProgram(future, imported, timings, submitted - start, submitted)
-    with _timing.phase("xla_compile", timings):
-        executable = runtime.compile(imported.module, options=options, fingerprint=fingerprint, name=name)
-    return FxProgram(executable, imported, timings, time.perf_counter() - start)
+    def build() -> Lowered:
+        graph = import_graph(gm, context=shared_context(), process_groups=process_groups_of(gm), **import_options)
+        return Lowered(graph.module, graph)
 
+    def rejected(engine: DiagnosticEngine) -> Exception:
+        return TorchTpuCompileError(
+            f"torch_tpu: {what_failed} failed on graph {name}:\n{engine.format()}\n"
+            "Set TORCH_TPU_DUMP_DIR to get the module and reproduce with torchtpu-opt.",
+            engine.diagnostics,
+        )
 
-def _bytecode(module) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    module.operation.write_bytecode(buffer)
-    return buffer.getvalue()
-
-
-def _note_finish_time(future) -> None:
-    future.finished_at = time.perf_counter()
+    # Not reused from the program cache: a Dynamo graph's import (its input names, its
+    # locations, a module `before_xla` edits) is its own; Dynamo caches the compiled graph
+    # and the runtime's cache the executable.
+    return compile_module(
+        build, key=ProgramKey("fx_graph", fingerprint), name=name, pipeline=pipeline(mode, runtime.platform),
+        options=CompileSpec(device_indices=(device_index,)) if device_index else None,
+        dump_name=dump_name(fingerprint), dump_files={"fx_graph.py": lambda: gm.print_readable(print_output=False)},
+        input_specs=lambda graph: graph.inputs, sources=sources, rejected=rejected,
+        before_compile=before_xla, wait=wait, reuse=False, building="importing the graph",
+    )
 
 
 class PrecisionKeyed:
@@ -199,12 +92,12 @@ class PrecisionKeyed:
     calls go straight to the program, or to its `fast_path()` once it ran (`_entry`)."""
 
     def __init__(self, build: Callable[[], Callable[..., Any]],
-                 is_sensitive: Callable[[Any], bool] = lambda c: getattr(c, "precision_sensitive", True),
+                 is_sensitive: Callable[[Any], bool] = precision_sensitive,
                  first: Callable[[], Any] | None = None) -> None:
         self._build = build
         mode = current_mode()
         program = (first or build)()
-        self._pending = program if hasattr(program, "resolve") else None
+        self._pending = program if isinstance(program, PendingProgram) else None
         # Guards the slot table's writers (a new mode's build, a first call's fast path, the
         # pending program's resolution); readers take the table as it is. Re-entrant: the
         # resolution replaces its slot while holding it.
@@ -242,9 +135,9 @@ class PrecisionKeyed:
         """What a mode's slot holds for `program`: a program that offers a `fast_path()`
         (a `CompiledGraph`) is called through it from its second call on. The first call
         runs the program itself: its argument plan is decided by that call's arguments."""
-        fast_path = getattr(program, "fast_path", None)
-        if fast_path is None:
+        if not isinstance(program, FastPathProgram):
             return program
+        fast_path = program.fast_path
 
         def first_call(*args):
             result = program(*args)
@@ -275,291 +168,3 @@ class PrecisionKeyed:
         return self(*args)
 
 
-# -- running ------------------------------------------------------------------------------------
-
-
-class ResidentParameters:
-    """Module state stays on the device between calls: each tensor is uploaded once and
-    again only when the object at that position or its `_state` changes (an optimizer
-    step, `p.data = ...` -- which may keep the address and the version while changing the
-    layout, as `p.data = p.data.t()` does -- an in-place update), so a stale value is
-    never served. Entries hold weak references, so models can be freed. On XLA:CPU an
-    aligned tensor's buffer aliases its memory (no copy at all). One change no tensor
-    records is not seen: an in-place write through `p.data` (`p.data.add_(...)`) leaves
-    `p._version` as it was -- the aliased buffer shows it on XLA:CPU, a copied one (an
-    unaligned tensor, every TPU/GPU upload) keeps the old value; update module state with
-    `torch.no_grad()` in-place ops on the parameter itself (as optimizers do)."""
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple] = {}
-
-    def get(self, tensor: torch.Tensor, client):
-        key = id(tensor)
-        entry = self._entries.get(key)
-        state = _state(tensor)
-        if entry is not None and entry[0]() is tensor and entry[1] == state:
-            return entry[2]
-        buffer = client.to_device(tensor.detach())
-        ref = weakref.ref(tensor, lambda _, k=key: self._entries.pop(k, None))
-        self._entries[key] = (ref, state, buffer)
-        return buffer
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-RESIDENT_PARAMETERS = ResidentParameters()
-
-
-def _state(tensor: torch.Tensor) -> tuple:
-    """What a module-state tensor's device copy depends on: its memory (`data_ptr`), the
-    writes PyTorch counts (`_version`) and its layout (dtype, sizes, strides), which
-    `p.data = ...` may change with the first two unchanged."""
-    return tensor.data_ptr(), tensor._version, tensor.dtype, tensor.shape, tensor.stride()
-
-
-class ArgumentPlan:
-    """How a call's graph inputs become the executable's arguments, decided on the first
-    call from the program's input specs and that call's argument kinds (Dynamo guards
-    the kinds of a graph's inputs, so they hold for every later call):
-
-    * module state (`resident` indices, and `nn.Parameter`s) -> the resident device
-      buffer (`ResidentParameters`), unless the program writes it (donation);
-    * None (aot_autograd's effect tokens) -> one empty tensor of the spec's shape;
-    * a Python scalar -> a 0-d tensor of the spec's dtype;
-    * anything else (tensors, DeviceBuffers) passes through; the executable's converter
-      checks dtype and shape and moves it (zero-copy on CPU where allowed).
-
-    Only the positions with a step are visited per call."""
-
-    def __init__(self, specs: Sequence[Any], client, resident: Iterable[int] = (), written: Iterable[int] = (),
-                 needs_rng: bool = False) -> None:
-        self._specs = list(specs)
-        self._client = client
-        self._resident = set(resident) - set(written)
-        self._written = set(written)
-        self._needs_rng = needs_rng
-        self._steps: list[tuple[int, Callable[[Any], Any]]] | None = None
-        # The tpu device index when the graph's tensors are eager tpu tensors (decided on
-        # the first call, like the steps; preset by the compiler for a graph that only
-        # creates tpu tensors): their device buffers are the arguments.
-        self.device_index: int | None = None
-
-    def _plan(self, args: Sequence[Any]) -> list[tuple[int, Callable[[Any], Any]]]:
-        client = self._client
-        steps: list[tuple[int, Callable[[Any], Any]]] = []
-        from .device._graph_io import device_of
-
-        found = device_of(args)
-        if found is not None:
-            self.device_index = found
-        if self.device_index is not None:
-            return self._device_plan(args)
-
-        for index, (spec, arg) in enumerate(zip(self._specs, args)):
-            if index in self._written:
-                if isinstance(arg, torch.nn.Parameter):
-                    steps.append((index, torch.Tensor.detach))  # a plain tensor: copied, never donated
-            elif index in self._resident or isinstance(arg, torch.nn.Parameter):
-                steps.append((index, _resident_step(client)))
-            elif arg is None or isinstance(arg, (bool, int, float, complex)):
-                steps.append((index, _non_tensor_step(spec, arg)))
-        return steps
-
-    def _device_plan(self, args: Sequence[Any]) -> list[tuple[int, Callable[[Any], Any]]]:
-        """Steps for a graph on tpu tensors: each tpu tensor -> its DeviceBuffer read on
-        the device (parameters included: they are device buffers already, so they never
-        enter `RESIDENT_PARAMETERS`); written ones get a fresh buffer, so donating it
-        leaves the storage intact until aot_autograd's epilogue `copy_`s the new value
-        in (the device rebinds the storage, as for any in-place op)."""
-        from .device._graph_io import argument
-
-        def shared_argument(value: torch.Tensor):
-            return argument(value, shared=True)
-
-        steps: list[tuple[int, Callable[[Any], Any]]] = []
-        for index, (spec, arg) in enumerate(zip(self._specs, args)):
-            if isinstance(arg, torch.Tensor) and arg.device.type == "tpu":
-                steps.append((index, argument if index in self._written else shared_argument))
-            elif arg is None or isinstance(arg, (bool, int, float, complex)):
-                steps.append((index, _non_tensor_step(spec, arg)))
-        return steps
-
-    def passes_through(self, count: int) -> bool:
-        """Whether `count` arguments go to the executable exactly as given (planned, no
-        position with a step, no RNG seed): the caller may then skip the plan."""
-        return self._steps == [] and not self._needs_rng and count == len(self._specs)
-
-    def __call__(self, args: Sequence[Any]) -> list:
-        steps = self._steps
-        if steps is None:
-            steps = self._steps = self._plan(args)
-        inputs = list(args[: len(self._specs)])
-        for index, step in steps:
-            inputs[index] = step(inputs[index])
-        if self._needs_rng:
-            if self.device_index is not None:
-                # A graph on tpu tensors draws from the device's generator, the one eager
-                # tpu random ops use (torch.tpu.manual_seed).
-                from .device._random import key_tensor
-
-                inputs.append(key_tensor(self.device_index))
-            else:
-                # Seeded from PyTorch's generator, so torch.manual_seed makes runs repeatable.
-                inputs.append(torch.randint(0, 2**62, (2,), dtype=torch.int64).to(torch.uint64))
-        return inputs
-
-
-class Invoker:
-    """Runs one compiled program: `ArgumentPlan` -> executable -> results (see the module
-    docstring for the API)."""
-
-    def __init__(self, executable, input_specs: Sequence[Any], *, needs_rng: bool = False,
-                 resident: Iterable[int] = (), written: Iterable[int] = ()) -> None:
-        self.executable = executable
-        self.plan = ArgumentPlan(input_specs, executable.client, resident, written, needs_rng)
-        # Results that are CPU tensors in a graph on tpu tensors (`_compile.host_results`).
-        self.host_results: frozenset[int] = frozenset()
-        # Set after the first call when every argument passes through untouched (an eager
-        # device op's DeviceBuffers, a graph of plain tensors): later calls with that many
-        # arguments skip the plan (~3 us of the ~20 us of the smallest call).
-        self._direct_count = -1
-
-    def arguments(self, args: Sequence[Any]) -> list:
-        return self.plan(args)
-
-    def host_caller(self, result_type: type) -> Callable[..., Any] | None:
-        """After the first call: `__call__` for host tensors as one closure returning the
-        results in a `result_type` (`Executable.caller`), the plan's steps (module state
-        held resident, tokens, scalars) applied first; None where that is not `__call__`:
-        not planned yet, tpu tensors (results stay on the device), an RNG seed to draw.
-        With steps, a call with another number of arguments goes through the plan as in
-        `__call__`; without, it is the executable's arity error (naming the program),
-        where `__call__` would drop arguments beyond the program's inputs."""
-        plan = self.plan
-        steps = plan._steps
-        count = len(plan._specs)
-        if steps is None or plan.device_index is not None or plan._needs_rng or self.executable.num_args != count:
-            return None
-        call = self.executable.caller(result_type)
-        if not steps:
-            return call
-        steps = tuple(steps)
-
-        def planned(*args: Any) -> Any:
-            inputs = list(args)
-            if len(inputs) == count:
-                for index, step in steps:
-                    inputs[index] = step(inputs[index])
-            else:
-                inputs = plan(args)
-            return call(*inputs)
-
-        return planned
-
-    def _arguments(self, args: tuple) -> Sequence[Any]:
-        if len(args) == self._direct_count:
-            return args
-        inputs = self.plan(args)
-        if self.plan.passes_through(len(args)):
-            self._direct_count = len(args)
-        return inputs
-
-    def __call__(self, *args: Any) -> list[torch.Tensor]:
-        if len(args) == self._direct_count and self.plan.device_index is None:
-            # Host tensors passing through untouched: straight to the executable (two
-            # Python frames fewer on the smallest call).
-            return self.executable(*args)
-        return self.run(self._arguments(args))
-
-    def run(self, arguments: Sequence[Any]) -> list[torch.Tensor]:
-        """Runs on the executable's arguments (`arguments(args)`, plus any a caller
-        appends: a bounded graph's sizes); results as `invoker(*args)` returns them."""
-        index = self.plan.device_index
-        if index is not None:
-            # tpu tensors in, tpu tensors out: the results stay on the device.
-            from .device._graph_io import result
-
-            host = self.host_results
-            return [buffer.to_torch() if k in host else result(buffer, index)
-                    for k, buffer in enumerate(self.executable.execute(arguments))]
-        return self.executable(*arguments)
-
-    def buffers(self, *args: Any) -> list:
-        return self.executable.execute(self._arguments(args))
-
-
-class OutputPlan:
-    """How a program's results become the graph's output structure: results picked by
-    index (constants in between), eager's layouts applied where they differ, the pytree
-    rebuilt. The common case (every output a result in order, a flat tuple or list, no
-    layout to apply) is a single tuple()/list() call."""
-
-    def __init__(self, outputs: Sequence[Any], tree: Any, layouts: list | None = None) -> None:
-        import torch.utils._pytree as pytree
-
-        self._outputs = list(outputs)
-        self._tree = tree
-        self._layouts = layouts
-        in_order = all(o.kind == "tensor" and o.index == i for i, o in enumerate(self._outputs))
-        flat = tree.type in (tuple, list) and all(c.is_leaf() for c in tree.children())
-        self._direct = tree.type if (in_order and flat and layouts is None
-                                      and tree.num_leaves == len(self._outputs)) else None
-        self._unflatten = pytree.tree_unflatten
-
-    def direct_type(self, result_count: int) -> type | None:
-        """tuple or list when the graph's outputs are exactly the program's
-        `result_count` results in that container (the plan is a single call), else None."""
-        return self._direct if result_count == len(self._outputs) else None
-
-    def __call__(self, results: Sequence[Any]) -> Any:
-        if self._direct is not None:
-            if len(results) == len(self._outputs):
-                return self._direct(results)
-            return self._direct(results[: len(self._outputs)])
-        from ._output_layout import apply_layout
-
-        leaves = [results[o.index] if o.kind == "tensor" else o.value for o in self._outputs]
-        if self._layouts is not None:
-            leaves = [apply_layout(leaf, layout) if layout is not None else leaf
-                      for leaf, layout in zip(leaves, self._layouts)]
-        return self._unflatten(leaves, self._tree)
-
-
-def _resident_step(client) -> Callable[[Any], Any]:
-    """The step of one module-state position: `RESIDENT_PARAMETERS`, with the last answer
-    kept at the position itself. The same parameter comes back at the same position on
-    every call, so the common case is the object and its `_state` (the very checks
-    `ResidentParameters.get` makes) instead of a lookup in the process-wide table. The
-    tensor is held weakly and the buffer is let go with it, as the table lets its entry
-    go: a freed model's memory is not kept alive here."""
-    empty = (None, None, None)
-    # One tuple (weakref to the tensor, _state, buffer), replaced whole, so a call on
-    # another thread reads a consistent entry.
-    last: list[tuple[Any, Any, Any]] = [empty]
-
-    def forget(ref: Any) -> None:
-        if last[0][0] is ref:
-            last[0] = empty
-
-    def resident(value: Any) -> Any:
-        ref, state, buffer = last[0]
-        if ref is not None and ref() is value and _state(value) == state:
-            return buffer
-        if not isinstance(value, torch.Tensor):
-            return value
-        buffer = RESIDENT_PARAMETERS.get(value, client)
-        last[0] = (weakref.ref(value, forget), _state(value), buffer)
-        return buffer
-
-    return resident
-
-
-def _non_tensor_step(spec, arg) -> Callable[[Any], Any]:
-    """The step of a non-tensor argument, shared by the host and device plans: None (a
-    token) becomes one preallocated empty tensor, a Python number a 0-d tensor of the
-    parameter's dtype."""
-    if arg is None:
-        token = torch.empty(spec.shape, dtype=spec.dtype)
-        return lambda _, t=token: t
-    return lambda value, dtype=spec.dtype: torch.tensor(value, dtype=dtype)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import keyword
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -58,7 +58,6 @@ class JaxOp:
         self._jitted = None  # jax.jit(fn), made on the first trace (imports jax)
         # (input signature, float32 matmul precision mode) -> lowering
         self._traces: dict[tuple[tuple[ArraySpec, ...], str], Traced] = {}
-        self._cpu_runs: dict[tuple, Any] = {}
         self._backward: tuple[Callable, Callable | None] | None = None
         self._vjp_ops: dict[int, JaxOp] = {}
         self._single: bool | None = None  # whether the function returns one array
@@ -183,45 +182,37 @@ class JaxOp:
         return list(outs)
 
     def _cpu_executable(self, specs: tuple[ArraySpec, ...]):
-        """The op alone as a module for the runtime's CPU device (compiled once per
-        signature and precision mode, through the compile cache)."""
-        from ._compile import pipeline_for
-        from ._invoker import client, shared_context
-        from ._precision import current_mode
-
-        mode = current_mode()
-        key = (specs, mode)
-        executable = self._cpu_runs.get(key)
-        if executable is not None:
-            return executable
-        import xxhash
-
-        from torch_tpu.compiler.diagnostics import DiagnosticEngine
+        """The op alone as a module for the runtime's CPU device, compiled through
+        `compile_module` (once per signature, traced function and precision mode)."""
         from torch_tpu.compiler.importer.single_op import lower_op
         from torch_tpu.compiler.lowering.registry import LoweringError, OpRecord
-        from torch_tpu.compiler.pipeline import run_pipeline
 
+        from ._precision import current_mode
+        from .program import ProgramKey, compile_module, shared_context
+        from .program.pipelines import compile_pipeline
+
+        mode = current_mode()
         traced = self.traced(specs)
-        metas = [torch.empty(s.shape, dtype=s.dtype, device="meta") for s in specs]
-        val = [torch.empty(o.shape, dtype=o.dtype, device="meta") for o in traced.outputs]
-        record = OpRecord(self.op, (metas,), {}, val, f"jax_op '{self.name}'")
-        context = shared_context()
-        try:
-            module = lower_op(
-                record, [(s.shape, s.dtype) for s in specs],
-                lambda args: ((list(args),), {}), lambda result, args: list(result), context=context,
-            )
-        except LoweringError as err:
-            raise JaxOpError(str(err)) from None
-        engine = DiagnosticEngine()
-        with context:
-            if not run_pipeline(module.operation, pipeline_for(mode), engine):
-                raise JaxOpError(f"torch_tpu.jax_op '{self.name}': the pass pipeline rejected the module: {engine.format()}")
-        fingerprint = (xxhash.xxh3_64_intdigest(repr(("jax_op", self.name, specs, traced.digest)).encode()),
-                       xxhash.xxh3_64_intdigest(mode.encode()))
-        executable = client().compile(module, fingerprint=fingerprint, name=f"jax_op '{self.name}'")
-        self._cpu_runs[key] = executable
-        return executable
+
+        def build():
+            metas = [torch.empty(s.shape, dtype=s.dtype, device="meta") for s in specs]
+            val = [torch.empty(o.shape, dtype=o.dtype, device="meta") for o in traced.outputs]
+            record = OpRecord(self.op, (metas,), {}, val, f"jax_op '{self.name}'")
+            try:
+                return lower_op(
+                    record, [(s.shape, s.dtype) for s in specs],
+                    lambda args: ((list(args),), {}), lambda result, args: list(result), context=shared_context(),
+                )
+            except LoweringError as err:
+                raise JaxOpError(str(err)) from None
+
+        def rejected(engine) -> Exception:
+            return JaxOpError(f"torch_tpu.jax_op '{self.name}': the pass pipeline rejected the module: {engine.format()}")
+
+        return compile_module(
+            build, key=ProgramKey("jax_op", (self.name, specs, traced.digest), mode),
+            name=f"jax_op '{self.name}'", pipeline=compile_pipeline(mode), rejected=rejected,
+        ).executable
 
     # -- autograd ---------------------------------------------------------------------------
     def register_autograd(self, backward: Callable, setup_context: Callable | None = None) -> None:

@@ -82,7 +82,7 @@ def load(path: str) -> ExportedProgram:
     from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.compiler.source import check_untrusted_bytecode
 
-    from ._compile import _shared_context
+    from .program import shared_context
     from ._export import ExportedProgram, ProgramInterface
 
     if not os.path.isdir(path):
@@ -124,7 +124,7 @@ def load(path: str) -> ExportedProgram:
     problem = check_untrusted_bytecode(artifact)
     if problem is not None:
         raise SavedExportError(f"{program_path}: not a valid StableHLO portable artifact: {problem}")
-    context = _shared_context()
+    context = shared_context()
     engine = DiagnosticEngine()
     try:
         # MLIR's own messages (why the artifact is invalid) go into the error, not stderr.

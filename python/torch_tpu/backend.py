@@ -106,7 +106,7 @@ def _placeholder_sources(gm: torch.fx.GraphModule) -> list[str | None]:
 def _record_sources(gm: torch.fx.GraphModule, sources: list[str | None]) -> None:
     """Maps aot_autograd's inputs to Dynamo's sources through their descriptors
     (`PlainAOTInput(idx=k)`: the k-th input of Dynamo's graph), for dumps."""
-    from ._dump import ARGUMENT_SOURCES
+    from .program.dump import ARGUMENT_SOURCES
 
     mapping = {}
     for node in gm.graph.nodes:

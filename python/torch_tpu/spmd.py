@@ -111,7 +111,9 @@ class SpmdProgram:
 
     def __init__(self, module: Any, num_ranks: int, *, client: Any = None, thin: bool | None = None,
                  name: str = "spmd") -> None:
-        from torch_tpu.runtime import CompileSpec, get_client
+        from torch_tpu.runtime import get_client
+
+        from .program import ProgramKey, compile_module
 
         self.client = client if client is not None else get_client()
         self.num_ranks = num_ranks
@@ -120,12 +122,27 @@ class SpmdProgram:
         # XLA:CPU has no collective-broadcast and no and/or/xor all-reduce; there a
         # broadcast is an all-gather + slice and bitwise reductions go through bytes.
         on_cpu = self.client.platform == "cpu"
-        prepared = prepare(
-            module, thin=self.thin, broadcast="all_gather" if on_cpu else "collective_broadcast",
-            bitwise="bytes" if on_cpu else "native", name=name,
+        pipeline = spmd_pipeline(thin=self.thin, broadcast="all_gather" if on_cpu else "collective_broadcast",
+                                 bitwise="bytes" if on_cpu else "native")
+        source = module if isinstance(module, str) else module.operation.get_asm(enable_debug_info=False)
+
+        def rejected(engine: DiagnosticEngine) -> Exception:
+            return SpmdCompileError(f"torch_tpu: the SPMD pipeline failed on {name}:\n{engine.format()}")
+
+        # Through the one compile spine (dumped, keyed, timed); each stage compiles through
+        # the runtime's cache on this program's client. A user object: not shared.
+        compile_module(
+            module, key=ProgramKey("spmd", source, f"replicas={num_ranks};{pipeline}"), name=name,
+            pipeline=pipeline, rejected=rejected, compiler=self._compile_stages, reuse=False,
         )
+
+    def _compile_stages(self, prepared: ir.Module) -> None:
+        """Compiles the prepared module: one executable per outlined stage, or the whole."""
+        from torch_tpu.runtime import CompileSpec
+
+        name = self.name
         self.module_text = prepared.operation.get_asm(enable_debug_info=False)
-        spec = CompileSpec(num_replicas=num_ranks)
+        spec = CompileSpec(num_replicas=self.num_ranks)
         if self.thin:
             self.program: OutlinedProgram | None = split_outlined(prepared.operation)
             self.stages = [

@@ -127,6 +127,65 @@ def test_every_frontend_module_is_in_the_contracts() -> None:
             )
 
 
+# -- the execution layer: no import cycle between the backend and the device -------------------
+
+# Frontend modules the execution layer (`torch_tpu.program`) and the device may use: leaves
+# that import no other frontend module. Everything else of the frontend (the Dynamo
+# backend, export, spmd, distributed, kernels, and any module added later) is above them.
+SHARED_LEAVES = ("torch_tpu._errors", "torch_tpu._precision", "torch_tpu._timing", "torch_tpu._output_layout")
+# The device's autoload entry point loads every part of torch_tpu that registers with
+# PyTorch (`tpu_dist` too): an entry point, not part of the device's import graph.
+ENTRY_POINTS = {("torch_tpu.device._autoload", "torch_tpu.distributed")}
+
+
+def _reach_violations(layout: Path) -> list[str]:
+    """Import chains that break the layering backend -> device -> program: a device module
+    reaching a frontend module outside the device, the program and the leaves, or a
+    program module reaching one outside the program and the leaves (grimp, which
+    import-linter uses, on the installed layout)."""
+    code = f"""
+import sys
+import grimp
+graph = grimp.build_graph("torch_tpu", cache_dir=None)
+for importer, imported in {sorted(ENTRY_POINTS)!r}:
+    graph.remove_import(importer=importer, imported=imported)
+lower = ("torch_tpu.compiler", "torch_tpu.runtime", "torch_tpu.core", "torch_tpu.tools")
+frontend = {{m for m in graph.modules if m.startswith("torch_tpu.") and not m.startswith(lower)}}
+allowed = {{"torch_tpu.device": ("torch_tpu.device", "torch_tpu.program"), "torch_tpu.program": ("torch_tpu.program",)}}
+for package, inside in allowed.items():
+    for module in sorted(m for m in frontend if m == package or m.startswith(package + ".")):
+        for target in sorted(graph.find_upstream_modules(module)):
+            if target not in frontend or target in {SHARED_LEAVES!r}:
+                continue
+            if target == "torch_tpu" or any(target == p or target.startswith(p + ".") for p in inside):
+                continue
+            chain = graph.find_shortest_chain(importer=module, imported=target)
+            print(" -> ".join(chain))
+"""
+    result = subprocess.run([sys.executable, "-c", code], cwd=layout, capture_output=True, text=True, timeout=300,
+                            env={"PYTHONPATH": str(layout), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_no_import_cycle_between_backend_and_device(layout: Path) -> None:
+    violations = _reach_violations(layout)
+    assert not violations, "the device or the program imports the layer above it:\n" + "\n".join(violations)
+
+
+@pytest.mark.parametrize("path, line, expected", [
+    ("torch_tpu/device/_ops.py", "from torch_tpu import _compile", "torch_tpu.device._ops -> torch_tpu._compile"),
+    ("torch_tpu/program/invoker.py", "from torch_tpu.device import _graph_io",
+     "torch_tpu.program.invoker -> torch_tpu.device._graph_io"),
+])
+def test_a_device_or_program_import_of_a_higher_layer_is_caught(path: str, line: str, expected: str,
+                                                                 tmp_path: Path) -> None:
+    layout = _installed_layout(tmp_path)
+    target = layout / path
+    target.write_text(target.read_text() + f"\n{line}  # injected by test_layers\n")
+    assert expected in _reach_violations(layout)
+
+
 # -- configuration: every torch_tpu variable is read through the typed table ----------------
 
 _SOURCES = [p for folder in SOURCE_FOLDERS for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]

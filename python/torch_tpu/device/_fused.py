@@ -241,9 +241,10 @@ class Trace:
         return outs
 
     def _compile(self, key, outputs):
-        import xxhash
-
         from torch_tpu.runtime import CompileSpec
+
+        from ..program import ProgramKey, compile_module
+        from ..program.pipelines import NO_PASSES
 
         try:
             text = _stitch(self, outputs)
@@ -251,12 +252,15 @@ class Trace:
             log.warning("torch_tpu: FUSED: cannot build one program for a trace of %d ops (%s: %s); "
                         "its ops run one by one", len(self.ops), type(err).__name__, err)
             return _INTERPRET
-        fingerprint = (xxhash.xxh3_64_intdigest(repr(("fused",) + key).encode()),
-                       xxhash.xxh3_64_intdigest(repr(self.ops[0][0].fingerprint[1]).encode()))
         position = self.main_positions()
         donated = tuple(position[ref] for ref in self.written_externals())
-        return _storage.client().compile_async(text, fingerprint=fingerprint, name=f"fused trace of {len(self.ops)} ops",
-                                               options=CompileSpec(device_indices=(self.index,), donate_argnums=donated))
+        # The plans' modules ran their pipeline already: the stitched text compiles as it is.
+        program = compile_module(
+            text, key=ProgramKey("fused", key, repr(self.ops[0][0].fingerprint[1])),
+            name=f"fused trace of {len(self.ops)} ops", pipeline=NO_PASSES, wait=False,
+            options=CompileSpec(device_indices=(self.index,), donate_argnums=donated),
+        )
+        return program.executable
 
     def _interpret(self, outputs: list[tuple[int, int]]) -> list:
         """Runs the recorded ops one by one through their own plans."""
@@ -307,7 +311,7 @@ def _donation_safe(buffer) -> bool:
 
 
 def _loaded(future: Future, n_ops: int):
-    from .._invoker import Invoker
+    from ..program.invoker import Invoker
 
     try:
         executable = future.result()
@@ -470,9 +474,9 @@ def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
     from torch_tpu.compiler.context import func, ir
     from torch_tpu.core.attributes import ALIASING_OUTPUT
 
-    from .._compile import _shared_context
+    from ..program import shared_context
 
-    context = _shared_context()
+    context = shared_context()
     with context, ir.Location.unknown():
         module = ir.Module.create()
         symbols: dict[int, tuple[str, Any]] = {}  # id(plan) -> (symbol, function type)

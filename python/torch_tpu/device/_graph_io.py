@@ -16,7 +16,7 @@ compiled call ONE program (a flat storage would cost a relayout program per argu
 per result on every call). The argument programs are enqueued without waiting, like
 every device op. Module state on the device is
 already a device buffer, so it never enters the host-side resident-parameter cache
-(`_invoker.ResidentParameters`).
+(`program.invoker.ResidentParameters`).
 """
 
 from __future__ import annotations
@@ -32,45 +32,33 @@ from ._storage import buffer_of, contiguous_stride, layout_passes_as_is
 
 aten = torch.ops.aten
 
-# (what, signature, device index) -> executable
-_PROGRAMS: dict[tuple, Any] = {}
-
 
 def _program(key: tuple, name: str, operand: tuple, result_val: torch.Tensor,
              body: Callable[[Any], Any], index: int):
-    """The executable `@main(operand) -> body(operand)`, compiled once per key. Built
-    with the single-op lowering of `aten.alias` (the identity) around `body`, so it goes
-    through the same pipeline and compile cache as the device's ops."""
-    executable = _PROGRAMS.get(key)
-    if executable is not None:
-        return executable
-    import xxhash
-
-    from torch_tpu.compiler.diagnostics import DiagnosticEngine
+    """The executable `@main(operand) -> body(operand)`, compiled once per key through
+    `compile_module` (its program cache answers later calls). Built with the single-op
+    lowering of `aten.alias` (the identity) around `body`, so it goes through the same
+    pipeline as the device's ops."""
     from torch_tpu.compiler.importer.single_op import lower_op
     from torch_tpu.compiler.lowering.registry import OpRecord
-    from torch_tpu.compiler.pipeline import run_pipeline
     from torch_tpu.runtime import CompileSpec
 
-    from .._compile import _shared_context, pipeline_for
     from .._precision import current_mode
+    from ..program import ProgramKey, compile_module, shared_context
+    from ..program.pipelines import compile_pipeline
 
-    meta = torch.empty(result_val.shape, dtype=result_val.dtype, device="meta")
-    record = OpRecord(aten.alias.default, (meta,), {}, meta, name)
-    context = _shared_context()
-    module = lower_op(record, [operand], lambda block: ((body(block[0]),), {}),
-                      lambda value, block: [value], context=context)
+    def build():
+        meta = torch.empty(result_val.shape, dtype=result_val.dtype, device="meta")
+        record = OpRecord(aten.alias.default, (meta,), {}, meta, name)
+        return lower_op(record, [operand], lambda block: ((body(block[0]),), {}),
+                        lambda value, block: [value], context=shared_context())
+
+    def rejected(engine) -> Exception:
+        return RuntimeError(f"torch_tpu: {name}: the pass pipeline rejected the module: {engine.format()}")
+
     mode = current_mode()
-    engine = DiagnosticEngine()
-    with context:
-        if not run_pipeline(module.operation, pipeline_for(mode), engine):
-            raise RuntimeError(f"torch_tpu: {name}: the pass pipeline rejected the module: {engine.format()}")
-    fingerprint = (xxhash.xxh3_64_intdigest(repr(("graph_io", key)).encode()),
-                   xxhash.xxh3_64_intdigest(mode.encode()))
-    executable = _storage.client().compile(module, fingerprint=fingerprint, name=name,
-                                           options=CompileSpec(device_indices=(index,)))
-    _PROGRAMS[key] = executable
-    return executable
+    return compile_module(build, key=ProgramKey("graph_io", key, mode), name=name, pipeline=compile_pipeline(mode),
+                          options=CompileSpec(device_indices=(index,)), rejected=rejected).executable
 
 
 def argument(t: torch.Tensor, shared: bool = False):

@@ -181,7 +181,7 @@ class Plan:
     out_names: list
     returns_too: bool = False  # writes arguments and returns new tensors (results first)
     needs_rng: bool = False  # takes the device generator's next key last (_random.py)
-    invoker: Any = None  # the shared `_invoker.Invoker` that runs `executable` (FUSED traces)
+    invoker: Any = None  # the shared `program.invoker.Invoker` that runs `executable` (FUSED traces)
     launch: Any = None  # the executable's launcher for the plan's own buffers (`run`'s hot path)
     module: Any = None  # the lowered module (a FUSED trace stitches it into its program)
     fingerprint: Any = None  # the compile cache's key of `module` (a FUSED trace's key holds it)
@@ -197,7 +197,7 @@ class Plan:
     one_return: bool = True
 
     def __post_init__(self) -> None:
-        from .._invoker import Invoker
+        from ..program.invoker import Invoker
 
         self.invoker = Invoker(self.executable, self.executable.signature.args)
         # Every operand `run` passes is a live DeviceBuffer of the plan's device whose
@@ -431,13 +431,11 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     from torch_tpu.compiler.lowering import LOWERINGS, LoweringError
     from torch_tpu.compiler.lowering.helpers import convert
     from torch_tpu.compiler.lowering.registry import METADATA_RULES, OpRecord, lowering_identity
-    from torch_tpu.compiler.pipeline import run_pipeline
-    from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.compiler.passes.set_precision import has_matrix_ops
     from torch_tpu.runtime import CompileSpec
 
-    from .._compile import _shared_context, pipeline_for
-    from .._precision import current_mode
+    from ..program import Lowered, ProgramKey, compile_module, shared_context
+    from ..program.pipelines import compile_pipeline
     from ._stored import read_stored, store_result, write_stored
 
     sig_args, sig_kwargs = sig
@@ -582,36 +580,42 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         return outs
 
     record = OpRecord(target, tuple(meta_args), meta_kwargs, val, str(op))
-    context = _shared_context()
-    try:
-        module = lower_op(record, operand_types, read, write, context=context)
-    except LoweringError as err:
-        raise Unlowerable(str(err)) from None
-    needs_rng = takes_rng_state(module, len(operand_types))
-    mode = current_mode()
-    engine = DiagnosticEngine()
-    with context:
-        if not run_pipeline(module.operation, pipeline_for(mode), engine):
-            raise Unlowerable(f"the pass pipeline rejected the module: {engine.format()}")
-        precision_sensitive = has_matrix_ops(module.operation)
-    import xxhash
+    built = []  # set once the module is built: a later failure is XLA's
 
-    client = _storage.client()
+    def build() -> Lowered:
+        try:
+            module = lower_op(record, operand_types, read, write, context=shared_context())
+        except LoweringError as err:
+            raise Unlowerable(str(err)) from None
+        built.append(True)
+        return Lowered(module, takes_rng_state(module, len(operand_types)))
+
+    def rejected(engine) -> Exception:
+        return Unlowerable(f"the pass pipeline rejected the module: {engine.format()}")
+
+    mode = current_mode()
     identity = lowering_identity(record)  # a jax_op's StableHLO: not in the compiler's code
-    fingerprint = (xxhash.xxh3_64_intdigest(repr((str(op), sig, bake, identity)).encode()), xxhash.xxh3_64_intdigest(mode.encode()))
     try:
         # The written storages are donated: XLA writes the new value over the old buffer
         # (`x.add_(1)` in a loop allocates nothing); `run` passes a copy where the old
         # buffer is still referenced elsewhere (`_donation_safe`).
-        executable = client.compile(module, fingerprint=fingerprint, name=str(op),
-                                    options=CompileSpec(device_indices=(index,),
-                                                        donate_argnums=tuple(write_positions)))
-    except (DeviceOutOfMemoryError, UnsupportedDtypeError):
+        program = compile_module(
+            build, key=ProgramKey("eager_op", (str(op), sig, bake, identity), mode), name=str(op),
+            pipeline=compile_pipeline(mode), rejected=rejected,
+            options=CompileSpec(device_indices=(index,), donate_argnums=tuple(write_positions)),
+        )
+    except (Unlowerable, DeviceOutOfMemoryError, UnsupportedDtypeError):
         # Not the op's fault but the device's (its memory, an element type the chip lacks):
         # running it on the CPU would hide that, or allocate the same bytes on the host.
         raise
     except Exception as err:  # noqa: BLE001 - XLA rejected the module: the CPU runs the op
+        if not built:
+            raise  # building it failed: not XLA's rejection
         raise Unlowerable(f"XLA rejected the module: {err}") from None
+    module, needs_rng, executable, fingerprint = program.module, program.lowered, program.executable, \
+        program.key.fingerprint()
+    with module.context:
+        precision_sensitive = has_matrix_ops(module.operation)
     # (sizes, strides, dtype, storage numel, row-major, buffer shape) of each result tensor,
     # ready for new_tensor.
     results = [] if written and returning_writer is None else [

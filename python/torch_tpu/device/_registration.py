@@ -17,7 +17,9 @@ import threading
 
 import torch
 
-from . import _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _resize_storage, _serialization
+from . import (
+    _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _program_adapter, _resize_storage, _serialization,
+)
 
 aten = torch.ops.aten
 _lock = threading.Lock()
@@ -162,6 +164,7 @@ def register() -> None:
         # torch.load views untyped storages with the saved dtype: retype them first.
         impl.impl(aten.set_.source_Storage_storage_offset, _set_storage, "PrivateUse1")
         _serialization.install()
+        _program_adapter.install()  # compiled programs reach tpu tensors through it
         _resize_storage.install()
         _module_apply.install()
         own = {

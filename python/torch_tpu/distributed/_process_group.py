@@ -261,7 +261,6 @@ class ProcessGroupTPU(dist.ProcessGroup):
         # (`DistributedRuntime.incarnation_name`).
         self._handshake_name = handshake_name or self._name
         self._timeout_s = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 300.0
-        self._programs: dict[tuple, Any] = {}
         self._sequence = 0
         self._lock = threading.RLock()
         self._store = None
@@ -315,23 +314,37 @@ class ProcessGroupTPU(dist.ProcessGroup):
     # -- running programs ----------------------------------------------------------------------
 
     def _program(self, kind: str, numel: int, dtype: torch.dtype, ranks: tuple[int, ...], **params: Any):
-        """The group program of one collective (compiled once, cached per its parameters)."""
-        key = (kind, numel, dtype, ranks, tuple(sorted(params.items())))
-        program = self._programs.get(key)
-        if program is None:
-            from torch_tpu.compiler.collective_programs import CollectiveProgramError, collective_module
+        """The group program of one collective, compiled through `compile_module` (cached
+        once per parameters and runtime: the program holds its runtime, so the runtime's
+        id in the key cannot be reused while the entry lives)."""
+        from torch_tpu.compiler.collective_programs import (
+            CollectiveProgramError, collective_source, program_text, rejection,
+        )
+        from torch_tpu.program import ProgramKey, compile_module
+        from torch_tpu.program.pipelines import collective_pipeline
 
-            try:
-                text = collective_module(kind, [numel], _element(dtype), len(ranks), **params)
-            except CollectiveProgramError as err:
-                raise ValueError(f"tpu_dist {kind}: {err}") from None
-            program = self._runtime.compile_group_program(text, ranks, f"tpu_dist.{kind}({numel} x {dtype})")
-            program.description = _describe(kind, numel, dtype, params, ranks)
-            from torch_tpu.runtime.distributed import fingerprint_of
+        name = f"tpu_dist.{kind}({numel} x {dtype})"
+        subject = (kind, numel, str(dtype), ranks, tuple(sorted(params.items())), id(self._runtime))
+        try:
+            compiled = compile_module(
+                lambda: collective_source(kind, [numel], _element(dtype), len(ranks), **params),
+                key=ProgramKey("collective", subject), name=name, pipeline=collective_pipeline(),
+                rejected=rejection,
+                compiler=lambda module: self._group_program(module, program_text, kind, numel, dtype, ranks, params),
+            )
+        except CollectiveProgramError as err:
+            raise ValueError(f"tpu_dist {kind}: {err}") from None
+        return compiled.executable
 
-            program.fingerprint = fingerprint_of(text, program.description)
-            self._programs[key] = program
-        return program
+    def _group_program(self, module, program_text, kind: str, numel: int, dtype: torch.dtype,
+                       ranks: tuple[int, ...], params: dict[str, Any]):
+        """The lowered `module` compiled over `ranks`, with what the handshake compares."""
+        from torch_tpu.runtime.distributed import fingerprint_of
+
+        text = program_text(module)
+        program = self._runtime.compile_group_program(text, ranks, f"tpu_dist.{kind}({numel} x {dtype})")
+        description = _describe(kind, numel, dtype, params, ranks)
+        return program.label(description, fingerprint_of(text, description))
 
     def _collective(self, kind: str, buffer, dtype: torch.dtype, **params: Any):
         """Runs one collective of this group on this rank's flat buffer; returns the output."""

@@ -17,6 +17,7 @@
 // STEPS: IR Dump After {{.*}}torchtpu-set-precision
 // BADOPT: torchtpu-compile-pipeline: option 'bounds' must be one of none, annotate, materialize; got 'sometimes'
 // LIST:      torch_tpu pipelines:
+// LIST-NEXT:   --torchtpu-collective-pipeline
 // LIST-NEXT:   --torchtpu-compile-pipeline
 // LIST-NEXT:     precision=<medium|high|highest> (default: medium)
 // LIST:        --torchtpu-partition-pipeline

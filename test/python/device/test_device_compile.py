@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
-from torch_tpu._invoker import RESIDENT_PARAMETERS
+from torch_tpu.program.invoker import RESIDENT_PARAMETERS
 from torch_tpu.device import _storage
 from runtime.buffer import DeviceBuffer
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from torch_tpu import _invoker
+from torch_tpu.program import invoker as program_invoker
 from torch_tpu.runtime import BufferDeletedError, get_client
 
 from test_invoker import _ADD_MUL  # this folder's test module
@@ -77,7 +78,7 @@ def test_an_accepted_device_buffer_is_not_kept_alive_by_the_executable():
 
 def test_a_resident_position_sees_new_versions_objects_and_storages():
     spec = _Spec((4,), torch.float32)
-    plan = _invoker.ArgumentPlan([spec, spec], get_client(), resident=[0])
+    plan = program_invoker.ArgumentPlan([spec, spec], get_client(), resident=[0])
     p, x = torch.nn.Parameter(torch.randn(4)), torch.randn(4)
     first = plan([p, x])[0]
     assert plan([p, x])[0] is first  # the same state: the same buffer
@@ -94,7 +95,7 @@ def test_a_resident_position_sees_new_versions_objects_and_storages():
 
 def test_a_resident_position_lets_a_freed_parameter_go():
     spec = _Spec((4,), torch.float32)
-    plan = _invoker.ArgumentPlan([spec, spec], get_client(), resident=[0])
+    plan = program_invoker.ArgumentPlan([spec, spec], get_client(), resident=[0])
     p = torch.nn.Parameter(torch.randn(4))
     buffer = weakref.ref(plan([p, torch.randn(4)])[0])
     del p

@@ -35,7 +35,7 @@ def executed_precisions(monkeypatch):
 
     def precision_of(module) -> str:
         if isinstance(module, bytes):  # a first program compiled in the background: bytecode
-            from torch_tpu._invoker import shared_context
+            from torch_tpu.program import shared_context
             from torch_tpu.compiler.context import ir
 
             with shared_context():

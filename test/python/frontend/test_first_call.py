@@ -286,17 +286,19 @@ def test_a_failed_background_compile_raises_at_each_resolve_and_never_yields_a_f
 
     import pytest
 
-    from torch_tpu._invoker import FxProgram
+    from torch_tpu.program import Program, ProgramKey
 
     future = Future()
     future.set_exception(RuntimeError("XLA rejected the module"))
-    program = FxProgram(future, imported=None, timings={}, seconds=0.0, _submitted=time.perf_counter())
+    program = Program(ProgramKey("fx_graph", "graph"), "graph", future, module=None, lowered=None, timings={},
+                      seconds=0.0, _submitted=time.perf_counter())
     for _ in range(2):
         with pytest.raises(RuntimeError, match="XLA rejected the module"):
             program.resolve()
     done = Future()
     done.set_result("executable")
-    program = FxProgram(done, imported=None, timings={}, seconds=0.0, _submitted=time.perf_counter())
+    program = Program(ProgramKey("fx_graph", "graph"), "graph", done, module=None, lowered=None, timings={},
+                      seconds=0.0, _submitted=time.perf_counter())
     assert program.resolve().executable == "executable" and program.resolve().executable == "executable"
     assert set(program.timings) == {"xla_wait", "xla_compile"}
 

@@ -1,4 +1,4 @@
-"""The invoker (`torch_tpu._invoker`): argument plans (module state held on the device and
+"""The invoker (`torch_tpu.program.invoker`): argument plans (module state held on the device and
 never served stale), DeviceBuffer pass-through, output plans, and the dump on error that
 compiled graphs and the views path share."""
 
@@ -9,8 +9,8 @@ import collections
 import pytest
 import torch
 
-from torch_tpu import _invoker
-from torch_tpu._invoker import RESIDENT_PARAMETERS, Invoker, OutputPlan
+from torch_tpu.program import invoker as program_invoker
+from torch_tpu.program.invoker import RESIDENT_PARAMETERS, Invoker, OutputPlan
 from torch_tpu.runtime import DeviceBuffer, get_client
 
 
@@ -91,7 +91,7 @@ def test_dtype_and_shape_changes_recompile():
 
 def test_effect_tokens_and_python_scalars_follow_the_plan():
     specs = [_Spec((2,), torch.float32), _Spec((), torch.float32), _Spec((0,), torch.float32)]
-    plan = _invoker.ArgumentPlan(specs, get_client())
+    plan = program_invoker.ArgumentPlan(specs, get_client())
     x = torch.randn(2)
     first = plan([x, 2.5, None])
     assert first[0] is x  # a plain tensor passes through untouched
@@ -104,7 +104,7 @@ def test_effect_tokens_and_python_scalars_follow_the_plan():
 
 def test_written_parameters_are_never_resident():
     spec = _Spec((3,), torch.float32)
-    plan = _invoker.ArgumentPlan([spec, spec], get_client(), resident=[0, 1], written=[1])
+    plan = program_invoker.ArgumentPlan([spec, spec], get_client(), resident=[0, 1], written=[1])
     p, q = torch.nn.Parameter(torch.randn(3)), torch.nn.Parameter(torch.randn(3))
     resident, written = plan([p, q])
     assert isinstance(resident, DeviceBuffer)
@@ -139,13 +139,13 @@ def test_plain_arguments_skip_the_plan_after_the_first_call(monkeypatch):
     direct = Invoker(exe, specs)
     a, b = torch.randn(4), torch.randn(4)
     direct.buffers(client.to_device(a), client.to_device(b))
-    monkeypatch.setattr(_invoker.ArgumentPlan, "__call__", lambda self, args: pytest.fail("planned again"))
+    monkeypatch.setattr(program_invoker.ArgumentPlan, "__call__", lambda self, args: pytest.fail("planned again"))
     torch.testing.assert_close(direct.buffers(client.to_device(a), client.to_device(b))[0].to_torch(), (a + b) * b)
     monkeypatch.undo()
     # Host tensors: after the first call, `invoker(...)` is the executable's call itself.
     [first] = direct(a, b)
-    monkeypatch.setattr(_invoker.ArgumentPlan, "__call__", lambda self, args: pytest.fail("planned again"))
-    monkeypatch.setattr(_invoker.Invoker, "run", lambda self, arguments: pytest.fail("ran through the plan"))
+    monkeypatch.setattr(program_invoker.ArgumentPlan, "__call__", lambda self, args: pytest.fail("planned again"))
+    monkeypatch.setattr(program_invoker.Invoker, "run", lambda self, arguments: pytest.fail("ran through the plan"))
     [again] = direct(b, a)
     torch.testing.assert_close(first, (a + b) * b)
     torch.testing.assert_close(again, (b + a) * a)

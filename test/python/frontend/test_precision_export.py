@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import torch_tpu
-from torch_tpu._compile import pipeline_for
+from torch_tpu.program.pipelines import compile_pipeline as pipeline_for
 from torch_tpu._precision import current_mode
 
 

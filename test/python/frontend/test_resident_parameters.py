@@ -3,7 +3,7 @@ change (in-place update, `p.data = ...`)."""
 
 import torch
 
-from torch_tpu._compile import RESIDENT_PARAMETERS
+from torch_tpu.program.invoker import RESIDENT_PARAMETERS
 
 
 def test_parameters_upload_once_and_follow_changes(monkeypatch):

@@ -1,9 +1,11 @@
-"""TORCH_TPU_DUMP_DIR: everything needed to replay a compiled graph with `torchtpu-opt`
+"""TORCH_TPU_DUMP_DIR: everything needed to replay a compiled program with `torchtpu-opt`
 and `torchtpu-run` alone.
 
-Per graph, under `<dir>/<graph name>/`:
+Every program kind `compile_module` compiles is dumped (compiled FX graphs, eager single
+ops, fused traces, jax_ops, exports, tpu_dist graphs and collectives). Per program, under
+`<dir>/<name>/` (an FX graph's name, else `<kind>-<what>-<hash>`):
 
-* `fx_graph.py` — the ATen graph as torch_tpu received it;
+* `fx_graph.py` — for FX graphs, the ATen graph as torch_tpu received it;
 * `pipeline.txt` — the exact textual pipeline that ran (named pipelines, options);
 * `00-input.mlir` — the module before the first pass; `NN-<step>.mlir` after each
   top-level step of the pipeline, named pipelines expanded (`compiler.pipeline.top_level_steps`):
@@ -13,7 +15,7 @@ Per graph, under `<dir>/<graph name>/`:
 * `inputs.json` — one entry per argument of the final module, in order (shape, dtype,
   role; the size arguments of bounded graphs included), with the Python source and the
   parameter name (FQN) of the argument where it is a module's parameter or buffer;
-* `error.txt` — when the graph failed to import or a pass rejected it;
+* `error.txt` — when the module could not be built, a pass rejected it or XLA did;
 * `README.txt` — the commands that replay it.
 """
 
@@ -26,9 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from torch_tpu.compiler.pipeline import run_pipeline
-
-from .core import config
+from torch_tpu.core import config
 
 log = logging.getLogger("torch_tpu")
 
@@ -84,6 +84,8 @@ class GraphDump:
     def run_pipeline(self, module_op, pipeline: str, engine) -> bool:
         """Runs `pipeline` on `module_op`; when dumping, records the pipeline, the module
         before the first pass and after every step, and the error if one fails."""
+        from torch_tpu.compiler.pipeline import run_pipeline  # the compiler, when a program is built
+
         if self.dir is None:
             return run_pipeline(module_op, pipeline, engine)
         self.write("pipeline.txt", pipeline)
@@ -98,7 +100,7 @@ class GraphDump:
             self.write("final.mlir", module_text(module_op))
         else:
             self.write_error("the pass pipeline", engine.format())
-        self._write_readme(ok)
+        self.write_readme(ok)
         return ok
 
     def write_inputs(self, module_op, specs, sources: dict[str, str] | None = None) -> None:
@@ -122,7 +124,7 @@ class GraphDump:
             entries.append(entry)
         self.write("inputs.json", json.dumps(entries, indent=1))
 
-    def _write_readme(self, ok: bool) -> None:
+    def write_readme(self, ok: bool) -> None:
         assert self.dir is not None
         here = str(self.dir)
         lines = [

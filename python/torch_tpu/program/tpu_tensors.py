@@ -1,0 +1,66 @@
+"""How the execution layer reaches eager tpu tensors without importing the device.
+
+A compiled graph may take and return tpu tensors (`torch.compile` on tpu tensors): its
+invoker then passes their device buffers and wraps its results as tpu tensors. The
+device (`torch_tpu.device`) owns what a tpu tensor is, so it installs the adapter below
+when it registers (`device/_registration.py`); until then no tpu tensor can exist and
+`NO_DEVICE` answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+
+class TpuTensors(Protocol):
+    """What the invoker asks of the device about tpu tensors."""
+
+    def device_of(self, args: Sequence[Any]) -> int | None:
+        """The tpu device index of the tpu tensors among `args`; None when there are none
+        (raises for tensors on two devices)."""
+        ...
+
+    def argument(self, tensor: torch.Tensor, shared: bool) -> Any:
+        """The DeviceBuffer of `tensor`'s value with its shape; `shared`: not donated."""
+        ...
+
+    def result(self, buffer: Any, index: int) -> torch.Tensor:
+        """A new tpu tensor on device `index` holding a program result `buffer`."""
+        ...
+
+    def rng_key(self, index: int) -> torch.Tensor:
+        """The next key of device `index`'s generator (a program's RNG argument)."""
+        ...
+
+
+class _NoDevice:
+    """Before the device registers: no argument is a tpu tensor."""
+
+    def device_of(self, args: Sequence[Any]) -> int | None:
+        return None
+
+    def argument(self, tensor: torch.Tensor, shared: bool) -> Any:
+        raise RuntimeError("torch_tpu: a tpu tensor reached a compiled program before the tpu device registered "
+                           "(import torch_tpu.device)")
+
+    def result(self, buffer: Any, index: int) -> torch.Tensor:
+        return self.argument(buffer, False)
+
+    def rng_key(self, index: int) -> torch.Tensor:
+        return self.argument(torch.empty(0), False)
+
+
+NO_DEVICE: TpuTensors = _NoDevice()
+_installed: list[TpuTensors] = [NO_DEVICE]
+
+
+def install(adapter: TpuTensors) -> None:
+    """Called by the device when it registers."""
+    _installed[0] = adapter
+
+
+def tpu_tensors() -> TpuTensors:
+    return _installed[0]
