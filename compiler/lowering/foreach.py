@@ -116,7 +116,7 @@ def _lower_foreach(rule: ForeachRule, ctx: LoweringContext, *args, **kwargs) -> 
         call_args, call_kwargs = _element_call(rule.element, element_values)
         meta_args, meta_kwargs = _element_call(rule.element, element_metas)
         record = OpRecord(rule.element, meta_args, meta_kwargs, ctx.meta(index), ctx.record.where)
-        element_ctx = LoweringContext(ctx.node, ctx.loc, ctx.importer, record=record, random_source=ctx.random_source)
+        element_ctx = ctx.for_record(record)
         results.append(lowering.fn(element_ctx, *call_args, **call_kwargs))
     return results
 

@@ -463,6 +463,13 @@ class LoweringContext:
         self.row_layouts = row_layouts
         self._record = record
 
+    def for_record(self, record: OpRecord) -> "LoweringContext":
+        """The context of `record`, an op a rule lowers through another op's rule (each
+        element of a foreach op): this graph's facts and location, that op's metadata."""
+        return LoweringContext(self.node, self.loc, record=record, random_source=self.random_source,
+                               dynamic=self.dynamic, process_groups=self.process_groups,
+                               row_layouts=self.row_layouts)
+
     @property
     def record(self) -> OpRecord:
         if self._record is None:
