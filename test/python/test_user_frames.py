@@ -41,6 +41,14 @@ def test_torch_internals_are_not(module):
     assert not is_user_file(module.__file__)
 
 
+def test_a_wrapper_of_deprecated_torch_apis_is_not():
+    # torch.distributed.all_gather_into_tensor is wrapped by typing_extensions.deprecated:
+    # a collective's call site must be the user's line, not the wrapper's.
+    import typing_extensions
+
+    assert not is_user_file(typing_extensions.__file__)
+
+
 @pytest.mark.parametrize("module", [torch_tpu.device._ops, torch_tpu.compiler.fx_locations, torch_tpu.runtime,
                                     user_frames], ids=lambda m: m.__name__)
 def test_torch_tpu_internals_are_not(module):

@@ -9,7 +9,8 @@ A frame is the user's unless its code is one of:
   Dynamo, FX and `nn` machinery included; never a substring of the path, so a user's
   `~/torch/model.py` stays the user's);
 * the Python standard library (`contextlib`, `copy`, `threading` wrap user calls and are
-  never the line a user means);
+  never the line a user means), and `typing_extensions`, whose `deprecated` wrapper sits
+  between a user's call and a deprecated torch API;
 * generated code with no file of its own: a pseudo-file name in angle brackets (FX's
   `<eval_with_key>.3`, dataclass and namedtuple methods' `<string>`, `<frozen runpy>`) --
   except interactive input, which is the user's (`<stdin>`, an IPython cell's
@@ -39,7 +40,10 @@ from types import FrameType
 # Packages whose code is never the user's: torch and torch_tpu's top-level folders
 # (`[tool.setuptools] package-dir` maps the compiler, runtime and tools to folders of
 # their own in a source checkout).
-_INTERNAL_PACKAGES = ("torch", "torch_tpu", "torch_tpu.compiler", "torch_tpu.runtime", "torch_tpu.tools")
+_INTERNAL_PACKAGES = ("torch", "torch_tpu", "torch_tpu.compiler", "torch_tpu.runtime", "torch_tpu.tools",
+                      # Only wraps calls: its `deprecated` decorator is the frame between
+                      # the user's line and a deprecated torch API (all_gather_into_tensor).
+                      "typing_extensions")
 # Pseudo-files that hold what a person typed.
 _INTERACTIVE = ("<stdin>", "<ipython-input-")
 _TRACE_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
@@ -108,6 +112,8 @@ def _internal_roots() -> tuple[str, ...]:
             spec = None
         if spec is not None and spec.submodule_search_locations:
             roots += [os.path.realpath(p) for p in spec.submodule_search_locations]
+        elif spec is not None and spec.origin and os.path.isfile(spec.origin):  # a one-file module
+            roots.append(os.path.realpath(spec.origin))
     return tuple(roots)
 
 

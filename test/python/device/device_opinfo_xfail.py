@@ -49,6 +49,10 @@ TPU_XFAIL: dict[str, str] = {
     "polygamma.polygamma_n_3": _POLYGAMMA_POLES,
     "polygamma.polygamma_n_4": _POLYGAMMA_POLES,
     "special.polygamma.special_polygamma_n_0": _POLYGAMMA_POLES,
+    "hash_tensor": "the xor of the elements' 64-bit patterns differs from CPU's on the chip (measured "
+    "2026-12-04 on a v5e: 13909270052160405504 vs 13844334554891943936); the bits come from widening "
+    "the elements to 64-bit words, and XLA:TPU has no 64-bit float hardware (float64 is emulated), "
+    "the likely cause -- not yet traced to the op",
 }
 
 # Entries that pass on the device only because some op of theirs runs on the CPU

@@ -218,6 +218,10 @@ def test_each_kind_compiles_once_and_then_hits_the_cache(kind, monkeypatch):
 
     # Compiled (or found) once; twice, since the device registers its per-op kernels on
     # the first tpu tensor (`ensure_op_kernels`): later calls take other ops' plans.
+    # The device's plans forgotten first too: in a long session (a pytest-xdist worker that
+    # ran the OpInfo sweep) the plans may outlive their programs, which the one cache
+    # evicts oldest first past MAX_PROGRAMS; the calls below put them in afresh.
+    monkeypatch.setattr(_ops, "_PLANS", {})
     IN_PROCESS[kind]()
     IN_PROCESS[kind]()
     monkeypatch.setattr(_ops, "_PLANS", {})
