@@ -17,3 +17,15 @@ def user_table():
     for target in set(LOWERINGS) - before:
         del LOWERINGS[target]
         _register_lowering._USER_RULES.pop(target, None)
+
+
+@pytest.fixture
+def strict_compile(monkeypatch):
+    """TORCH_TPU_STRICT=1 (a fallback to eager is an error) around a fresh Dynamo cache,
+    so each test compiles its own graphs."""
+    import torch
+
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

@@ -26,12 +26,7 @@ OPTIMIZERS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _strict(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("strict_compile")  # test/python/conftest.py
 
 
 def _train(make_opt, compiled: bool, seen: set, clip: bool = False, steps: int = 3):

@@ -66,12 +66,7 @@ def _cases():
 CASES = list(_cases())
 
 
-@pytest.fixture(autouse=True)
-def _strict(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("strict_compile")  # test/python/conftest.py
 
 
 def _compiled(fn, **options):
