@@ -19,6 +19,7 @@ import threading
 import time
 
 import pytest
+from free_ports import free_port_pair
 
 from kv_store import KeyValueStore, thread_runtimes
 from torch_tpu.runtime import _jaxlib
@@ -187,10 +188,10 @@ def test_every_coordination_service_call_that_fails_is_a_distributed_error(call,
 
 
 def _job(*args: str, stage: str = "first_call") -> str:
-    from test_tpu_dist import WORKERS, _env, _free_port_pair
+    from test_tpu_dist import WORKERS, _env
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port_pair()}", str(WORKERS / "pairing.py"), *args]
+           f"--master_port={free_port_pair()}", str(WORKERS / "pairing.py"), *args]
     env = _env()
     env["TORCH_TPU_SPMD_HANDSHAKE_STAGE"] = stage
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from test_tpu_dist import WORKERS, _env, _expect_phases, _free_port_pair, torchrun
+from free_ports import free_port_pair
+from test_tpu_dist import WORKERS, _env, _expect_phases, torchrun
 
 
 def test_compiled_graph_collectives_are_stages_of_one_program_and_first_call_catches_a_skip():
@@ -28,7 +29,7 @@ def test_two_nodes_on_one_machine():
     """`--nnodes 2 --node_rank k`, one process per node, two torchrun launches with a
     static rendezvous at 127.0.0.1: the processes find each other and all_reduce across
     "nodes"."""
-    port = _free_port_pair()
+    port = free_port_pair()
     launches = [
         subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}",

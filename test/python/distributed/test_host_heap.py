@@ -11,11 +11,12 @@ import subprocess
 import sys
 
 import pytest
+from free_ports import free_port_pair
 
 from torch_tpu.core import host_heap
 
 pytest.importorskip("torch.distributed")
-from test_tpu_dist import WORKERS, _env, _free_port_pair  # noqa: E402 - this folder's launcher helpers
+from test_tpu_dist import WORKERS, _env  # noqa: E402 - this folder's launcher helpers
 
 
 @pytest.fixture
@@ -103,7 +104,7 @@ def test_a_c_library_without_mallopt_changes_nothing(monkeypatch):
 
 def _faults_per_call(**env: str) -> list[tuple[str, int, int]]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port_pair()}", str(WORKERS / "host_heap.py")]
+           f"--master_port={free_port_pair()}", str(WORKERS / "host_heap.py")]
     proc = subprocess.run(cmd, env=_env(**env), capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]

@@ -8,12 +8,12 @@ Every launch has a subprocess timeout and every group a short timeout: nothing c
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from free_ports import free_port_pair
 
 pytest.importorskip("torch.distributed")
 import torch.distributed as dist  # noqa: E402
@@ -23,23 +23,6 @@ if not dist.is_available():  # pragma: no cover
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parents[3]
-
-
-def _free_port_pair() -> int:
-    """A port P with P and P + 1 free (torch's TCPStore, then the coordination service)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free pair of ports")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -52,7 +35,7 @@ def _env(**extra: str) -> dict[str, str]:
 def torchrun(nproc: int, *args: str, timeout: float = 480) -> str:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-        "--master_addr=127.0.0.1", f"--master_port={_free_port_pair()}", str(WORKERS / "job.py"), *args,
+        "--master_addr=127.0.0.1", f"--master_port={free_port_pair()}", str(WORKERS / "job.py"), *args,
     ]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
     output = proc.stdout + proc.stderr
@@ -93,18 +76,18 @@ def _launch_error(scenario: str, **env: str) -> str:
 
 
 def test_launch_errors_are_clear():
-    out = _launch_error("config_errors", WORLD_SIZE="2", MASTER_PORT=str(_free_port_pair()))
+    out = _launch_error("config_errors", WORLD_SIZE="2", MASTER_PORT=str(free_port_pair()))
     missing_env, hash_store, world_mismatch = out.split("== ")[1:]
     # no torchrun, no variables: PyTorch's env:// rendezvous names the missing one
     assert "ERROR ValueError" in missing_env and "RANK" in missing_env
     assert "ERROR LaunchError: tpu_dist: MASTER_ADDR, MASTER_PORT not set" in hash_store and "torchrun" in hash_store
     assert "ERROR LaunchError: tpu_dist: WORLD_SIZE=2 but the process group has 1 ranks" in world_mismatch
-    port = _free_port_pair()
+    port = free_port_pair()
     out = _launch_error("busy_port", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
     assert f"ERROR DistributedError: tpu_dist: rank 0 cannot serve the coordination service at 127.0.0.1:{port + 1}" in out
     assert "pick another MASTER_PORT" in out and "in use" in out
     # tcp:// initialisation without MASTER_*: the coordinator sits next to the TCPStore
-    assert "INIT OK [1.0, 1.0, 1.0]" in _launch_error("tcp_init", TCP_PORT=str(_free_port_pair()))
+    assert "INIT OK [1.0, 1.0, 1.0]" in _launch_error("tcp_init", TCP_PORT=str(free_port_pair()))
 
 
 @pytest.mark.parametrize("failing", [1, 0])
@@ -116,7 +99,7 @@ def test_a_rank_whose_client_fails_stops_every_rank_with_an_error_naming_it(fail
     rank 0 failing (it serves the service) too."""
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-        f"--master_port={_free_port_pair()}", str(WORKERS / "client_failure.py"), str(failing),
+        f"--master_port={free_port_pair()}", str(WORKERS / "client_failure.py"), str(failing),
     ]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
     output = proc.stdout + proc.stderr
@@ -147,7 +130,7 @@ def test_a_rank_that_fails_outside_the_client_creation_stops_every_rank_with_an_
     no one: both left the peer blocked in jaxlib, which aborted both processes (exit 134)."""
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-        f"--master_port={_free_port_pair()}", str(WORKERS / "client_failure.py"), "0", how,
+        f"--master_port={free_port_pair()}", str(WORKERS / "client_failure.py"), "0", how,
     ]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
     output = proc.stdout + proc.stderr
@@ -168,7 +151,7 @@ def test_a_group_made_again_under_its_old_name_does_not_meet_the_old_groups_reco
     before ("rank 1: all_reduce(4 x float32 ...) at reinit.py:20")."""
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-        f"--master_port={_free_port_pair()}", str(WORKERS / "reinit.py"),
+        f"--master_port={free_port_pair()}", str(WORKERS / "reinit.py"),
     ]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
     output = proc.stdout + proc.stderr

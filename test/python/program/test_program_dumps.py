@@ -5,12 +5,12 @@ are answered by the one program cache."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from free_ports import free_port_pair
 import torch
 
 import torch_tpu
@@ -147,27 +147,13 @@ def _check_dumps(root: Path, kind: str) -> None:
         assert _replay(folder) == (folder / "final.mlir").read_text(), folder
 
 
-def _free_port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free pair of ports")
-
-
 def test_tpu_dist_collectives_and_graphs_are_dumped_and_replay(tmp_path):
     pytest.importorskip("torch.distributed")
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
     env.update(TORCH_TPU_DUMP_DIR=str(tmp_path), PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join([str(REPO / "python"), env.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port_pair()}", str(Path(__file__).parent / "workers_dist_dump.py")]
+           f"--master_port={free_port_pair()}", str(Path(__file__).parent / "workers_dist_dump.py")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=480)
     assert proc.returncode == 0 and "dist dump job OK" in proc.stdout, (proc.stdout + proc.stderr)[-6000:]
     for kind in ("collective", "dist_graph"):
