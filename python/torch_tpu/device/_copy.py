@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from torch_tpu.runtime.buffer import DeviceBuffer
+
 from . import _host_copies, _ops, _storage
 from ._modes import is_blocking
 from ._storage import from_host, to_host, write_host_value
@@ -23,6 +25,8 @@ aten = torch.ops.aten
 def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     if self.device.type == "tpu" and src.device.type == "tpu":
         if self.device.index == src.device.index and not (src.is_conj() or src.is_neg()):
+            if _shares_buffer(self, src):
+                return self
             try:
                 return _ops.run(aten.copy_.default, (self, src), {})
             except _ops.Unlowerable:
@@ -37,6 +41,38 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
         return self
     self.copy_(to_host(src))
     return self
+
+
+def _shares_buffer(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """A copy of a whole dense value onto a tensor that covers its storage (same dtype and
+    shape, no broadcast): `dst`'s storage takes `src`'s buffer, with no program. This is
+    how a compiled graph's updated inputs come back (aot_autograd's epilogue `copy_`s
+    each new parameter, optimizer state or KV cache into its input), so a training step
+    or a decode step is one program, not one more per updated tensor.
+
+    Device buffers are values (a write rebinds a storage to a new buffer), and an
+    in-place op donates a buffer only when nothing else holds it (`_ops._donation_safe`),
+    so the two storages stay independent after sharing one buffer. Not in FUSED mode,
+    where the copy is recorded in order with the trace's other ops, nor while either
+    value is a trace's pending one."""
+    from ._modes import EagerMode, get_eager_mode
+
+    if (dst.dtype != src.dtype or dst.shape != src.shape or dst.is_conj() or dst.is_neg()
+            or get_eager_mode() is EagerMode.FUSED):
+        return False
+    target, source = _storage.entry_of(dst), _storage.entry_of(src)
+    value = source._buffer
+    if (value.__class__ is not DeviceBuffer or value.is_deleted
+            or target._buffer.__class__ not in (DeviceBuffer, type(None))):
+        return False
+    if not _storage.layout_passes_as_is(src.dtype, src.shape, src.stride(), src.storage_offset(),
+                                        source.dtype, source.shape):
+        return False
+    covers = (dst.dtype == target.dtype and dst.storage_offset() == 0 and dst.numel() == target.numel
+              and _storage.row_major(dst.shape, dst.stride()))
+    if covers and target is not source:
+        target.buffer = value
+    return covers
 
 
 def _from_host_into(self: torch.Tensor, src: torch.Tensor) -> None:

@@ -83,6 +83,58 @@ def test_compiled_mlp_call_on_tpu_tensors_runs_one_program():
     torch.testing.assert_close(out.cpu(), expected)
 
 
+def test_whole_copy_between_dense_tensors_shares_the_buffer_without_a_program():
+    a, b = torch.randn(4, 6).to("tpu"), torch.randn(4, 6).to("tpu")
+    expected = b.cpu()
+    _, moved = _delta(lambda: a.copy_(b))
+    assert moved.programs_executed == 0, moved
+    torch.testing.assert_close(a.cpu(), expected)
+    # The storages stay independent: an in-place op on either leaves the other as it was
+    # (the shared buffer is not donated while both hold it).
+    a.add_(1)
+    b.mul_(2)
+    torch.testing.assert_close(a.cpu(), expected + 1)
+    torch.testing.assert_close(b.cpu(), expected * 2)
+
+
+@pytest.mark.parametrize("case", ["broadcast", "dtype", "slice_dst", "transposed_src", "view_of_larger"])
+def test_copies_that_are_not_whole_dense_values_still_run_the_copy(case):
+    dst = torch.zeros(4, 6).to("tpu")
+    src = {"broadcast": torch.randn(6), "dtype": torch.randn(4, 6).double(),
+           "slice_dst": torch.randn(2, 6), "transposed_src": torch.randn(6, 4).t(),
+           "view_of_larger": torch.randn(5, 6)[1:]}[case]
+    target = dst[1:3] if case == "slice_dst" else dst
+    expected = torch.zeros(4, 6)
+    (expected[1:3] if case == "slice_dst" else expected).copy_(src)
+    source = src.to("tpu") if case != "transposed_src" else src.t().to("tpu").t()
+    if case == "view_of_larger":
+        source = torch.randn(5, 6).to("tpu")[1:]
+        expected = source.cpu().clone()
+    target.copy_(source)
+    torch.testing.assert_close(dst.cpu(), expected)
+
+
+def test_compiled_step_that_updates_its_inputs_runs_one_program_per_graph():
+    """aot_autograd writes a graph's updated inputs back with `copy_` after the program:
+    on tpu tensors that is a buffer rebind, so an optimizer-like update of N tensors is
+    one program, not 1 + N."""
+    params = [torch.randn(8, 8).to("tpu") for _ in range(6)]
+    expected = [p.cpu() for p in params]
+
+    @torch.compile(backend="tpu")
+    def update(tensors, scale):
+        for t in tensors:
+            t.mul_(scale).add_(1)
+
+    scale = torch.tensor(0.5).to("tpu")
+    with torch.no_grad():
+        update(params, scale)
+        _, moved = _delta(lambda: update(params, scale))
+    assert moved.programs_executed == 1, moved
+    for p, e in zip(params, expected):
+        torch.testing.assert_close(p.cpu(), (e * 0.5 + 1) * 0.5 + 1)
+
+
 def test_views_of_shaped_storages_read_and_write_through_storage_order():
     base = torch.arange(24.0).reshape(4, 6)
     a = base.clone().to("tpu")
