@@ -134,12 +134,23 @@ def _head_dim_dynamic_without_scale(ctx: LoweringContext, args, kwargs) -> bool:
     return schema_arg(ctx, args, kwargs, "scale") is None and (sym.dim() - 1) in dynamic_dims(ctx, position)
 
 
+def _heads_dynamic(ctx: LoweringContext, args, kwargs) -> bool:
+    """Whether a head count (dim 1 of query, key or value) is dynamic: grouping query heads
+    over key/value heads reshapes along it, which would read the padding."""
+    return any(1 in dynamic_dims(ctx, arg_position(ctx, name)) for name in ("query", "key", "value"))
+
+
+def _attention_beyond_padding(ctx: LoweringContext, args, kwargs) -> bool:
+    return _heads_dynamic(ctx, args, kwargs) or _head_dim_dynamic_without_scale(ctx, args, kwargs)
+
+
 # Bounded dynamism: every attention lowering shares one rule (its default scale uses the
-# head dim's size as a value).
+# head dim's size as a value; its head grouping reshapes along the head counts).
 _ATTENTION = {
     "dynamic": Padding.SIZE,
     "dynamic_rule": reject_when(
-        _head_dim_dynamic_without_scale, "attention with a dynamic head dimension (its default scale)"
+        _attention_beyond_padding,
+        "attention with a dynamic head count, or a dynamic head dimension and the default scale",
     ),
 }
 
@@ -152,11 +163,9 @@ def _flash_attention_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False,
     return out, convert(lse, ctx.result_dtype(1))
 
 
-@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, **_ATTENTION)
-def _flash_attention_cpu_backward(ctx, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *,
-                                  attn_mask=None, scale=None):
-    if dropout_p:
-        raise ctx.fail("attention dropout is not supported (the CPU flash kernel rejects dropout_p > 0 too)")
+def _backward(ctx, grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale):
+    """(dQ, dK, dV in their inputs' dtypes, dS: the scores' gradient (B, Hk, G, L, S) in the
+    accumulation type, which is the gradient of an additive mask)."""
     heads = _Heads(ctx, query, key, value)
     dt = dtype(query)
     acc = _acc(dt)
@@ -177,7 +186,71 @@ def _flash_attention_cpu_backward(ctx, grad_out, query, key, value, out, logsume
     grad_q = stablehlo.MulOp(grad_q, full(sc, acc, shape_of(grad_q))).result
     grad_k = dot_general(ds, qf, ([2, 3], [2, 3]), ([0, 1], [0, 1]))  # (B, Hk, S, E)
     grad_k = stablehlo.MulOp(grad_k, full(sc, acc, shape_of(grad_k))).result
-    return convert(heads.flat(grad_q), dt), convert(grad_k, dt), convert(grad_v, dtype(value))
+    return convert(heads.flat(grad_q), dt), convert(grad_k, dt), convert(grad_v, dtype(value)), ds
+
+
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, **_ATTENTION)
+def _flash_attention_cpu_backward(ctx, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *,
+                                  attn_mask=None, scale=None):
+    if dropout_p:
+        raise ctx.fail("attention dropout is not supported (the CPU flash kernel rejects dropout_p > 0 too)")
+    grad_q, grad_k, grad_v, _ = _backward(ctx, grad_out, query, key, value, out, logsumexp, attn_mask, is_causal,
+                                          scale)
+    return grad_q, grad_k, grad_v
+
+
+# The attention op PyTorch provides for out-of-tree backends (PrivateUse1): what
+# `F.scaled_dot_product_attention` on tpu tensors becomes (the device's SDPA kernel,
+# python/torch_tpu/device/_attention.py), eager and traced alike, so a compiled graph holds
+# one attention op -- bf16 matmuls accumulating in f32 -- instead of PyTorch's math
+# decomposition, which runs both matmuls in f32.
+@lowers(aten._scaled_dot_product_fused_attention_overrideable.default, **_ATTENTION)
+def _fused_attention_overrideable(ctx, query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+                                  return_debug_mask=False, *, scale=None):
+    if dropout_p:
+        raise ctx.fail("attention dropout is not lowered (the device routes dropout_p > 0 to PyTorch's math "
+                       "attention)")
+    if return_debug_mask:
+        raise ctx.fail("return_debug_mask=True is not supported")
+    out, lse = _forward(ctx, query, key, value, attn_bias, is_causal, scale)
+    seed = full(0, ctx.result_dtype(6), ctx.result_shape(6))
+    offset = full(0, ctx.result_dtype(7), ctx.result_shape(7))
+    l, s = shape_of(query)[2], shape_of(key)[2]
+    return out, convert(lse, ctx.result_dtype(1)), None, None, l, s, seed, offset, None
+
+
+@lowers(aten._scaled_dot_product_fused_attention_overrideable_backward.default, **_ATTENTION)
+def _fused_attention_overrideable_backward(ctx, grad_out, query, key, value, attn_bias, grad_input_mask, out,
+                                           logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
+                                           philox_seed, philox_offset, *, scale=None):
+    if dropout_p:
+        raise ctx.fail("attention dropout is not lowered")
+    grad_q, grad_k, grad_v, ds = _backward(ctx, grad_out, query, key, value, out, logsumexp, attn_bias, is_causal,
+                                           scale)
+    if attn_bias is None:
+        return grad_q, grad_k, grad_v, None
+    if len(grad_input_mask) > 3 and grad_input_mask[3]:
+        return grad_q, grad_k, grad_v, _bias_gradient(ctx, ds, attn_bias)
+    # PyTorch's meta kernel gives a mask's gradient the mask's shape even when it is not
+    # asked for (nothing reads it): zeros, a constant.
+    return grad_q, grad_k, grad_v, full(0, dtype(attn_bias), shape_of(attn_bias))
+
+
+def _bias_gradient(ctx, ds: ir.Value, bias: ir.Value) -> ir.Value:
+    """An additive mask's gradient: dS (B, Hk, G, L, S) as (B, Hq, L, S), summed over the
+    dimensions the mask was broadcast along (any prefix of (B, Hq, L, S), size-1 dims)."""
+    ds_shape = shape_of(ds)
+    flat = reshape(ds, [ds_shape[0], ds_shape[1] * ds_shape[2], ds_shape[3], ds_shape[4]])
+    target = shape_of(bias)
+    lead = 4 - len(target)
+    summed = [d for d in range(4) if d < lead or target[d - lead] == 1]
+    total = _sum(flat, summed) if summed else flat
+    return convert(reshape(total, target), dtype(bias))
+
+
+def _sum(x: ir.Value, dims) -> ir.Value:
+    (out,) = reduce([x], [full(0, dtype(x), [])], dims, lambda a, b: [stablehlo.AddOp(a[0], b[0]).result])
+    return out
 
 
 @lowers(aten._scaled_dot_product_efficient_attention.default, **_ATTENTION)

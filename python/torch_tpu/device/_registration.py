@@ -18,7 +18,7 @@ import threading
 import torch
 
 from . import (
-    _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _program_adapter, _resize_storage, _serialization,
+    _attention, _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _program_adapter, _resize_storage, _serialization,
 )
 
 aten = torch.ops.aten
@@ -180,6 +180,7 @@ def register() -> None:
         for op, kernel in own.items():
             impl.impl(op, kernel, "PrivateUse1")
             skip.add(op)
+        skip |= _attention.install(impl, execute)
         _skip.update(skip)
         fallback.fallback(_boxed_fallback, "PrivateUse1")
         _autocast.register(fallback, impl)

@@ -9,6 +9,8 @@ aten = torch.ops.aten
 torch.manual_seed(0)
 FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
 FLASH_BW = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+FUSED = aten._scaled_dot_product_fused_attention_overrideable.default
+FUSED_BW = aten._scaled_dot_product_fused_attention_overrideable_backward.default
 
 
 def _qkv(b=2, hq=4, hk=4, L=5, S=7, E=8, dtype=torch.float32):
@@ -115,3 +117,47 @@ def test_dropout_fails_clearly():
     q, k, v = _qkv()
     with pytest.raises(LoweringError, match="dropout"):
         lower_and_run(lambda q, k, v: FLASH_BW(q, q, k, v, q, q[..., 0], 0.5, False), q, k, v)
+
+
+@pytest.mark.parametrize("mask", [None, "bool", "float"])
+@pytest.mark.parametrize("shape", [{}, {"hk": 2}, {"L": 7, "S": 3}], ids=["basic", "gqa2", "L>S"])
+def test_fused_attention_overrideable(shape, mask):
+    # PyTorch has no CPU kernel for the op out-of-tree backends override: compare with the
+    # CPU flash kernel, which computes the same attention.
+    q, k, v = _qkv(**shape)
+    m = {None: None, "bool": torch.rand(q.shape[2], k.shape[2]) > 0.3,
+         "float": torch.randn(2, 1, q.shape[2], k.shape[2])}[mask]
+    causal = mask is None
+    outs, _, _ = lower_and_run(lambda q, k, v, *m: FUSED(q, k, v, *(m or (None,)), 0.0, causal, scale=0.4),
+                               q, k, v, *(() if m is None else (m,)))
+    additive = None if m is None else torch.where(m, 0.0, float("-inf")) if m.dtype == torch.bool else m
+    ref, lse = FLASH(q, k, v, is_causal=causal, attn_mask=additive, scale=0.4)
+    torch.testing.assert_close(outs[0], ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(outs[1], lse, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias_grad", [False, True])
+def test_fused_attention_overrideable_backward(bias_grad):
+    q, k, v = _qkv(hk=2)
+    bias = torch.randn(1, 4, 5, 7)
+    grad_out = torch.randn(2, 4, 5, 8)
+    # Reference: autograd through PyTorch's math attention, the bias a leaf.
+    refs = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    rq, rk, rv, rb = refs
+    rep = lambda t: t.repeat_interleave(2, dim=1)  # noqa: E731
+    scores = rq @ rep(rk).transpose(-1, -2) * 0.3 + rb
+    ref_out = scores.softmax(-1) @ rep(rv)
+    ref_out.backward(grad_out)
+    out, lse = ref_out.detach(), scores.logsumexp(-1).detach()
+
+    def backward(g, q, k, v, b, o, l):
+        return FUSED_BW(g, q, k, v, b, [True, True, True, bias_grad], o, l, None, None, 5, 7, 0.0, False,
+                        torch.tensor(0), torch.tensor(0), scale=0.3)
+
+    outs, _, _ = lower_and_run(backward, grad_out, q, k, v, bias, out, lse)
+    for got, ref in zip(outs[:3], refs[:3]):
+        torch.testing.assert_close(got, ref.grad, rtol=1e-4, atol=1e-4)
+    if bias_grad:
+        torch.testing.assert_close(outs[3], rb.grad, rtol=1e-4, atol=1e-4)
+    else:
+        assert not outs[3].any()  # not asked for: zeros of the mask's shape, as PyTorch's meta says

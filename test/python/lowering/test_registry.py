@@ -115,7 +115,7 @@ def test_a_class_declared_apart_needs_a_lowering(scratch):
 # the five unique overloads (index: unique only refuses, by name, as nonzero does).
 # 411 safe, 55 masked: the foreach family (#28): 73 elementwise _foreach_* overloads, and
 # _foreach_norm.Scalar / _foreach_max.default (reductions of each whole tensor).
-CLASS_COUNTS = {'count': 40, 'eager': 30, 'index': 52, 'masked': 55, 'movement': 74, 'prefix': 5, 'safe': 411, 'size': 49, 'window': 23}
+CLASS_COUNTS = {'count': 40, 'eager': 30, 'index': 52, 'masked': 55, 'movement': 74, 'prefix': 5, 'safe': 411, 'size': 51, 'window': 23}
 OPS_WITH_A_RULE = {
     "count": """
         _batch_norm_with_update.default _batch_norm_with_update_functional.default
@@ -166,7 +166,9 @@ OPS_WITH_A_RULE = {
     "size": """
         _scaled_dot_product_efficient_attention.default
         _scaled_dot_product_flash_attention_for_cpu.default
-        _scaled_dot_product_flash_attention_for_cpu_backward.default _upsample_bicubic2d_aa.default
+        _scaled_dot_product_flash_attention_for_cpu_backward.default
+        _scaled_dot_product_fused_attention_overrideable.default
+        _scaled_dot_product_fused_attention_overrideable_backward.default _upsample_bicubic2d_aa.default
         _upsample_bicubic2d_aa.vec _upsample_bicubic2d_aa_backward.default
         _upsample_bilinear2d_aa.default _upsample_bilinear2d_aa.vec
         _upsample_bilinear2d_aa_backward.default _upsample_nearest_exact1d.default

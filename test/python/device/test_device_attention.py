@@ -1,0 +1,112 @@
+"""`F.scaled_dot_product_attention` on tpu tensors is ONE fused attention op
+(`aten._scaled_dot_product_fused_attention_overrideable`, device/_attention.py), eager and
+compiled alike, where PyTorch would otherwise give a PrivateUse1 backend its math
+decomposition (both matmuls in float32); everything the fused op does not cover still
+runs PyTorch's composite kernel. Values and gradients against CPU eager."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
+
+aten = torch.ops.aten
+FUSED = aten._scaled_dot_product_fused_attention_overrideable.default
+FUSED_BW = aten._scaled_dot_product_fused_attention_overrideable_backward.default
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def _inputs(dtype, hq=4, hk=4, L=6, S=6, E=8, grad=True):
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(2, h, n, E, generator=gen).to(dtype).requires_grad_(grad)
+            for h, n in ((hq, L), (hk, S), (hk, S))]
+
+
+def _on_tpu(tensors):
+    return [t.detach().to("tpu").requires_grad_(t.requires_grad) for t in tensors]
+
+
+def _check(fn, cpu_inputs, dtype):
+    ref = fn(*cpu_inputs)
+    ref.float().square().sum().backward()
+    tpu = _on_tpu(cpu_inputs)
+    out = fn(*tpu)
+    out.float().square().sum().backward()
+    tol = TOL[dtype]
+    torch.testing.assert_close(out.cpu(), ref, rtol=tol, atol=tol)
+    for got, want in zip(tpu, cpu_inputs):
+        if want.requires_grad:
+            torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=4 * tol, atol=4 * tol)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", ["causal", "gqa", "bool_mask", "float_mask_with_grad", "scale", "cross"])
+def test_eager_sdpa_is_one_fused_op(case, dtype):
+    shape = {"gqa": {"hk": 2}, "cross": {"L": 3, "S": 9}}.get(case, {})
+    q, k, v = _inputs(dtype, **shape)
+    mask = None
+    if case == "bool_mask":
+        mask = torch.rand(q.shape[2], k.shape[2], generator=torch.Generator().manual_seed(1)) > 0.4
+        mask[:, 0] = True  # no fully masked row (CPU's math gives NaN there, the fused kernels 0)
+    elif case == "float_mask_with_grad":
+        mask = torch.randn(1, 4, q.shape[2], k.shape[2]).to(dtype).requires_grad_()
+    kwargs = {"is_causal": case in ("causal", "gqa"), "enable_gqa": case == "gqa",
+              "scale": 0.25 if case == "scale" else None}
+    inputs = [q, k, v] + ([mask] if mask is not None else [])
+
+    def attention(q, k, v, m=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, **kwargs)
+
+    out = _check(attention, inputs, dtype)
+    assert type(out.grad_fn).__name__ == "ScaledDotProductFusedAttentionOverrideableBackward0"
+
+
+@pytest.mark.parametrize("case", ["dropout", "three_dims", "mixed_dtypes", "gqa_not_enabled"])
+def test_what_the_fused_op_does_not_cover_runs_pytorchs_kernel(case):
+    q, k, v = _inputs(torch.float32, hk=2 if case == "gqa_not_enabled" else 4, grad=False)
+    if case == "three_dims":
+        q, k, v = q[0], k[0], v[0]
+    if case == "mixed_dtypes":
+        v = v.double()
+    tq, tk, tv = _on_tpu([q, k, v])
+    if case == "dropout":
+        out = F.scaled_dot_product_attention(tq, tk, tv, dropout_p=0.5)
+        assert out.shape == q.shape and torch.isfinite(out.cpu()).all()
+        return
+    with pytest.raises(RuntimeError) as on_cpu:
+        F.scaled_dot_product_attention(q, k, v) if case != "three_dims" else (_ for _ in ()).throw(RuntimeError())
+    if case == "three_dims":
+        torch.testing.assert_close(F.scaled_dot_product_attention(tq, tk, tv).cpu(),
+                                   F.scaled_dot_product_attention(q, k, v), rtol=1e-5, atol=1e-5)
+        return
+    with pytest.raises(type(on_cpu.value)):
+        F.scaled_dot_product_attention(tq, tk, tv)
+
+
+def test_compiled_attention_graphs_hold_the_fused_op_and_its_backward():
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                       backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))
+    q, k, v = _on_tpu(_inputs(torch.bfloat16, hk=2))
+    fn(q, k, v).float().sum().backward()
+    targets = {n.target for gm in graphs for n in gm.graph.nodes}
+    assert FUSED in targets and FUSED_BW in targets
+    assert aten.bmm.default not in targets and aten._to_copy.default not in targets
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_attention_matches_cpu(dtype, strict_compile):
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), backend="tpu")
+    _check(compiled, _inputs(dtype, hk=2), dtype)
