@@ -10,7 +10,8 @@ query heads over the K/V heads inside dot_general, without repeating K and V.
 
 Numerics follow the CPU flash kernel: scores, softmax and the output accumulate in f32
 for f16/bf16 inputs (the probabilities are rounded to the input type before the P V
-product, as the kernel does), the causal mask is top-left aligned (query i sees keys
+product, as the kernel does; the backward's four matmuls likewise take P and dS rounded to
+the input type), the causal mask is top-left aligned (query i sees keys
 j <= i), and a fully masked row yields 0 with logsumexp 0 instead of NaN.
 `_scaled_dot_product_efficient_attention` (what a CUDA trace holds) shares the forward.
 """
@@ -173,19 +174,22 @@ def _backward(ctx, grad_out, query, key, value, out, logsumexp, attn_mask, is_ca
     shape = shape_of(s)
     lse = reshape(convert(logsumexp, acc), [heads.b, heads.hk, heads.g, heads.l])
     p = stablehlo.ExpOp(stablehlo.SubtractOp(s, _bcast(lse, shape, range(4))).result).result
-    do = heads.grouped(convert(grad_out, acc))  # (B, Hk, G, L, Ev)
+    # As the flash kernels' backward: the four matmuls take the input dtype (P and dS
+    # rounded to it) and accumulate in f32; the row terms stay in f32.
+    do = heads.grouped(convert(grad_out, dt))  # (B, Hk, G, L, Ev)
     o = heads.grouped(convert(out, acc))
-    vf, kf, qf = convert(value, acc), convert(key, acc), heads.grouped(convert(query, acc))
+    p_in = convert(p, dt) if dt != acc else p
     # dV = P^T dO, summed over the query heads of each group.
-    grad_v = dot_general(p, do, ([2, 3], [2, 3]), ([0, 1], [0, 1]))  # (B, Hk, S, Ev)
-    dp = dot_general(do, vf, ([4], [3]), ([0, 1], [0, 1]))  # (B, Hk, G, L, S)
-    d = _row_reduce(stablehlo.MulOp(do, o).result, stablehlo.AddOp, 0)  # (B, Hk, G, L)
+    grad_v = dot_general(p_in, do, ([2, 3], [2, 3]), ([0, 1], [0, 1]), out_dtype=acc)  # (B, Hk, S, Ev)
+    dp = dot_general(do, convert(value, dt), ([4], [3]), ([0, 1], [0, 1]), out_dtype=acc)  # (B, Hk, G, L, S)
+    d = _row_reduce(stablehlo.MulOp(convert(do, acc), o).result, stablehlo.AddOp, 0)  # (B, Hk, G, L)
     ds = stablehlo.MulOp(p, stablehlo.SubtractOp(dp, _bcast(d, shape, range(4))).result).result
+    ds_in = convert(ds, dt) if dt != acc else ds
     sc = _scale_value(scale, heads.e)
-    grad_q = dot_general(ds, kf, ([4], [2]), ([0, 1], [0, 1]))  # (B, Hk, G, L, E)
+    grad_q = dot_general(ds_in, key, ([4], [2]), ([0, 1], [0, 1]), out_dtype=acc)  # (B, Hk, G, L, E)
     grad_q = stablehlo.MulOp(grad_q, full(sc, acc, shape_of(grad_q))).result
-    grad_k = dot_general(ds, qf, ([2, 3], [2, 3]), ([0, 1], [0, 1]))  # (B, Hk, S, E)
-    grad_k = stablehlo.MulOp(grad_k, full(sc, acc, shape_of(grad_k))).result
+    grad_k = dot_general(ds_in, heads.grouped(query), ([2, 3], [2, 3]), ([0, 1], [0, 1]), out_dtype=acc)
+    grad_k = stablehlo.MulOp(grad_k, full(sc, acc, shape_of(grad_k))).result  # (B, Hk, S, E)
     return convert(heads.flat(grad_q), dt), convert(grad_k, dt), convert(grad_v, dtype(value)), ds
 
 
