@@ -21,9 +21,12 @@ already a device buffer, so it never enters the host-side resident-parameter cac
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
+
+from torch_tpu.runtime.buffer import DeviceBuffer
 
 from . import _storage
 from ._buffers import entry_of
@@ -66,6 +69,14 @@ def argument(t: torch.Tensor, shared: bool = False):
     A tensor that passes as is gives its storage's own buffer (`shared`: the program
     does not write it) or a device copy of it (a donated argument: the storage keeps its
     value until the graph's epilogue writes the new one in)."""
+    entry = entry_of(t)
+    buffer = entry._buffer
+    if (buffer.__class__ is DeviceBuffer and t.dtype == entry.dtype and t.shape == entry.shape
+            and t.storage_offset() == 0 and t.is_contiguous() and not t.is_conj() and not t.is_neg()
+            and not buffer.is_deleted):
+        # The common case, in the cheapest checks (a compiled call passes every parameter and
+        # cache through here): `layout_passes_as_is` for a written storage.
+        return buffer if shared else buffer.copy()
     from ._modes import check_alive
 
     if t.is_conj() or t.is_neg():
@@ -122,15 +133,15 @@ def flat_buffer(entry):
 
 def result(buffer, index: int) -> torch.Tensor:
     """A new tpu tensor (row-major) over a new storage that is the graph result's
-    DeviceBuffer, in its shape (no relayout)."""
+    DeviceBuffer, in its shape (no relayout): the constructor every op result takes."""
     from ._modes import is_blocking
     from torch_tpu.runtime import dtypes
 
-    size = tuple(int(s) for s in buffer.shape)
-    dtype = dtypes.torch_dtype(buffer._row)
+    size = [int(s) for s in buffer.shape]
     if is_blocking():
         buffer.synchronize()
-    return _storage.from_buffer(buffer, size, contiguous_stride(size), dtype, index)
+    return _storage.new_tensor(buffer, math.prod(size), size, contiguous_stride(size),
+                               dtypes.torch_dtype(buffer._row), index, contiguous=True)
 
 
 def device_of(args) -> int | None:
