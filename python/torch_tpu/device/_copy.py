@@ -16,7 +16,7 @@ import torch
 from torch_tpu.runtime.buffer import DeviceBuffer
 
 from . import _host_copies, _ops, _storage
-from ._modes import is_blocking
+from ._modes import EagerMode, get_eager_mode, is_blocking
 from ._storage import from_host, to_host, write_host_value
 
 aten = torch.ops.aten
@@ -55,24 +55,25 @@ def _shares_buffer(dst: torch.Tensor, src: torch.Tensor) -> bool:
     so the two storages stay independent after sharing one buffer. Not in FUSED mode,
     where the copy is recorded in order with the trace's other ops, nor while either
     value is a trace's pending one."""
-    from ._modes import EagerMode, get_eager_mode
-
-    if (dst.dtype != src.dtype or dst.shape != src.shape or dst.is_conj() or dst.is_neg()
-            or get_eager_mode() is EagerMode.FUSED):
+    # The cheapest checks first: aot_autograd's epilogue makes one such copy per updated
+    # input on every call of a compiled step.
+    if dst.dtype != src.dtype or dst.shape != src.shape:
         return False
     target, source = _storage.entry_of(dst), _storage.entry_of(src)
     value = source._buffer
-    if (value.__class__ is not DeviceBuffer or value.is_deleted
-            or target._buffer.__class__ not in (DeviceBuffer, type(None))):
+    if value.__class__ is not DeviceBuffer or (target._buffer is not None
+                                              and target._buffer.__class__ is not DeviceBuffer):
         return False
-    if not _storage.layout_passes_as_is(src.dtype, src.shape, src.stride(), src.storage_offset(),
-                                        source.dtype, source.shape):
+    # `src` is its storage's buffer as it is (`_storage.layout_passes_as_is`); `dst` covers
+    # its storage row-major, so the buffer, of `dst`'s shape, can be its storage's.
+    if (src.dtype != source.dtype or src.storage_offset() != 0 or src.shape != source.shape
+            or not src.is_contiguous() or dst.dtype != target.dtype or dst.storage_offset() != 0
+            or dst.numel() != target.numel or not dst.is_contiguous() or dst.is_conj() or dst.is_neg()
+            or value.is_deleted or get_eager_mode() is EagerMode.FUSED):
         return False
-    covers = (dst.dtype == target.dtype and dst.storage_offset() == 0 and dst.numel() == target.numel
-              and _storage.row_major(dst.shape, dst.stride()))
-    if covers and target is not source:
+    if target is not source:
         target.buffer = value
-    return covers
+    return True
 
 
 def _from_host_into(self: torch.Tensor, src: torch.Tensor) -> None:
