@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import _dynamo_funcnames, _dynamo_local_map
+from . import _dynamo_funcnames, _dynamo_local_map, _dynamo_optimizer
 from ._aliasing_prims import decompose_aliasing_prims
 from ._compile import compile_graph
 from ._tensor_index import rewrite_scalar_tensor_indices
@@ -34,6 +34,9 @@ _dynamo_funcnames.install()
 # ... and its check for local_map-wrapped functions stops importing context parallelism
 # (_dynamo_local_map.py).
 _dynamo_local_map.install()
+# ... and its compiled optimizer steps keep step counts on the tpu device, as on CUDA
+# (_dynamo_optimizer.py).
+_dynamo_optimizer.install()
 
 _graph_ids = itertools.count()
 _KNOWN_OPTIONS = {"functionalize"}

@@ -86,3 +86,33 @@ def test_compiled_clip_grad_norm_and_adamw():
     """clip_grad_norm_(foreach=True): `_foreach_norm` and a `_foreach_mul_` by a tensor."""
     seen = _assert_same_training("adamw_foreach", clip=True)
     assert {"_foreach_norm", "_foreach_mul_"} <= seen, sorted(seen)
+
+
+@pytest.mark.parametrize("name", ["adamw_foreach", "adam_foreach_amsgrad"])
+def test_compiled_step_on_tpu_parameters_keeps_its_state_on_the_device(name):
+    """As on CUDA, Dynamo makes the compiled step capturable for tpu parameters
+    (backend/_dynamo_optimizer.py): the step counts live on the device and a steady step
+    moves no byte between host and device; the parameters match eager's."""
+    import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
+
+    reference = _model()
+    model = _model().to("tpu")
+    opt, ref_opt = OPTIMIZERS[name](model.parameters()), OPTIMIZERS[name](reference.parameters())
+    step = torch.compile(opt.step, backend="tpu")
+    generator = torch.Generator().manual_seed(1)
+    for i in range(3):
+        x = torch.randn(5, 8, generator=generator)
+        for m, xs in ((model, x.to("tpu")), (reference, x)):
+            m.zero_grad()
+            m(xs).square().sum().backward()
+        torch.tpu.synchronize()
+        before = torch.tpu.transfer_stats()
+        step()
+        torch.tpu.synchronize()
+        moved = torch.tpu.transfer_stats() - before
+        ref_opt.step()
+        if i:
+            assert moved.uploads == 0 and moved.downloads == 0, moved
+    assert all(s["step"].device.type == "tpu" for s in opt.state.values())
+    for p, r in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.cpu(), r, rtol=1e-5, atol=1e-6)
