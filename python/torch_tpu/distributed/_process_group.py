@@ -404,7 +404,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
     def run_program(self, program, buffers: Sequence[Any], sizes: str = "") -> list:
         """Runs a collective program compiled elsewhere -- a stage of a compiled graph
-        (`torch_tpu._dist_graph`), which every member runs -- as this group's next
+        (`torch_tpu.backend._dist_graph`), which every member runs -- as this group's next
         collective: it takes the next sequence number and goes through the handshake as
         the group's own programs do (`program` carries `fingerprint` and `description`).
         `sizes` ("s0=3"): the run-time sizes a bounded program exchanges, which its text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from torch_tpu._dist_graph import DistributedGraphProgram
+from torch_tpu.backend._dist_graph import DistributedGraphProgram
 
 
 class _SizeOnDevice:

@@ -3,7 +3,7 @@ collectives in it.
 
 A `torch.compile(backend="tpu")` graph whose `_c10d_functional` collectives work on tpu
 tensors, in a process of a `tpu_dist` job, compiles whole (it is not split at its
-collectives): imported with the process-group facts (`_process_groups.py`), run through
+collectives): imported with the process-group facts (`program/process_groups.py`), run through
 the compile pipeline, then the SPMD pipeline (`torch_tpu.spmd`):
 
 * thin (the default): `torchtpu-outline-collectives` cuts the program into compute stages
@@ -146,14 +146,14 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds
 
     from ._compile import fx_graph, host_results, resident_inputs, tpu_index
     from ._dynamic import bounds_mode, settings_key
-    from ._errors import TorchTpuCompileError
-    from ._fingerprint import FxGraphFingerprint
-    from ._output_layout import output_layouts
-    from ._precision import current_mode
-    from ._process_groups import process_groups_of
-    from .program import Lowered, ProgramKey, client, compile_module, shared_context
-    from .program.pipelines import compile_pipeline, in_sequence
-    from .spmd import is_spmd_safe, spmd_pipeline
+    from ..program.errors import TorchTpuCompileError
+    from ..program.fingerprint import FxGraphFingerprint
+    from ..program.output_layout import output_layouts
+    from ..program.precision import current_mode
+    from ..program.process_groups import process_groups_of
+    from ..program import Lowered, ProgramKey, client, compile_module, shared_context
+    from ..program.pipelines import compile_pipeline, in_sequence
+    from ..spmd import is_spmd_safe, spmd_pipeline
 
     runtime = distributed.current()
     local = client()
