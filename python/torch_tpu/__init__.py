@@ -36,8 +36,12 @@ _LAZY = {
     "JaxOpError": ("torch_tpu.kernels._jax_trace", "JaxOpError"),
 }
 
-# Public submodules, imported on first attribute access (`torch_tpu.spmd.compile_spmd`).
-_SUBMODULES = ("spmd", "runtime", "compiler", "config", "core", "tools", "examples", "kernels")
+# Public submodules, imported on first attribute access (`torch_tpu.spmd.compile_spmd`):
+# the layers' packages (docs/explanation/architecture.md) and the public modules.
+_SUBMODULES = (
+    "backend", "exported", "spmd", "kernels", "distributed", "device", "program",
+    "runtime", "compiler", "config", "core", "tools", "examples",
+)
 
 __all__ = ["__version__", *_LAZY, *_SUBMODULES]
 
