@@ -57,8 +57,8 @@ class Timing:
         return statistics.median(self.thread)
 
 
-# Shared with the quickstart's own comparison (python/torch_tpu/_timing.py).
-from torch_tpu._timing import wait_for_idle_threads  # noqa: E402
+# Shared with the quickstart's own comparison (python/torch_tpu/program/timing.py).
+from torch_tpu.program.timing import wait_for_idle_threads  # noqa: E402
 
 
 def interleaved_timings(

@@ -7,7 +7,7 @@ the first call of `torch.compile(TinyGPT, backend="tpu")` under torch.no_grad is
 Reported: median wall, process CPU (all threads) and main-thread CPU seconds of the first
 call over the rounds (CPU time is much less disturbed by other processes on a loaded
 machine), and its split into Dynamo + aot_autograd (the rest), conversion, passes and XLA
-compile (torch_tpu._timing; XLA compiles in the background while Dynamo finishes, so
+compile (torch_tpu.program.timing; XLA compiles in the background while Dynamo finishes, so
 "waited" is the part of it the first call waited for).
 torch_tpu's L2 compile cache is off, so every round compiles.
 
@@ -59,7 +59,10 @@ with torch.no_grad():
 wall, cpu, main = time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - m0
 with torch.no_grad():
     err = (out - model(ids)).abs().max().item()
-from torch_tpu import _timing
+try:
+    from torch_tpu.program import timing as _timing
+except ImportError:  # a tree compared against from before the frontend's packages
+    from torch_tpu import _timing
 import torch_tpu.backend
 print(json.dumps({"wall": wall, "cpu": cpu, "main_cpu": main, "err": err, "phases": _timing.snapshot(),
                   "source": torch_tpu.backend.__file__}))
@@ -112,7 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         for v in (variants if r % 2 == 0 else variants[::-1]):  # alternate who goes first
             runs[v].append(_one("current" if v == "baseline" else v, trees.get(v, "")))
     for v in variants:
-        expected = os.path.join(trees.get(v, _ROOT), "python", "torch_tpu", "backend.py")
+        package = os.path.join(trees.get(v, _ROOT), "python", "torch_tpu")
+        # The backend is a package since the frontend's modules moved into subpackages;
+        # an older tree compared against still has it as one module.
+        expected = os.path.join(package, "backend", "__init__.py")
+        if not os.path.exists(expected):
+            expected = os.path.join(package, "backend.py")
         if any(r["source"] != expected for r in runs[v]):
             raise RuntimeError(f"{v}: ran {runs[v][0]['source']}, not {expected}")
     print(f"first call of the quickstart model (TinyGPT, batch 4, seq 64), {args.rounds} fresh process(es) each; "

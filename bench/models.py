@@ -20,7 +20,7 @@ process's other threads are idle, so a contender is not charged for the previous
 spinning OpenMP/Eigen workers); first-call latency
 (torch._dynamo.reset() before ours and inductor; a fresh jax.jit); ours/JAX and
 ours/eager; the split of our first call into Dynamo+AOT (the rest), conversion (FX ->
-StableHLO, phase "convert"), "passes" and "xla_compile" (torch_tpu._timing); the JAX first
+StableHLO, phase "convert"), "passes" and "xla_compile" (torch_tpu.program.timing); the JAX first
 call split into trace+lower and XLA compile; max |difference| of every contender against
 eager; the fallbacks to eager that torch_tpu logged ("... runs in PyTorch eager") and the
 Dynamo graph breaks. "ours program" is a diagnostic: our compiled XLA program alone, run
@@ -332,7 +332,7 @@ def run_model(spec: Spec, args, fallback_log: LogCounter) -> Result:
     import numpy as np
     import torch
 
-    from torch_tpu import _timing
+    from torch_tpu.program import timing as _timing
 
     model, x = spec.build()
     result = Result(spec.name, spec.describe, {})
@@ -454,7 +454,7 @@ def _capture_compiled_graphs():
     (torch_tpu internals; used only for the program-only diagnostic)."""
     captured: list[tuple[Any, tuple]] = []
     try:
-        from torch_tpu._compile import CompiledGraph
+        from torch_tpu.backend._compile import CompiledGraph
     except Exception:  # noqa: BLE001
         yield captured
         return
@@ -501,7 +501,7 @@ def _reset_torch_tpu_fallback_dedup() -> None:
     """torch_tpu logs each unsupported op once per process; forget that, so every model
     reports its own fallbacks."""
     try:
-        from torch_tpu import _compile
+        from torch_tpu.backend import _compile
 
         getattr(_compile, "_reported_fallbacks", set()).clear()
     except Exception:  # noqa: BLE001

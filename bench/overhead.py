@@ -215,7 +215,7 @@ def _compiled_graph():
     """The most recent `CompiledGraph` (the backend's callable for a Dynamo graph)."""
     import gc
 
-    from torch_tpu._compile import CompiledGraph
+    from torch_tpu.backend._compile import CompiledGraph
 
     graphs = [o for o in gc.get_objects() if type(o) is CompiledGraph]
     return graphs[-1] if graphs else None

@@ -275,7 +275,7 @@ def bf16_to_jax(t: Any) -> Any:
 def jax_precision() -> str:
     """JAX's matmul precision equal to the one ours runs float32 matmuls at (PyTorch's
     float32_matmul_precision: medium -> DEFAULT, high -> HIGH, highest -> HIGHEST)."""
-    from torch_tpu._precision import current_mode
+    from torch_tpu.program.precision import current_mode
 
     return {"medium": "default", "high": "high", "highest": "highest"}[current_mode()]
 

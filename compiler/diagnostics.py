@@ -60,7 +60,7 @@ class Diagnostic:
     loc: SourceLoc | None = None
     notes: list["Diagnostic"] = field(default_factory=list)
     # The op named by the location (`location_name`), when it has one. Not printed:
-    # callers that map diagnostics back to FX nodes read it (torch_tpu/_recovery.py).
+    # callers that map diagnostics back to FX nodes read it (torch_tpu/backend/_recovery.py).
     op: str | None = field(default=None, compare=False)
 
     def format(self, file: str | None = None) -> str:

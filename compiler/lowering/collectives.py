@@ -34,7 +34,7 @@ c10d = torch.ops._c10d_functional
 # the middle of the result (or a scatter would cut the padded buffer at the wrong rows), so
 # that case runs in eager; a dynamic dim other than 0 stays in the padding.
 # Ranks exchanging a dynamic dim must agree on its run-time size, as in eager: the
-# handshake compares it (`torch_tpu._dist_graph`, exchanged sizes).
+# handshake compares it (`torch_tpu.backend._dist_graph`, exchanged sizes).
 
 
 def _eager_along_dynamic_dim0(ctx: LoweringContext, *args, **kwargs):

@@ -2,15 +2,19 @@
 StableHLO that reads such a window out of a flat storage value and writes one into it.
 
 PyTorch addresses memory as (storage, offset, sizes, strides): element (i0, i1, ...) of
-a tensor lies at storage position `offset + i0*stride0 + i1*stride1 + ...`. Two users
-need that algorithm as IR, and both build it here:
+a tensor lies at storage position `offset + i0*stride0 + i1*stride1 + ...`. Its users
+build that IR here:
 
 * the eager device (`python/torch_tpu/device/`), which holds every storage as a flat
   1-D buffer, reads each operand of an op as a view of its storage (`read_view`) and
   writes in-place results back into it (`write_view`), dtype views included;
 * the `as_strided` / `as_strided_scatter` lowerings (`view_like.py`), which rebuild
   their input's storage from its value (`as_storage`) and read or write a window of it
-  (`read_strided`, `write_strided`).
+  (`read_strided`, `write_strided`);
+* the view passes (`passes/view_semantics.py`), which read a `torchtpu.gather_view`'s
+  static positions with the same gather (`take_static`). Writing through one is a
+  scatter of its own: the passes refuse a write that reaches an element twice, so its
+  positions are unique and need none of `write_strided`'s ordering.
 
 A window whose layout is a permutation of a dense block is read as a slice, a reshape and
 a transpose, and written as a `dynamic_update_slice` of its transposed, flattened value.

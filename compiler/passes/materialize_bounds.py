@@ -33,7 +33,7 @@ class MaterializeBoundsPass(Pass):
     description = (
         "For runtimes without bounded-dynamic parameters (XLA:CPU: PadToStatic is not "
         "implemented for parameters; the frontend runs it on every platform, see "
-        "`torch_tpu._dynamic.MATERIALIZE_BOUNDS_PLATFORMS`). In every public function, an "
+        "`torch_tpu.backend._dynamic.MATERIALIZE_BOUNDS_PLATFORMS`). In every public function, an "
         "argument `tensor<?x..., #stablehlo.bounds<...>>` becomes its padded static buffer "
         "(each dynamic dim at its bound) and one `tensor<i32>` argument per dynamic dim is "
         "appended (marked `torchtpu.size_of = array<i64: arg, dim>`); the body re-marks the "

@@ -16,8 +16,9 @@ import torch
 
 from ..context import ir, stablehlo
 from ..dialect import ref_tensor_type
-from ..dtypes import dtype_of, tensor_type
+from ..dtypes import dtype_of
 from ..lowering.helpers import broadcast_to, constant, full, reshape, scalar_region, shape_of, transpose
+from ..lowering.storage_layout import reinterpret_bits, take_static
 
 # Views that torchtpu-decompose-views rewrites; torchtpu-inverse-views needs them gone.
 COMPLEX_VIEWS = frozenset({"torchtpu.diagonal", "torchtpu.unfold", "torchtpu.as_strided"})
@@ -88,25 +89,24 @@ def _index_constant(indices: np.ndarray) -> ir.Value:
 
 
 def gather_flat(source: ir.Value, indices: np.ndarray) -> ir.Value:
-    """Elements of `source` at row-major positions `indices` (shape = indices.shape)."""
-    m = int(indices.size)
-    dt = dtype_of(source.type)
-    if m == 0 or prod(shape_of(source)) == 0:
+    """Elements of `source` at row-major positions `indices` (shape = indices.shape): the
+    storage layout's static gather (`storage_layout.take_static`) of the flattened source."""
+    n = prod(shape_of(source))
+    if indices.size == 0 or n == 0:
         # Nothing to read (an empty view, or one of an empty source): a gather over an
         # empty operand does not verify, and the result has no elements anyway.
-        return full(0, dt, list(indices.shape))
-    n = prod(shape_of(source))
-    flat = reshape(source, [n])
-    numbers = ir.Attribute.parse(
-        "#stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>"
-    )
-    op = stablehlo.GatherOp(flat, _index_constant(indices), numbers, [1], indices_are_sorted=False,
-                            results=[tensor_type([m], dt)])
-    return reshape(op.result, list(indices.shape))
+        return full(0, dtype_of(source.type), list(indices.shape))
+    return reshape(take_static(reshape(source, [n]), 0, indices.reshape(-1)), list(indices.shape))
 
 
 def scatter_flat(source: ir.Value, indices: np.ndarray, updates: ir.Value) -> ir.Value:
-    """`source` with the elements at row-major positions `indices` replaced by `updates`."""
+    """`source` with the elements at row-major positions `indices` replaced by `updates`.
+
+    Not `storage_layout.write_strided`: that writes a (size, stride, offset) window, where
+    positions may repeat, by gathering every storage element from [written values, old
+    storage]. Here `inverse` has already refused a view that writes an element twice
+    (`overlap_reason`), so the positions are unique and a scatter of just the written
+    elements is exact and touches no other element."""
     shape = shape_of(source)
     if indices.size == 0:
         return source  # an empty view: the store changes nothing
@@ -132,8 +132,6 @@ def _slice_positions(shape: list[int], dim: int, start: int, limit: int, step: i
 
 
 def _bitcast(value: ir.Value, to: torch.dtype, shape: list[int]) -> ir.Value:
-    from ..lowering.storage_layout import reinterpret_bits
-
     src = dtype_of(value.type)
     for dt in (src, to):
         if dt.is_complex or dt is torch.bool:

@@ -32,7 +32,7 @@ from torch_tpu.compiler.pipelines import named_pipeline
 
 # Public: a partition for groups PyTorch does not record, and the process-group facts of a
 # graph that `import_graph(..., process_groups=...)` lowers its collectives with.
-from ._process_groups import clear_declared_partitions, declare_partition, process_groups_of  # noqa: F401
+from .program.process_groups import clear_declared_partitions, declare_partition, process_groups_of  # noqa: F401
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import pytest
 def user_table():
     """Removes the lowering rules a test registers (`register_lowering`, `jax_op`) once it
     ends: the lowering table is process-wide."""
-    from torch_tpu import _register_lowering
+    from torch_tpu.kernels import _register_lowering
     from torch_tpu.compiler.lowering import LOWERINGS
 
     before = set(LOWERINGS)

@@ -158,7 +158,7 @@ def test_compiled_data_dependent_op_is_refused_by_name(fn, op, hint):
     STRICT, an error naming the op, the reason, the user's line and what to do."""
     import torch._dynamo.config as dynamo_config
 
-    from torch_tpu._errors import TorchTpuCompileError
+    from torch_tpu.program.errors import TorchTpuCompileError
 
     torch._dynamo.reset()
     compiled = torch.compile(lambda x: fn(x), backend="tpu", fullgraph=True)

@@ -231,7 +231,7 @@ def test_pass_errors_fail_the_pipeline_with_the_pass_name(module) -> None:
 def test_diagnostics_keep_the_op_named_by_the_location() -> None:
     """Locations the importer makes name the ATen op around the user's line; diagnostics
     keep that name (`Diagnostic.op`), so the frontend can map a failure back to the FX node
-    (torch_tpu/_recovery.py). A plain file location has none."""
+    (torch_tpu/backend/_recovery.py). A plain file location has none."""
     source = """
     func.func @f(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {
       %0 = stablehlo.dot %a, %a : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32> loc("aten.mm.default"("model.py":12:1))

@@ -22,7 +22,7 @@ def test_flash_attention_forward_and_backward_on_tpu_tensors(chip, platform, qkv
     from torch_tpu.kernels import flash_attention
 
     tpu_only(platform, "Mosaic compiles Pallas kernels for TPUs only")
-    from torch_tpu import _jax_op
+    from torch_tpu.kernels import _jax_op
 
     lowered = []
     original = _jax_op.trace

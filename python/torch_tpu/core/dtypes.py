@@ -3,7 +3,7 @@
 Each layer builds its own mapping from these rows: the compiler and the frontend map
 torch dtypes (`torch_tpu.compiler.dtypes`), the runtime maps NumPy dtypes
 (`torch_tpu.runtime.dtypes`, torch-free), saved exports map safetensors names
-(`torch_tpu._safetensors`). Adding a type is one row here.
+(`torch_tpu.exported._safetensors`). Adding a type is one row here.
 """
 
 from __future__ import annotations

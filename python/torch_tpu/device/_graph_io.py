@@ -46,7 +46,7 @@ def _program(key: tuple, name: str, operand: tuple, result_val: torch.Tensor,
     from torch_tpu.compiler.lowering.registry import OpRecord
     from torch_tpu.runtime import CompileSpec
 
-    from .._precision import current_mode
+    from ..program.precision import current_mode
     from ..program import ProgramKey, compile_module, shared_context
     from ..program.pipelines import compile_pipeline
 

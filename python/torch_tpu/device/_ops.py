@@ -33,7 +33,7 @@ import torch.utils._pytree as pytree
 from torch_tpu.runtime.buffer import DeviceBuffer
 from torch_tpu.runtime.errors import DeviceOutOfMemoryError, UnsupportedDtypeError
 
-from .._precision import current_mode
+from ..program.precision import current_mode
 from ._buffers import TABLE, StorageEntry, entry_of
 from . import _storage
 from ._modes import EagerMode, check_alive, get_eager_mode

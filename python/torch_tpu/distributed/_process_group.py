@@ -18,9 +18,11 @@ BAND/BOR/BXOR = reductions of bit planes (min/max/sum of 0/1 bytes).
 from __future__ import annotations
 
 import datetime
+import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -262,6 +264,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._handshake_name = handshake_name or self._name
         self._timeout_s = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 300.0
         self._sequence = 0
+        # (group, `CollectiveRecord.identity`) already compared under the `first_call` stage.
+        self._checked_calls: set[tuple[str, tuple[str, str, str]]] = set()
         self._lock = threading.RLock()
         self._store = None
         self._gloo = None
@@ -354,8 +358,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
         program = self._program(kind, buffer.shape[0], dtype, self._global_ranks, **params)
         return self._checked_run(self._handshake_name, self._global_ranks, sequence, program, program, [buffer])[0]
 
-    def _checked_run(self, group: str, ranks: tuple[int, ...], sequence: int, checked_as, program,
-                     buffers: Sequence[Any]) -> list:
+    def _checked_run(self, group: str, ranks: tuple[int, ...], sequence: int, checked_as: HandshakeSubject,
+                     program, buffers: Sequence[Any]) -> list:
         """Runs `program` as collective `sequence` of `group`, after the handshake when the
         stage asks for one. What the ranks compare (`CollectiveRecord.identity`): the
         program (`checked_as`: its fingerprint and description), the user's call (the
@@ -367,17 +371,16 @@ class ProcessGroupTPU(dist.ProcessGroup):
         record = self._record(sequence, checked_as)
         stage = config.get("TORCH_TPU_SPMD_HANDSHAKE_STAGE")
         if stage != "off":
-            checked = checked_as.__dict__.setdefault("checked_calls", set())
             key = (group, record.identity)
-            if stage == "every_call" or key not in checked:
+            if stage == "every_call" or key not in self._checked_calls:
                 self._runtime.handshake(group, ranks, record, self._timeout_s)
-                checked.add(key)
+                self._checked_calls.add(key)
         outs = program.run(buffers, group, record, ranks)
         if getattr(_issuing, "call", None) is not None:
             _issuing.runs.extend((out, group, ranks, record) for out in outs)
         return outs
 
-    def _record(self, sequence: int, program):
+    def _record(self, sequence: int, program: HandshakeSubject):
         """This rank's record of collective `sequence`: the program, the torch.distributed
         call being issued (`_issue`'s, none for a compiled graph's stage), and the user's
         line; its call site is compared unless the ranks may legitimately call from
@@ -402,9 +405,9 @@ class ProcessGroupTPU(dist.ProcessGroup):
         return self._runtime.record_type(self._runtime.rank, sequence, program.fingerprint, program.description,
                                          line, text, site)
 
-    def run_program(self, program, buffers: Sequence[Any], sizes: str = "") -> list:
+    def run_program(self, program: HandshakeSubject, buffers: Sequence[Any], sizes: str = "") -> list:
         """Runs a collective program compiled elsewhere -- a stage of a compiled graph
-        (`torch_tpu._dist_graph`), which every member runs -- as this group's next
+        (`torch_tpu.backend._dist_graph`), which every member runs -- as this group's next
         collective: it takes the next sequence number and goes through the handshake as
         the group's own programs do (`program` carries `fingerprint` and `description`).
         `sizes` ("s0=3"): the run-time sizes a bounded program exchanges, which its text
@@ -770,23 +773,37 @@ _site_texts: dict[tuple[str, int], tuple[str, str]] = {}  # (path, line) -> ("pa
 _call_texts: dict[tuple[str, tuple], str] = {}  # (operation, shapes) -> "all_reduce of [2, 3]"
 
 
+class HandshakeSubject(Protocol):
+    """What the handshake compares of a program and names in its errors, the same on every
+    rank that runs the same collective: a `GroupProgram` once labelled
+    (`GroupProgram.label`), or a bounded one at given sizes (`_SizedProgram`)."""
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def fingerprint(self) -> str: ...
+
+
+@dataclass(frozen=True)
 class _SizedProgram:
     """What the handshake compares of a bounded program run at given sizes."""
 
-    def __init__(self, program: Any, sizes: str) -> None:
-        from torch_tpu.runtime.distributed import fingerprint_of
-
-        self.description = f"{program.description} at sizes {sizes}"
-        self.fingerprint = fingerprint_of(program.fingerprint, self.description)
+    description: str
+    fingerprint: str
 
 
-def _with_sizes(program: Any, sizes: str) -> _SizedProgram:
-    """`program` at `sizes`, one per sizes (under `first_call`, each is checked once per call)."""
-    by_sizes = program.__dict__.setdefault("by_sizes", {})
-    sized = by_sizes.get(sizes)
-    if sized is None:
-        sized = by_sizes[sizes] = _SizedProgram(program, sizes)
-    return sized
+def _with_sizes(program: HandshakeSubject, sizes: str) -> _SizedProgram:
+    """`program` at `sizes` ("s0=3"), which its fingerprint does not show."""
+    return _sized(program.description, program.fingerprint, sizes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _sized(description: str, fingerprint: str, sizes: str) -> _SizedProgram:
+    from torch_tpu.runtime.distributed import fingerprint_of
+
+    described = f"{description} at sizes {sizes}"
+    return _SizedProgram(described, fingerprint_of(fingerprint, described))
 
 
 def _merged(works: list[TPUWork], result: list) -> TPUWork:

@@ -65,7 +65,7 @@ def _compare(contenders: dict, rounds: int = 7, calls: int = 5) -> dict[str, tup
     idle -- PyTorch eager's OpenMP workers spin for tens of milliseconds after its ops,
     and on a small machine took the cores the compiled program's threads needed (one
     20-call block of each, back to back, read anything from 0.95x to 25x)."""
-    from torch_tpu._timing import wait_for_idle_threads
+    from torch_tpu.program.timing import wait_for_idle_threads
 
     for fn in contenders.values():
         fn()

@@ -181,7 +181,7 @@ def _op_name(causal: bool, scale: float | None, block_q: int, block_k: int, inte
     """The jax_op of one static configuration (jax_op's functions take arrays only),
     defined on first use. Dynamo runs this as plain Python and keeps the name as a
     constant: tracing the lock and the definition would break the graph."""
-    from torch_tpu._jax_op import jax_op
+    from torch_tpu.kernels._jax_op import jax_op
 
     key = (causal, scale, block_q, block_k, interpret)
     with _lock:

@@ -3,7 +3,7 @@
     source (a module, its text, or a function building it)
       -> the named pipeline (`program/pipelines.py`), dumped step by step (`program/dump.py`)
       -> the key (`ProgramKey`) -> the program cache (`program/cache.py`)
-      -> the runtime's compile cache and XLA, timed (`_timing`) and logged
+      -> the runtime's compile cache and XLA, timed (`timing`) and logged
 
 Callers differ only in what they build, the key they describe it with and what they do
 with the executable; how a failure is reported stays theirs (`rejected`: the eager
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import _timing
-from .._errors import TorchTpuCompileError
+from . import timing
+from .errors import TorchTpuCompileError
 from .cache import PROGRAMS
 from .context import client, shared_context
 from .dump import GraphDump
@@ -73,10 +73,10 @@ class Program:
         if self._submitted is None:
             return self
         future = self.executable
-        with _timing.phase("xla_wait", self.timings):
+        with timing.phase("xla_wait", self.timings):
             executable = future.result()  # a failed compile raises again if resolved again
         done = self._finished or time.perf_counter()
-        _timing.record("xla_compile", done - self._submitted, self.timings)
+        timing.record("xla_compile", done - self._submitted, self.timings)
         self.seconds += done - self._submitted
         self.executable, self._submitted = executable, None
         return self
@@ -127,7 +127,7 @@ def compile_module(
     if dump.enabled:
         for filename, text in (dump_files or {}).items():
             dump.write(filename, text())
-    with _timing.phase("convert", timings):
+    with timing.phase("convert", timings):
         try:
             lowered = _lowered(source)
         except Exception as err:
@@ -145,7 +145,7 @@ def compile_module(
                 module = ir.Module.parse(module)
         from torch_tpu.compiler.diagnostics import DiagnosticEngine
 
-        with _timing.phase("passes", timings):
+        with timing.phase("passes", timings):
             engine = DiagnosticEngine()
             with module.context:
                 ok = dump.run_pipeline(module.operation, pipeline, engine)
@@ -185,10 +185,10 @@ def _submit(program: Program, module: Any, options: Any, compiler: Callable[[Any
             wait: bool) -> None:
     fingerprint = program.key.fingerprint()
     if compiler is not None:
-        with _timing.phase("xla_compile", program.timings):
+        with timing.phase("xla_compile", program.timings):
             program.executable = compiler(module)
     elif wait:
-        with _timing.phase("xla_compile", program.timings):
+        with timing.phase("xla_compile", program.timings):
             program.executable = client().compile(module, options=options, fingerprint=fingerprint,
                                                   name=program.name)
     else:

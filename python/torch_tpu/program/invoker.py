@@ -277,7 +277,7 @@ class OutputPlan:
             if len(results) == len(self._outputs):
                 return self._direct(results)
             return self._direct(results[: len(self._outputs)])
-        from .._output_layout import apply_layout
+        from .output_layout import apply_layout
 
         leaves = [results[o.index] if o.kind == "tensor" else o.value for o in self._outputs]
         if self._layouts is not None:

@@ -103,7 +103,7 @@ def _is_backend_error(err: BaseException) -> bool:
 
 def run_sample(op, sample, dtype: torch.dtype, bounded: bool, outcome: Outcome) -> None:
     """One sample in one configuration: equal to eager, or a logged fallback."""
-    from torch_tpu import _compile
+    from torch_tpu.backend import _compile
 
     fn, tensors = as_function(op, sample)
     if not tensors:

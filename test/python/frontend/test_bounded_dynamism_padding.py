@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.fx.experimental._config as fx_config
 import torch.nn.functional as F
-from torch_tpu import _compile
+from torch_tpu.backend import _compile
 from torch_tpu.compiler.lowering import LOWERINGS, Padding
 from torch_tpu.compiler.lowering.registry import declare_padding, lowers
 

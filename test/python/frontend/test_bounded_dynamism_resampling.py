@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
-from torch_tpu import _compile
+from torch_tpu.backend import _compile
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 BOUND = 16

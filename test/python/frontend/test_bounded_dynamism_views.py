@@ -5,7 +5,7 @@ CPU and on tpu tensors.
 aot_autograd rebuilds such outputs from their metadata after the call; the program's
 results were views of padded buffers, so it reshaped the caller's input to the padded
 shape ("setStorage: ... out of bounds"), or read the padded layout as eager's (a view of
-an intermediate with a dynamic inner dim came back wrong, silently). `_dynamic_alias.py`
+an intermediate with a dynamic inner dim came back wrong, silently). `backend/_dynamic_alias.py`
 returns each as eager's view, its metadata evaluated at the call's sizes."""
 
 import pytest

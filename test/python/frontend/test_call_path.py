@@ -11,7 +11,7 @@ import weakref
 import pytest
 import torch
 
-from torch_tpu import _invoker
+from torch_tpu.backend import _invoker
 from torch_tpu.program import invoker as program_invoker
 from torch_tpu.runtime import BufferDeletedError, get_client
 
@@ -364,7 +364,7 @@ class _ModeProgram:
 def test_a_program_whose_fast_path_fails_keeps_its_own_call_path():
     # The review's repro: a tpu_dist graph's first call computed its collectives, then raised
     # looking for the fast path -- on every call.
-    from torch_tpu._precision import current_mode
+    from torch_tpu.program.precision import current_mode
 
     keyed = _invoker.PrecisionKeyed(lambda: _ModeProgram(current_mode(), fast_path_fails=True))
     assert [keyed(), keyed(), keyed()] == [current_mode()] * 3
@@ -377,7 +377,7 @@ def test_precision_modes_first_used_on_several_threads_are_built_once_each():
     import threading
 
     import torch_tpu
-    from torch_tpu._precision import current_mode
+    from torch_tpu.program.precision import current_mode
 
     builds, errors = collections.Counter(), []
 

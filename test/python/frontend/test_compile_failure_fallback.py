@@ -1,5 +1,5 @@
 """Graphs that the pass pipeline or XLA cannot compile still run, and nothing is raised at
-call time (python/torch_tpu/_recovery.py, docs/explanation/bounded-dynamism.md "When a
+call time (python/torch_tpu/backend/_recovery.py, docs/explanation/bounded-dynamism.md "When a
 graph cannot be compiled"):
 
 * a bounded-dynamic graph rejected at its bounds is compiled per concrete size;
@@ -36,7 +36,7 @@ import torch
 import torch._dynamo.exc
 
 import torch_tpu
-from torch_tpu import _compile
+from torch_tpu.backend import _compile
 from torch_tpu.compiler.context import ir, stablehlo
 
 from torch_tpu.compiler.lowering.registry import LOWERINGS, Lowering, Padding

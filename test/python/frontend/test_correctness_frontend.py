@@ -131,7 +131,7 @@ def test_precision_selects_the_program_with_torchtpu_views(executed_precisions):
 
 
 def test_graph_without_matrix_ops_compiles_once_for_every_mode(monkeypatch):
-    from torch_tpu import _compile
+    from torch_tpu.backend import _compile
 
     torch._dynamo.reset()
     builds = []
@@ -146,7 +146,7 @@ def test_graph_without_matrix_ops_compiles_once_for_every_mode(monkeypatch):
 
 
 def test_precision_cost_warning_only_on_tpu(caplog):
-    from torch_tpu import _precision
+    from torch_tpu.program import precision as _precision
 
     _precision._warned.clear()
     with caplog.at_level(logging.WARNING, logger="torch_tpu"):
@@ -374,7 +374,7 @@ def test_slow_compile_is_a_warning(monkeypatch, caplog):
 
 @pytest.fixture()
 def fallback_log(caplog, monkeypatch):
-    from torch_tpu import _compile
+    from torch_tpu.backend import _compile
 
     monkeypatch.delenv("TORCH_TPU_STRICT", raising=False)
     monkeypatch.setattr(_compile, "_reported_fallbacks", set())

@@ -1,4 +1,4 @@
-"""Python custom ops in compiled graphs (python/torch_tpu/_custom_ops.py): an op without a
+"""Python custom ops in compiled graphs (python/torch_tpu/backend/_custom_ops.py): an op without a
 lowering whose implementation traces is compiled as the ATen ops of that implementation
 (strict mode raises nothing), forward and backward, its register_autograd backward
 honoured; one whose implementation reads values runs in eager, logged with the reason."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torch_tpu
-from torch_tpu import _compile
+from torch_tpu.backend import _compile
 from torch_tpu.runtime import Executable
 
 

@@ -140,7 +140,7 @@ ALIASING_PRIMS = {
 
 
 def test_every_aliasing_prim_is_covered():
-    from torch_tpu._aliasing_prims import _aliasing_prim
+    from torch_tpu.backend._aliasing_prims import _aliasing_prim
 
     names = {s.name.split("::")[1] for s in torch._C._jit_get_all_schemas() if s.name.startswith("prims::")}
     aliasing = {n: _aliasing_prim(getattr(torch.ops.prims, n)) for n in names}

@@ -195,7 +195,7 @@ def test_xla_compiles_in_the_background_until_the_first_call(monkeypatch):
     import threading
     from concurrent.futures import Future
 
-    from torch_tpu import _compile
+    from torch_tpu.backend import _compile
     from torch_tpu.runtime import get_client
 
     client = get_client()
@@ -248,7 +248,7 @@ def test_background_compile_failure_is_met_and_recovered_as_a_synchronous_one(mo
     import logging
     import re
 
-    from torch_tpu import _compile
+    from torch_tpu.backend import _compile
     from torch_tpu.runtime import get_client
 
     _missing_target_sin(monkeypatch)
@@ -347,7 +347,7 @@ def test_dynamo_funcname_lookup_is_wrapped_once_and_follows_the_loggers():
 
     from torch._dynamo import symbolic_convert
 
-    from torch_tpu import _dynamo_funcnames
+    from torch_tpu.backend import _dynamo_funcnames
 
     assert _dynamo_funcnames.install()
     wrapped = symbolic_convert.get_funcname
@@ -392,7 +392,7 @@ def test_local_map_check_answers_as_dynamos_once_the_module_is_imported(monkeypa
 
     from torch._dynamo.variables.higher_order_ops import LocalMapWrappedHigherOrderVariable as variable
 
-    from torch_tpu import _dynamo_local_map
+    from torch_tpu.backend import _dynamo_local_map
 
     assert _dynamo_local_map.install()
     check = variable.__dict__["should_wrap_in_hop"]
@@ -420,7 +420,7 @@ def test_first_static_compile_imports_neither_the_distributed_runtime_nor_bounde
         x = torch.randn(4, 8)
         with torch.no_grad():
             torch.testing.assert_close(torch.compile(model, backend="tpu")(x), model(x))
-        print("imported:", [m for m in ("torch_tpu.runtime.distributed", "torch_tpu._dist_graph", "torch_tpu._dynamic")
+        print("imported:", [m for m in ("torch_tpu.runtime.distributed", "torch_tpu.backend._dist_graph", "torch_tpu.backend._dynamic")
                             if m in sys.modules])
         """
     )
@@ -429,7 +429,7 @@ def test_first_static_compile_imports_neither_the_distributed_runtime_nor_bounde
 
 def test_in_distributed_graph_asks_dist_graph_once_the_distributed_runtime_is_imported(monkeypatch):
     import torch_tpu.runtime.distributed  # noqa: F401 - the module a tpu_dist job imports
-    from torch_tpu import _compile, _dist_graph
+    from torch_tpu.backend import _compile, _dist_graph
 
     gm = torch.fx.symbolic_trace(torch.nn.ReLU())
     asked = []

@@ -256,7 +256,7 @@ def _compile_recording(fn):
 
 
 def test_a_plain_inference_graph_is_called_directly():
-    from torch_tpu._invoker import PrecisionKeyed
+    from torch_tpu.backend._invoker import PrecisionKeyed
 
     compiled, returned = _compile_recording(lambda x, w: (torch.relu(x @ w), x.sum()))
     x, w = torch.randn(3, 4), torch.randn(4, 5)
@@ -269,7 +269,7 @@ def test_a_plain_inference_graph_is_called_directly():
 
 @pytest.mark.parametrize("case", ["mutates_input", "view_of_input"])
 def test_graphs_needing_the_wrappers_keep_them(case):
-    from torch_tpu._invoker import PrecisionKeyed
+    from torch_tpu.backend._invoker import PrecisionKeyed
 
     def mutates_input(x):
         x.mul_(2)
@@ -293,7 +293,7 @@ def test_graphs_needing_the_wrappers_keep_them(case):
 
 
 def test_training_graphs_keep_the_wrappers_and_backpropagate():
-    from torch_tpu._invoker import PrecisionKeyed
+    from torch_tpu.backend._invoker import PrecisionKeyed
 
     model = torch.nn.Linear(4, 2)
     compiled, returned = _compile_recording(model)

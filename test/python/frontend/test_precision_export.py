@@ -7,7 +7,7 @@ import torch
 
 import torch_tpu
 from torch_tpu.program.pipelines import compile_pipeline as pipeline_for
-from torch_tpu._precision import current_mode
+from torch_tpu.program.precision import current_mode
 
 
 def test_precision_context_is_scoped_and_thread_local():

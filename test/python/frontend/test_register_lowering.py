@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torch_tpu
-from torch_tpu._fingerprint import FxGraphFingerprint
+from torch_tpu.program.fingerprint import FxGraphFingerprint
 from torch_tpu.compiler.lowering import LOWERINGS
 
 

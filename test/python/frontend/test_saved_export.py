@@ -18,8 +18,8 @@ import torch.nn as nn
 from torch.export import Dim
 
 import torch_tpu
-from torch_tpu import _safetensors
-from torch_tpu._saved_export import MANIFEST, PROGRAM, WEIGHTS, SavedExportError
+from torch_tpu.exported import _safetensors
+from torch_tpu.exported._saved_export import MANIFEST, PROGRAM, WEIGHTS, SavedExportError
 
 from models import mlp
 

@@ -86,7 +86,7 @@ def test_trace_follows_the_float32_matmul_precision():
     # A Pallas kernel's dots are compiled inside the kernel (Mosaic), out of reach of any
     # later pass: the precision mode must be in effect while jax traces the function.
     op = jax_op("test_precision_matmul", lambda x, y: x @ y)
-    from torch_tpu._jax_trace import ArraySpec
+    from torch_tpu.kernels._jax_trace import ArraySpec
 
     specs = tuple(ArraySpec.of(t) for t in (torch.ones(2, 2), torch.ones(2, 2)))
     seen = {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from torch_tpu._compile import CompiledGraph, PendingGraph
-from torch_tpu._invoker import PrecisionKeyed
+from torch_tpu.backend._compile import CompiledGraph, PendingGraph
+from torch_tpu.backend._invoker import PrecisionKeyed
 from torch_tpu.program.protocols import (
     FastPathProgram, HostCallable, PendingProgram, PrecisionAware, precision_sensitive,
 )

@@ -245,7 +245,7 @@ def test_backend_option_inputs_that_alias_each_other_run_safely(caplog):
 
 
 def test_backend_option_falls_back_to_aot_autograd_when_grads_are_needed(caplog, monkeypatch):
-    from torch_tpu import _inplace
+    from torch_tpu.backend import _inplace
 
     # The message is logged once per process: start from a process that has not logged it.
     monkeypatch.setattr(_inplace, "_logged", set())

@@ -16,7 +16,7 @@ import os
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from torch_tpu._inplace import capture_aten, compile_inplace_graph
+from torch_tpu.backend._inplace import capture_aten, compile_inplace_graph
 from views_harness import assert_same
 
 PROGRAMS_PER_GRAPH = 4

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch_tpu._inplace import capture_aten, compile_inplace_graph
+from torch_tpu.backend._inplace import capture_aten, compile_inplace_graph
 
 
 def trace(fn, *args) -> torch.fx.GraphModule:

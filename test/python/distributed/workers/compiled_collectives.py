@@ -1,6 +1,6 @@
 """torch.compile(backend="tpu") graphs with `_c10d_functional` collectives on tpu tensors
 (run by job.py): the graph compiles whole -- compute stages and thin collective stages of
-one program (`torch_tpu._dist_graph`), or one program with the collectives embedded under
+one program (`torch_tpu.backend._dist_graph`), or one program with the collectives embedded under
 `torch_tpu.spmd_safe` -- and its results equal eager's."""
 
 import contextlib
@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 import torch_tpu
-from torch_tpu import _compile, _dist_graph
+from torch_tpu.backend import _compile, _dist_graph
 from torch_tpu.distributed import _process_group
 
 

@@ -23,12 +23,12 @@ from torch_tpu.compiler.lowering import LoweringError
 
 
 from ._compile import CompiledGraph
-from ._errors import TorchTpuCompileError
+from ..program.errors import TorchTpuCompileError
 from ._invoker import compile_fx
 from ._output_alias import OutputAliasPlan, plan_output_aliases
-from ._precision import current_mode
-from .core import attributes
-from .program.pipelines import views_pipeline
+from ..program.precision import current_mode
+from ..core import attributes
+from ..program.pipelines import views_pipeline
 
 log = logging.getLogger("torch_tpu")
 
@@ -116,7 +116,7 @@ def donate_written_inputs() -> bool:
     of the written tensor for PjRT's host copy of it (it cannot reuse a torch tensor's
     memory); bench/kv_cache.py measured no clear difference there. On devices it saves
     the copy."""
-    from .core import config
+    from ..core import config
 
     return config.get("TORCH_TPU_DONATE_WRITTEN_INPUTS")
 

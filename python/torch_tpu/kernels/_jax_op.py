@@ -116,7 +116,7 @@ class JaxOp:
     def traced(self, specs: tuple[ArraySpec, ...]) -> Traced:
         """The lowering for one input signature under the float32 matmul precision in
         effect (traced once per pair, then cached)."""
-        from ._precision import current_mode
+        from ..program.precision import current_mode
 
         key = (specs, current_mode())
         result = self._traces.get(key)
@@ -187,9 +187,9 @@ class JaxOp:
         from torch_tpu.compiler.importer.single_op import lower_op
         from torch_tpu.compiler.lowering.registry import LoweringError, OpRecord
 
-        from ._precision import current_mode
-        from .program import ProgramKey, compile_module, shared_context
-        from .program.pipelines import compile_pipeline
+        from ..program.precision import current_mode
+        from ..program import ProgramKey, compile_module, shared_context
+        from ..program.pipelines import compile_pipeline
 
         mode = current_mode()
         traced = self.traced(specs)

@@ -15,13 +15,13 @@ import torch.utils._pytree as pytree
 from torch_tpu.compiler.importer import InputSpec, OutputSpec, import_graph
 from torch_tpu.compiler.lowering.decompositions import decomposition_table
 
-from ._errors import TorchTpuCompileError
+from ..program.errors import TorchTpuCompileError
 from ._export_signature import ArgSpec, ExportSignature, SymbolSpec, argument_names, leaf_spec
-from ._fingerprint import FxGraphFingerprint
-from ._precision import current_mode
-from ._process_groups import process_groups_of
-from .program import Lowered, ProgramKey, compile_module
-from .program.pipelines import export_pipeline
+from ..program.fingerprint import FxGraphFingerprint
+from ..program.precision import current_mode
+from ..program.process_groups import process_groups_of
+from ..program import Lowered, ProgramKey, compile_module
+from ..program.pipelines import export_pipeline
 
 # How an exported module takes dynamic dims: padded static buffers plus one i32 size per
 # dynamic dim (`torchtpu-materialize-bounds`), what every runtime needs today
@@ -97,8 +97,8 @@ class ExportedProgram:
         """The program `export` built, or (read back from a folder) the module as it is."""
         if self._program is not None:
             return self._program
-        from .program import ProgramKey, compile_module
-        from .program.pipelines import NO_PASSES
+        from ..program import ProgramKey, compile_module
+        from ..program.pipelines import NO_PASSES
 
         return compile_module(self.module, key=ProgramKey("export", self.text), name="torch_tpu.export",
                               pipeline=NO_PASSES, defer=True, reuse=False)
@@ -118,8 +118,8 @@ class ExportedProgram:
         """Runs the exported module on the default device, called as the original module
         was (positional and keyword arguments of the same structure, shapes within the
         exported ranges). Returns the module's output structure."""
-        from . import _dynamic
-        from ._compile import CompiledGraph
+        from ..backend import _dynamic
+        from ..backend._compile import CompiledGraph
 
         inputs = self.signature.flatten_call(args, kwargs)
         if self._compiled is None:
@@ -148,7 +148,7 @@ def export(
     program serves every size in its range (docs/explanation/bounded-dynamism.md)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
-    from . import _dynamic
+    from ..backend import _dynamic
 
     args, kwargs = tuple(args), dict(kwargs or {})
     ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes)

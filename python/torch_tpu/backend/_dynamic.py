@@ -20,10 +20,10 @@ import torch.utils._pytree as pytree
 
 from torch_tpu.compiler.importer.dynamic import symbol_bounds_from
 
-from .core import config
+from ..core import config
 from ._dynamic_alias import plan_views, rebuild
-from ._output_layout import apply_layout, output_layouts
-from .program.protocols import precision_sensitive
+from ..program.output_layout import apply_layout, output_layouts
+from ..program.protocols import precision_sensitive
 
 log = logging.getLogger("torch_tpu")
 

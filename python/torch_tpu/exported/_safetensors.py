@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 import torch
 
-from .core import dtypes as core_dtypes
+from ..core import dtypes as core_dtypes
 
 # The format's dtype names (the Dtype enum of the reference implementation) for every
 # dtype a torch_tpu export can hold. torch.complex128 and the *fnuz float8 types have no

@@ -31,8 +31,8 @@ from torch_tpu.compiler.fx_locations import describe_node, node_frame, op_name
 from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.runtime.errors import CompileError
 
-from .core import config
-from ._errors import TorchTpuCompileError
+from ..core import config
+from ..program.errors import TorchTpuCompileError
 
 log = logging.getLogger("torch_tpu")
 

@@ -3,7 +3,7 @@ collectives in it.
 
 A `torch.compile(backend="tpu")` graph whose `_c10d_functional` collectives work on tpu
 tensors, in a process of a `tpu_dist` job, compiles whole (it is not split at its
-collectives): imported with the process-group facts (`_process_groups.py`), run through
+collectives): imported with the process-group facts (`program/process_groups.py`), run through
 the compile pipeline, then the SPMD pipeline (`torch_tpu.spmd`):
 
 * thin (the default): `torchtpu-outline-collectives` cuts the program into compute stages
@@ -29,12 +29,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from torch_tpu.compiler.lowering.collectives import is_collective_node
 from torch_tpu.core import config
+from torch_tpu.runtime import DeviceBuffer
+
+if TYPE_CHECKING:
+    from torch_tpu.distributed import ProcessGroupTPU
 
 # A collective stage's source location as the importer records it: `"file.py":12:3`.
 _LOCATION = re.compile(r'"([^"]+)":(\d+)(?::\d+)?')
@@ -120,16 +124,30 @@ class DistributedGraphProgram:
     def _on_device(self, value: Any) -> Any:
         # A group program takes device buffers; a graph input that is not one (a Python
         # scalar's 0-d tensor, an RNG key) is uploaded to this process's device.
-        return value if hasattr(value, "_array") else self.client.to_device(value)
+        return value if isinstance(value, DeviceBuffer) else self.client.to_device(value)
 
 
-def world_group():
-    """The job's default process group (a `ProcessGroupTPU`)."""
+def world_group() -> ProcessGroupTPU:
+    """The job's default process group's `tpu_dist` backend, which runs the collective stages."""
     import torch.distributed as dist
+
+    from torch_tpu.distributed import ProcessGroupTPU
 
     group = dist.distributed_c10d._get_default_group()
     # PyTorch hands a Python process group back as is: the default group is the backend.
-    return group if hasattr(group, "run_program") else group._get_backend(torch.device("tpu"))
+    if isinstance(group, ProcessGroupTPU):
+        return group
+    try:
+        backend = group._get_backend(torch.device("tpu"))
+    except RuntimeError:  # no backend for tpu tensors in this group
+        backend = None
+    if not isinstance(backend, ProcessGroupTPU):
+        found = "none" if backend is None else type(backend).__name__
+        raise RuntimeError(
+            f"a compiled graph with collectives on tpu tensors runs them through the default process group's "
+            f"tpu_dist backend, and its backend for tpu is {found}: initialize the job with "
+            f"dist.init_process_group('tpu_dist') (or a device map naming tpu:tpu_dist)")
+    return backend
 
 
 def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds=None):
@@ -146,14 +164,14 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds
 
     from ._compile import fx_graph, host_results, resident_inputs, tpu_index
     from ._dynamic import bounds_mode, settings_key
-    from ._errors import TorchTpuCompileError
-    from ._fingerprint import FxGraphFingerprint
-    from ._output_layout import output_layouts
-    from ._precision import current_mode
-    from ._process_groups import process_groups_of
-    from .program import Lowered, ProgramKey, client, compile_module, shared_context
-    from .program.pipelines import compile_pipeline, in_sequence
-    from .spmd import is_spmd_safe, spmd_pipeline
+    from ..program.errors import TorchTpuCompileError
+    from ..program.fingerprint import FxGraphFingerprint
+    from ..program.output_layout import output_layouts
+    from ..program.precision import current_mode
+    from ..program.process_groups import process_groups_of
+    from ..program import Lowered, ProgramKey, client, compile_module, shared_context
+    from ..program.pipelines import compile_pipeline, in_sequence
+    from ..spmd import is_spmd_safe, spmd_pipeline
 
     runtime = distributed.current()
     local = client()
@@ -237,7 +255,7 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds
 def _host_int(value: Any) -> int:
     if isinstance(value, torch.Tensor):
         return int(value)
-    if hasattr(value, "to_numpy"):  # a DeviceBuffer
+    if isinstance(value, DeviceBuffer):
         return int(value.to_numpy())
     return int(value)
 

@@ -36,7 +36,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from ._output_alias import _storage
-from ._output_layout import VISIBLE_OUTPUTS
+from ..program.output_layout import VISIBLE_OUTPUTS
 
 log = logging.getLogger("torch_tpu")
 

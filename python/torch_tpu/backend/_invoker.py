@@ -13,11 +13,11 @@ import torch
 
 from torch_tpu.compiler.diagnostics import DiagnosticEngine
 
-from ._errors import TorchTpuCompileError
-from ._fingerprint import FxGraphFingerprint
-from ._precision import current_mode, warn_cost
-from .program import Lowered, Program, ProgramKey, client, compile_module, shared_context
-from .program.protocols import FastPathProgram, PendingProgram, precision_sensitive
+from ..program.errors import TorchTpuCompileError
+from ..program.fingerprint import FxGraphFingerprint
+from ..program.precision import current_mode, warn_cost
+from ..program import Lowered, Program, ProgramKey, client, compile_module, shared_context
+from ..program.protocols import FastPathProgram, PendingProgram, precision_sensitive
 
 _log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def compile_fx(
     from torch_tpu.compiler.importer import import_graph
     from torch_tpu.runtime import CompileSpec
 
-    from ._process_groups import process_groups_of
+    from ..program.process_groups import process_groups_of
 
     runtime = client()
     mode = current_mode()

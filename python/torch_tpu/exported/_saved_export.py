@@ -82,7 +82,7 @@ def load(path: str) -> ExportedProgram:
     from torch_tpu.compiler.diagnostics import DiagnosticEngine
     from torch_tpu.compiler.source import check_untrusted_bytecode
 
-    from .program import shared_context
+    from ..program import shared_context
     from ._export import ExportedProgram, ProgramInterface
 
     if not os.path.isdir(path):

@@ -109,7 +109,7 @@ def _placeholder_sources(gm: torch.fx.GraphModule) -> list[str | None]:
 def _record_sources(gm: torch.fx.GraphModule, sources: list[str | None]) -> None:
     """Maps aot_autograd's inputs to Dynamo's sources through their descriptors
     (`PlainAOTInput(idx=k)`: the k-th input of Dynamo's graph), for dumps."""
-    from .program.dump import ARGUMENT_SOURCES
+    from ..program.dump import ARGUMENT_SOURCES
 
     mapping = {}
     for node in gm.graph.nodes:
@@ -180,7 +180,7 @@ def _mark_visible_outputs(gm: torch.fx.GraphModule) -> None:
     for the backward): outputs the user sees get eager's strides (`_output_layout`)."""
     from torch._guards import TracingContext
 
-    from ._output_layout import VISIBLE_OUTPUTS
+    from ..program.output_layout import VISIBLE_OUTPUTS
 
     metadata = getattr(TracingContext.try_get(), "fw_metadata", None)
     visible = getattr(metadata, "num_forward_returns", None)

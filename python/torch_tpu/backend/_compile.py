@@ -25,17 +25,17 @@ from torch_tpu.runtime.errors import CompileError
 
 from . import _fallback_reasons as fallback_reasons
 from . import _recovery
-from .core import config
+from ..core import config
 from ._custom_ops import expand_custom_ops
-from ._errors import TorchTpuCompileError
+from ..program.errors import TorchTpuCompileError
 from ._fallback_reasons import FallbackReason
-from ._fingerprint import FxGraphFingerprint
+from ..program.fingerprint import FxGraphFingerprint
 from ._invoker import PrecisionKeyed, compile_fx
-from ._output_layout import output_layouts
-from .program.dump import ARGUMENT_SOURCES, parameter_name
-from .program.invoker import Invoker, OutputPlan
-from .program.protocols import HostCallable, PrecisionAware
-from .program.pipelines import compile_pipeline
+from ..program.output_layout import output_layouts
+from ..program.dump import ARGUMENT_SOURCES, parameter_name
+from ..program.invoker import Invoker, OutputPlan
+from ..program.protocols import HostCallable, PrecisionAware
+from ..program.pipelines import compile_pipeline
 
 log = logging.getLogger("torch_tpu")
 
