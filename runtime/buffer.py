@@ -21,6 +21,7 @@ Device -> host (`DeviceBuffer.to_torch` / `to_numpy`):
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import warnings
 from typing import Any
@@ -115,19 +116,19 @@ def _from_read_only(torch: Any, host: np.ndarray) -> Any:
 
 
 def _own_copy(shared: Any) -> Any:
-    """A copy of a contiguous CPU tensor in memory of its own, made by one thread (a NumPy
-    copy of its bytes). `Tensor.clone()` splits a copy of a few MB across PyTorch's
-    OpenMP threads: on a 2-core machine shared with other processes, `.cpu()` of a 4 MB
-    result took 27 ms of wall and 11 ms of CPU time that way (threads waiting for each
-    other at the region's end), 0.8 ms with one thread -- more than the fused program that
-    made the value (bench/fused.py, (a))."""
+    """A copy of a contiguous CPU tensor in memory of its own, made by one thread (one
+    memmove of its bytes, the GIL released). `Tensor.clone()` splits a copy of a few MB
+    across PyTorch's OpenMP threads: on a 2-core machine shared with other processes,
+    `.cpu()` of a 4 MB result took 27 ms of wall and 11 ms of CPU time that way (threads
+    waiting for each other at the region's end), 0.8 ms with one thread -- more than the
+    fused program that made the value (bench/fused.py, (a)). (A NumPy copy through uint8
+    views of both tensors cost ~10 us more per call than the memmove.)"""
     torch = _torch_module() or __import__("torch")
-    if shared.numel() == 0:
-        return shared.clone()
-    source = shared.reshape(-1).view(torch.uint8)
-    own = torch.empty_like(source)  # PyTorch's allocator: 64-byte aligned, as a clone's memory
-    np.copyto(own.numpy(), source.numpy())
-    return own.view(shared.dtype).reshape(shared.shape)
+    # PyTorch's allocator: 64-byte aligned, as a clone's memory.
+    own = torch.empty_like(shared, memory_format=torch.contiguous_format)
+    if shared.numel():
+        ctypes.memmove(own.data_ptr(), shared.data_ptr(), shared.nbytes)
+    return own
 
 
 class DeviceBuffer:
