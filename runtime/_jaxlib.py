@@ -110,6 +110,16 @@ class Aval:
         self.dtype = np.dtype(dtype)
         self.weak_type = False
 
+    @classmethod
+    def of(cls, shape: tuple[int, ...], dtype: np.dtype) -> Aval:
+        """An aval from a NumPy array's shape (a tuple of ints already) and a NumPy
+        dtype: what every upload builds, without `__init__`'s conversions."""
+        aval = cls.__new__(cls)
+        aval.shape = shape
+        aval.dtype = dtype
+        aval.weak_type = False
+        return aval
+
     def __repr__(self) -> str:
         return f"Aval({self.shape}, {self.dtype})"
 
@@ -332,13 +342,19 @@ def start_host_copy(array: RawArray) -> None:
     array._copy_single_device_array_to_host_async()
 
 
-def host_value(array: RawArray) -> np.ndarray:
+def host_value(array: RawArray, fresh: bool = False) -> np.ndarray:
     """A single-device array's value in host memory (read-only NumPy array; ml_dtypes for
     bf16 and the f8 types). Waits for the value and the copy; on XLA:CPU it may alias the
-    buffer instead of copying (then no download is counted)."""
+    buffer instead of copying (then no download is counted). `fresh`: a handle made for
+    this one read (`ArrayImpl.clone()`), whose copy nobody reads again: counted as a
+    download without remembering the array (`transfers.py`)."""
     host, did_copy = array._single_device_array_to_np_array_did_copy()
     if did_copy:
-        _COUNTERS.download(array, host.nbytes)
+        if fresh:
+            _COUNTERS.downloads += 1
+            _COUNTERS.download_bytes += host.nbytes
+        else:
+            _COUNTERS.download(array, host.nbytes)
     return host
 
 

@@ -21,6 +21,7 @@ Device -> host (`DeviceBuffer.to_torch` / `to_numpy`):
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import warnings
 from typing import Any
@@ -78,42 +79,56 @@ def host_view(value: Any) -> tuple[np.ndarray, bool, dtypes.ElementType]:
     )
 
 
-def host_tensor(array: Any, row: dtypes.ElementType) -> Any:
+def host_tensor(array: Any, row: dtypes.ElementType, fresh: bool = False) -> Any:
     """A torch tensor over the host copy of a single-device array (TPU, GPU: the copy
     jaxlib made, or makes now, waiting for the value). bf16 and the f8 types come from
     NumPy as ml_dtypes arrays, which torch cannot import: they cross as same-width integers
-    and are viewed back (bit-identical)."""
+    and are viewed back (bit-identical). `fresh`: `array` is a handle of its own, read
+    this once (`copy_to_host`), so its copy is counted without remembering the array."""
     torch = _torch_module() or __import__("torch")
-    host = _jaxlib.host_value(array)
+    host = _jaxlib.host_value(array, fresh)
     view = row.torch_view_as
     if view is not None:
         host = host.view(np.dtype(view))
-    if not host.flags.writeable:
-        # The copy is this array's own host memory (jaxlib marks it read-only because it
-        # caches it); torch tensors have no read-only flag, and its one-time warning
-        # about that would only confuse: whoever must not share it clones.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            t = torch.from_numpy(host)
+    if not host.flags.writeable and not _read_only_warned:
+        t = _from_read_only(torch, host)
     else:
         t = torch.from_numpy(host)
     return t if view is None else t.view(getattr(torch, row.torch_name))
 
 
+# Whether PyTorch's warning about a read-only NumPy array was given (silenced) already.
+_read_only_warned = False
+
+
+def _from_read_only(torch: Any, host: np.ndarray) -> Any:
+    """`torch.from_numpy` of a host copy jaxlib marks read-only (it caches it on its
+    array). Torch tensors have no read-only flag, and its warning about that would only
+    confuse (whoever must not share the copy clones it): it is silenced. PyTorch gives it
+    once per process (TORCH_WARN_ONCE), so only the first call needs the filter, which
+    costs more than the rest of a small read (~4 us)."""
+    global _read_only_warned
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        t = torch.from_numpy(host)
+    _read_only_warned = True
+    return t
+
+
 def _own_copy(shared: Any) -> Any:
-    """A copy of a contiguous CPU tensor in memory of its own, made by one thread (a NumPy
-    copy of its bytes). `Tensor.clone()` splits a copy of a few MB across PyTorch's
-    OpenMP threads: on a 2-core machine shared with other processes, `.cpu()` of a 4 MB
-    result took 27 ms of wall and 11 ms of CPU time that way (threads waiting for each
-    other at the region's end), 0.8 ms with one thread -- more than the fused program that
-    made the value (bench/fused.py, (a))."""
+    """A copy of a contiguous CPU tensor in memory of its own, made by one thread (one
+    memmove of its bytes, the GIL released). `Tensor.clone()` splits a copy of a few MB
+    across PyTorch's OpenMP threads: on a 2-core machine shared with other processes,
+    `.cpu()` of a 4 MB result took 27 ms of wall and 11 ms of CPU time that way (threads
+    waiting for each other at the region's end), 0.8 ms with one thread -- more than the
+    fused program that made the value (bench/fused.py, (a)). (A NumPy copy through uint8
+    views of both tensors cost ~10 us more per call than the memmove.)"""
     torch = _torch_module() or __import__("torch")
-    if shared.numel() == 0:
-        return shared.clone()
-    source = shared.reshape(-1).view(torch.uint8)
-    own = torch.empty_like(source)  # PyTorch's allocator: 64-byte aligned, as a clone's memory
-    np.copyto(own.numpy(), source.numpy())
-    return own.view(shared.dtype).reshape(shared.shape)
+    # PyTorch's allocator: 64-byte aligned, as a clone's memory.
+    own = torch.empty_like(shared, memory_format=torch.contiguous_format)
+    if shared.numel():
+        ctypes.memmove(own.data_ptr(), shared.data_ptr(), shared.nbytes)
+    return own
 
 
 class DeviceBuffer:
@@ -260,7 +275,7 @@ class DeviceBuffer:
         if self.device.platform == "cpu":
             return _own_copy(self.to_torch())
         try:
-            return host_tensor(_jaxlib.array_clone(self._array), self._row)
+            return host_tensor(_jaxlib.array_clone(self._array), self._row, fresh=True)
         except _jaxlib.JaxRuntimeError as err:
             raise self._read_failed(err) from None
 

@@ -336,13 +336,13 @@ class Client:
         and returns without waiting for the device."""
         device = self.device(device_index)
         host, aligned, row = host_view(value)
-        check_platform_dtype(self.platform, row, f"copying a {row.torch_name} tensor to {device}")
+        check_platform_dtype(self.platform, row, device)
         cpu = self.platform == "cpu"
         if cpu:
             semantics = _jaxlib.ZERO_COPY if (aligned and not copy) else _jaxlib.COPY_DURING_CALL
         else:
             semantics = _jaxlib.ZERO_COPY if wait else _jaxlib.COPY_DURING_CALL
-        aval = _jaxlib.Aval(host.shape, row.numpy)
+        aval = _jaxlib.Aval.of(host.shape, row.numpy)
         try:
             array = _jaxlib.batched_device_put(aval, device._sharding, [host], device._raw_list, True, False, semantics, True)
             if not cpu and wait:
@@ -520,10 +520,13 @@ class Client:
 PLATFORM_MISSING_TYPES: dict[str, frozenset[str]] = {"tpu": frozenset({"complex<f64>"})}
 
 
-def check_platform_dtype(platform: str, row: Any, what: str) -> None:
+def check_platform_dtype(platform: str, row: Any, device: Device) -> None:
+    """Refuses a host value of an element type `platform` lacks, on its way to `device`
+    (runs on every upload: the message is only built for a refusal)."""
     if row.mlir in PLATFORM_MISSING_TYPES.get(platform, ()):
         raise UnsupportedDtypeError(
-            f"{what}: the {platform} platform has no {row.torch_name} ({row.mlir}) element type; "
+            f"copying a {row.torch_name} tensor to {device}: the {platform} platform has no "
+            f"{row.torch_name} ({row.mlir}) element type; "
             f"convert first (complex128 -> complex64: .to(torch.complex64)), or keep the value on the CPU"
         )
 

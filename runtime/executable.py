@@ -14,6 +14,7 @@ the caller's tensor is never overwritten.
 
 from __future__ import annotations
 
+import operator
 import sys
 import weakref
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 _torch_state: dict[str, Any] = {}
+_array_of = operator.attrgetter("_array")  # a DeviceBuffer's jaxlib array
 
 
 def _tensor_type() -> Any:
@@ -555,7 +557,7 @@ class Executable:
         def launch(buffers: Sequence[DeviceBuffer]) -> list[DeviceBuffer]:
             if len(buffers) != nargs:
                 self._check_arity(len(buffers))
-            arrays = [b._array for b in buffers]
+            arrays = list(map(_array_of, buffers))  # (C-level: a list comprehension is a frame)
             for i in donated:
                 if buffers[i]._exported:
                     arrays[i] = clone(arrays[i])  # its memory is shared with the host
@@ -563,8 +565,12 @@ class Executable:
                 outs = self._runner(arrays)  # read per call, as `execute` does (tests replace it)
             except _jaxlib.JaxRuntimeError as err:
                 raise failed(err) from None
+            if one_output:  # (most ops)
+                return [DeviceBuffer(outs[0], shape0, row0, device)]
             return [DeviceBuffer(o, shape, row, device) for o, (shape, row) in zip(outs, outputs)]
 
+        one_output = len(outputs) == 1
+        shape0, row0 = outputs[0] if one_output else (None, None)
         return launch
 
     # -- replicated ---------------------------------------------------------------------------

@@ -96,8 +96,20 @@ def _from_host_into(self: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    target = self.device if device is None else device if device.__class__ is torch.device else torch.device(device)
+    if (dtype is None or dtype == self.dtype) and (memory_format is None or memory_format is torch.preserve_format):
+        # The common transfers, value and layout as they are: `.to("tpu")` uploads the
+        # host memory itself, and `.cpu()` of a tensor that is its storage's buffer is
+        # that buffer's host copy.
+        here, there = self.device.type, target.type
+        if here == "cpu" and there == "tpu":
+            _host_copies.land_into(self)
+            return from_host(self, _storage.device_index(target), wait=not non_blocking)
+        if here == "tpu" and there == "cpu" and not (non_blocking and not is_blocking()):
+            host = _storage.host_copy_as_is(self)
+            if host is not None:
+                return host
     dtype = dtype or self.dtype
-    target = torch.device(device) if device is not None else self.device
     memory_format = memory_format or torch.preserve_format
     if target.type == "tpu" and self.device.type == "tpu" and _storage.device_index(target) == self.device.index:
         try:

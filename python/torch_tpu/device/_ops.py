@@ -600,7 +600,10 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         # (`x.add_(1)` in a loop allocates nothing); `run` passes a copy where the old
         # buffer is still referenced elsewhere (`_donation_safe`).
         program = compile_module(
-            build, key=ProgramKey("eager_op", (str(op), sig, bake, identity), mode), name=str(op),
+            # (The leaf kinds as in `_PLANS`' key: `1`, `1.0` and `True` baked into a
+            # signature compare equal, yet make programs of different result dtypes.)
+            build, key=ProgramKey("eager_op", (str(op), sig, _leaf_kinds(sig), bake, identity), mode),
+            name=str(op),
             pipeline=compile_pipeline(mode), rejected=rejected,
             options=CompileSpec(device_indices=(index,), donate_argnums=tuple(write_positions)),
         )

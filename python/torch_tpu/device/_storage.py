@@ -18,6 +18,9 @@ import torch
 
 from ._buffers import TABLE, StorageEntry, entry_of
 from ._device_index import empty_tensor
+from ._host_copies import land
+from ._modes import check_alive
+from .module import current_device
 
 _SET = torch.ops.aten.set_.source_Storage_storage_offset
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -32,17 +35,13 @@ def client():
 
 def device_index(device: torch.device | str | int | None) -> int:
     if device is None:
-        from .module import current_device
-
         return current_device()
-    if isinstance(device, int):
-        return device
-    device = torch.device(device)
-    if device.index is not None:
-        return device.index
-    from .module import current_device
-
-    return current_device()
+    if device.__class__ is not torch.device:
+        if isinstance(device, int):
+            return device
+        device = torch.device(device)
+    index = device.index
+    return current_device() if index is None else index
 
 
 def storage_numel(size, stride, offset: int = 0) -> int:
@@ -107,10 +106,22 @@ def passes_as_is(t: torch.Tensor) -> bool:
             and layout_passes_as_is(t.dtype, t.shape, t.stride(), t.storage_offset(), entry.dtype, entry.shape))
 
 
+# Set once the op kernels are registered (`_registration.ensure_op_kernels`, on the first
+# tpu tensor): the paths that make tensors from the host check it without an import.
+_op_kernels_ready = False
+
+
+def ensure_op_kernels() -> None:
+    global _op_kernels_ready
+    if not _op_kernels_ready:
+        from ._registration import ensure_op_kernels as register
+
+        register()
+        _op_kernels_ready = True
+
+
 def wrap(entry: StorageEntry, size, stride, offset: int = 0) -> torch.Tensor:
     """A tpu tensor viewing `entry`'s storage."""
-    from ._registration import ensure_op_kernels
-
     ensure_op_kernels()
     storage = TABLE.new_storage(entry)
     return tensor_on(storage, entry.dtype, size, stride, offset)
@@ -173,15 +184,33 @@ def buffer_of(entry: StorageEntry):
 
 def storage_to_host(entry: StorageEntry) -> torch.Tensor:
     """The storage's elements as a new flat CPU tensor (waits for the value)."""
-    from ._host_copies import land
+    return _buffer_to_host(entry).reshape(-1)  # (a shaped buffer's host copy is dense)
 
+
+def _buffer_to_host(entry: StorageEntry) -> torch.Tensor:
+    """The storage's buffer as a new CPU tensor of the buffer's shape (waits for the
+    value; zeros for a storage never written)."""
     land()  # a blocking read comes after earlier non_blocking ones, as in CUDA's stream order
-    if entry.buffer is None:
-        return torch.zeros(entry.numel, dtype=entry.dtype)
-    from ._modes import check_alive
+    buffer = entry.buffer  # (flushes a FUSED trace computing it)
+    if buffer is None:
+        return torch.zeros(entry.shape, dtype=entry.dtype)
+    if buffer.is_deleted:
+        check_alive(entry)  # raises, naming the user's line
+    return buffer.copy_to_host()
 
-    check_alive(entry)
-    return entry.buffer.copy_to_host().reshape(-1)  # (a shaped buffer's host copy is dense)
+
+def host_copy_as_is(t: torch.Tensor) -> torch.Tensor | None:
+    """`to_host(t)` for a tensor that passes as is (`passes_as_is`: the common `.cpu()`):
+    the buffer's host copy itself, with no view or reshape on the way; None for any other
+    tensor (`to_host` reads it through its storage)."""
+    entry = entry_of(t)
+    if (t.is_conj() or t.is_neg()
+            or not layout_passes_as_is(t.dtype, t.shape, t.stride(), t.storage_offset(), entry.dtype, entry.shape)):
+        return None
+    host = _buffer_to_host(entry)
+    stride = t.stride()
+    # (A row-major tensor's strides of size-1 dimensions are free: keep the tensor's.)
+    return host if host.stride() == stride else host.as_strided(t.shape, stride)
 
 
 def bytes_as(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -247,6 +276,14 @@ def write_host_value(t: torch.Tensor, value: torch.Tensor) -> None:
 
 def from_host(host: torch.Tensor, index: int, wait: bool = True) -> torch.Tensor:
     """A new tpu tensor with `host`'s value, sizes and (dense) strides."""
+    if host.is_contiguous() and not host.is_conj() and not host.is_neg():
+        # Row-major (most uploads): the host memory as it is is the buffer, of the
+        # tensor's shape -- one transfer, no view or reshape on the way.
+        if not _op_kernels_ready:
+            ensure_op_kernels()
+        buffer = client().to_device(host, index, copy=True, wait=wait)
+        return new_tensor(buffer, host.numel(), list(host.shape), list(host.stride()), host.dtype, index,
+                          shape=buffer.shape)
     host = host.detach()
     size, stride = tuple(host.shape), tuple(host.stride())
     from torch_tpu.compiler.lowering.storage_layout import dense_order

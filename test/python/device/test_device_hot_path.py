@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
-from torch_tpu.device import _ops
+from torch_tpu.device import _ops, _storage
 
 
 def _no_slow_path(monkeypatch):
@@ -283,4 +283,7 @@ def test_python_numbers_of_equal_value_and_other_types_get_their_own_plans():
         want = torch.full((3,), fill)
         got = torch.full((3,), fill, device="tpu")
         assert got.dtype == want.dtype, (fill, got.dtype, want.dtype)
+        # The program too: a baked `1.0` once reused `1`'s int64 program from the program
+        # cache, under a float32 tensor (its read converted the dtype back, hiding it).
+        assert _storage.entry_of(got).buffer.dtype == want.dtype, fill
         torch.testing.assert_close(got.cpu(), want)
