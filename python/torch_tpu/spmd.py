@@ -285,21 +285,33 @@ class ShardedProgram:
     assembled from the ranks' blocks."""
 
     def __init__(self, module: Any, *, client: Any = None, thin: bool | None = None, name: str = "sharded") -> None:
-        if isinstance(module, str):
-            with make_context():
-                module = ir.Module.parse(module)
-        engine = DiagnosticEngine()
-        if not run_pipeline(module.operation, named_pipeline("torchtpu-partition-pipeline"), engine):
-            raise SpmdCompileError(f"torch_tpu: partitioning {name} failed:\n{engine.format()}")
-        self.partitioned_text = module.operation.get_asm(enable_debug_info=False)
-        self.arg_layouts, self.result_layouts, module_meshes = _read_layouts(module)
-        meshes = {m for m, _ in self.arg_layouts + self.result_layouts if m is not None}
-        if not meshes and len(module_meshes) == 1:
-            meshes = set(module_meshes.values())  # nothing sharded: every rank holds everything
-        if len(meshes) != 1:
-            raise SpmdCompileError(f"{name}: expected one sdy.mesh for the arguments/results, found {len(meshes)}")
-        self.mesh = meshes.pop()
-        self.program = SpmdProgram(module, self.mesh.size, client=client, thin=thin, name=name)
+        from .program import ProgramKey, compile_module
+
+        pipeline = named_pipeline("torchtpu-partition-pipeline")
+        source = module if isinstance(module, str) else module.operation.get_asm(enable_debug_info=False)
+
+        def rejected(engine: DiagnosticEngine) -> Exception:
+            return SpmdCompileError(f"torch_tpu: partitioning {name} failed:\n{engine.format()}")
+
+        def per_device(partitioned: Any) -> SpmdProgram:
+            """The partitioned module's layouts, and its per-device program (which compiles
+            through the spine again, with the SPMD pipeline)."""
+            self.partitioned_text = partitioned.operation.get_asm(enable_debug_info=False)
+            self.arg_layouts, self.result_layouts, module_meshes = _read_layouts(partitioned)
+            meshes = {m for m, _ in self.arg_layouts + self.result_layouts if m is not None}
+            if not meshes and len(module_meshes) == 1:
+                meshes = set(module_meshes.values())  # nothing sharded: every rank holds everything
+            if len(meshes) != 1:
+                raise SpmdCompileError(f"{name}: expected one sdy.mesh for the arguments/results, found {len(meshes)}")
+            self.mesh = meshes.pop()
+            return SpmdProgram(partitioned, self.mesh.size, client=client, thin=thin, name=name)
+
+        # Through the one compile spine (dumped: the partitioning replays with torchtpu-opt);
+        # a user object, so not shared.
+        self.program = compile_module(
+            source, key=ProgramKey("sharded", source, pipeline), name=name, pipeline=pipeline, rejected=rejected,
+            compiler=per_device, reuse=False,
+        ).executable
 
     def shard(self, args: Sequence[Any]) -> list[list[Any]]:
         return [[_rank_view(a, self.mesh, layout, r).contiguous() for a, (_, layout) in zip(args, self.arg_layouts)]

@@ -76,4 +76,5 @@ KINDS = (
     "dist_graph",     # compiled graphs with collectives in a tpu_dist job (`backend/_dist_graph.py`)
     "collective",     # tpu_dist's eager collective programs (`distributed/_process_group.py`)
     "spmd",           # torch_tpu.spmd programs (`spmd.py`)
+    "sharded",        # torch_tpu.spmd.ShardedProgram's partitioning (`spmd.py`; then an spmd program)
 )

@@ -111,9 +111,22 @@ def _spmd():
     torch.testing.assert_close(out[0][0], torch.full((4,), 3.0))
 
 
+def _sharded():
+    from torch_tpu.runtime import CacheConfig, Client
+    from torch_tpu.spmd import ShardedProgram, annotate_shardings
+
+    client = Client.create("cpu", num_cpu_devices=2, cache_config=CacheConfig())
+    text = ("func.func @main(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {\n"
+            "  %y = stablehlo.add %x, %x : tensor<4x8xf32>\n  return %y : tensor<4x8xf32>\n}\n")
+    module = annotate_shardings(text, [("x", 2)], [("x", None)], [("x", None)])
+    program = ShardedProgram(module, client=client, thin=False, name="sharded_double")
+    x = torch.arange(32, dtype=torch.float32).reshape(4, 8)
+    torch.testing.assert_close(program(x)[0], 2 * x)
+
+
 IN_PROCESS = {
     "fx_graph": _fx_graph, "eager_op": _eager_op, "graph_io": _graph_io, "fused": _fused,
-    "jax_op": _jax_op, "export": _export, "spmd": _spmd,
+    "jax_op": _jax_op, "export": _export, "spmd": _spmd, "sharded": _sharded,
 }
 
 
