@@ -20,6 +20,7 @@ runs on CPU (`_fallback.py`)."""
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import sys
 import time
@@ -271,7 +272,7 @@ def _numbers_shape_result(target, f_args, f_kwargs, val) -> bool:
     by running the meta kernel again with other, distinct stand-ins."""
     if not any(isinstance(leaf, ScalarArg) for leaf in pytree.tree_leaves((list(f_args), dict(f_kwargs)))):
         return False  # no run-time numbers: nothing to decide
-    numbers = iter(range(20, 1000, 7))
+    numbers = itertools.count(20, 7)  # as many as there are (a foreach op's Scalar[] has one per tensor)
     try:
         other = target(*[_meta(a, numbers) for a in f_args], **{k: _meta(v, numbers) for k, v in f_kwargs.items()})
     except Exception:  # noqa: BLE001 - the stand-ins are invalid for it: values matter

@@ -249,16 +249,17 @@ def test_an_in_place_foreach_op_is_one_program_whatever_its_scalars():
     from torch_tpu.runtime import get_client
 
     generator = torch.Generator().manual_seed(3)
-    a = [torch.randn(3, generator=generator), torch.randn(2, 2, generator=generator)]
-    b = [torch.randn(3, generator=generator), torch.randn(2, 2, generator=generator)]
+    n = 150  # more scalars than the plan's check of its numbers once had stand-ins for
+    a = [torch.randn(3, generator=generator) for _ in range(n)]
+    b = [torch.randn(3, generator=generator) for _ in range(n)]
     ta, tb = [t.to("tpu") for t in a], [t.to("tpu") for t in b]
-    torch._foreach_addcdiv_(ta, tb, tb, [0.5, 2.0])  # plans and compiles
-    torch._foreach_addcdiv_(a, b, b, [0.5, 2.0])
+    torch._foreach_addcdiv_(ta, tb, tb, [0.5] * n)  # plans and compiles
+    torch._foreach_addcdiv_(a, b, b, [0.5] * n)
     compiles = get_client().cache.stats.compiles
     before = torch.tpu.transfer_stats()
     for step in range(1, 4):
-        torch._foreach_addcdiv_(ta, tb, tb, [0.1 * step, 0.3 / step])
-        torch._foreach_addcdiv_(a, b, b, [0.1 * step, 0.3 / step])
+        torch._foreach_addcdiv_(ta, tb, tb, [0.1 * step + k / n for k in range(n)])
+        torch._foreach_addcdiv_(a, b, b, [0.1 * step + k / n for k in range(n)])
     assert (torch.tpu.transfer_stats() - before).programs_executed == 3
     assert get_client().cache.stats.compiles == compiles
     torch.testing.assert_close([t.cpu() for t in ta], a)
