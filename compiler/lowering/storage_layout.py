@@ -18,7 +18,11 @@ build that IR here:
 
 A window whose layout is a permutation of a dense block is read as a slice, a reshape and
 a transpose, and written as a `dynamic_update_slice` of its transposed, flattened value.
-Any other window (overlapping, gapped, odd strides) is read by a gather at its static
+A window that is a box of the storage seen as a row-major block array (`box_of`: a slice
+of a dense block such as a chunk of a transposed head view, with zero-stride dims read
+as a broadcast) is read as a reshape, a slice and a transpose, and written as a
+`dynamic_update_slice` of the block.
+Any other window (overlapping, odd strides) is read by a gather at its static
 positions, and written by a gather too -- every storage position picks its new value
 from `[written values, old storage]` -- rather than a scatter: the positions are known
 when the module is built, and a gather makes overlapping writes deterministic without a
@@ -133,6 +137,86 @@ def write_order(size: Sequence[int], stride: Sequence[int]) -> list[int]:
     return perm[::-1]
 
 
+@dataclass(frozen=True)
+class Box:
+    """A window that is a box of the storage read as a row-major block array (`box_of`):
+    the storage's first `prod(block)` elements reshaped to `block`, sliced from `starts`
+    to `limits`, give the window's non-broadcast dims of size > 1 (`dims`, outermost in
+    memory first) and a trailing dim of 1 where `block` has an inner gap dim."""
+
+    block: tuple[int, ...]
+    starts: tuple[int, ...]
+    limits: tuple[int, ...]
+    dims: tuple[int, ...]  # the window's dims each block dim but the gap holds, outermost first
+
+    @property
+    def covered(self) -> int:
+        return numel_of(self.block)
+
+
+def box_of(size: Sequence[int], stride: Sequence[int], offset: int, total: int) -> Box | None:
+    """The window (`size`, `stride`, `offset`) of a flat storage of `total` elements as a
+    box of a block array, or None. It is one when its strides (size-1 and zero-stride
+    dims left out) each divide the next larger one and the window lies inside each
+    block dim: a slice of a dense block (`x[..., :8]`, `x.chunk(2, -1)` of a transposed
+    head view), a transpose of one, a strided row pick. On a TPU a gather of single
+    elements is slow and its index array is a constant as large as the window; a box is a
+    reshape and a slice."""
+    dims = sorted((d for d in range(len(size)) if int(size[d]) != 1 and int(stride[d]) != 0),
+                  key=lambda d: int(stride[d]))  # innermost first
+    if not dims:  # one element, broadcast
+        return Box((int(total),), (int(offset),), (int(offset) + 1,), ())
+    block, starts, limits = [], [], []
+    rest = int(offset)
+    inner = int(stride[dims[0]])
+    if inner > 1:  # the elements between two neighbours of the innermost dim: one is taken
+        block.append(inner)
+        starts.append(rest % inner)
+        limits.append(rest % inner + 1)
+    for k, d in enumerate(dims):
+        unit = int(stride[d])
+        outer = int(stride[dims[k + 1]]) if k + 1 < len(dims) else None
+        if outer is not None and (outer <= unit or outer % unit):
+            return None
+        extent = outer // unit if outer is not None else total // unit
+        start = (rest // unit) % extent if outer is not None else rest // unit
+        if start + int(size[d]) > extent:
+            return None
+        block.append(extent)
+        starts.append(start)
+        limits.append(start + int(size[d]))
+    return Box(tuple(block[::-1]), tuple(starts[::-1]), tuple(limits[::-1]), tuple(dims[::-1]))
+
+
+def _read_box(storage: ir.Value, box: Box, size: Sequence[int]) -> ir.Value:
+    """The window `box` describes (`box_of`), as a value of shape `size`: its zero-stride
+    dims broadcast."""
+    head = storage if box.covered == shape_of(storage)[0] else hlo.slice_in_dim(storage, 0, 0, box.covered)
+    taken = stablehlo.SliceOp(reshape(head, box.block), list(box.starts), list(box.limits), [1] * len(box.block)).result
+    held = reshape(taken, [int(size[d]) for d in box.dims])
+    logical = sorted(box.dims)
+    value = transpose(held, [box.dims.index(d) for d in logical])
+    if len(logical) == len(size):
+        return value
+    return hlo.broadcast_in_dim(value, [int(s) for s in size], logical)
+
+
+def _write_box(storage: ir.Value, value: ir.Value, box: Box, size: Sequence[int]) -> ir.Value:
+    """The flat storage after writing `value` (of shape `size`, no zero-stride dim of
+    size > 1) into the window `box` describes: a `dynamic_update_slice` of the block."""
+    total = shape_of(storage)[0]
+    head = storage if box.covered == total else hlo.slice_in_dim(storage, 0, 0, box.covered)
+    logical = sorted(box.dims)
+    held = transpose(reshape(value, [int(size[d]) for d in logical]), [logical.index(d) for d in box.dims])
+    update = reshape(held, [hi - lo for lo, hi in zip(box.starts, box.limits)])
+    starts = [constant(int(s), torch.int64) for s in box.starts]
+    block = stablehlo.DynamicUpdateSliceOp(reshape(head, box.block), update, starts).result
+    written = reshape(block, [box.covered])
+    if box.covered == total:
+        return written
+    return hlo.concatenate([written, hlo.slice_in_dim(storage, 0, box.covered, total)], 0)
+
+
 def _inverse(order: Sequence[int]) -> list[int]:
     return [list(order).index(d) for d in range(len(order))]
 
@@ -190,6 +274,9 @@ def read_strided(storage: ir.Value, size: Sequence[int], stride: Sequence[int], 
             flat = hlo.slice_in_dim(storage, 0, int(offset), int(offset) + numel)
         value = reshape(flat, [size[d] for d in order])
         return value if order == sorted(order) else transpose(value, _inverse(order))
+    box = box_of(size, stride, offset, shape_of(storage)[0])
+    if box is not None:
+        return _read_box(storage, box, size)
     positions = strided_positions(size, stride, offset)
     return reshape(take_static(storage, 0, positions.reshape(-1)), size)
 
@@ -212,6 +299,10 @@ def write_strided(storage: ir.Value, value: ir.Value, size: Sequence[int], strid
         # that block, which XLA can do in place, where a gather rebuilds every element.
         start = constant(int(offset), torch.int64)
         return stablehlo.DynamicUpdateSliceOp(storage, as_storage(value, size, stride), [start]).result
+    box = None if any(int(st) == 0 and int(n) > 1 for n, st in zip(size, stride)) else \
+        box_of(size, stride, offset, total)
+    if box is not None:
+        return _write_box(storage, value, box, size)
     # source[p]: the index into [value..., storage...] of what storage position p holds after.
     source = np.arange(numel, numel + total, dtype=np.int64)
     order = write_order(size, stride)

@@ -79,6 +79,8 @@ class Trace:
         self.flushed = False
         self.error: BaseException | None = None
         self.cut_at_bound = False  # flushed because it reached TORCH_TPU_MAX_FUSED_OPS
+        # Read once per trace, not per recorded op (an environment lookup and parse).
+        self.max_ops = config.get("TORCH_TPU_MAX_FUSED_OPS")
 
     def __hash__(self) -> int:
         return id(self)
@@ -326,7 +328,7 @@ def current_trace(index: int) -> Trace:
     trace = _current[0]
     if trace is not None and not trace.flushed:
         if trace.index == index:
-            if len(trace.ops) < config.get("TORCH_TPU_MAX_FUSED_OPS"):
+            if len(trace.ops) < trace.max_ops:
                 return trace
             trace.cut_at_bound = True
         trace.flush()  # another device, or the bound on recorded ops

@@ -20,6 +20,7 @@ runs on CPU (`_fallback.py`)."""
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import sys
 import time
@@ -107,9 +108,12 @@ def _scalar_names(op) -> frozenset[str]:
 def _is_number_or_tensor(kind) -> bool:
     # By type class, not by spelling: a `Scalar` argument prints as "number" (div_.Scalar's
     # `other`, addcdiv_'s `value`), and missing it baked every value into its own plan --
-    # Adam's bias corrections made new plans and modules on every step.
+    # Adam's bias corrections made new plans and modules on every step. A `Scalar[]`
+    # (the foreach ops' ScalarList: foreach Adam's per-parameter step sizes) likewise.
     if isinstance(kind, torch._C.OptionalType):
         kind = kind.getElementType()
+    if isinstance(kind, torch._C.ListType) and isinstance(kind.getElementType(), torch._C.NumberType):
+        return True
     return isinstance(kind, (torch._C.NumberType, torch._C.TensorType))
 
 
@@ -157,7 +161,8 @@ def describe(op, args, kwargs, index_box: list, bake: bool):
             operands.append(value)
             return ScalarArg(type(value))
         if isinstance(value, (list, tuple)):
-            return tuple(leaf(v, None) for v in value)
+            # Elements of a written list are written; a Scalar[]'s numbers are operands.
+            return tuple(leaf(v, top_name) for v in value)
         return value
 
     sig_args = tuple(leaf(a, names[i] if i < len(names) else None) for i, a in enumerate(args))
@@ -195,6 +200,7 @@ class Plan:
     # out= op returns its written arguments (`_written_return`) without reading its schema.
     out_at: tuple = ()
     one_return: bool = True
+    returns_nothing: bool = False  # an in-place foreach op (`_foreach_add_`) returns None
 
     def __post_init__(self) -> None:
         from ..program.invoker import Invoker
@@ -266,7 +272,7 @@ def _numbers_shape_result(target, f_args, f_kwargs, val) -> bool:
     by running the meta kernel again with other, distinct stand-ins."""
     if not any(isinstance(leaf, ScalarArg) for leaf in pytree.tree_leaves((list(f_args), dict(f_kwargs)))):
         return False  # no run-time numbers: nothing to decide
-    numbers = iter(range(20, 1000, 7))
+    numbers = itertools.count(20, 7)  # as many as there are (a foreach op's Scalar[] has one per tensor)
     try:
         other = target(*[_meta(a, numbers) for a in f_args], **{k: _meta(v, numbers) for k, v in f_kwargs.items()})
     except Exception:  # noqa: BLE001 - the stand-ins are invalid for it: values matter
@@ -510,21 +516,23 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     write_positions: list[int] = []
     write_args: list[TensorArg] = []
     pos = 0
-    by_name: dict[str, int] = {}
+    by_name: dict[str, range] = {}  # an argument's leaves: one tensor, or a list's (`_foreach_add_`)
     for i, a in enumerate(sig_args):
-        if isinstance(a, (TensorArg, ScalarArg)) and i < len(names):
-            by_name[names[i]] = pos
+        if isinstance(a, (TensorArg, ScalarArg, tuple)) and i < len(names):
+            by_name[names[i]] = range(pos, pos + _count(a))
         pos += _count(a)
     for k, v in sig_kwargs:
-        if isinstance(v, (TensorArg, ScalarArg)):
-            by_name[k] = pos
+        if isinstance(v, (TensorArg, ScalarArg, tuple)):
+            by_name[k] = range(pos, pos + _count(v))
         pos += _count(v)
-    for name in written:
-        if name not in by_name or not isinstance(flat_sig[by_name[name]], TensorArg):
+    written_leaves = [(name, leaf) for name in written for leaf in by_name.get(name, [None])]
+    writes_a_list = len(written_leaves) > len(written)
+    for name, position in written_leaves:
+        if position is None or not isinstance(flat_sig[position], TensorArg):
             raise Unlowerable(f"written argument {name} is not a tpu tensor")
-        write_positions.append(by_name[name])
-        write_args.append(flat_sig[by_name[name]])
-        if returning_writer is None and torch._debug_has_internal_overlap(_meta(flat_sig[by_name[name]])) == 1:
+        write_positions.append(position)
+        write_args.append(flat_sig[position])
+        if returning_writer is None and torch._debug_has_internal_overlap(_meta(flat_sig[position])) == 1:
             # An in-place or out= write into a view whose elements share memory (an
             # expanded tensor): most PyTorch kernels refuse it (the value would depend on
             # the order of the writes), a few take it (`fill_`). The CPU kernel decides, on
@@ -555,7 +563,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     layouts = [_result_layout(v) if isinstance(v, torch.Tensor) else None for v in vals[:n_returned]]
 
     def write(result, block_args):
-        values = list(result) if isinstance(result, tuple) else [result]
+        values = list(result) if isinstance(result, (tuple, list)) else [result]
         if returning_writer is not None:
             outs = []
             for value, layout in zip(values, layouts):
@@ -568,7 +576,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
         if written:
             outs = []
             for k, (position, arg) in enumerate(zip(write_positions, write_args)):
-                source = values[k if is_out else 0]
+                source = values[k if is_out or writes_a_list else 0]
                 outs.append(write_stored(block_args[position], source, arg))
             return outs
         outs = []
@@ -631,7 +639,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     return Plan(executable, results, multiple, write_positions, written, returning_writer is not None,
                 needs_rng, module=module, fingerprint=fingerprint, index=index,
                 precision_sensitive=precision_sensitive, out_at=tuple(names.index(n) for n in written),
-                one_return=len(op._schema.returns) == 1)
+                one_return=len(op._schema.returns) == 1, returns_nothing=not op._schema.returns)
 
 
 # Functional variants PyTorch does not name `<op>_functional`. native_batch_norm's schema
@@ -812,7 +820,8 @@ def _fast_signature(op, args, kwargs):
             key.append(kind)
         elif kind in _HASHABLE:
             key.append((kind, value))
-        elif (kind is list or kind is tuple) and all(type(v) in _NUMBERS for v in value):
+        elif (kind is list or kind is tuple) and all(type(v) in _NUMBERS for v in value) \
+                and not (position < n and names[position] in scalars):  # a Scalar[] of operands: `describe`
             key.append((tuple(value), tuple(map(type, value))))
         else:
             return None
@@ -1037,6 +1046,8 @@ def bind_results(op, args, kwargs, plan, operands, index, outs):
 def _written_return(op, args, kwargs, plan):
     """An in-place / out= op returns its written arguments (each passed by position or
     by name)."""
+    if plan.returns_nothing:
+        return None
     n = len(args)
     outs = [args[i] if i < n else kwargs[name] for i, name in zip(plan.out_at, plan.out_names)]
     return outs[0] if plan.one_return else tuple(outs)

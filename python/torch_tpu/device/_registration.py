@@ -85,6 +85,44 @@ def execute(op, *args, **kwargs):
     return _fallback.run_on_cpu(op, args, kwargs, reason)
 
 
+def _execute_list_writer(op, *args, **kwargs):
+    """An in-place op on tensor lists (`_foreach_mul_`): one plan computes every element
+    from the values before the op, which is what PyTorch's kernel, element by element,
+    computes -- unless a written tensor's storage is also read at another position of the
+    lists or by a tensor shared by all (`_foreach_add_([a, b], [b, a])` reads the `b`
+    that its first element wrote). Such a call, one with a host tensor of more than one
+    element (`_foreach_addcdiv_.Tensor`'s scalars) and one no plan takes run PyTorch's
+    own kernel, which runs each element's in-place op on the device."""
+    if not _needs_pytorchs_kernel(op, args, kwargs):
+        try:
+            return _ops.run(op, args, kwargs)
+        except (_ops.Unlowerable, _ops.OverlappingWrite):
+            pass
+    # (`_op_dk`: the kernel registered for a dispatch key, here PyTorch's element-by-element one.)
+    return op._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+
+
+def _needs_pytorchs_kernel(op, args, kwargs) -> bool:
+    """Whether a list-writing op must run element by element (`_execute_list_writer`)."""
+    positions: dict[int, set] = {}  # storage -> list positions reading or writing it (-1: all)
+    written: list[tuple[int, int]] = []
+    bound = dict(zip((a.name for a in op._schema.arguments), args))
+    bound.update(kwargs)
+    for argument in op._schema.arguments:
+        value = bound.get(argument.name)
+        writes = argument.alias_info is not None and argument.alias_info.is_write
+        elements = enumerate(value) if isinstance(value, (list, tuple)) else [(-1, value)]
+        for i, t in elements:
+            if isinstance(t, torch.Tensor):
+                if t.device.type != "tpu" and t.dim() > 0:
+                    return True  # host scalars in a tensor: PyTorch's kernel reads them
+                storage = t.untyped_storage().data_ptr()
+                positions.setdefault(storage, set()).add(i)
+                if writes:
+                    written.append((storage, i))
+    return any(positions[storage] != {i} for storage, i in written)
+
+
 @functools.lru_cache(maxsize=1)
 def _decompositions() -> dict:
     from torch_tpu.compiler.lowering.decompositions import decomposition_table
@@ -124,10 +162,11 @@ def _lowered_targets(ops):
             if is_view(form):
                 # Views keep PyTorch's own (composite) kernels: a lowered view would copy.
                 continue
-            if _writes_a_list(form):
-                # The device's plans write top-level tensors only (_ops.plan): an op that
-                # writes a tensor list (`_foreach_add_`, the foreach out= forms) keeps
-                # PyTorch's own kernel, which runs each tensor's in-place op on the device.
+            if _writes_a_list(form) and not form._schema.name.endswith("_"):
+                # The foreach out= forms keep PyTorch's own kernel, which runs each
+                # tensor's op on the device. In-place ones (`_foreach_add_`) are one plan
+                # writing the whole list (`_execute_list_writer`): an optimizer step is a
+                # few ops, not a few per parameter.
                 continue
             try:
                 if torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "CompositeImplicitAutograd"):
@@ -229,7 +268,8 @@ def _register_kernels(ops) -> None:
             library = _libraries_by_namespace.get(op.namespace)
             if library is None:
                 library = _libraries_by_namespace[op.namespace] = torch.library.Library(op.namespace, "IMPL")  # noqa: TOR901
-            library.impl(op, functools.partial(execute, op), "PrivateUse1")
+            kernel = _execute_list_writer if _writes_a_list(op) else execute
+            library.impl(op, functools.partial(kernel, op), "PrivateUse1")
             _registered.add(op)
 
 

@@ -178,6 +178,81 @@ def test_steady_training_loop_compiles_nothing(fused):
     assert _fused.STATS["fused_runs"] == fused_runs + 4
 
 
+class _HeadAttention(torch.nn.Module):
+    """The view operands of a Llama block: heads as a transposed view of a projection,
+    `chunk` halves of it (rotary), GQA's `expand` of the key/value heads."""
+
+    def __init__(self, d=16, heads=4, kv_heads=2):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        self.wq = torch.nn.Linear(d, d, bias=False)
+        self.wk = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.wo = torch.nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.wq(x).view(b, s, self.heads, self.hd).transpose(1, 2)
+        k = self.wk(x).view(b, s, self.kv_heads, self.hd).transpose(1, 2)
+        q1, q2 = q.chunk(2, dim=-1)
+        q = q * 0.5 + torch.cat((-q2, q1), dim=-1)
+        k = k[:, :, None].expand(b, self.kv_heads, self.heads // self.kv_heads, s, self.hd)
+        k = k.reshape(b, self.heads, s, self.hd)
+        out = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ k
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+
+def test_steady_attention_training_step_is_one_gather_free_program(fused, monkeypatch):
+    """A training step whose ops read views (heads, their rotary halves, GQA's expand):
+    in steady state one program per step, no compile, and no gather in the fused
+    program -- on a TPU an element gather per view operand (with an index constant as
+    large as the view) made bench/tpu.py's FUSED Llama step 11x slower than compiled."""
+    torch.manual_seed(0)
+    model = _HeadAttention()
+    cpu_model = copy.deepcopy(model)
+    model = model.to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-2)
+    x, target = torch.randn(2, 8, 16), torch.randn(2, 8, 16)
+    tx, ttarget = x.to("tpu"), target.to("tpu")
+    modules = []
+    stitch = _fused._stitch
+    monkeypatch.setattr(_fused, "_stitch", lambda *a: modules.append(stitch(*a)) or modules[-1])
+    for _ in range(3):  # warm-up: plans and fused programs compile
+        got = _mlp_step(model, opt, tx, ttarget)
+        assert got == pytest.approx(_mlp_step(cpu_model, cpu_opt, x, target), rel=1e-4, abs=1e-6)
+    assert modules and not any("stablehlo.gather" in text for text in modules)
+    stats = get_client().cache.stats
+    compiles = stats.compiles
+    before = torch.tpu.transfer_stats()
+    for _ in range(4):
+        got = _mlp_step(model, opt, tx, ttarget)
+        assert got == pytest.approx(_mlp_step(cpu_model, cpu_opt, x, target), rel=1e-4, abs=1e-6)
+    assert stats.compiles == compiles
+    assert (torch.tpu.transfer_stats() - before).programs_executed == 4
+
+
+def test_an_adamw_step_records_as_many_ops_for_any_number_of_parameters(fused):
+    """AdamW's foreach step writes its lists with in-place foreach ops, each one recorded
+    op (PyTorch's kernel ran them tensor by tensor: 7 ops per parameter, 148 of the 509
+    that bench/tpu.py's 2-layer Llama step recorded)."""
+
+    def recorded_by_a_step(n_params: int) -> int:
+        params = [torch.nn.Parameter(torch.randn(3).to("tpu")) for _ in range(n_params)]
+        opt = torch.optim.AdamW(params, lr=1e-2, foreach=True)
+        for p in params:
+            p.grad = torch.ones(3).to("tpu")
+        torch.tpu.synchronize()
+        opt.step()  # the first step creates the states
+        ops = []
+        record = _fused._record
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_fused, "_record", lambda plan, *a: ops.append(plan) or record(plan, *a))
+            opt.step()
+        return len(ops)
+
+    assert recorded_by_a_step(1) == recorded_by_a_step(5) <= 10
+
+
 def test_one_trace_serves_every_thread(fused):
     import threading
 

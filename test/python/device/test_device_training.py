@@ -219,9 +219,8 @@ def test_a_parameter_that_cannot_keep_its_object_is_named_in_a_warning(caplog):
     assert "1 parameter(s)" in messages[0]
 
 
-# Foreach ops on tpu tensors (issue 28): the out-of-place ones run through their lowerings
-# (compiler/lowering/foreach.py); those that write a tensor list keep PyTorch's kernel,
-# which runs each tensor's in-place op on the device.
+# Foreach ops on tpu tensors (issue 28) run through their lowerings
+# (compiler/lowering/foreach.py), the in-place ones as one plan writing the whole list.
 def test_foreach_ops_on_device_tensors():
     generator = torch.Generator().manual_seed(2)
     a = [torch.randn(3, generator=generator), torch.randn(2, 2, generator=generator)]
@@ -239,3 +238,45 @@ def test_foreach_ops_on_device_tensors():
         torch._foreach_lerp_(tensors, others, 0.25)
     assert all(t.device.type == "tpu" for t in ta)
     torch.testing.assert_close(cpu(ta), a)
+
+
+@pytest.mark.strict_only("counts op-by-op launches and compiles (FUSED: test_device_fused's AdamW op count)")
+def test_an_in_place_foreach_op_is_one_program_whatever_its_scalars():
+    """`_foreach_addcdiv_(params, m, denom, step_sizes)` was one program per tensor
+    (PyTorch's kernel, element by element): AdamW's foreach step recorded 148 FUSED ops
+    for 21 parameters. Now it is one program, and its per-tensor scalars (Adam's bias
+    corrections, new every step) are run-time operands: no compile per value."""
+    from torch_tpu.runtime import get_client
+
+    generator = torch.Generator().manual_seed(3)
+    n = 150  # more scalars than the plan's check of its numbers once had stand-ins for
+    a = [torch.randn(3, generator=generator) for _ in range(n)]
+    b = [torch.randn(3, generator=generator) for _ in range(n)]
+    ta, tb = [t.to("tpu") for t in a], [t.to("tpu") for t in b]
+    torch._foreach_addcdiv_(ta, tb, tb, [0.5] * n)  # plans and compiles
+    torch._foreach_addcdiv_(a, b, b, [0.5] * n)
+    compiles = get_client().cache.stats.compiles
+    before = torch.tpu.transfer_stats()
+    for step in range(1, 4):
+        torch._foreach_addcdiv_(ta, tb, tb, [0.1 * step + k / n for k in range(n)])
+        torch._foreach_addcdiv_(a, b, b, [0.1 * step + k / n for k in range(n)])
+    assert (torch.tpu.transfer_stats() - before).programs_executed == 3
+    assert get_client().cache.stats.compiles == compiles
+    torch.testing.assert_close([t.cpu() for t in ta], a)
+
+
+def test_an_in_place_foreach_op_reading_what_it_writes_elsewhere_is_pytorchs():
+    """`_foreach_add_([x, y], [y, x])`: PyTorch's kernel adds element by element, so its
+    second element reads the `x` that the first wrote; one plan would read the old `x`.
+    Such a call runs PyTorch's element-by-element kernel, and so does one with host
+    scalars in a tensor; same-position aliasing (`_foreach_mul_(xs, xs)`) is one plan's."""
+    generator = torch.Generator().manual_seed(4)
+    c = [torch.randn(4, generator=generator), torch.randn(4, generator=generator)]
+    tc = [t.to("tpu") for t in c]
+    torch._foreach_add_(tc, [tc[1], tc[0]])
+    torch._foreach_add_(c, [c[1], c[0]])
+    torch._foreach_mul_(tc, tc)
+    torch._foreach_mul_(c, c)
+    torch._foreach_addcdiv_(tc, tc, tc, torch.tensor([0.5, 2.0]))
+    torch._foreach_addcdiv_(c, c, c, torch.tensor([0.5, 2.0]))
+    torch.testing.assert_close([t.cpu() for t in tc], c)
