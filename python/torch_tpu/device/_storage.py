@@ -208,6 +208,10 @@ def host_copy_as_is(t: torch.Tensor) -> torch.Tensor | None:
             or not layout_passes_as_is(t.dtype, t.shape, t.stride(), t.storage_offset(), entry.dtype, entry.shape)):
         return None
     host = _buffer_to_host(entry)
+    if not host.is_contiguous():
+        # A TPU array's host copy may come in the memory order of its device layout (a
+        # compiled program's result): the tensor's strides describe row-major memory.
+        host = host.contiguous()
     stride = t.stride()
     # (A row-major tensor's strides of size-1 dimensions are free: keep the tensor's.)
     return host if host.stride() == stride else host.as_strided(t.shape, stride)

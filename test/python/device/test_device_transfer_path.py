@@ -167,3 +167,24 @@ def test_an_upload_as_the_first_tpu_tensor_registers_the_op_kernels():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip().splitlines()[-1] == "['aten.add.Tensor']", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("shape", [(4, 16, 10), (3, 1, 5)])
+def test_a_host_copy_in_device_layout_order_is_read_in_the_tensors_order(shape, monkeypatch):
+    """On a TPU, the host copy of a compiled program's result may come in the memory order
+    of its device layout (a NumPy array with permuted strides): `.cpu()` must give the
+    tensor's values, not reinterpret that memory with the tensor's row-major strides
+    (the chip's first run of this path read a [4, 16, 10] result scrambled)."""
+    value = torch.randn(shape)
+    t = value.to("tpu")
+    original = _storage._buffer_to_host
+
+    def in_device_order(entry):
+        host = original(entry)
+        return host.permute(*reversed(range(host.dim()))).contiguous().permute(*reversed(range(host.dim())))
+
+    monkeypatch.setattr(_storage, "_buffer_to_host", in_device_order)
+    assert not in_device_order(_storage.entry_of(t)).is_contiguous() or shape[1] == 1
+    got = t.cpu()
+    torch.testing.assert_close(got, value, rtol=0, atol=0)
+    assert got.stride() == t.stride()
