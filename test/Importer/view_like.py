@@ -65,8 +65,9 @@ run("test_as_strided_dense_window", lambda m: m.as_strided((2, 2), (1, 2), 3), M
 # CHECK: stablehlo.reshape %{{.*}} : (tensor<9xf32>) -> tensor<3x3xf32>
 run("test_as_strided_overlapping_window", lambda m: m.as_strided((3, 3), (1, 2), 1), M)
 
-# as_strided_scatter into a dense block updates it in place; into any other window, every
-# storage position gathers its new value from [src, old storage].
+# as_strided_scatter into a dense block, or into a box of the storage seen as a row-major
+# block array, updates it in place; into any other window, every storage position gathers
+# its new value from [src, old storage].
 # CHECK-LABEL: test_as_strided_scatter_dense_window
 # CHECK: stablehlo.transpose %{{.*}}, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
 # CHECK: stablehlo.dynamic_update_slice %{{.*}}, %{{.*}}, %{{.*}} : (tensor<24xf32>, tensor<6xf32>, tensor<i64>) -> tensor<24xf32>
@@ -75,13 +76,21 @@ run("test_as_strided_overlapping_window", lambda m: m.as_strided((3, 3), (1, 2),
 run("test_as_strided_scatter_dense_window", lambda m, s: torch.as_strided_scatter(m, s, (2, 3), (1, 2), 4), M,
     torch.ones(2, 3))
 
+# CHECK-LABEL: test_as_strided_scatter_box_window
+# CHECK: stablehlo.reshape %{{.*}} : (tensor<24xf32>) -> tensor<2x12xf32>
+# CHECK: stablehlo.dynamic_update_slice %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x12xf32>, tensor<2x2xf32>, tensor<i64>, tensor<i64>) -> tensor<2x12xf32>
+# CHECK-NOT: stablehlo.gather
+# CHECK: return
+run("test_as_strided_scatter_box_window", lambda m, s: torch.as_strided_scatter(m, s, (2, 2), (12, 1), 3), M,
+    torch.ones(2, 2))
+
 # CHECK-LABEL: test_as_strided_scatter_gapped_window
 # CHECK: stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<4xf32>, tensor<24xf32>) -> tensor<28xf32>
 # CHECK: "stablehlo.gather"
 # CHECK-SAME: (tensor<28xf32>, tensor<24x1xi32>) -> tensor<24xf32>
 # CHECK-NOT: dynamic_update_slice
 # CHECK: return
-run("test_as_strided_scatter_gapped_window", lambda m, s: torch.as_strided_scatter(m, s, (2, 2), (12, 1), 3), M,
+run("test_as_strided_scatter_gapped_window", lambda m, s: torch.as_strided_scatter(m, s, (2, 2), (7, 2), 1), M,
     torch.ones(2, 2))
 
 # CHECK-LABEL: test_slice_scatter
