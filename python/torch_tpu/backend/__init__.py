@@ -24,6 +24,7 @@ import torch
 from . import _dynamo_funcnames, _dynamo_local_map, _dynamo_optimizer
 from ._aliasing_prims import decompose_aliasing_prims
 from ._compile import compile_graph
+from ._saved_inputs import take_saved_inputs, with_saved_inputs
 from ._tensor_index import rewrite_scalar_tensor_indices
 
 log = logging.getLogger("torch_tpu")
@@ -39,7 +40,8 @@ _dynamo_local_map.install()
 _dynamo_optimizer.install()
 
 _graph_ids = itertools.count()
-_KNOWN_OPTIONS = {"functionalize"}
+_KNOWN_OPTIONS = {"functionalize", "partitioner"}
+_PARTITIONERS = ("min_cut", "default")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,13 @@ class BackendOptions:
     # "torchtpu": inference graphs keep them; torch_tpu's view passes resolve them and
     # inputs written in place are updated through donated, aliased results.
     functionalize: str = "aot_autograd"
+    # How aot_autograd splits a training graph into forward and backward programs:
+    # "min_cut" (inductor's default too) recomputes cheap elementwise work in the backward
+    # where that saves fewer bytes than keeping its result (on the chip, a training step's
+    # forward wrote every f32 norm intermediate and the f32 log-softmax of the logits to
+    # HBM for the backward to read back: docs/explanation/performance.md); "default" saves
+    # every intermediate the backward reads.
+    partitioner: str = "min_cut"
 
     @classmethod
     def parse(cls, options: dict | None) -> "BackendOptions":
@@ -64,6 +73,12 @@ class BackendOptions:
             raise ValueError(
                 f"torch_tpu backend: functionalize={parsed.functionalize!r} is not known; "
                 "use 'aot_autograd' (default) or 'torchtpu'"
+            )
+        if parsed.partitioner not in _PARTITIONERS:
+            raise ValueError(
+                f"torch_tpu backend: partitioner={parsed.partitioner!r} is not known; "
+                "use 'min_cut' (default: recompute cheap elementwise work in the backward) or "
+                "'default' (save every intermediate the backward reads)"
             )
         return parsed
 
@@ -127,8 +142,10 @@ def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | No
     def compiler(gm: torch.fx.GraphModule, example_inputs):
         if sources:
             _record_sources(gm, sources)
+        taken = []
         if role == "forward":
             _mark_visible_outputs(gm)
+            taken = take_saved_inputs(gm)
         if role != "backward":
             from ._dynamic_alias import ALIASES_REPLAYED
 
@@ -136,6 +153,8 @@ def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | No
         compiled = compile_graph(gm, example_inputs, name=_graph_name(source, graph_id, role))
         if direct is not None and _wrappers_are_noops(gm, len(sources or ())):
             direct["inference"] = compiled
+        if taken:
+            return _boxed(with_saved_inputs(compiled, taken))
         return _boxed(lambda *args: compiled(*args))
 
     return compiler
@@ -190,28 +209,35 @@ def _mark_visible_outputs(gm: torch.fx.GraphModule) -> None:
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_: Any):
     """Dynamo backend entry point. Graphs with symbolic sizes (`mark_dynamic`,
-    `dynamic=True`) compile once at bounds (bounded dynamism, `_dynamic.py`)."""
+    `dynamic=True`) compile once at bounds (bounded dynamism, `_dynamic.py`).
+
+    `options` (`torch.compile(..., options={...})`):
+    `functionalize`: "aot_autograd" (default) or "torchtpu" (inference graphs keep views
+    and in-place ops for torch_tpu's view passes; docs/explanation/views.md);
+    `partitioner`: "min_cut" (default, as inductor: the backward recomputes cheap
+    elementwise work instead of reading it back from memory) or "default" (the forward
+    saves every intermediate the backward reads)."""
     parsed = BackendOptions.parse(options)
     decompose_aliasing_prims(gm)  # aot_autograd rejects prims returning views
     rewrite_scalar_tensor_indices(gm)  # x[:, pos] with a 0-d pos: a run-time position
     if parsed.functionalize == "torchtpu":
-        return _views_backend(gm, example_inputs)
-    return _compile_with_aot(gm, example_inputs)
+        return _views_backend(gm, example_inputs, parsed)
+    return _compile_with_aot(gm, example_inputs, parsed)
 
 
-def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs):
+def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs, options: BackendOptions):
     """aot_autograd's compiled function, or, for an inference graph whose runtime wrappers
     would be no-ops (`_wrappers_are_noops`), our compiled graph itself: Dynamo then calls
     it without aot_autograd's wrapper layers (measured in bench/overhead.py)."""
     direct: dict = {}
-    wrapped = _aot_backend(gm, direct)(gm, example_inputs)
+    wrapped = _aot_backend(gm, options, direct)(gm, example_inputs)
     compiled = direct.get("inference")
     if compiled is None:
         return wrapped
     return torch._dynamo.disable(compiled, reason="do not trace a torch_tpu compiled graph")
 
 
-def _views_backend(gm: torch.fx.GraphModule, example_inputs):
+def _views_backend(gm: torch.fx.GraphModule, example_inputs, options: BackendOptions):
     """functionalize="torchtpu": inference graphs only; a graph that needs gradients goes
     through aot_autograd (logged once)."""
     from ._inplace import TorchTpuViewsGraph, log_once
@@ -220,7 +246,7 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
         log_once("grad", "torch_tpu: functionalize='torchtpu' applies to inference graphs only; a graph "
                  "that requires gradients uses aot_autograd's functionalization (run under "
                  "torch.no_grad() or torch.inference_mode() to use the torchtpu view passes)")
-        return _aot_backend(gm)(gm, example_inputs)
+        return _aot_backend(gm, options)(gm, example_inputs)
     graph_id = next(_graph_ids)
 
     symbolic = any(
@@ -231,14 +257,16 @@ def _views_backend(gm: torch.fx.GraphModule, example_inputs):
 
     def fallback(args):
         # Symbolic example inputs belong to Dynamo's trace, over by now: use the call's.
-        return _aot_backend(gm)(gm, list(args) if symbolic else example_inputs)
+        return _aot_backend(gm, options)(gm, list(args) if symbolic else example_inputs)
 
     return TorchTpuViewsGraph(gm, _graph_name(_traced_function(), graph_id, "inference"), fallback)
 
 
-def _aot_backend(dynamo_gm: torch.fx.GraphModule, direct: dict | None = None):
+def _aot_backend(dynamo_gm: torch.fx.GraphModule, options: BackendOptions, direct: dict | None = None):
     """aot_autograd with torch_tpu's compilers for one Dynamo graph (forward, backward and
     inference graphs share its id in dump names). `direct`: see `_make_compiler`."""
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+
     from torch_tpu.compiler.lowering.decompositions import tracing_decompositions
 
     graph_id = next(_graph_ids)
@@ -251,6 +279,7 @@ def _aot_backend(dynamo_gm: torch.fx.GraphModule, direct: dict | None = None):
         bw_compiler=_make_compiler("backward", graph_id, source),
         inference_compiler=_make_compiler("inference", graph_id, source, sources, direct),
         decompositions=tracing_decompositions(),
+        partition_fn=min_cut_rematerialization_partition if options.partitioner == "min_cut" else default_partition,
         # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
         # back (functionalize="torchtpu" uses the view passes and buffer donation instead).
         keep_inference_input_mutations=False,

@@ -169,7 +169,7 @@ def test_backend_traces_with_the_tracing_table():
     from torch_tpu.compiler.lowering.decompositions import tracing_decompositions
 
     gm = torch.fx.symbolic_trace(lambda x: (x + 1,))
-    compile_with = backend._aot_backend(gm)
+    compile_with = backend._aot_backend(gm, backend.BackendOptions())
     assert compile_with.keywords["decompositions"].keys() == tracing_decompositions().keys()
 
 
