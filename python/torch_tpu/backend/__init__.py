@@ -24,6 +24,7 @@ import torch
 from . import _dynamo_funcnames, _dynamo_local_map, _dynamo_optimizer
 from ._aliasing_prims import decompose_aliasing_prims
 from ._compile import compile_graph
+from ._input_writes import take_input_writes, with_input_writes
 from ._saved_inputs import take_saved_inputs, with_saved_inputs
 from ._tensor_index import rewrite_scalar_tensor_indices
 
@@ -142,19 +143,23 @@ def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | No
     def compiler(gm: torch.fx.GraphModule, example_inputs):
         if sources:
             _record_sources(gm, sources)
-        taken = []
+        taken, written = [], []
         if role == "forward":
             _mark_visible_outputs(gm)
             taken = take_saved_inputs(gm)
+        elif role == "inference":
+            written = take_input_writes(gm)
         if role != "backward":
             from ._dynamic_alias import ALIASES_REPLAYED
 
             gm.meta[ALIASES_REPLAYED] = True
         compiled = compile_graph(gm, example_inputs, name=_graph_name(source, graph_id, role))
+        if taken:
+            compiled = with_saved_inputs(compiled, taken)
+        if written:
+            compiled = with_input_writes(compiled, written)
         if direct is not None and _wrappers_are_noops(gm, len(sources or ())):
             direct["inference"] = compiled
-        if taken:
-            return _boxed(with_saved_inputs(compiled, taken))
         return _boxed(lambda *args: compiled(*args))
 
     return compiler
@@ -280,9 +285,9 @@ def _aot_backend(dynamo_gm: torch.fx.GraphModule, options: BackendOptions, direc
         inference_compiler=_make_compiler("inference", graph_id, source, sources, direct),
         decompositions=tracing_decompositions(),
         partition_fn=min_cut_rematerialization_partition if options.partitioner == "min_cut" else default_partition,
-        # Mutated inputs come back as extra outputs; aot_autograd's epilogue writes them
-        # back (functionalize="torchtpu" uses the view passes and buffer donation instead).
-        keep_inference_input_mutations=False,
+        # An inference graph's writes into its inputs stay in the graph (as in inductor);
+        # they become results the compiled graph writes back (`_input_writes.py`).
+        keep_inference_input_mutations=True,
     )
 
 
