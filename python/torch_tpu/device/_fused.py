@@ -48,7 +48,7 @@ import torch
 from torch_tpu.core import config
 from torch_tpu.core.user_frames import innermost_user_frame
 
-from . import _storage
+from . import _ops, _storage  # (_ops imports this module too: each reads the other's names at call time)
 from ._buffers import TABLE, Pending, StorageEntry
 
 log = logging.getLogger("torch_tpu")
@@ -71,7 +71,6 @@ class Trace:
     def __init__(self, index: int) -> None:
         self.index = index
         self.ops: list[tuple[Any, tuple, tuple[str, int]]] = []  # (plan, operand refs, user line)
-        self.key: list[tuple] = []  # per op: (plan fingerprint, operand refs)
         # External inputs: ("buffer", DeviceBuffer) | ("number", value) | ("tensor", 0-d CPU tensor) |
         # ("key", RNG key words). A ref is an int (an external input) or (op, result).
         self.externals: list[tuple[str, Any]] = []
@@ -95,6 +94,16 @@ class Trace:
     def external_value(self, kind: str, value) -> int:
         self.externals.append((kind, value))
         return len(self.externals) - 1
+
+    def program_key(self, outputs: list[tuple[int, int]]) -> tuple:
+        """The cache key of the trace's fused program: (device, per op (plan fingerprint,
+        operand refs), the outputs, each external's kind -- a number's type only: numbers
+        are run-time operands, their values stay out of the key). The refs name external
+        buffers by position, so the aliasing of operands is in the key. Built once per
+        flush from what recording keeps anyway, not per recorded op."""
+        ops = tuple([(plan.fingerprint, refs) for plan, refs, _ in self.ops])
+        kinds = tuple([kind if kind != "number" else value.__class__.__name__ for kind, value in self.externals])
+        return (self.index, ops, tuple(outputs), kinds)
 
     # -- flush ------------------------------------------------------------------------------
     def flush(self) -> None:
@@ -217,7 +226,7 @@ class Trace:
         seen, never on how fast the compile was nor on where it ran
         (TORCH_TPU_FUSED_BACKGROUND_COMPILE): the two paths' results can differ in the
         last bits (XLA fuses the ops), and runs must repeat bit for bit."""
-        key = (self.index, tuple(self.key), tuple(outputs))
+        key = self.program_key(outputs)
         program = _PROGRAMS.get(key)
         if program is None:
             if len(_PROGRAMS) >= _MAX_PROGRAMS:  # oldest first: a program of a loop is reused, others age out
@@ -407,17 +416,24 @@ def record(op, args, kwargs, plan, operands, index: int):
     returns what the op returns, its results and written storages holding pending values.
     Binding happens under the trace lock: a flush from another thread in between would
     take a result not yet bound to its storage for dead."""
-    from ._ops import bind_results
-
     with _lock:
-        return bind_results(op, args, kwargs, plan, operands, index, _record(plan, operands, index))
+        pending = _record(plan, operands, index)
+        single = plan.single
+        if single is not None:
+            # One new tensor, nothing written (most ops): `bind_results`' own short path.
+            return _storage.new_tensor(pending[0], *single)
+        return _ops.bind_results(op, args, kwargs, plan, operands, index, pending)
 
 
 def _record(plan, operands, index: int) -> list[Pending]:
+    """Appends the op to the current trace. This runs for every op of every step, so it
+    does only what the trace needs (the operands' refs, the user's line) in one pass: the
+    trace's cache key is derived from the refs at the flush (`Trace.program_key`)."""
     trace = current_trace(index)
     refs = []
+    externals = trace.externals
     for value in operands:
-        if type(value) is StorageEntry:
+        if value.__class__ is StorageEntry:
             buffer = value._buffer
             if buffer.__class__ is Pending and buffer.trace is trace and buffer.op >= 0:
                 refs.append((buffer.op, buffer.result))
@@ -428,31 +444,25 @@ def _record(plan, operands, index: int) -> list[Pending]:
 
                 check_alive(value, name_line=False)  # raises; the op's error names the line
             refs.append(trace.external_buffer(buffer))
-        elif isinstance(value, torch.Tensor):  # a 0-d CPU tensor: its value now
-            refs.append(trace.external_value("tensor", value.detach().reshape(()).clone()))
         else:
-            refs.append(trace.external_value("number", value))
+            # A Python number (a run-time operand) or a 0-d CPU tensor (its value now).
+            refs.append(len(externals))
+            externals.append(("number", value) if value.__class__ is float or value.__class__ is int
+                             else _external_value(value))
     if plan.needs_rng:
         from ._random import generator
 
         refs.append(trace.external_value("key", generator(index).next_key()))
-    refs = tuple(refs)
     position = len(trace.ops)
-    trace.ops.append((plan, refs, user_frame()))
-    trace.key.append((plan.fingerprint, tuple(r if type(r) is tuple else _kind_of(trace, r) for r in refs)))
-    n = sum(layout is not None for layout in plan.results) + len(plan.written)
-    return [Pending(trace, position, j) for j in range(n)]
+    trace.ops.append((plan, tuple(refs), user_frame()))
+    return [Pending(trace, position, j) for j in range(plan.n_results + len(plan.written))]
 
 
-def _kind_of(trace: Trace, ref: int):
-    """An external operand in the key: which external it is for buffers (the aliasing of
-    operands matters), only its kind for values (numbers are run-time operands)."""
-    kind, value = trace.externals[ref]
-    if kind == "buffer":
-        return ref
-    if kind == "number":
-        return type(value).__name__
-    return kind
+def _external_value(value) -> tuple[str, Any]:
+    """An operand that is neither a storage nor a float or int, as an external input."""
+    if isinstance(value, torch.Tensor):  # a 0-d CPU tensor: its value now
+        return ("tensor", value.detach().reshape(()).clone())
+    return ("number", value)
 
 
 def flush_all() -> None:
