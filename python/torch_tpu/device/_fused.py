@@ -193,11 +193,10 @@ class Trace:
         """The fused program's arguments (`layout`); `donated`: externals it may write over."""
         own, floats, ints = self.layout()
         args = [self._external_argument(ref, ref in donated) for ref in own]
-        client = _storage.client()
+        externals = self.externals
         for refs, dtype in ((floats, np.float64), (ints, np.int64)):
             if refs:
-                packed = np.fromiter((self.externals[r][1] for r in refs), dtype=dtype, count=len(refs))
-                args.append(client.to_device(packed, self.index, copy=True))
+                args.append(_packed_numbers(np.array([externals[r][1] for r in refs], dtype=dtype), self.index))
         return args
 
     def _external_argument(self, ref: int, donated: bool = False):
@@ -304,6 +303,25 @@ class Trace:
                     values.pop(ref, None)
         STATS["interpreted_runs"] += 1
         return [values[ref] for ref in outputs]
+
+
+# Packed Python numbers (`Trace._arguments`) -> their device buffer, as the op-by-op path
+# keeps one buffer per number (`_ops._scalar_buffer`): a steady loop passes the same
+# numbers every run (`y + 1`, a constant learning rate), so its flush makes no transfer
+# for them. Keyed by the bytes (floats by their bits: 0.0 and -0.0 differ). The buffers
+# are only read: @main never donates its packs.
+_PACKS: dict = {}
+_PACKS_MAX = 256
+
+
+def _packed_numbers(packed: np.ndarray, index: int):
+    key = (packed.tobytes(), packed.dtype.char, index)
+    buffer = _PACKS.get(key)
+    if buffer is None:
+        if len(_PACKS) >= _PACKS_MAX:
+            _PACKS.clear()  # numbers that never repeat (a learning-rate schedule): keep it small
+        buffer = _PACKS[key] = _storage.client().to_device(packed, index, copy=True)
+    return buffer
 
 
 # References to an external buffer in `Trace._arguments` when nothing else reads it: the
@@ -416,17 +434,23 @@ def record(op, args, kwargs, plan, operands, index: int):
     returns what the op returns, its results and written storages holding pending values.
     Binding happens under the trace lock: a flush from another thread in between would
     take a result not yet bound to its storage for dead."""
+    # The user's line, looked for from `run`'s caller on (`record` is called by `run`
+    # only): the frames in between are ours, and each frame looked at costs a frame
+    # object (Python 3.11 makes them on demand).
+    where = user_frame(sys._getframe(2))
     with _lock:
-        pending = _record(plan, operands, index)
+        trace, position = _record(plan, operands, index, where)
         single = plan.single
         if single is not None:
             # One new tensor, nothing written (most ops): `bind_results`' own short path.
-            return _storage.new_tensor(pending[0], *single)
+            return _storage.new_tensor(Pending(trace, position, 0), *single)
+        pending = [Pending(trace, position, j) for j in range(plan.n_results + len(plan.written))]
         return _ops.bind_results(op, args, kwargs, plan, operands, index, pending)
 
 
-def _record(plan, operands, index: int) -> list[Pending]:
-    """Appends the op to the current trace. This runs for every op of every step, so it
+def _record(plan, operands, index: int, where: tuple[str, int]) -> tuple[Trace, int]:
+    """Appends the op to the current trace; returns the trace and the op's position in it
+    (its results' `Pending` values name the two). This runs for every op of every step, so it
     does only what the trace needs (the operands' refs, the user's line) in one pass: the
     trace's cache key is derived from the refs at the flush (`Trace.program_key`)."""
     trace = current_trace(index)
@@ -453,9 +477,8 @@ def _record(plan, operands, index: int) -> list[Pending]:
         from ._random import generator
 
         refs.append(trace.external_value("key", generator(index).next_key()))
-    position = len(trace.ops)
-    trace.ops.append((plan, tuple(refs), user_frame()))
-    return [Pending(trace, position, j) for j in range(plan.n_results + len(plan.written))]
+    trace.ops.append((plan, tuple(refs), where))
+    return trace, len(trace.ops) - 1
 
 
 def _external_value(value) -> tuple[str, Any]:
@@ -472,10 +495,11 @@ def flush_all() -> None:
         trace.flush()
 
 
-def user_frame() -> tuple[str, int]:
+def user_frame(frame=None) -> tuple[str, int]:
     """(file, line) of the innermost user frame (`core/user_frames.py`, cached per file:
-    this runs per op): the location of the op in the fused program."""
-    return innermost_user_frame() or ("<unknown>", 0)
+    this runs per op) from `frame` outwards (default: the caller's): the location of the
+    op in the fused program."""
+    return innermost_user_frame(frame or sys._getframe(1)) or ("<unknown>", 0)
 
 
 # -- one module ------------------------------------------------------------------------------------

@@ -381,18 +381,20 @@ def test_a_loop_that_reads_its_loss_every_n_steps_fuses(monkeypatch):
 
 
 def test_python_numbers_are_one_transfer_per_run(fused, monkeypatch):
-    """150 Python numbers in a chain were 150 host-to-device transfers per run."""
+    """150 Python numbers in a chain were 150 host-to-device transfers per run; now one
+    array per kind of number, and none when the numbers repeat the last run's (a steady
+    loop: the array uploaded then is passed again)."""
     x = torch.randn(64)
     y0 = x.to("tpu")
 
-    def chain(y):
+    def chain(y, base):
         for k in range(50):
             y = y + 1
             y = y * 0.5
-            y = y - k  # a value that differs per op: still one operand array
+            y = y - (base + k)  # a value that differs per op: still one operand array
         return y
 
-    chain(y0).cpu()  # compiles the fused program
+    chain(y0, 0).cpu()  # compiles the fused program
     client = _fused._storage.client()
     real, calls = client.to_device, []
 
@@ -402,10 +404,20 @@ def test_python_numbers_are_one_transfer_per_run(fused, monkeypatch):
 
     monkeypatch.setattr(client, "to_device", to_device)
     runs = _fused.STATS["fused_runs"]
-    got = chain(y0).cpu()
-    assert _fused.STATS["fused_runs"] == runs + 1
-    assert sorted(calls) == [(50,), (100,)]  # the floats (0.5) and the ints, one array each
-    torch.testing.assert_close(got, chain(x))
+    for base in (1, 2):
+        calls.clear()
+        monkeypatch.setattr(_fused, "_PACKS", {})  # no pack of another test's
+        got = chain(y0, base).cpu()
+        assert sorted(calls) == [(50,), (100,)]  # the floats (0.5) and the ints, one array each
+        torch.testing.assert_close(got, chain(x, base))
+        calls.clear()
+        got = chain(y0, base).cpu()  # the same numbers again: their arrays are on the device
+        assert calls == []
+        torch.testing.assert_close(got, chain(x, base))
+    calls.clear()
+    chain(y0, 7).cpu()
+    assert sorted(calls) == [(100,)]  # the ints changed, the floats did not
+    assert _fused.STATS["fused_runs"] == runs + 5
 
 
 def test_a_known_trace_never_runs_op_by_op(monkeypatch):
