@@ -17,9 +17,9 @@ each plan's function becomes a private function of it, `@main` takes the externa
 and calls them in order (each call located at the user's line), and returns only the
 values still held by a live storage (dead intermediates are not outputs: XLA removes
 them). Python numbers stay operands (packed into one float64 and one int64 array: one
-transfer each per run), so the program's cache key is the op sequence (plan
-fingerprints), the wiring of operands and which values are live: a steady loop compiles
-its traces once. The first time a key is seen, its ops run one by one through their own
+transfer each per run, none when they repeat the last run's), so the program's cache key
+is the op sequence (plan fingerprints), the wiring of operands and which values are live
+-- built at the flush, not per recorded op: a steady loop compiles its traces once. The first time a key is seen, its ops run one by one through their own
 plans while the fused program compiles (in the background, or before that run); later
 flushes run the program, waiting for its compile if need be. The paths differ in the last
 bits, so the path depends only on how often the key was seen: runs repeat bit for bit,
