@@ -6,7 +6,8 @@ compiled: the time from the first op to the last one recorded (nothing runs: rec
 only), divided by the op count; then the flush on its own (host time to enqueue the fused
 program, not waiting for it).
 Medians over `--repeats` chains, in wall time and in the recording thread's CPU time
-(`time.thread_time`: what a loaded machine distorts least). `--profile N`: cProfile of N recordings, top functions.
+(`time.thread_time`: what a loaded machine distorts least). `--profile N`: cProfile of N
+recordings and flushes, top functions.
 
     .venv/bin/python bench/fused_record.py [--size 1024] [--repeats 200] [--profile 50]
 """

@@ -19,12 +19,13 @@ values still held by a live storage (dead intermediates are not outputs: XLA rem
 them). Python numbers stay operands (packed into one float64 and one int64 array: one
 transfer each per run, none when they repeat the last run's), so the program's cache key
 is the op sequence (plan fingerprints), the wiring of operands and which values are live
--- built at the flush, not per recorded op: a steady loop compiles its traces once. The first time a key is seen, its ops run one by one through their own
-plans while the fused program compiles (in the background, or before that run); later
-flushes run the program, waiting for its compile if need be. The paths differ in the last
-bits, so the path depends only on how often the key was seen: runs repeat bit for bit,
-whether or not the compile is in the background (TORCH_TPU_FUSED_FIRST_RUN=1 runs the
-program from the first run on).
+-- built at the flush, not per recorded op: a steady loop compiles its traces once. The
+first time a key is seen, its ops run one by one through their own plans while the fused
+program compiles (in the background, or before that run); later flushes run the program,
+waiting for its compile if need be. The paths differ in the last bits, so the path
+depends only on how often the key was seen: runs repeat bit for bit, whether or not the
+compile is in the background (TORCH_TPU_FUSED_FIRST_RUN=1 runs the program from the first
+run on).
 The end of a `torch.optim` step is a flush point, so a training loop's traces repeat.
 
 The fused program donates every external buffer a recorded op writes (the storage's
