@@ -588,3 +588,14 @@ def test_the_key_tells_apart_traces_that_wire_their_operands_otherwise(fused, mo
     torch.tpu.synchronize()
     ca.mul_(cb)
     torch.testing.assert_close(ca.cpu(), a * b)
+
+
+def test_kept_number_arrays_tell_zero_from_negative_zero(fused, monkeypatch):
+    """The packed numbers' device arrays are kept by their bytes: 0.0 and -0.0 are equal
+    numbers but different operands (`x * -0.0` is -0.0 for a positive x)."""
+    monkeypatch.setattr(_fused, "_PACKS", {})
+    y = torch.rand(8).add(1).to("tpu")
+    for zero in (0.0, -0.0, 0.0, -0.0):
+        got = (y * zero * 1.0).cpu()  # two floats: one packed array per run
+        assert torch.equal(torch.signbit(got), torch.signbit(y.cpu() * zero))
+    assert len(_fused._PACKS) == 2
