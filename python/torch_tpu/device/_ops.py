@@ -36,7 +36,8 @@ from torch_tpu.runtime.errors import DeviceOutOfMemoryError, UnsupportedDtypeErr
 
 from ..program.precision import current_mode
 from ._buffers import TABLE, StorageEntry, entry_of
-from . import _fused, _storage
+from . import _fused  # (imports this module too: each reads the other's names at call time)
+from . import _storage
 from ._modes import EagerMode, check_alive, get_eager_mode
 from ._modes import _global as _modes_global, _state as _modes_state
 from ._storage import buffer_of, contiguous_stride
