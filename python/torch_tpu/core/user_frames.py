@@ -65,9 +65,14 @@ def innermost_user_frame(frame: FrameType | None = None) -> tuple[str, int] | No
     None when there is none (a call made from C++, such as DDP's reducer)."""
     if frame is None:
         frame = sys._getframe(1)
+    known = _is_user  # (the cache read inline: FUSED mode asks on every recorded op)
     while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return frame.f_code.co_filename, frame.f_lineno
+        filename = frame.f_code.co_filename
+        answer = known.get(filename)
+        if answer is None:
+            answer = is_user_file(filename)
+        if answer:
+            return filename, frame.f_lineno
         frame = frame.f_back
     return None
 

@@ -17,14 +17,15 @@ each plan's function becomes a private function of it, `@main` takes the externa
 and calls them in order (each call located at the user's line), and returns only the
 values still held by a live storage (dead intermediates are not outputs: XLA removes
 them). Python numbers stay operands (packed into one float64 and one int64 array: one
-transfer each per run), so the program's cache key is the op sequence (plan
-fingerprints), the wiring of operands and which values are live: a steady loop compiles
-its traces once. The first time a key is seen, its ops run one by one through their own
-plans while the fused program compiles (in the background, or before that run); later
-flushes run the program, waiting for its compile if need be. The paths differ in the last
-bits, so the path depends only on how often the key was seen: runs repeat bit for bit,
-whether or not the compile is in the background (TORCH_TPU_FUSED_FIRST_RUN=1 runs the
-program from the first run on).
+transfer each per run, none when they repeat the last run's), so the program's cache key
+is the op sequence (plan fingerprints), the wiring of operands and which values are live
+-- built at the flush, not per recorded op: a steady loop compiles its traces once. The
+first time a key is seen, its ops run one by one through their own plans while the fused
+program compiles (in the background, or before that run); later flushes run the program,
+waiting for its compile if need be. The paths differ in the last bits, so the path
+depends only on how often the key was seen: runs repeat bit for bit, whether or not the
+compile is in the background (TORCH_TPU_FUSED_FIRST_RUN=1 runs the program from the first
+run on).
 The end of a `torch.optim` step is a flush point, so a training loop's traces repeat.
 
 The fused program donates every external buffer a recorded op writes (the storage's
@@ -48,7 +49,7 @@ import torch
 from torch_tpu.core import config
 from torch_tpu.core.user_frames import innermost_user_frame
 
-from . import _storage
+from . import _ops, _storage  # (_ops imports this module too: each reads the other's names at call time)
 from ._buffers import TABLE, Pending, StorageEntry
 
 log = logging.getLogger("torch_tpu")
@@ -71,7 +72,6 @@ class Trace:
     def __init__(self, index: int) -> None:
         self.index = index
         self.ops: list[tuple[Any, tuple, tuple[str, int]]] = []  # (plan, operand refs, user line)
-        self.key: list[tuple] = []  # per op: (plan fingerprint, operand refs)
         # External inputs: ("buffer", DeviceBuffer) | ("number", value) | ("tensor", 0-d CPU tensor) |
         # ("key", RNG key words). A ref is an int (an external input) or (op, result).
         self.externals: list[tuple[str, Any]] = []
@@ -95,6 +95,16 @@ class Trace:
     def external_value(self, kind: str, value) -> int:
         self.externals.append((kind, value))
         return len(self.externals) - 1
+
+    def program_key(self, outputs: list[tuple[int, int]]) -> tuple:
+        """The cache key of the trace's fused program: (device, per op (plan fingerprint,
+        operand refs), the outputs, each external's kind -- a number's type only: numbers
+        are run-time operands, their values stay out of the key). The refs name external
+        buffers by position, so the aliasing of operands is in the key. Built once per
+        flush from what recording keeps anyway, not per recorded op."""
+        ops = tuple([(plan.fingerprint, refs) for plan, refs, _ in self.ops])
+        kinds = tuple([kind if kind != "number" else value.__class__.__name__ for kind, value in self.externals])
+        return (self.index, ops, tuple(outputs), kinds)
 
     # -- flush ------------------------------------------------------------------------------
     def flush(self) -> None:
@@ -184,11 +194,10 @@ class Trace:
         """The fused program's arguments (`layout`); `donated`: externals it may write over."""
         own, floats, ints = self.layout()
         args = [self._external_argument(ref, ref in donated) for ref in own]
-        client = _storage.client()
+        externals = self.externals
         for refs, dtype in ((floats, np.float64), (ints, np.int64)):
             if refs:
-                packed = np.fromiter((self.externals[r][1] for r in refs), dtype=dtype, count=len(refs))
-                args.append(client.to_device(packed, self.index, copy=True))
+                args.append(_packed_numbers(np.array([externals[r][1] for r in refs], dtype=dtype), self.index))
         return args
 
     def _external_argument(self, ref: int, donated: bool = False):
@@ -217,7 +226,7 @@ class Trace:
         seen, never on how fast the compile was nor on where it ran
         (TORCH_TPU_FUSED_BACKGROUND_COMPILE): the two paths' results can differ in the
         last bits (XLA fuses the ops), and runs must repeat bit for bit."""
-        key = (self.index, tuple(self.key), tuple(outputs))
+        key = self.program_key(outputs)
         program = _PROGRAMS.get(key)
         if program is None:
             if len(_PROGRAMS) >= _MAX_PROGRAMS:  # oldest first: a program of a loop is reused, others age out
@@ -295,6 +304,25 @@ class Trace:
                     values.pop(ref, None)
         STATS["interpreted_runs"] += 1
         return [values[ref] for ref in outputs]
+
+
+# Packed Python numbers (`Trace._arguments`) -> their device buffer, as the op-by-op path
+# keeps one buffer per number (`_ops._scalar_buffer`): a steady loop passes the same
+# numbers every run (`y + 1`, a constant learning rate), so its flush makes no transfer
+# for them. Keyed by the bytes (floats by their bits: 0.0 and -0.0 differ). The buffers
+# are only read: @main never donates its packs.
+_PACKS: dict = {}
+_PACKS_MAX = 256
+
+
+def _packed_numbers(packed: np.ndarray, index: int):
+    key = (packed.tobytes(), packed.dtype.char, index)
+    buffer = _PACKS.get(key)
+    if buffer is None:
+        if len(_PACKS) >= _PACKS_MAX:
+            _PACKS.clear()  # numbers that never repeat (a learning-rate schedule): keep it small
+        buffer = _PACKS[key] = _storage.client().to_device(packed, index, copy=True)
+    return buffer
 
 
 # References to an external buffer in `Trace._arguments` when nothing else reads it: the
@@ -407,17 +435,30 @@ def record(op, args, kwargs, plan, operands, index: int):
     returns what the op returns, its results and written storages holding pending values.
     Binding happens under the trace lock: a flush from another thread in between would
     take a result not yet bound to its storage for dead."""
-    from ._ops import bind_results
-
+    # The user's line, looked for from `run`'s caller on (`record` is called by `run`
+    # only): the frames in between are ours, and each frame looked at costs a frame
+    # object (Python 3.11 makes them on demand).
+    where = user_frame(sys._getframe(2))
     with _lock:
-        return bind_results(op, args, kwargs, plan, operands, index, _record(plan, operands, index))
+        trace, position = _record(plan, operands, index, where)
+        single = plan.single
+        if single is not None:
+            # One new tensor, nothing written (most ops): `bind_results`' own short path.
+            return _storage.new_tensor(Pending(trace, position, 0), *single)
+        pending = [Pending(trace, position, j) for j in range(plan.n_results + len(plan.written))]
+        return _ops.bind_results(op, args, kwargs, plan, operands, index, pending)
 
 
-def _record(plan, operands, index: int) -> list[Pending]:
+def _record(plan, operands, index: int, where: tuple[str, int]) -> tuple[Trace, int]:
+    """Appends the op to the current trace; returns the trace and the op's position in it
+    (its results' `Pending` values name the two). This runs for every op of every step, so it
+    does only what the trace needs (the operands' refs, the user's line) in one pass: the
+    trace's cache key is derived from the refs at the flush (`Trace.program_key`)."""
     trace = current_trace(index)
     refs = []
+    externals = trace.externals
     for value in operands:
-        if type(value) is StorageEntry:
+        if value.__class__ is StorageEntry:
             buffer = value._buffer
             if buffer.__class__ is Pending and buffer.trace is trace and buffer.op >= 0:
                 refs.append((buffer.op, buffer.result))
@@ -428,31 +469,24 @@ def _record(plan, operands, index: int) -> list[Pending]:
 
                 check_alive(value, name_line=False)  # raises; the op's error names the line
             refs.append(trace.external_buffer(buffer))
-        elif isinstance(value, torch.Tensor):  # a 0-d CPU tensor: its value now
-            refs.append(trace.external_value("tensor", value.detach().reshape(()).clone()))
         else:
-            refs.append(trace.external_value("number", value))
+            # A Python number (a run-time operand) or a 0-d CPU tensor (its value now).
+            refs.append(len(externals))
+            externals.append(("number", value) if value.__class__ is float or value.__class__ is int
+                             else _external_value(value))
     if plan.needs_rng:
         from ._random import generator
 
         refs.append(trace.external_value("key", generator(index).next_key()))
-    refs = tuple(refs)
-    position = len(trace.ops)
-    trace.ops.append((plan, refs, user_frame()))
-    trace.key.append((plan.fingerprint, tuple(r if type(r) is tuple else _kind_of(trace, r) for r in refs)))
-    n = sum(layout is not None for layout in plan.results) + len(plan.written)
-    return [Pending(trace, position, j) for j in range(n)]
+    trace.ops.append((plan, tuple(refs), where))
+    return trace, len(trace.ops) - 1
 
 
-def _kind_of(trace: Trace, ref: int):
-    """An external operand in the key: which external it is for buffers (the aliasing of
-    operands matters), only its kind for values (numbers are run-time operands)."""
-    kind, value = trace.externals[ref]
-    if kind == "buffer":
-        return ref
-    if kind == "number":
-        return type(value).__name__
-    return kind
+def _external_value(value) -> tuple[str, Any]:
+    """An operand that is neither a storage nor a float or int, as an external input."""
+    if isinstance(value, torch.Tensor):  # a 0-d CPU tensor: its value now
+        return ("tensor", value.detach().reshape(()).clone())
+    return ("number", value)
 
 
 def flush_all() -> None:
@@ -462,10 +496,11 @@ def flush_all() -> None:
         trace.flush()
 
 
-def user_frame() -> tuple[str, int]:
+def user_frame(frame=None) -> tuple[str, int]:
     """(file, line) of the innermost user frame (`core/user_frames.py`, cached per file:
-    this runs per op): the location of the op in the fused program."""
-    return innermost_user_frame() or ("<unknown>", 0)
+    this runs per op) from `frame` outwards (default: the caller's): the location of the
+    op in the fused program."""
+    return innermost_user_frame(frame or sys._getframe(1)) or ("<unknown>", 0)
 
 
 # -- one module ------------------------------------------------------------------------------------

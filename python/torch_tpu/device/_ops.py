@@ -36,6 +36,7 @@ from torch_tpu.runtime.errors import DeviceOutOfMemoryError, UnsupportedDtypeErr
 
 from ..program.precision import current_mode
 from ._buffers import TABLE, StorageEntry, entry_of
+from . import _fused  # (imports this module too: each reads the other's names at call time)
 from . import _storage
 from ._modes import EagerMode, check_alive, get_eager_mode
 from ._modes import _global as _modes_global, _state as _modes_state
@@ -952,10 +953,8 @@ def run(op, args, kwargs, _retry=0):
     outs = None
     try:
         if mode is EagerMode.FUSED:
-            from ._fused import record
-
             # Recorded, not run: the results are pending values of the trace.
-            return record(op, args, kwargs, plan, operands, index)
+            return _fused.record(op, args, kwargs, plan, operands, index)
         # A storage's buffer as it is (the common case), a Python number's cached buffer,
         # else `_operand_buffer` (a 0-d CPU tensor, a storage never written, a FUSED value). A deleted buffer is
         # not looked for here: PjRT refuses it, and `_deleted_operand` names it.

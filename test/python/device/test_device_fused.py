@@ -381,18 +381,20 @@ def test_a_loop_that_reads_its_loss_every_n_steps_fuses(monkeypatch):
 
 
 def test_python_numbers_are_one_transfer_per_run(fused, monkeypatch):
-    """150 Python numbers in a chain were 150 host-to-device transfers per run."""
+    """150 Python numbers in a chain were 150 host-to-device transfers per run; now one
+    array per kind of number, and none when the numbers repeat the last run's (a steady
+    loop: the array uploaded then is passed again)."""
     x = torch.randn(64)
     y0 = x.to("tpu")
 
-    def chain(y):
+    def chain(y, base):
         for k in range(50):
             y = y + 1
             y = y * 0.5
-            y = y - k  # a value that differs per op: still one operand array
+            y = y - (base + k)  # a value that differs per op: still one operand array
         return y
 
-    chain(y0).cpu()  # compiles the fused program
+    chain(y0, 0).cpu()  # compiles the fused program
     client = _fused._storage.client()
     real, calls = client.to_device, []
 
@@ -402,10 +404,20 @@ def test_python_numbers_are_one_transfer_per_run(fused, monkeypatch):
 
     monkeypatch.setattr(client, "to_device", to_device)
     runs = _fused.STATS["fused_runs"]
-    got = chain(y0).cpu()
-    assert _fused.STATS["fused_runs"] == runs + 1
-    assert sorted(calls) == [(50,), (100,)]  # the floats (0.5) and the ints, one array each
-    torch.testing.assert_close(got, chain(x))
+    for base in (1, 2):
+        calls.clear()
+        monkeypatch.setattr(_fused, "_PACKS", {})  # no pack of another test's
+        got = chain(y0, base).cpu()
+        assert sorted(calls) == [(50,), (100,)]  # the floats (0.5) and the ints, one array each
+        torch.testing.assert_close(got, chain(x, base))
+        calls.clear()
+        got = chain(y0, base).cpu()  # the same numbers again: their arrays are on the device
+        assert calls == []
+        torch.testing.assert_close(got, chain(x, base))
+    calls.clear()
+    chain(y0, 7).cpu()
+    assert sorted(calls) == [(100,)]  # the ints changed, the floats did not
+    assert _fused.STATS["fused_runs"] == runs + 5
 
 
 def test_a_known_trace_never_runs_op_by_op(monkeypatch):
@@ -504,3 +516,86 @@ def test_cpu_copies_the_value_once(fused, monkeypatch):
     assert host.untyped_storage().data_ptr() == copies[0].untyped_storage().data_ptr()  # no second copy
     host.add_(1)  # memory of its own: the device value is untouched
     torch.testing.assert_close(y.cpu(), host - 1)
+
+
+# -- the trace's cache key (`Trace.program_key`: derived from the recorded refs at the flush) --------
+def _programs_made(run) -> int:
+    """How many new fused programs `run()` made (keys it added to the program table)."""
+    before = len(_fused._PROGRAMS)
+    run()
+    return len(_fused._PROGRAMS) - before
+
+
+def test_a_trace_that_leaves_a_known_one_midway_gets_its_own_program(fused, monkeypatch):
+    """A trace that repeats a known one for its first ops, then differs, is a trace of its
+    own: right results, its own program; the known one still runs its program after."""
+    monkeypatch.setattr(_fused, "_PROGRAMS", {})
+    x = torch.randn(16)
+    y0 = x.to("tpu")
+
+    def chain(y, turn_at: int):
+        for i in range(6):
+            y = y + 1
+            y = y * 2 if i != turn_at else y.sqrt()
+        return y
+
+    assert _programs_made(lambda: torch.testing.assert_close(chain(y0, -1).cpu(), chain(x, -1))) == 1
+    for turn_at in (3, 5, 0):  # leaves the known trace after 7, 11 and 1 ops
+        assert _programs_made(lambda: torch.testing.assert_close(chain(y0, turn_at).cpu(),
+                                                                 chain(x, turn_at), equal_nan=True)) == 1
+    runs, compiles = _fused.STATS["fused_runs"], get_client().cache.stats.compiles
+    assert _programs_made(lambda: torch.testing.assert_close(chain(y0, -1).cpu(), chain(x, -1))) == 0
+    assert _fused.STATS["fused_runs"] == runs + 1 and get_client().cache.stats.compiles == compiles
+
+
+def test_the_key_follows_shapes_dtypes_and_number_kinds_not_number_values(fused, monkeypatch):
+    monkeypatch.setattr(_fused, "_PROGRAMS", {})
+
+    def step(y, a, b):
+        return ((y + a) * b).cpu()
+
+    x = torch.randn(8, 4)
+    y = x.to("tpu")
+    assert _programs_made(lambda: torch.testing.assert_close(step(y, 1, 0.5), step(x, 1, 0.5))) == 1
+    # Other values of the same kinds: the same program, given the new values.
+    assert _programs_made(lambda: torch.testing.assert_close(step(y, 3, -2.5), step(x, 3, -2.5))) == 0
+    # An int where a float was (and back): another program, each number in its own array.
+    assert _programs_made(lambda: torch.testing.assert_close(step(y, 1.5, 2), step(x, 1.5, 2))) == 1
+    assert _programs_made(lambda: torch.testing.assert_close(step(y, 1, 0.25), step(x, 1, 0.25))) == 0
+    # Another shape, another dtype: other plans, other programs.
+    x2 = torch.randn(4, 8)
+    assert _programs_made(lambda: torch.testing.assert_close(step(x2.to("tpu"), 1, 0.5), step(x2, 1, 0.5))) == 1
+    xi = torch.arange(32, dtype=torch.int32).reshape(8, 4)
+    assert _programs_made(lambda: torch.testing.assert_close(step(xi.to("tpu"), 2, 3), step(xi, 2, 3))) == 1
+
+
+def test_the_key_tells_apart_traces_that_wire_their_operands_otherwise(fused, monkeypatch):
+    """Traces of the same plans and externals that read them in another order are told
+    apart by the operands' refs alone: two programs, each right."""
+    monkeypatch.setattr(_fused, "_PROGRAMS", {})
+    a, b = torch.randn(32), torch.randn(32)
+    ta, tb = a.to("tpu"), b.to("tpu")
+    assert _programs_made(lambda: torch.testing.assert_close(((ta + tb) * ta).cpu(), (a + b) * a)) == 1
+    assert _programs_made(lambda: torch.testing.assert_close(((ta + tb) * tb).cpu(), (a + b) * b)) == 1
+    assert _programs_made(lambda: torch.testing.assert_close(((ta + ta) * tb).cpu(), (a + a) * b)) == 1
+    assert _programs_made(lambda: torch.testing.assert_close(((tb + ta) * tb).cpu(), (b + a) * b)) == 0
+    # An in-place write of one storage from itself, then from another.
+    ca, cb = ta.clone(), tb.clone()
+    torch.tpu.synchronize()
+    ca.mul_(ca)
+    torch.testing.assert_close(ca.cpu(), a * a)
+    ca.copy_(ta)
+    torch.tpu.synchronize()
+    ca.mul_(cb)
+    torch.testing.assert_close(ca.cpu(), a * b)
+
+
+def test_kept_number_arrays_tell_zero_from_negative_zero(fused, monkeypatch):
+    """The packed numbers' device arrays are kept by their bytes: 0.0 and -0.0 are equal
+    numbers but different operands (`x * -0.0` is -0.0 for a positive x)."""
+    monkeypatch.setattr(_fused, "_PACKS", {})
+    y = torch.rand(8).add(1).to("tpu")
+    for zero in (0.0, -0.0, 0.0, -0.0):
+        got = (y * zero * 1.0).cpu()  # two floats: one packed array per run
+        assert torch.equal(torch.signbit(got), torch.signbit(y.cpu() * zero))
+    assert len(_fused._PACKS) == 2
