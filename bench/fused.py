@@ -73,13 +73,18 @@ def _in_mode(mode, fn):
 
 
 # -- (a) the elementwise chain ----------------------------------------------------------
-def _chain(x):
+def chain_ops(x):
+    """The chain's 150 elementwise ops (bench/fused_record.py times their recording)."""
     y = x
     for _ in range(50):
         y = y + 1
         y = y * 2
         y = y - 1
-    return y.cpu()
+    return y
+
+
+def _chain(x):
+    return chain_ops(x).cpu()
 
 
 def bench_chain(rounds: int, calls: int, size: int = 1024) -> dict[str, float]:
