@@ -202,8 +202,8 @@ class DeviceBuffer:
         value = self._value
         if value.__class__ is tuple:
             launch = value[0]
-            if not launch.done:
-                return value
+            if not launch.done or launch.results is None:
+                return value  # (a failed launch: the reader fails with the same error)
             return self._settle(value)
         if value is DONATED or _jaxlib.array_is_deleted(value):
             # Refused here, as PjRT refuses it at a launch: the caller's op names it.
@@ -239,8 +239,11 @@ class DeviceBuffer:
         return int(np.prod(self.shape, dtype=np.int64)) * self._row.itemsize
 
     def __repr__(self) -> str:
+        value = self._value
         if self.is_pending:
             state = "queued"
+        elif value.__class__ is tuple and value[0].results is None:
+            state = "failed"
         elif self.is_deleted:
             state = "deleted"
         else:
