@@ -144,9 +144,9 @@ DONATED = _Donated()
 
 def _deleted_error(what: str, type_string: str, device: Any) -> BufferDeletedError:
     return BufferDeletedError(
-        f"cannot {what} {type_string} on {device}: the buffer was deleted or donated to an "
-        "executable that reused its memory for an output; use that output instead, or compile "
-        "without donating this argument"
+        f"cannot {what} {type_string} on {device}: the buffer was deleted, or "
+        "donated to an executable that reused its memory for an output; use that "
+        "output instead, or compile without donating this argument"
     )
 
 
@@ -206,8 +206,10 @@ class DeviceBuffer:
                 return value  # (a failed launch: the reader fails with the same error)
             return self._settle(value)
         if value is DONATED or _jaxlib.array_is_deleted(value):
-            # Refused here, as PjRT refuses it at a launch: the caller's op names it.
-            raise _deleted_error("use", self.type_string, self.device)
+            # Refused here, in PjRT's words, as PjRT refuses it at a launch (the eager
+            # device reads the storage again, then names the op).
+            raise BufferDeletedError(f"cannot launch with {self.type_string} on {self.device}: "
+                                     "Buffer has been deleted or donated.")
         return value
 
     # -- description ------------------------------------------------------------------------

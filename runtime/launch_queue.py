@@ -3,12 +3,12 @@ returns as soon as its output buffers exist and its next Python work overlaps Pj
 launch of the previous program (the eager device's Strict mode; `Executable.buffer_launcher`).
 
 A queued launch's outputs are *pending* DeviceBuffers: shape, element type and device are
-known from the program's signature, their jaxlib array is filled in by the launch thread.
-A DeviceBuffer hands out its array through one accessor (`DeviceBuffer._array`), which
-waits for the launch that fills it: no reader outside the launch thread can see an
-unfilled array (host reads, other programs' arguments, DLPack, copies, deletion all go
-through it). The launch thread itself only reads arrays of launches before its current
-one (the queue is FIFO), which are filled.
+known from the program's signature; their value is `(launch, k)` until a reader takes
+output k of the launch's `results`. A DeviceBuffer hands out its array through one
+accessor (`DeviceBuffer._array`), which waits for that launch: no reader outside the
+launch thread can see an unfilled array (host reads, other programs' arguments, DLPack,
+copies, deletion all go through it). The launch thread writes no DeviceBuffer, and reads
+only results of launches before its current one (the queue is FIFO).
 
 Why a thread helps: PjRT's `execute_sharded` releases the GIL while it launches (measured
 on XLA:CPU: a Python thread kept counting at ~60% of its solo rate during 28 ms launches
