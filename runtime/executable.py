@@ -602,7 +602,8 @@ class Executable:
         failed = self._failed
         nargs = self._nargs
         donated = tuple(i for i, d in enumerate(self._donated) if d)
-        enqueue = QUEUE.enqueue
+        queue = QUEUE
+        enqueue = queue.enqueue
 
         def run_queued(arrays: list[Any]) -> Sequence[Any]:  # (on the launch thread)
             for i in donated:
@@ -615,6 +616,8 @@ class Executable:
 
         def launch(buffers: Sequence[DeviceBuffer], context: Any = None,
                    describe: Callable[[BaseException, Any], BaseException] | None = None) -> list[DeviceBuffer]:
+            if queue.failure is not None:
+                queue.raise_failure()  # an earlier launch's, before this one donates anything
             if len(buffers) != nargs:
                 self._check_arity(len(buffers))
             arguments = [b._launch_argument() for b in buffers]

@@ -105,7 +105,7 @@ class LaunchQueue:
         self._finished = 0  # launches run (or failed), all in order: a single writer
         self._enqueued = 0
         self._last: Launch | None = None
-        self._failure: BaseException | None = None  # the first failure not yet raised
+        self.failure: BaseException | None = None  # the first failure not yet raised
         self._thread: threading.Thread | None = None
 
     # -- enqueuer side ----------------------------------------------------------------------
@@ -113,7 +113,7 @@ class LaunchQueue:
     def enqueue(self, launch: Launch) -> None:
         """Hands `launch` to the launch thread (its outputs already made pending by the
         caller). Raises a failure of an earlier launch first, never this one's."""
-        if self._failure is not None:
+        if self.failure is not None:
             self.raise_failure()
         if self._thread is None:
             self._start()
@@ -149,7 +149,7 @@ class LaunchQueue:
         last = self._last
         if last is not None and not last.done and not self.is_launch_thread():
             self._wait_until(lambda: last.done)
-        if self._failure is not None:
+        if self.failure is not None:
             self.raise_failure()
 
     def idle(self) -> bool:
@@ -157,22 +157,22 @@ class LaunchQueue:
         return last is None or last.done
 
     def raise_failure(self) -> None:
-        failure, self._failure = self._failure, None
+        failure, self.failure = self.failure, None
         if failure is not None:
             raise failure
 
     def reported(self, error: BaseException) -> None:
         """`error` (a launch's) was raised by a read of its output: not again at a sync."""
-        if self._failure is error:
-            self._failure = None
+        if self.failure is error:
+            self.failure = None
 
     def _forked(self) -> None:
         """In a child process: the parent's thread is not here, and its locks may have
         been held at the fork. Launches still queued then (another thread enqueued while
         the parent drained) are never run: waiting for one raises."""
-        failure = self._failure
+        failure = self.failure
         self._reset()
-        self._failure = failure
+        self.failure = failure
 
     def _wait_until(self, ready: Callable[[], bool]) -> None:
         changed = self._changed
@@ -227,8 +227,8 @@ class LaunchQueue:
                 except BaseException as bad:  # noqa: BLE001 - never lose the failure itself
                     log.error("torch_tpu: describing a failed launch failed: %r", bad)
             launch.error = error
-            if self._failure is None:
-                self._failure = error
+            if self.failure is None:
+                self.failure = error
 
     def quiesce(self) -> None:
         """Drains without raising (exit, fork): a failure stays for the next waiter."""

@@ -38,7 +38,7 @@ def _drained():
     try:
         torch.tpu.synchronize()
     finally:
-        QUEUE._failure = None  # a test's own injected failure never reaches the next test
+        QUEUE.failure = None  # a test's own injected failure never reaches the next test
 
 
 @pytest.fixture
