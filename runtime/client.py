@@ -39,6 +39,7 @@ from .errors import (
 )
 from .executable import CompileSpec, Executable, Signature
 from .fingerprint import CacheKey, fingerprint, host_cpu_features, options_key, toolchain_fingerprint, torch_version
+from .launch_queue import QUEUE
 
 log = logging.getLogger("torch_tpu.runtime")
 
@@ -353,7 +354,9 @@ class Client:
         return DeviceBuffer(array, tuple(host.shape), row, device)
 
     def synchronize(self) -> None:
-        """Waits for every computation and transfer of this client to finish."""
+        """Waits for every computation and transfer of this client to finish: the launches
+        still queued first (`launch_queue`; a failed one is raised here), then the device."""
+        QUEUE.drain()
         arrays = _jaxlib.live_arrays(self._raw)
         if arrays:
             try:
