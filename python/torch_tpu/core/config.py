@@ -219,15 +219,12 @@ declare(
     "frontend",
 )
 declare(
-    "TORCH_TPU_LAUNCH_THREAD", BOOL, None,
+    "TORCH_TPU_LAUNCH_THREAD", BOOL, True,
     "Strict mode: 1 hands each eager op's program launch to one launch thread, in order, so the "
     "op returns as soon as its output tensors exist and Python runs ahead of PjRT's launches; "
     "a failed launch is raised at the next point that waits (a host read, "
     "`torch.tpu.synchronize()`, or the next op), naming the op and its line. 0 launches on the "
-    "calling thread (still asynchronous on the device). Unset: on for a TPU or GPU, where a "
-    "launch holds the host for ~0.1 ms with the GIL released; off on XLA:CPU, where a small "
-    "launch takes ~5 us and the hand-off to the thread costs more than it overlaps. Debug mode "
-    "never queues.",
+    "calling thread (still asynchronous on the device; for diagnosis). Debug mode never queues.",
     "frontend",
 )
 declare(

@@ -97,14 +97,7 @@ _launch_thread: list[bool | None] = [None]
 
 def launch_thread() -> bool:
     if _launch_thread[0] is None:
-        chosen = config.get("TORCH_TPU_LAUNCH_THREAD")
-        if chosen is None:
-            # Where it pays (measured, docs/explanation/eager-device.md): a TPU or GPU launch
-            # holds the host ~0.1 ms with the GIL released; a small XLA:CPU launch ~5 us.
-            from torch_tpu.runtime import get_client
-
-            chosen = get_client().platform != "cpu"
-        _launch_thread[0] = bool(chosen)
+        _launch_thread[0] = bool(config.get("TORCH_TPU_LAUNCH_THREAD"))
     return _launch_thread[0]
 
 

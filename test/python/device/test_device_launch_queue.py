@@ -33,16 +33,12 @@ def _next_line() -> int:
 
 @pytest.fixture(autouse=True)
 def _drained():
-    # The thread is on by default only for a TPU or GPU client; these tests run it on XLA:CPU.
-    saved = _modes._launch_thread[0]
-    _modes._launch_thread[0] = True
     torch.tpu.synchronize()
     yield
     try:
         torch.tpu.synchronize()
     finally:
         QUEUE.failure = None  # a test's own injected failure never reaches the next test
-        _modes._launch_thread[0] = saved
 
 
 @pytest.fixture
@@ -289,8 +285,7 @@ def test_launches_still_queued_at_exit_run():
         torch.exp(x)
         print("returned", flush=True)
     """)
-    env = {**os.environ, "TORCH_TPU_LAUNCH_THREAD": "1"}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["returned", "launched"]
 
@@ -322,16 +317,3 @@ def test_backpressure_bounds_the_queue():
     thread.join(30)
     q.drain()
     assert len(ran) == 10
-
-
-@pytest.mark.parametrize("setting,expected", [(None, False), ("1", True), ("0", False)])
-def test_the_thread_is_on_by_default_only_off_xla_cpu(setting, expected):
-    """Unset, the launch thread is on for a TPU or GPU client (a long launch to overlap) and
-    off on XLA:CPU (a ~5 us launch: the hand-off costs more); 1 and 0 force it."""
-    script = "import torch_tpu.device; from torch_tpu.device import _modes; print(_modes.launch_thread())"
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_TPU_LAUNCH_THREAD"}
-    if setting is not None:
-        env["TORCH_TPU_LAUNCH_THREAD"] = setting
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[-1] == str(expected)
