@@ -250,7 +250,7 @@ def make_runner(executable: RawExecutable, handlers: list[Any]) -> Any:
     counters = _COUNTERS
 
     def run(arrays: list[RawArray]) -> list[RawArray]:
-        counters.program_executed()
+        counters.programs_executed += 1
         return execute_sharded(arrays).consume_with_handlers(handlers)
 
     return run
@@ -258,7 +258,7 @@ def make_runner(executable: RawExecutable, handlers: list[Any]) -> Any:
 
 def execute_replicated(executable: RawExecutable, arrays: list[RawArray]) -> list[list[RawArray]]:
     """[output][replica] single-device arrays of an N-replica execution."""
-    _COUNTERS.program_executed()
+    _COUNTERS.programs_executed += 1
     return disassemble(executable.execute_sharded(arrays))
 
 

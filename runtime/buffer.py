@@ -30,7 +30,6 @@ import numpy as np
 
 from . import _jaxlib, dtypes
 from .errors import ArgumentError, BufferDeletedError
-from .launch_queue import QUEUE, Launch
 
 ALIGNMENT = 64
 
@@ -132,85 +131,19 @@ def _own_copy(shared: Any) -> Any:
     return own
 
 
-class _Donated:
-    """The value of a DeviceBuffer donated to a queued launch (`launch_queue`): deleted,
-    as PjRT marks an array donated to a launch it ran."""
-
-    __slots__ = ()
-
-
-DONATED = _Donated()
-
-
-def _deleted_error(what: str, type_string: str, device: Any) -> BufferDeletedError:
-    return BufferDeletedError(
-        f"cannot {what} {type_string} on {device}: the buffer was deleted, or "
-        "donated to an executable that reused its memory for an output; use that "
-        "output instead, or compile without donating this argument"
-    )
-
-
 class DeviceBuffer:
     """One array on one device. Execution is asynchronous: a buffer returned by
     `Executable.execute` may still be being computed; `synchronize()` waits for it,
-    `to_torch()` / `to_numpy()` wait implicitly.
+    `to_torch()` / `to_numpy()` wait implicitly."""
 
-    A buffer may also be *pending*: an output of a launch still in the launch queue
-    (`launch_queue`, the eager device's Strict mode). Its shape, element type and device
-    are known; its jaxlib array is not, until the launch ran. `_array` is the one way to
-    the array, and waits for that launch: nothing reads an unfilled array."""
-
-    __slots__ = ("__weakref__", "_value", "_exported", "_row", "device", "shape")
+    __slots__ = ("__weakref__", "_array", "_exported", "_row", "device", "shape")
 
     def __init__(self, array: Any, shape: tuple[int, ...], row: dtypes.ElementType, device: Any) -> None:
-        # A jaxlib array; `(launch, k)` while pending (output k of a queued launch); DONATED.
-        self._value = array
+        self._array = array
         self.shape = shape
         self._row = row
         self.device = device
         self._exported = False
-
-    @property
-    def _array(self) -> Any:
-        """The jaxlib array, once its launch ran (waits for it; raises its failure)."""
-        value = self._value
-        if value.__class__ is tuple:
-            value = self._settle(value)
-        elif value is DONATED:
-            raise _deleted_error("use", self.type_string, self.device)
-        return value
-
-    def _settle(self, pending: tuple[Any, int]) -> Any:
-        launch, k = pending
-        if not launch.done:
-            QUEUE.wait_for(launch)
-        if launch.results is None:
-            QUEUE.reported(launch.error)
-            raise launch.error
-        array = self._value = launch.results[k]
-        return array
-
-    @property
-    def is_pending(self) -> bool:
-        """Whether the launch computing this buffer is still queued (never waits)."""
-        value = self._value
-        return value.__class__ is tuple and not value[0].done
-
-    def _launch_argument(self) -> Any:
-        """What a queued launch reads for this buffer: its array, or `(launch, k)` while
-        pending (the launch thread resolves it then; never waits here)."""
-        value = self._value
-        if value.__class__ is tuple:
-            launch = value[0]
-            if not launch.done or launch.results is None:
-                return value  # (a failed launch: the reader fails with the same error)
-            return self._settle(value)
-        if value is DONATED or _jaxlib.array_is_deleted(value):
-            # Refused here, in PjRT's words, as PjRT refuses it at a launch (the eager
-            # device reads the storage again, then names the op).
-            raise BufferDeletedError(f"cannot launch with {self.type_string} on {self.device}: "
-                                     "Buffer has been deleted or donated.")
-        return value
 
     # -- description ------------------------------------------------------------------------
 
@@ -241,38 +174,24 @@ class DeviceBuffer:
         return int(np.prod(self.shape, dtype=np.int64)) * self._row.itemsize
 
     def __repr__(self) -> str:
-        value = self._value
-        if self.is_pending:
-            state = "queued"
-        elif value.__class__ is tuple and value[0].results is None:
-            state = "failed"
-        elif self.is_deleted:
-            state = "deleted"
-        else:
-            state = "ready" if _jaxlib.array_is_ready(self._array) else "pending"
+        state = "deleted" if self.is_deleted else ("ready" if _jaxlib.array_is_ready(self._array) else "pending")
         return f"DeviceBuffer({self.type_string}, device={self.device}, {state})"
 
     # -- state ------------------------------------------------------------------------------
 
     @property
     def is_deleted(self) -> bool:
-        """Never waits: a queued launch's output is not deleted (a failed one raises when read)."""
-        value = self._value
-        if value.__class__ is tuple:
-            launch = value[0]
-            if launch.results is None:
-                return False
-            value = self._value = launch.results[value[1]]
-        return value is DONATED or _jaxlib.array_is_deleted(value)
+        return _jaxlib.array_is_deleted(self._array)
 
     def _check_alive(self, what: str) -> None:
-        if self.is_deleted:
-            raise _deleted_error(what, self.type_string, self.device)
+        if _jaxlib.array_is_deleted(self._array):
+            raise BufferDeletedError(
+                f"cannot {what} {self.type_string} on {self.device}: the buffer was deleted, or "
+                "donated to an executable that reused its memory for an output; use that "
+                "output instead, or compile without donating this argument"
+            )
 
     def is_ready(self) -> bool:
-        """Whether the value is computed (never waits: a queued launch's output is not)."""
-        if self.is_pending:
-            return False
         self._check_alive("query")
         return _jaxlib.array_is_ready(self._array)
 
@@ -290,15 +209,9 @@ class DeviceBuffer:
     def copy(self) -> DeviceBuffer:
         """A new buffer with this one's value, on the same device (a device-side copy,
         enqueued without waiting): what to pass where a program donates its argument and
-        this buffer must survive the call. A pending buffer's copy is queued behind it."""
+        this buffer must survive the call."""
         self._check_alive("copy")
-        raw, sharding = self.device._raw, self.device._sharding
-        if self.is_pending:
-            launch = Launch(lambda arrays: [_jaxlib.array_copy(arrays[0], raw, sharding)],
-                            [self._launch_argument()])
-            QUEUE.enqueue(launch)
-            return DeviceBuffer((launch, 0), self.shape, self._row, self.device)
-        copied = _jaxlib.array_copy(self._array, raw, sharding)
+        copied = _jaxlib.array_copy(self._array, self.device._raw, self.device._sharding)
         return DeviceBuffer(copied, self.shape, self._row, self.device)
 
     def unsafe_data_pointer(self) -> int:
@@ -308,14 +221,8 @@ class DeviceBuffer:
         return _jaxlib.data_pointer(self._array)
 
     def delete(self) -> None:
-        """Frees the device memory now (tensors already made by to_torch keep theirs alive).
-        A pending buffer waits for its launch first; one whose launch failed has nothing to
-        free (the failure stays for the next synchronization point to raise)."""
-        QUEUE.quiesce()  # queued launches may still read this buffer (or compute it)
-        value = self._value
-        if value.__class__ is tuple and value[0].results is None:
-            return
-        if not self.is_deleted:
+        """Frees the device memory now (tensors already made by to_torch keep theirs alive)."""
+        if not _jaxlib.array_is_deleted(self._array):
             _jaxlib.array_delete(self._array)
 
     # -- to host ----------------------------------------------------------------------------
@@ -329,8 +236,6 @@ class DeviceBuffer:
         """Enqueues the copy of the value to the host without waiting (TPU, GPU; nothing
         to do on XLA:CPU, whose buffers are host memory): a later `to_torch` / `to_numpy`
         then finds it done or under way."""
-        if self.is_pending:
-            return self  # its launch is queued: the read waits for it (and copies then)
         self._check_alive("read")
         if self.device.platform != "cpu":
             try:

@@ -39,7 +39,6 @@ from .errors import (
 )
 from .executable import CompileSpec, Executable, Signature
 from .fingerprint import CacheKey, fingerprint, host_cpu_features, options_key, toolchain_fingerprint, torch_version
-from .launch_queue import QUEUE
 
 log = logging.getLogger("torch_tpu.runtime")
 
@@ -354,9 +353,7 @@ class Client:
         return DeviceBuffer(array, tuple(host.shape), row, device)
 
     def synchronize(self) -> None:
-        """Waits for every computation and transfer of this client to finish: the launches
-        still queued first (`launch_queue`; a failed one is raised here), then the device."""
-        QUEUE.drain()
+        """Waits for every computation and transfer of this client to finish."""
         arrays = _jaxlib.live_arrays(self._raw)
         if arrays:
             try:

@@ -35,7 +35,6 @@ from .buffer import DeviceBuffer
 from .client import Client, install_client, make_multiprocess_raw_client, require_no_client, uninstall_client
 from .errors import CompileError, PlatformError, TorchTPURuntimeError, classify_jaxlib_error
 from .executable import Signature
-from .launch_queue import QUEUE
 
 log = logging.getLogger("torch_tpu.runtime.distributed")
 
@@ -137,9 +136,6 @@ class GroupProgram:
         told when it leaves the job -- and named in the error when the program fails."""
         if record is not None:
             self._runtime.note_run(group, record)
-        # Every queued eager launch first: the collective may donate what they read, and
-        # each rank must launch its programs in the order its peers see them.
-        QUEUE.quiesce()
         try:
             # Taken apart into single-device arrays (this process's replica): wrapped by
             # result handlers instead (~8 us cheaper), they would keep the program's

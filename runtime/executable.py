@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _jaxlib, dtypes
-from .buffer import ALIGNMENT, DONATED, DeviceBuffer, host_tensor, numpy_host
-from .launch_queue import QUEUE, Launch, resolve
+from .buffer import ALIGNMENT, DeviceBuffer, host_tensor, numpy_host
 from .errors import ArgumentError, BufferDeletedError, UnsupportedDtypeError, classify_jaxlib_error
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,16 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _torch_state: dict[str, Any] = {}
 _array_of = operator.attrgetter("_array")  # a DeviceBuffer's jaxlib array
-
-
-class _Clone:
-    """A donated launch argument whose memory the host shares (exported by DLPack): the
-    launch donates a copy of it instead."""
-
-    __slots__ = ("argument",)
-
-    def __init__(self, argument: Any) -> None:
-        self.argument = argument
 
 
 def _tensor_type() -> Any:
@@ -399,8 +388,6 @@ class Executable:
                         "earlier call; pass that call's output instead"
                     )
                 if donated:
-                    if not QUEUE.idle():
-                        QUEUE.quiesce()  # queued launches may still read what this call donates
                     if value._exported:
                         # Its memory is shared with a torch tensor / NumPy array: donate a copy.
                         return clone(array)
@@ -495,7 +482,7 @@ class Executable:
                 if len(args) != 1:
                     check_arity(len(args))
                 array = convert(args[0], device)
-                counters.program_executed()
+                counters.programs_executed += 1
                 try:
                     (out,) = execute_sharded([array]).consume_with_handlers(handlers)
                 except runtime_error as err:
@@ -512,7 +499,7 @@ class Executable:
             if len(args) != nargs:
                 check_arity(len(args))
             arrays = [convert(a, device) for convert, a in zip(converters, args)]
-            counters.program_executed()
+            counters.programs_executed += 1
             try:
                 outs = execute_sharded(arrays).consume_with_handlers(handlers)
             except runtime_error as err:
@@ -558,11 +545,12 @@ class Executable:
         catch still fails loudly: PjRT rejects a buffer of the wrong size or a deleted
         one (raised here as the runtime's error class), and a donated argument that
         shares its memory with the host is still replaced by a copy."""
-        self._single_device_only()
+        if self.spec.num_replicas != 1:
+            raise ArgumentError(f"{self.name} was compiled for {self.spec.num_replicas} replicas")
         clone = _jaxlib.array_clone
         donated = tuple(i for i, d in enumerate(self._donated) if d)
-        outputs = self._output_layout()
         device = self.devices[0]
+        outputs = tuple((r.shape, row) for r, row in zip(self.signature.results, self._out_rows))
         failed = self._failed
         nargs = self._nargs
 
@@ -570,8 +558,6 @@ class Executable:
             if len(buffers) != nargs:
                 self._check_arity(len(buffers))
             arrays = list(map(_array_of, buffers))  # (C-level: a list comprehension is a frame)
-            if donated and not QUEUE.idle():
-                QUEUE.quiesce()  # queued launches may still read what this launch donates
             for i in donated:
                 if buffers[i]._exported:
                     arrays[i] = clone(arrays[i])  # its memory is shared with the host
@@ -586,59 +572,6 @@ class Executable:
         one_output = len(outputs) == 1
         shape0, row0 = outputs[0] if one_output else (None, None)
         return launch
-
-    def queued_launcher(self) -> Callable[..., list[DeviceBuffer]]:
-        """`buffer_launcher` through the launch queue (`launch_queue`): enqueue(buffers,
-        context, describe) returns the outputs as pending DeviceBuffers at once; the launch
-        thread launches the program, in order. What the launch reads is taken now: each
-        argument's array (or its place among a queued launch's outputs), so the caller may
-        rebind or drop the buffers. A donated argument is deleted now, as PjRT deletes it
-        at a launch (a later use is refused here, before its own launch). A failure of the
-        launch is `describe(runtime error, context)`, raised at the next point that waits."""
-        self._single_device_only()
-        clone = _jaxlib.array_clone
-        outputs = self._output_layout()
-        device = self.devices[0]
-        failed = self._failed
-        nargs = self._nargs
-        donated = tuple(i for i, d in enumerate(self._donated) if d)
-        queue = QUEUE
-        enqueue = queue.enqueue
-
-        def run_queued(arrays: list[Any]) -> Sequence[Any]:  # (on the launch thread)
-            for i in donated:
-                if arrays[i].__class__ is _Clone:
-                    arrays[i] = clone(resolve(arrays[i].argument))
-            try:
-                return self._runner(arrays)  # read per call, as `execute` does (tests replace it)
-            except _jaxlib.JaxRuntimeError as err:
-                raise failed(err) from None
-
-        def launch(buffers: Sequence[DeviceBuffer], context: Any = None,
-                   describe: Callable[[BaseException, Any], BaseException] | None = None) -> list[DeviceBuffer]:
-            if queue.failure is not None:
-                queue.raise_failure()  # an earlier launch's, before this one donates anything
-            if len(buffers) != nargs:
-                self._check_arity(len(buffers))
-            arguments = [b._launch_argument() for b in buffers]
-            for i in donated:
-                buffer = buffers[i]
-                if buffer._exported:  # shares its memory with the host: the launch clones it
-                    arguments[i] = _Clone(arguments[i])
-                else:
-                    buffer._value = DONATED
-            job = Launch(run_queued, arguments, context, describe)
-            enqueue(job)
-            return [DeviceBuffer((job, k), shape, row, device) for k, (shape, row) in enumerate(outputs)]
-
-        return launch
-
-    def _single_device_only(self) -> None:
-        if self.spec.num_replicas != 1:
-            raise ArgumentError(f"{self.name} was compiled for {self.spec.num_replicas} replicas")
-
-    def _output_layout(self) -> tuple[tuple[tuple[int, ...], dtypes.ElementType], ...]:
-        return tuple((r.shape, row) for r, row in zip(self.signature.results, self._out_rows))
 
     # -- replicated ---------------------------------------------------------------------------
 

@@ -22,15 +22,11 @@ What counts:
   replicated program).
 
 The counters are plain integers bumped under the GIL (no lock on the hot path): exact for
-one thread, and never lower than the truth by more than a racing increment otherwise --
-except `programs_executed`, which two threads bump all the time (the eager device's launch
-thread and the caller's compiled programs), under a lock. A snapshot first waits for the
-launches still queued (`launch_queue`), so it counts every launch made before it.
+one thread, and never lower than the truth by more than a racing increment otherwise.
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -56,31 +52,18 @@ class TransferStats:
 
 class _Counters:
     __slots__ = ("uploads", "upload_bytes", "aliased_upload_bytes", "downloads", "download_bytes",
-                 "dlpack_exports", "programs_executed", "_read", "_launches")
+                 "dlpack_exports", "programs_executed", "_read")
 
     def __init__(self) -> None:
-        self._launches = threading.Lock()
         self.reset()
 
-    def program_executed(self) -> None:
-        lock = self._launches
-        lock.acquire()  # (acquire/release: ~2x cheaper than `with`)
-        self.programs_executed += 1
-        lock.release()
-
     def reset(self) -> None:
-        from .launch_queue import QUEUE
-
-        QUEUE.quiesce()  # launches queued before the reset are not counted after it
         self.uploads = self.upload_bytes = self.aliased_upload_bytes = 0
         self.downloads = self.download_bytes = self.dlpack_exports = self.programs_executed = 0
         # Arrays whose host copy was counted (jaxlib caches it on the array): weakly held.
         self._read: weakref.WeakSet = weakref.WeakSet()
 
     def snapshot(self) -> TransferStats:
-        from .launch_queue import QUEUE
-
-        QUEUE.quiesce()
         return TransferStats(self.uploads, self.upload_bytes, self.aliased_upload_bytes, self.downloads,
                              self.download_bytes, self.dlpack_exports, self.programs_executed)
 

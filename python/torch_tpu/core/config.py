@@ -219,15 +219,6 @@ declare(
     "frontend",
 )
 declare(
-    "TORCH_TPU_LAUNCH_THREAD", BOOL, True,
-    "Strict mode: 1 hands each eager op's program launch to one launch thread, in order, so the "
-    "op returns as soon as its output tensors exist and Python runs ahead of PjRT's launches; "
-    "a failed launch is raised at the next point that waits (a host read, "
-    "`torch.tpu.synchronize()`, or the next op), naming the op and its line. 0 launches on the "
-    "calling thread (still asynchronous on the device; for diagnosis). Debug mode never queues.",
-    "frontend",
-)
-declare(
     "TORCH_TPU_DEFER_AND_FUSE", BOOL, False,
     "1: the eager `tpu` device starts in FUSED mode — ops are recorded and run as one fused "
     "program at each flush point (`.cpu()`, `.item()`, print, `torch.tpu.synchronize()`, ...). "

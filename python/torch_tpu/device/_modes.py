@@ -2,8 +2,6 @@
 
 STRICT (default): ops are enqueued and the host runs ahead, as on CUDA; it waits only
 where a value is needed on the host (`.cpu()`, `.item()`, `print`, `torch.tpu.synchronize()`).
-Each op's launch is handed to one launch thread (`runtime/launch_queue.py`), so the op
-returns before PjRT launches it (`TORCH_TPU_LAUNCH_THREAD=0`: launched on the caller's thread).
 DEBUG: every op waits for its results, so a failure is raised at the Python line of the
 op that failed (`TPU_LAUNCH_BLOCKING=1`, or `set_eager_mode(EagerMode.DEBUG)`).
 FUSED (`_fused.py`): ops are recorded and each flush point (a host read, `synchronize`,
@@ -88,17 +86,6 @@ def set_eager_mode(mode: EagerMode) -> _ModeScope:
     _state.mode = None
     _global[0] = mode
     return scope
-
-
-# Whether Strict mode hands launches to the launch thread (TORCH_TPU_LAUNCH_THREAD), read
-# once; `run` reads the list on every op.
-_launch_thread: list[bool | None] = [None]
-
-
-def launch_thread() -> bool:
-    if _launch_thread[0] is None:
-        _launch_thread[0] = bool(config.get("TORCH_TPU_LAUNCH_THREAD"))
-    return _launch_thread[0]
 
 
 def is_blocking() -> bool:

@@ -34,15 +34,12 @@ import torch.utils._pytree as pytree
 from torch_tpu.runtime.buffer import DeviceBuffer
 from torch_tpu.runtime.errors import DeviceOutOfMemoryError, UnsupportedDtypeError
 
-from torch_tpu.core.user_frames import innermost_user_frame
-
 from ..program.precision import current_mode
 from ._buffers import TABLE, StorageEntry, entry_of
 from . import _fused  # (imports this module too: each reads the other's names at call time)
 from . import _storage
-from ._errors import launch_failed
-from ._modes import EagerMode, check_alive, get_eager_mode, launch_thread
-from ._modes import _global as _modes_global, _launch_thread, _state as _modes_state
+from ._modes import EagerMode, check_alive, get_eager_mode
+from ._modes import _global as _modes_global, _state as _modes_state
 from ._storage import buffer_of, contiguous_stride
 
 
@@ -192,7 +189,6 @@ class Plan:
     needs_rng: bool = False  # takes the device generator's next key last (_random.py)
     invoker: Any = None  # the shared `program.invoker.Invoker` that runs `executable` (FUSED traces)
     launch: Any = None  # the executable's launcher for the plan's own buffers (`run`'s hot path)
-    enqueue: Any = None  # the same through the launch thread (Strict mode: `runtime/launch_queue.py`)
     module: Any = None  # the lowered module (a FUSED trace stitches it into its program)
     fingerprint: Any = None  # the compile cache's key of `module` (a FUSED trace's key holds it)
     n_results: int = 0  # result tensors (the first outputs; written storages follow)
@@ -215,7 +211,6 @@ class Plan:
         # shape and dtype the plan's key fixes: the launcher skips the invoker's argument
         # plan and the executable's per-argument checks (Executable.buffer_launcher).
         self.launch = self.executable.buffer_launcher()
-        self.enqueue = self.executable.queued_launcher()
         self.n_results = sum(layout is not None for layout in self.results)
         if not self.written and not self.multiple and self.results and self.results[0] is not None:
             size, stride, dtype, numel, contiguous, shape = self.results[0]
@@ -976,20 +971,15 @@ def run(op, args, kwargs, _retry=0):
             from ._random import key_buffer
 
             buffers.append(key_buffer(index))
-        if mode is EagerMode.STRICT and (_launch_thread[0] if _launch_thread[0] is not None else launch_thread()):
-            # Handed to the launch thread: a failure is raised where the caller next waits,
-            # naming this op and the user's line, taken now.
-            outs = plan.enqueue(buffers, (op, innermost_user_frame(), plan), launch_failed)
-        else:
-            outs = plan.launch(buffers)
-            if mode is EagerMode.DEBUG:
-                for out in outs:
-                    out.synchronize()
+        outs = plan.launch(buffers)
+        if mode is EagerMode.DEBUG:
+            for out in outs:
+                out.synchronize()
     except RuntimeError as err:
         from ._errors import is_runtime_error, op_failed
 
         if not is_runtime_error(err):
-            raise  # (an earlier op's launch failure, raised here by the queue, names that op)
+            raise
         if outs is None and _retry < _REBOUND_RETRIES and _refused_deleted(err):
             # Another thread's in-place op may have donated a storage's buffer between this
             # op's read and its launch, and rebinds the storage right after: read again (as

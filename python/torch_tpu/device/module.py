@@ -174,13 +174,10 @@ class Stream:
 
     def query(self) -> bool:
         """Whether everything enqueued has completed: non_blocking copies to the host
-        land when their values are computed (ops on the device are not tracked, except
-        that launches still in Strict mode's launch queue have not completed)."""
-        from torch_tpu.runtime.launch_queue import QUEUE
-
+        land when their values are computed (ops on the device are not tracked)."""
         from ._host_copies import land_ready, snapshot
 
-        return land_ready(snapshot()) and QUEUE.idle()
+        return land_ready(snapshot())
 
     def __enter__(self):
         return self

@@ -22,8 +22,6 @@ def _next_line() -> int:
 
 
 def _fail_when_waited(monkeypatch, status: str):
-    torch.tpu.synchronize()  # launches still queued (Strict mode) run before the injection
-
     def block_until_ready(array):
         raise _jaxlib.JaxRuntimeError(status)
 
@@ -79,7 +77,6 @@ def test_strict_mode_reports_the_failure_when_the_value_is_read(monkeypatch):
 
 def _fail_on_execute(monkeypatch, op, args, status: str):
     plan, _, _ = _ops.plan_for(op, args, {})
-    torch.tpu.synchronize()  # launches still queued (Strict mode) run before the injection
 
     def runner(arrays):
         raise _jaxlib.JaxRuntimeError(status)
@@ -98,15 +95,10 @@ def test_out_of_memory_names_op_and_sizes(monkeypatch, mode):
         line = _next_line()
         with pytest.raises(DeviceOutOfMemoryError) as info:
             torch.mm(a, b)
-            # Strict mode: launched on the launch thread, raised where the caller waits.
-            torch.tpu.synchronize()
     message = str(info.value)
     assert isinstance(info.value, MemoryError)
     assert f"aten.mm.default at {__file__}:{line + 1} ran out of device memory" in message
-    if mode is EagerMode.DEBUG:
-        assert "float32[64, 32] on tpu:0 (8192 bytes), float32[32, 16] on tpu:0 (2048 bytes)" in message
-    else:  # the launch thread knows the program's argument types
-        assert "(tensor<64x32xf32>, tensor<32x16xf32>)" in message
+    assert "float32[64, 32] on tpu:0 (8192 bytes), float32[32, 16] on tpu:0 (2048 bytes)" in message
     assert "trying to allocate 4096 bytes" in message
     assert "smaller batches" in message  # the runtime's advice survives
 
@@ -127,20 +119,6 @@ def test_deleted_buffer_names_the_op_and_line():
         x.cpu()
 
 
-@pytest.fixture
-def launches_on_the_caller():
-    """TORCH_TPU_LAUNCH_THREAD=0: Strict mode launches on the calling thread, where PjRT's
-    refusal of a launch is seen by the op itself."""
-    from torch_tpu.device import _modes
-
-    torch.tpu.synchronize()
-    saved = _modes._launch_thread[0]
-    _modes._launch_thread[0] = False
-    yield
-    _modes._launch_thread[0] = saved
-
-
-@pytest.mark.usefixtures("launches_on_the_caller")
 def test_a_launch_refused_for_a_buffer_another_thread_rebound_reads_again(monkeypatch):
     """Another thread's in-place op may donate a storage's buffer between this op's read
     and its launch (and rebind the storage right after): PjRT's refusal is not an error
@@ -164,7 +142,6 @@ def test_a_launch_refused_for_a_buffer_another_thread_rebound_reads_again(monkey
     assert refusals == [0]
 
 
-@pytest.mark.usefixtures("launches_on_the_caller")
 def test_a_storage_that_stays_deleted_is_named_after_the_retries(monkeypatch):
     x, y = torch.arange(7.0, device="tpu"), torch.full((7,), 2.0, device="tpu")
     torch.mul(x, y)
