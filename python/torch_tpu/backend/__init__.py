@@ -147,7 +147,9 @@ def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | No
         if role == "forward":
             _mark_visible_outputs(gm)
             taken = take_saved_inputs(gm)
-        elif role == "inference":
+        if role != "backward":
+            # After take_saved_inputs: the writes' new values are appended after the
+            # outputs whose positions it recorded.
             written = take_input_writes(gm)
         if role != "backward":
             from ._dynamic_alias import ALIASES_REPLAYED
@@ -285,7 +287,8 @@ def _aot_backend(dynamo_gm: torch.fx.GraphModule, options: BackendOptions, direc
         inference_compiler=_make_compiler("inference", graph_id, source, sources, direct),
         decompositions=tracing_decompositions(),
         partition_fn=min_cut_rematerialization_partition if options.partitioner == "min_cut" else default_partition,
-        # An inference graph's writes into its inputs stay in the graph (as in inductor);
+        # Writes into inputs stay in the graph (as in inductor): an inference graph's, and a
+        # training forward's into inputs without gradients (BatchNorm's running statistics);
         # they become results the compiled graph writes back (`_input_writes.py`).
         keep_inference_input_mutations=True,
     )

@@ -1,8 +1,9 @@
-"""An inference graph's writes into its inputs, as results written back by the caller.
+"""A graph's writes into its inputs, as results written back by the caller.
 
 aot_autograd keeps an inference graph's data mutations of its inputs in the graph
-(`keep_inference_input_mutations=True`, as inductor does) as `copy_(input, new value)`
-nodes at its end. The program cannot write a caller's tensor, so those nodes become extra
+(`keep_inference_input_mutations=True`, as inductor does), and a training forward's of
+inputs that need no gradient (BatchNorm's running statistics), as `copy_(input, new
+value)` nodes at its end. The program cannot write a caller's tensor, so those nodes become extra
 results, and the compiled graph's caller `copy_`s each into its input: on tpu tensors a
 `copy_` of a whole dense value shares the result's buffer (no program,
 `device/_copy.py`); on host tensors it is the host copy aot_autograd's epilogue made.

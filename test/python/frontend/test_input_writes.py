@@ -61,3 +61,22 @@ def test_a_read_after_the_write_sees_the_new_value():
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     assert take_input_writes(gm) == [0]
     torch.testing.assert_close(gm(torch.zeros(3), torch.ones(3)), (torch.full((3,), 4.0), torch.full((3,), 2.0)))
+
+
+def test_a_training_forward_writes_batch_norm_running_statistics_as_eager_does(monkeypatch):
+    """In a training graph aot_autograd keeps the writes into inputs that need no gradient
+    (BatchNorm's running statistics) in the forward graph: written back the same way, with
+    no node left to run in eager (STRICT)."""
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    torch.manual_seed(0)
+    ours, ref = torch.nn.BatchNorm1d(6), torch.nn.BatchNorm1d(6)
+    compiled = torch.compile(ours, backend="tpu")
+    torch._dynamo.reset()
+    for step in range(3):
+        x = torch.randn(8, 6) * (step + 1)
+        compiled(x).square().sum().backward()
+        ref(x).square().sum().backward()
+        torch.testing.assert_close(ours.running_mean, ref.running_mean)
+        torch.testing.assert_close(ours.running_var, ref.running_var)
+        torch.testing.assert_close(ours.weight.grad, ref.weight.grad, rtol=1e-5, atol=1e-5)
+    assert ours.num_batches_tracked.item() == 3
