@@ -148,12 +148,11 @@ def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | No
             _mark_visible_outputs(gm)
             taken = take_saved_inputs(gm)
         if role != "backward":
+            from ._dynamic_alias import ALIASES_REPLAYED
+
             # After take_saved_inputs: the writes' new values are appended after the
             # outputs whose positions it recorded.
             written = take_input_writes(gm)
-        if role != "backward":
-            from ._dynamic_alias import ALIASES_REPLAYED
-
             gm.meta[ALIASES_REPLAYED] = True
         compiled = compile_graph(gm, example_inputs, name=_graph_name(source, graph_id, role))
         if taken:

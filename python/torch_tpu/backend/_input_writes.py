@@ -31,13 +31,14 @@ def take_input_writes(gm: torch.fx.GraphModule) -> list[int]:
     if not writes:
         return []
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
     written, values = [], []
     for node in writes:
         target, value = node.args[0], node.args[1]
         if positions[target] in written:
             raise AssertionError(f"aot_autograd wrote input {target.name} twice")  # it writes each once
         for user in list(target.users):
-            if user is not node and _after(user, node):
+            if order[user] > order[node]:
                 user.replace_input_with(target, value)  # reads after the write see the new value
         node.replace_all_uses_with(value)
         gm.graph.erase_node(node)
@@ -46,16 +47,6 @@ def take_input_writes(gm: torch.fx.GraphModule) -> list[int]:
     output.args = (tuple(output.args[0]) + tuple(values),)
     gm.recompile()
     return written
-
-
-def _after(a: torch.fx.Node, b: torch.fx.Node) -> bool:
-    """Whether node `a` comes after node `b` in their graph's order."""
-    node = b.next
-    while node.op != "root":
-        if node is a:
-            return True
-        node = node.next
-    return False
 
 
 def with_input_writes(compiled: Callable[..., Sequence[Any]], written: list[int]) -> Callable[..., list]:

@@ -162,7 +162,7 @@ def test_a_client_that_fails_to_start_is_named_by_its_rank_as_the_cause(monkeypa
     # An earlier test in this process may have made the process-wide client: that check is
     # not what this test is about (test_client_start covers it).
     monkeypatch.setattr(distributed, "require_no_client", lambda: None)
-    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")  # restored after the test
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_hlo_as_text")  # restored after the test
     with pytest.raises(PlatformError, match=r"tpu_dist: rank 0 of 2 could not create its client: no TPU PjRT "
                                             r"plugin: install libtpu\. The other ranks stop with an error naming "
                                             r"this rank"):
@@ -171,4 +171,4 @@ def test_a_client_that_fails_to_start_is_named_by_its_rank_as_the_cause(monkeypa
     assert steps == ["barrier", "left the service", "service stopped"] and distributed.current() is None
     # XLA:CPU's collectives were bounded by the job's timeout before the client was made
     # (a rank waiting on a collective its peers never run gets an error, not a hang)
-    assert os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_cpu_collective_timeout_seconds=5"
+    assert os.environ["XLA_FLAGS"] == "--xla_dump_hlo_as_text --xla_cpu_collective_timeout_seconds=5"
