@@ -22,6 +22,8 @@ import math
 
 import torch
 
+from torch_tpu.core import config, kernel_slots
+
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from .helpers import compare, convert, dtype, full, reduce, reshape, select, shape_of
@@ -104,9 +106,38 @@ def _scores(ctx, heads: _Heads, q, k, attn_mask, is_causal, scale) -> ir.Value:
     return s
 
 
+def _forward_identity(record) -> str:
+    """What keys a program of a forward lowering besides the compiler's code: the kernels
+    offered for it and the env var that chooses among them ("" when none is offered)."""
+    kernels = kernel_slots.offered(kernel_slots.FUSED_ATTENTION_FORWARD)
+    if not kernels:
+        return ""
+    names = ",".join(f"{k.__module__}.{k.__qualname__}" for k in kernels)
+    return f"kernels={names};{config.get('TORCH_TPU_ATTENTION_KERNEL')}"
+
+
+def _offered_forward(ctx, q, k, v, attn_mask, is_causal, scale):
+    """(out, logsumexp) from a kernel a higher layer offers for these operands (a Pallas
+    flash kernel on a TPU: kernels/_fused_attention.py), or None. Kernels see static
+    shapes only: on padded operands the lowering's own masking applies."""
+    kernels = kernel_slots.offered(kernel_slots.FUSED_ATTENTION_FORWARD)
+    if not kernels:
+        return None
+    if ctx.dynamic is not None and any(dynamic_dims(ctx, arg_position(ctx, name)) for name in ("query", "key", "value")):
+        return None
+    for kernel in kernels:
+        result = kernel(ctx, q, k, v, attn_mask, is_causal, scale)
+        if result is not None:
+            return result
+    return None
+
+
 def _forward(ctx, q, k, v, attn_mask, is_causal, scale):
     """Returns (output (B, Hq, L, Ev) in q's dtype, logsumexp (B, Hq, L) in the
     accumulation type)."""
+    offered = _offered_forward(ctx, q, k, v, attn_mask, is_causal, scale)
+    if offered is not None:
+        return offered
     heads = _Heads(ctx, q, k, v)
     dt = dtype(q)
     acc = _acc(dt)
@@ -156,7 +187,7 @@ _ATTENTION = {
 }
 
 
-@lowers(aten._scaled_dot_product_flash_attention_for_cpu.default, **_ATTENTION)
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu.default, **_ATTENTION, identity=_forward_identity)
 def _flash_attention_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     if dropout_p:
         raise ctx.fail("attention dropout is not supported (the CPU flash kernel rejects dropout_p > 0 too)")
@@ -208,7 +239,7 @@ def _flash_attention_cpu_backward(ctx, grad_out, query, key, value, out, logsume
 # python/torch_tpu/device/_attention.py), eager and traced alike, so a compiled graph holds
 # one attention op -- bf16 matmuls accumulating in f32 -- instead of PyTorch's math
 # decomposition, which runs both matmuls in f32.
-@lowers(aten._scaled_dot_product_fused_attention_overrideable.default, **_ATTENTION)
+@lowers(aten._scaled_dot_product_fused_attention_overrideable.default, **_ATTENTION, identity=_forward_identity)
 def _fused_attention_overrideable(ctx, query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
                                   return_debug_mask=False, *, scale=None):
     if dropout_p:
@@ -257,7 +288,7 @@ def _sum(x: ir.Value, dims) -> ir.Value:
     return out
 
 
-@lowers(aten._scaled_dot_product_efficient_attention.default, **_ATTENTION)
+@lowers(aten._scaled_dot_product_efficient_attention.default, **_ATTENTION, identity=_forward_identity)
 def _efficient_attention(ctx, query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *,
                          scale=None):
     if dropout_p:

@@ -242,13 +242,16 @@ def add_lowering(lowering: Lowering, *, replace: bool = False) -> Lowering:
 
 
 def lowers(
-    *ops: Any, dynamic: Padding | None = None, dynamic_rule: Callable | None = None, replace: bool = False
+    *ops: Any, dynamic: Padding | None = None, dynamic_rule: Callable | None = None, replace: bool = False,
+    identity: Callable | None = None,
 ) -> Callable[[Callable], Callable]:
     """Registers `fn` as the lowering of each of `ops` (OpOverloads; an OpOverloadPacket
     registers all of its overloads), with its padding class `dynamic` (`Padding`) and,
     for a class whose ordinary rule is not right on padded buffers, its `dynamic_rule`
     (`Lowering.dynamic_rule`; the factories of `padded.py` make the common ones). A
-    second lowering of an overload is an error unless `replace` (`add_lowering`)."""
+    second lowering of an overload is an error unless `replace` (`add_lowering`).
+    `identity` (`Lowering.identity`): for a rule whose result also depends on code
+    outside the compiler (a kernel offered through `core.kernel_slots`)."""
     if dynamic_rule is not None and (dynamic is None or dynamic in PADDING_SAFE_AS_IS):
         what = dynamic.value if dynamic is not None else "no"
         raise ValueError(f"a dynamic rule for {', '.join(map(str, ops))} with {what} padding class: "
@@ -259,7 +262,7 @@ def lowers(
         family = family_of(getattr(fn, "func", fn).__module__)
         for op in ops:
             for target in _overloads(op):
-                add_lowering(Lowering(target, fn, family, dynamic, dynamic_rule), replace=replace)
+                add_lowering(Lowering(target, fn, family, dynamic, dynamic_rule, identity), replace=replace)
         return fn
 
     return register

@@ -55,3 +55,35 @@ def test_flash_attention_inside_torch_compile(chip, qkv):
     got = compiled(q, k, v)
     torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(*qkv, is_causal=True) * 2,
                                atol=2e-3, rtol=2e-3)
+
+
+def test_sdpa_forward_runs_the_pallas_kernel_at_long_sequences(chip, platform, monkeypatch):
+    """`auto`: bf16 attention over 1024 tokens lowers its forward to the Mosaic kernel
+    (kernels/_fused_attention.py) and agrees with the StableHLO lowering, forward and
+    backward (which reads the kernel's log-sum-exp)."""
+    pytest.importorskip("jax")
+    tpu_only(platform, "the kernel is offered on TPUs only")
+    from torch_tpu.kernels import _fused_attention as fused
+
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 8, 1024, 128, generator=g).bfloat16()
+    k, v = (torch.randn(1, 2, 1024, 128, generator=g).bfloat16() for _ in range(2))
+    grad = torch.randn(q.shape, generator=g).bfloat16()
+
+    def run(choice):
+        monkeypatch.setenv("TORCH_TPU_ATTENTION_KERNEL", choice)
+        torch._dynamo.reset()
+        leaves = [t.to("tpu").requires_grad_() for t in (q, k, v)]
+        step = torch.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True),
+                             backend="tpu")
+        out = step(*leaves)
+        out.backward(grad.to("tpu"))
+        return [out.detach().cpu().float()] + [t.grad.cpu().float() for t in leaves]
+
+    before = len(fused._traces)
+    got = run("auto")
+    kernel = [t for key, t in fused._traces.items() if key[2][0] == tuple(q.shape)]
+    assert len(fused._traces) > before and kernel and "tpu_custom_call" in kernel[0].stablehlo
+    want = run("xla")
+    for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
+        assert (a - b).abs().max().item() <= 2e-2 * max(b.abs().max().item(), 1.0), name

@@ -253,6 +253,29 @@ declare(
     "frontend",
 )
 
+# -- kernels (python/torch_tpu/kernels/) ------------------------------------------------
+_ATTENTION_KERNELS = ("auto", "pallas", "xla")
+
+
+def _parse_attention_kernel(text: str) -> str:
+    low = text.strip().lower()
+    if low not in _ATTENTION_KERNELS:
+        raise ValueError(text)
+    return low
+
+
+ATTENTION_KERNEL = EnvType("`auto`, `pallas` or `xla`", _parse_attention_kernel, "use auto, pallas or xla")
+declare(
+    "TORCH_TPU_ATTENTION_KERNEL", ATTENTION_KERNEL, "auto",
+    "The forward of `F.scaled_dot_product_attention` (bf16/f16, no mask or a causal one, no "
+    "dropout, static shapes): `auto` runs it as a Pallas flash kernel on a TPU where that was "
+    "measured faster (query and key lengths of at least 1024) and jax is installed, else as "
+    "StableHLO (the f32 scores materialised); `pallas` always as the Pallas kernel where it "
+    "applies (any float dtype; through Pallas's interpreter off a TPU, for tests); `xla` never. "
+    "The backward is StableHLO either way. Read when a graph or an eager op is lowered.",
+    "frontend",
+)
+
 # -- tpu_dist (python/torch_tpu/distributed/) --------------------------------------------
 _HANDSHAKE_STAGES = ("first_call", "every_call", "off")
 

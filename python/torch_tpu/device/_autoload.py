@@ -15,6 +15,10 @@ def autoload() -> None:
     from torch_tpu.device._registration import register
 
     register()
+    # Kernels offered to the compiler's lowerings (the Pallas attention forward on a TPU):
+    # offered before the first op is lowered; importing them loads neither jax nor the
+    # compiler.
+    import torch_tpu.kernels  # noqa: F401
     # The `tpu_dist` process-group backend, so `init_process_group("tpu_dist")` needs no
     # import of ours (torchrun scripts stay plain PyTorch).
     import torch.distributed

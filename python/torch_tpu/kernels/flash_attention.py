@@ -37,40 +37,47 @@ def _forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale: float, causal
 
     block_q, head_dim = q_ref.shape
     seq_k = k_ref.shape[0]
-    q = q_ref[...].astype(jnp.float32) * scale
+    # The matrix unit's operands stay in the input dtype and accumulate in f32 (f32
+    # operands would take several passes of a bf16 MXU); the probabilities are rounded to
+    # the input dtype before the P V product, as the flash kernels and our StableHLO
+    # lowering do.
+    q = q_ref[...]
     first_row = pl.program_id(1) * block_q
     rows = first_row + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
 
     def step(j, carry):
         m, l, acc = carry
-        k = k_ref[pl.ds(j * block_k, block_k), :].astype(jnp.float32)
-        v = v_ref[pl.ds(j * block_k, block_k), :].astype(jnp.float32)
-        s = jnp.dot(q, k.T, preferred_element_type=jnp.float32)
+        k = k_ref[pl.ds(j * block_k, block_k), :]
+        v = v_ref[pl.ds(j * block_k, block_k), :]
+        s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
         if causal:
             cols = j * block_k + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
             s = jnp.where(cols <= rows, s, -jnp.inf)
-        m_new = jnp.maximum(m, s.max(axis=-1))
-        p = jnp.exp(s - m_new[:, None])
+        m_new = jnp.maximum(m, s.max(axis=-1, keepdims=True))
+        p = jnp.exp(s - m_new)
         correction = jnp.exp(m - m_new)
-        l = l * correction + p.sum(axis=-1)
-        acc = acc * correction[:, None] + jnp.dot(p, v, preferred_element_type=jnp.float32)
+        l = l * correction + p.sum(axis=-1, keepdims=True)
+        acc = acc * correction + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
         return m_new, l, acc
 
     # Causal: key blocks wholly after this query block's last row contribute nothing.
     blocks = seq_k // block_k
     if causal:
         blocks = jnp.minimum(blocks, (first_row + block_q + block_k - 1) // block_k)
-    init = (jnp.full((block_q,), -jnp.inf, jnp.float32), jnp.zeros((block_q,), jnp.float32),
+    init = (jnp.full((block_q, 1), -jnp.inf, jnp.float32), jnp.zeros((block_q, 1), jnp.float32),
             jnp.zeros((block_q, head_dim), jnp.float32))
     m, l, acc = jax.lax.fori_loop(0, blocks, step, init)
-    o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
-    lse_ref[...] = (m + jnp.log(l))[:, None]
+    o_ref[...] = (acc / l).astype(o_ref.dtype)
+    lse_ref[...] = m + jnp.log(l)
 
 
-def _pallas_forward(q, k, v, *, scale, causal, block_q, block_k, interpret):
-    """q: (bh, seq_q, d), k/v: (bh, seq_k, d) -> (out (bh, seq_q, d), lse (bh, seq_q, 1) f32).
-    (lse keeps a unit last dimension: Mosaic tiles the last two dimensions of a block by
-    (8, 128) unless they span the array's, so a (block_q,) row block would not lower.)"""
+def pallas_forward(q, k, v, *, scale, causal, block_q, block_k, interpret, group: int = 1):
+    """q: (bh, seq_q, d), k/v: (bh // group, seq_k, d) -> (out (bh, seq_q, d), lse (bh, seq_q, 1)
+    f32). `group` query heads share each key/value head (grouped-query attention: row `b`
+    of q reads row `b // group` of k and v, which are never repeated). One program per
+    (row, query block) holds its row's whole K and V. (lse keeps a unit last dimension:
+    Mosaic tiles the last two dimensions of a block by (8, 128) unless they span the
+    array's, so a (block_q,) row block would not lower.)"""
     import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
@@ -83,8 +90,8 @@ def _pallas_forward(q, k, v, *, scale, causal, block_q, block_k, interpret):
         grid=(bh, seq_q // block_q),
         in_specs=[
             pl.BlockSpec((None, block_q, d), lambda b, i: (b, i, 0)),
-            pl.BlockSpec((None, seq_k, d), lambda b, i: (b, 0, 0)),
-            pl.BlockSpec((None, seq_k, d), lambda b, i: (b, 0, 0)),
+            pl.BlockSpec((None, seq_k, d), lambda b, i: (b // group, 0, 0)),
+            pl.BlockSpec((None, seq_k, d), lambda b, i: (b // group, 0, 0)),
         ],
         out_specs=[
             pl.BlockSpec((None, block_q, d), lambda b, i: (b, i, 0)),
@@ -105,7 +112,7 @@ def _attention_function(*, scale, causal, block_q, block_k, interpret):
         return x.reshape((-1,) + x.shape[-2:])
 
     def forward(q, k, v):
-        out, lse = _pallas_forward(flatten(q), flatten(k), flatten(v), scale=_scale(scale, q), causal=causal,
+        out, lse = pallas_forward(flatten(q), flatten(k), flatten(v), scale=_scale(scale, q), causal=causal,
                                    block_q=block_q, block_k=block_k, interpret=interpret)
         return out.reshape(q.shape), lse.reshape(q.shape[:-1])  # (bh, seq_q, 1) -> (..., seq_q)
 
