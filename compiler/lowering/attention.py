@@ -106,14 +106,29 @@ def _scores(ctx, heads: _Heads, q, k, attn_mask, is_causal, scale) -> ir.Value:
     return s
 
 
-def _forward_identity(record) -> str:
-    """What keys a program of a forward lowering besides the compiler's code: the kernels
-    offered for it and the env var that chooses among them ("" when none is offered)."""
-    kernels = kernel_slots.offered(kernel_slots.FUSED_ATTENTION_FORWARD)
+def _slot_identity(slot: str) -> str:
+    """What keys a program of a lowering that asks `slot` besides the compiler's code: the
+    kernels offered for it and the env var that chooses among them ("" when none is)."""
+    kernels = kernel_slots.offered(slot)
     if not kernels:
         return ""
     names = ",".join(f"{k.__module__}.{k.__qualname__}" for k in kernels)
     return f"kernels={names};{config.get('TORCH_TPU_ATTENTION_KERNEL')}"
+
+
+def _forward_identity(record) -> str:
+    return _slot_identity(kernel_slots.FUSED_ATTENTION_FORWARD)
+
+
+def _backward_identity(record) -> str:
+    return _slot_identity(kernel_slots.FUSED_ATTENTION_BACKWARD)
+
+
+def _static_operands(ctx) -> bool:
+    """Whether query, key and value have no dynamic (padded) dim: kernels see static
+    shapes only; on padded operands the lowering's own masking applies."""
+    return ctx.dynamic is None or not any(dynamic_dims(ctx, arg_position(ctx, name))
+                                          for name in ("query", "key", "value"))
 
 
 def _offered_forward(ctx, q, k, v, attn_mask, is_causal, scale):
@@ -121,12 +136,22 @@ def _offered_forward(ctx, q, k, v, attn_mask, is_causal, scale):
     flash kernel on a TPU: kernels/_fused_attention.py), or None. Kernels see static
     shapes only: on padded operands the lowering's own masking applies."""
     kernels = kernel_slots.offered(kernel_slots.FUSED_ATTENTION_FORWARD)
-    if not kernels:
-        return None
-    if ctx.dynamic is not None and any(dynamic_dims(ctx, arg_position(ctx, name)) for name in ("query", "key", "value")):
+    if not kernels or not _static_operands(ctx):
         return None
     for kernel in kernels:
         result = kernel(ctx, q, k, v, attn_mask, is_causal, scale)
+        if result is not None:
+            return result
+    return None
+
+
+def _offered_backward(ctx, grad_out, q, k, v, out, logsumexp, attn_mask, is_causal, scale):
+    """(dQ, dK, dV) from a kernel offered for the backward (`_offered_forward`), or None."""
+    kernels = kernel_slots.offered(kernel_slots.FUSED_ATTENTION_BACKWARD)
+    if not kernels or not _static_operands(ctx):
+        return None
+    for kernel in kernels:
+        result = kernel(ctx, grad_out, q, k, v, out, logsumexp, attn_mask, is_causal, scale)
         if result is not None:
             return result
     return None
@@ -224,11 +249,14 @@ def _backward(ctx, grad_out, query, key, value, out, logsumexp, attn_mask, is_ca
     return convert(heads.flat(grad_q), dt), convert(grad_k, dt), convert(grad_v, dtype(value)), ds
 
 
-@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, **_ATTENTION)
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, **_ATTENTION, identity=_backward_identity)
 def _flash_attention_cpu_backward(ctx, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *,
                                   attn_mask=None, scale=None):
     if dropout_p:
         raise ctx.fail("attention dropout is not supported (the CPU flash kernel rejects dropout_p > 0 too)")
+    offered = _offered_backward(ctx, grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale)
+    if offered is not None:
+        return offered
     grad_q, grad_k, grad_v, _ = _backward(ctx, grad_out, query, key, value, out, logsumexp, attn_mask, is_causal,
                                           scale)
     return grad_q, grad_k, grad_v
@@ -254,12 +282,16 @@ def _fused_attention_overrideable(ctx, query, key, value, attn_bias=None, dropou
     return out, convert(lse, ctx.result_dtype(1)), None, None, l, s, seed, offset, None
 
 
-@lowers(aten._scaled_dot_product_fused_attention_overrideable_backward.default, **_ATTENTION)
+@lowers(aten._scaled_dot_product_fused_attention_overrideable_backward.default, **_ATTENTION, identity=_backward_identity)
 def _fused_attention_overrideable_backward(ctx, grad_out, query, key, value, attn_bias, grad_input_mask, out,
                                            logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
                                            philox_seed, philox_offset, *, scale=None):
     if dropout_p:
         raise ctx.fail("attention dropout is not lowered")
+    if attn_bias is None:
+        offered = _offered_backward(ctx, grad_out, query, key, value, out, logsumexp, None, is_causal, scale)
+        if offered is not None:
+            return (*offered, None)
     grad_q, grad_k, grad_v, ds = _backward(ctx, grad_out, query, key, value, out, logsumexp, attn_bias, is_causal,
                                            scale)
     if attn_bias is None:

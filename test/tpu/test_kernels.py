@@ -57,10 +57,10 @@ def test_flash_attention_inside_torch_compile(chip, qkv):
                                atol=2e-3, rtol=2e-3)
 
 
-def test_sdpa_forward_runs_the_pallas_kernel_at_long_sequences(chip, platform, monkeypatch):
-    """`auto`: bf16 attention over 1024 tokens lowers its forward to the Mosaic kernel
-    (kernels/_fused_attention.py) and agrees with the StableHLO lowering, forward and
-    backward (which reads the kernel's log-sum-exp)."""
+def test_sdpa_runs_the_pallas_kernels_at_long_sequences(chip, platform, monkeypatch):
+    """`auto`: bf16 attention over 1024 tokens lowers its forward and backward to the
+    Mosaic kernels (kernels/_fused_attention.py, _flash_backward.py) and agrees with the
+    StableHLO lowering."""
     pytest.importorskip("jax")
     tpu_only(platform, "the kernel is offered on TPUs only")
     from torch_tpu.kernels import _fused_attention as fused
@@ -82,8 +82,9 @@ def test_sdpa_forward_runs_the_pallas_kernel_at_long_sequences(chip, platform, m
 
     before = len(fused._traces)
     got = run("auto")
-    kernel = [t for key, t in fused._traces.items() if key[2][0] == tuple(q.shape)]
-    assert len(fused._traces) > before and kernel and "tpu_custom_call" in kernel[0].stablehlo
+    kernels = {key[0]: t for key, t in fused._traces.items() if key[3][0] == tuple(q.shape)}
+    assert len(fused._traces) > before and set(kernels) == {"forward", "backward"}
+    assert all("tpu_custom_call" in t.stablehlo for t in kernels.values()), "not lowered by Mosaic"
     want = run("xla")
     for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
         assert (a - b).abs().max().item() <= 2e-2 * max(b.abs().max().item(), 1.0), name

@@ -267,12 +267,12 @@ def _parse_attention_kernel(text: str) -> str:
 ATTENTION_KERNEL = EnvType("`auto`, `pallas` or `xla`", _parse_attention_kernel, "use auto, pallas or xla")
 declare(
     "TORCH_TPU_ATTENTION_KERNEL", ATTENTION_KERNEL, "auto",
-    "The forward of `F.scaled_dot_product_attention` (bf16/f16, no mask or a causal one, no "
-    "dropout, static shapes): `auto` runs it as a Pallas flash kernel on a TPU where that was "
-    "measured faster (query and key lengths of at least 1024) and jax is installed, else as "
-    "StableHLO (the f32 scores materialised); `pallas` always as the Pallas kernel where it "
-    "applies (any float dtype; through Pallas's interpreter off a TPU, for tests); `xla` never. "
-    "The backward is StableHLO either way. Read when a graph or an eager op is lowered.",
+    "`F.scaled_dot_product_attention` (bf16/f16, no mask or a causal one, no dropout, static "
+    "shapes): `auto` runs its forward and backward as Pallas flash kernels on a TPU where they "
+    "were measured faster (query and key lengths of at least 1024) and jax is installed, else as "
+    "StableHLO (the f32 scores materialised); `pallas` always as the Pallas kernels where they "
+    "apply (any float dtype; through Pallas's interpreter off a TPU, for tests); `xla` never. "
+    "Read when a graph or an eager op is lowered.",
     "frontend",
 )
 

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 from typing import Callable
 
-__all__ = ["FUSED_ATTENTION_FORWARD", "offer", "offered"]
+__all__ = ["FUSED_ATTENTION_BACKWARD", "FUSED_ATTENTION_FORWARD", "offer", "offered"]
 
 # `kernel(ctx, query, key, value, attn_mask, is_causal, scale) -> (out, logsumexp) | None`:
 # the forward of scaled dot-product attention over static (batch, heads, seq, dim)
 # operands (MLIR values), out in the query's dtype and logsumexp (batch, heads, seq) in
 # float32; None declines (the lowering then builds its own).
 FUSED_ATTENTION_FORWARD = "fused_attention_forward"
+# `kernel(ctx, grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale)
+# -> (grad_query, grad_key, grad_value) | None`: its backward, from the forward's output and
+# logsumexp, each gradient in its input's dtype.
+FUSED_ATTENTION_BACKWARD = "fused_attention_backward"
 
 _SLOTS: dict[str, list[Callable]] = {}
 

@@ -1,5 +1,5 @@
-"""The Pallas attention forward offered to the compiler's attention lowerings
-(kernels/_fused_attention.py through core.kernel_slots). On XLA:CPU it runs only when
+"""The Pallas attention kernels (forward and backward) offered to the compiler's
+attention lowerings (kernels/_fused_attention.py through core.kernel_slots). On XLA:CPU it runs only when
 forced (TORCH_TPU_ATTENTION_KERNEL=pallas), through Pallas's interpreter: the same
 kernel the TPU compiles, checked here against PyTorch's CPU attention and against the
 StableHLO lowering it replaces, forward and backward, eager and compiled."""
@@ -58,9 +58,9 @@ def test_eager_forward_and_backward_match_pytorch(monkeypatch, dtype, tol, causa
     monkeypatch.setenv("TORCH_TPU_STRICT", "1")
     q, k, v = _qkv(heads, kv_heads, seq_q, seq_k, dtype, seed=seq_q + seq_k + heads)
     grad = torch.randn(q.shape).to(dtype)
-    before = len(fused._traces)
+    before = set(fused._traces)
     got = _tpu_grads(q, k, v, causal, grad)
-    assert len(fused._traces) > before, "the Pallas kernel was not used"
+    assert {key[0] for key in set(fused._traces) - before} == {"forward", "backward"}, "the kernels were not used"
     for name, a, b in zip(("out", "dq", "dk", "dv"), got, _cpu_grads(q, k, v, causal, grad)):
         scale = b.abs().max().item()
         assert (a.float() - b).abs().max().item() <= tol * max(scale, 1.0), name
@@ -76,7 +76,7 @@ def test_compiled_graph_uses_the_kernel_and_matches_the_stablehlo_lowering(monke
     monkeypatch.setenv("TORCH_TPU_ATTENTION_KERNEL", "pallas")
     before = len(fused._traces)
     got = _tpu_grads(q, k, v, True, grad, compiled=True)
-    assert len(fused._traces) == before + 1
+    assert len(fused._traces) == before + 2  # the forward and the backward
     for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
         # Same numerics (bf16 operands, f32 accumulation and softmax, P rounded to bf16):
         # only the order of the f32 sums differs.
@@ -115,7 +115,7 @@ def test_shapes_the_kernel_cannot_take_are_declined():
 
 
 def test_the_choice_keys_compiled_programs():
-    from torch_tpu.compiler.lowering.attention import _forward_identity
+    from torch_tpu.compiler.lowering.attention import _backward_identity, _forward_identity
 
     assert kernel_slots.offered(kernel_slots.FUSED_ATTENTION_FORWARD), "torch_tpu.kernels offers the forward"
     with pytest.MonkeyPatch.context() as mp:
@@ -124,6 +124,7 @@ def test_the_choice_keys_compiled_programs():
         mp.setenv("TORCH_TPU_ATTENTION_KERNEL", "pallas")
         pallas = _forward_identity(None)
     assert xla != pallas and "lower_forward" in pallas
+    assert "lower_backward" in _backward_identity(None)
 
 
 def test_forcing_the_kernel_without_jax_names_what_to_do(monkeypatch):
