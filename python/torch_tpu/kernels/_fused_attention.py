@@ -6,9 +6,10 @@ compiler/lowering/attention.py).
 XLA has no flash fusion: the StableHLO lowering writes the (seq_q x seq_k) f32 scores to
 device memory and reads them back twice. On a TPU v5e at a Llama prefill's sizes (batch 2,
 16 query / 4 key-value heads, 2048 tokens, head dim 96, causal, bf16) that is 2.27 ms a
-layer; the kernel, which keeps each query block's scores in VMEM, takes 0.54 ms (query
-blocks of 256, key blocks of 512). At 512 tokens both take ~0.16 ms, so `auto` uses the
-kernel from 1024 tokens on (docs/explanation/performance.md). Numerics are the lowering's:
+layer forward, 6.71 ms forward and backward; the kernels, which keep each block's scores in
+VMEM, take 0.54 and 1.64 ms. At 512 tokens the forwards are equal and the kernels' backward
+is 9 % faster, so `auto` uses the forward kernel from 1024 tokens on and the backward's from
+512 (docs/explanation/performance.md). Numerics are the lowering's:
 bf16 operands accumulating in f32, f32 softmax, P rounded to bf16 before P V, the same
 log-sum-exp, so either backward reads either forward's results.
 
@@ -33,35 +34,51 @@ from ._jax_trace import ArraySpec, Traced, runtime_platform, trace
 __all__ = ["lower_backward", "lower_forward"]
 
 _REDUCED = (torch.bfloat16, torch.float16)
-# Measured crossover on a v5e (see the docstring): shorter sequences stay in StableHLO.
-_AUTO_MIN_SEQ = 1024
-_BLOCK_Q, _BLOCK_K = 256, 512
-# One program holds its row's whole K and V, double-buffered: keep them within a quarter
-# of v5e's 32 MiB default scoped VMEM (longer sequences stay in StableHLO).
+# Measured on a v5e (docs/explanation/performance.md, bf16, head dim 96, 16/4 heads,
+# causal): at 512 tokens the forward kernel is as fast as StableHLO and the backward's 9 %
+# faster; at 2048 both are ~4x faster. Shorter sequences stay in StableHLO.
+_AUTO_MIN_SEQ = {"forward": 1024, "backward": 512}
+# The fastest (query, key) blocks measured: forward 256 x 512 (0.54 ms vs 0.71 for 128 x 512
+# at 2048 tokens), backward 512 x 512 (1.64 ms fwd+bwd vs 1.85 for 256 x 512).
+_BLOCKS = {"forward": (256, 512), "backward": (512, 512)}
+# One program holds a row's whole K and V (forward, dQ) or one head's whole Q and dO (dK
+# and dV), double-buffered: keep them within a quarter of the default scoped VMEM (longer
+# sequences stay in StableHLO).
 _KV_VMEM_BYTES = 8 << 20
 
 _lock = threading.Lock()
 _traces: dict[tuple, Traced] = {}
 
 
-def _blocks(seq_q: int, seq_k: int) -> tuple[int, int] | None:
-    """Query and key block sizes that divide the sequence lengths, or None."""
-    block_q, block_k = min(_BLOCK_Q, seq_q), min(_BLOCK_K, seq_k)
-    if seq_q % block_q or seq_k % block_k:
-        return None
-    return block_q, block_k
+def _block(size: int, preferred: int) -> int | None:
+    """The largest of `preferred`, its halves down to 128 that divides `size` (Mosaic tiles
+    lanes by 128), or `size` itself when it is at most `preferred`; None otherwise."""
+    if size <= preferred:
+        return size
+    block = preferred
+    while block >= 128:
+        if size % block == 0:
+            return block
+        block //= 2
+    return None
 
 
-def _applies(choice: str, platform: str, dtype: torch.dtype, q: tuple, k: tuple, v: tuple) -> bool:
+def _blocks(direction: str, seq_q: int, seq_k: int) -> tuple[int, int] | None:
+    """Query and key block sizes of `direction`'s kernels for these lengths, or None."""
+    preferred_q, preferred_k = _BLOCKS[direction]
+    block_q, block_k = _block(seq_q, preferred_q), _block(seq_k, preferred_k)
+    return None if block_q is None or block_k is None else (block_q, block_k)
+
+
+def _applies(direction: str, choice: str, platform: str, dtype: torch.dtype, q: tuple, k: tuple, v: tuple) -> bool:
     (b, hq, seq_q, e), (bk, hk, seq_k, ek), ev = q, k, v[3]
     if hk == 0 or hq % hk or b != bk or e != ek or ev != e or v[:3] != k[:3]:
         return False
-    # The forward and dQ hold a row's whole K and V; dK/dV one head's whole Q and dO.
-    if 4 * max(seq_k, seq_q) * e * dtype.itemsize > _KV_VMEM_BYTES or _blocks(seq_q, seq_k) is None:
+    if 4 * max(seq_k, seq_q) * e * dtype.itemsize > _KV_VMEM_BYTES or _blocks(direction, seq_q, seq_k) is None:
         return False
     if choice == "pallas":
         return dtype.is_floating_point
-    return platform == "tpu" and dtype in _REDUCED and min(seq_q, seq_k) >= _AUTO_MIN_SEQ
+    return platform == "tpu" and dtype in _REDUCED and min(seq_q, seq_k) >= _AUTO_MIN_SEQ[direction]
 
 
 def _jax_available() -> bool:
@@ -105,7 +122,7 @@ def _lower(ctx: Any, direction: str, operands: list, attn_mask: Any, is_causal: 
     shapes = [tuple(hlo.shape_of(t)) for t in operands]
     dtype = ctx.arg_meta(_QUERY_POSITION[direction]).dtype
     platform = runtime_platform()
-    if not _applies(choice, platform, dtype, *shapes[:3]):
+    if not _applies(direction, choice, platform, dtype, *shapes[:3]):
         return None
     if not _jax_available():
         if choice == "pallas":
@@ -131,7 +148,8 @@ def _trace(direction: str, platform: str, dtype: torch.dtype, shapes: list[tuple
             import jax
 
             function = _forward if direction == "forward" else _backward
-            fn = functools.partial(function, causal=causal, scale=scale, interpret=platform != "tpu")
+            fn = functools.partial(function, causal=causal, scale=scale, interpret=platform != "tpu",
+                                   blocks=_blocks(direction, shapes[0][2], shapes[1][2]))
             # The backward's sixth operand is the f32 log-sum-exp.
             specs = tuple(ArraySpec(s, torch.float32 if i == 5 else dtype) for i, s in enumerate(shapes))
             traced = trace(fn, jax.jit(fn), f"scaled_dot_product_attention_{direction}", specs)
@@ -139,10 +157,10 @@ def _trace(direction: str, platform: str, dtype: torch.dtype, shapes: list[tuple
     return traced
 
 
-def _geometry(q, k, causal: bool, scale: float | None) -> dict:
-    hq, seq_q, e = q.shape[1:]
-    hk, seq_k = k.shape[1], k.shape[2]
-    block_q, block_k = _blocks(seq_q, seq_k)
+def _geometry(q, k, causal: bool, scale: float | None, blocks: tuple[int, int]) -> dict:
+    hq, e = q.shape[1], q.shape[3]
+    hk = k.shape[1]
+    block_q, block_k = blocks
     return dict(scale=scale if scale is not None else 1.0 / math.sqrt(e), causal=causal, block_q=block_q,
                 block_k=block_k, group=hq // hk)
 
@@ -152,20 +170,22 @@ def _rows(x):
     return x.reshape((-1,) + x.shape[2:])
 
 
-def _forward(q, k, v, *, causal: bool, scale: float | None, interpret: bool):
+def _forward(q, k, v, *, causal: bool, scale: float | None, interpret: bool, blocks: tuple[int, int]):
     """q (B, Hq, L, E), k and v (B, Hk, S, E) -> (out (B, Hq, L, E), lse (B, Hq, L) f32)."""
     from .flash_attention import pallas_forward
 
-    out, lse = pallas_forward(_rows(q), _rows(k), _rows(v), interpret=interpret, **_geometry(q, k, causal, scale))
+    out, lse = pallas_forward(_rows(q), _rows(k), _rows(v), interpret=interpret,
+                              **_geometry(q, k, causal, scale, blocks))
     return out.reshape(q.shape), lse.reshape(q.shape[:3])
 
 
-def _backward(q, k, v, out, grad_out, lse, *, causal: bool, scale: float | None, interpret: bool):
+def _backward(q, k, v, out, grad_out, lse, *, causal: bool, scale: float | None, interpret: bool,
+              blocks: tuple[int, int]):
     """-> (dq, dk, dv) in the inputs' dtypes, from the forward's out and lse (B, Hq, L) f32."""
     from ._flash_backward import pallas_backward
 
     dq, dk, dv = pallas_backward(_rows(q), _rows(k), _rows(v), _rows(out), _rows(grad_out), _rows(lse),
-                                 interpret=interpret, **_geometry(q, k, causal, scale))
+                                 interpret=interpret, **_geometry(q, k, causal, scale, blocks))
     return dq.reshape(q.shape), dk.reshape(k.shape).astype(k.dtype), dv.reshape(v.shape).astype(v.dtype)
 
 

@@ -51,7 +51,7 @@ def _cpu_grads(q, k, v, causal, grad):
 # Sizes the traces cache of earlier tests never saw: each case lowers anew.
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 4e-2)], ids=["f32", "bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("heads,kv_heads,seq_q,seq_k", [(4, 2, 64, 64), (3, 3, 32, 96), (2, 1, 512, 1024)],
+@pytest.mark.parametrize("heads,kv_heads,seq_q,seq_k", [(4, 2, 64, 64), (3, 3, 32, 96), (2, 1, 768, 1024)],
                          ids=["gqa", "longer-keys", "several-blocks"])
 def test_eager_forward_and_backward_match_pytorch(monkeypatch, dtype, tol, causal, heads, kv_heads, seq_q, seq_k):
     monkeypatch.setenv("TORCH_TPU_ATTENTION_KERNEL", "pallas")
@@ -93,25 +93,37 @@ def test_a_mask_keeps_the_stablehlo_lowering(monkeypatch):
     torch.testing.assert_close(got, _attention(q, k, v, False, mask), atol=1e-5, rtol=1e-5)
 
 
-def test_auto_uses_the_kernel_only_on_a_tpu_at_measured_sizes():
+def test_auto_uses_the_kernels_only_on_a_tpu_at_measured_sizes():
     bf16 = torch.bfloat16
     q, kv = (2, 16, 2048, 96), (2, 4, 2048, 96)
-    assert fused._applies("auto", "tpu", bf16, q, kv, kv)
-    assert not fused._applies("auto", "cpu", bf16, q, kv, kv)  # XLA:CPU: StableHLO
-    assert not fused._applies("auto", "tpu", torch.float32, q, kv, kv)  # not measured for f32
-    short_q, short_kv = (4, 16, 512, 96), (4, 4, 512, 96)
-    assert not fused._applies("auto", "tpu", bf16, short_q, short_kv, short_kv)  # as fast in StableHLO
-    assert fused._applies("pallas", "cpu", torch.float32, short_q, short_kv, short_kv)
+    for direction in ("forward", "backward"):
+        assert fused._applies(direction, "auto", "tpu", bf16, q, kv, kv)
+        assert not fused._applies(direction, "auto", "cpu", bf16, q, kv, kv)  # XLA:CPU: StableHLO
+        assert not fused._applies(direction, "auto", "tpu", torch.float32, q, kv, kv)  # not measured for f32
+    q512, kv512 = (4, 16, 512, 96), (4, 4, 512, 96)
+    assert not fused._applies("forward", "auto", "tpu", bf16, q512, kv512, kv512)  # as fast in StableHLO
+    assert fused._applies("backward", "auto", "tpu", bf16, q512, kv512, kv512)  # 9 % faster there
+    q256, kv256 = (4, 16, 256, 96), (4, 4, 256, 96)
+    assert not fused._applies("backward", "auto", "tpu", bf16, q256, kv256, kv256)
+    assert fused._applies("forward", "pallas", "cpu", torch.float32, q256, kv256, kv256)
+
+
+def test_blocks_divide_the_sequences_in_lane_multiples_or_span_them():
+    assert fused._blocks("forward", 2048, 2048) == (256, 512)
+    assert fused._blocks("backward", 2048, 2048) == (512, 512)
+    assert fused._blocks("backward", 768, 768) == (256, 256)
+    assert fused._blocks("forward", 96, 40) == (96, 40)  # one block spanning each
+    assert fused._blocks("forward", 1000, 1024) is None  # no multiple of 128 divides 1000
 
 
 def test_shapes_the_kernel_cannot_take_are_declined():
     bf16 = torch.bfloat16
     kv = (1, 2, 2048, 64)
-    assert not fused._applies("pallas", "tpu", bf16, (1, 3, 2048, 64), kv, kv)  # 3 heads over 2
-    assert not fused._applies("pallas", "tpu", bf16, (1, 4, 2048, 64), kv, (1, 2, 2048, 32))  # value dim
-    assert not fused._applies("pallas", "tpu", bf16, (1, 4, 1000, 64), kv, kv)  # 1000 % 256
+    assert not fused._applies("forward", "pallas", "tpu", bf16, (1, 3, 2048, 64), kv, kv)  # 3 heads over 2
+    assert not fused._applies("forward", "pallas", "tpu", bf16, (1, 4, 2048, 64), kv, (1, 2, 2048, 32))  # value dim
+    assert not fused._applies("forward", "pallas", "tpu", bf16, (1, 4, 1000, 64), kv, kv)  # no block divides 1000
     long_kv = (1, 2, 65536, 128)  # K and V of one head beyond the VMEM budget
-    assert not fused._applies("pallas", "tpu", bf16, (1, 4, 2048, 128), long_kv, long_kv)
+    assert not fused._applies("backward", "pallas", "tpu", bf16, (1, 4, 2048, 128), long_kv, long_kv)
 
 
 def test_the_choice_keys_compiled_programs():
