@@ -57,17 +57,18 @@ def test_flash_attention_inside_torch_compile(chip, qkv):
                                atol=2e-3, rtol=2e-3)
 
 
-def test_sdpa_runs_the_pallas_kernels_at_long_sequences(chip, platform, monkeypatch):
-    """`auto`: bf16 attention over 1024 tokens lowers its forward and backward to the
-    Mosaic kernels (kernels/_fused_attention.py, _flash_backward.py) and agrees with the
-    StableHLO lowering."""
+@pytest.mark.parametrize("seq,kernels", [(512, {"backward"}), (1024, {"forward", "backward"})])
+def test_sdpa_runs_the_pallas_kernels_at_long_sequences(chip, platform, monkeypatch, seq, kernels):
+    """`auto`: bf16 attention lowers its backward from 512 tokens, its forward from 1024, to
+    the Mosaic kernels (kernels/_fused_attention.py, _flash_backward.py) and agrees with the
+    StableHLO lowering (at 512 the kernel backward reads the StableHLO forward's results)."""
     pytest.importorskip("jax")
     tpu_only(platform, "the kernel is offered on TPUs only")
     from torch_tpu.kernels import _fused_attention as fused
 
     g = torch.Generator().manual_seed(3)
-    q = torch.randn(1, 8, 1024, 128, generator=g).bfloat16()
-    k, v = (torch.randn(1, 2, 1024, 128, generator=g).bfloat16() for _ in range(2))
+    q = torch.randn(1, 8, seq, 128, generator=g).bfloat16()
+    k, v = (torch.randn(1, 2, seq, 128, generator=g).bfloat16() for _ in range(2))
     grad = torch.randn(q.shape, generator=g).bfloat16()
 
     def run(choice):
@@ -82,9 +83,9 @@ def test_sdpa_runs_the_pallas_kernels_at_long_sequences(chip, platform, monkeypa
 
     before = len(fused._traces)
     got = run("auto")
-    kernels = {key[0]: t for key, t in fused._traces.items() if key[3][0] == tuple(q.shape)}
-    assert len(fused._traces) > before and set(kernels) == {"forward", "backward"}
-    assert all("tpu_custom_call" in t.stablehlo for t in kernels.values()), "not lowered by Mosaic"
+    used = {key[0]: t for key, t in fused._traces.items() if key[3][0] == tuple(q.shape)}
+    assert len(fused._traces) > before and set(used) == kernels
+    assert all("tpu_custom_call" in t.stablehlo for t in used.values()), "not lowered by Mosaic"
     want = run("xla")
     for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
         assert (a - b).abs().max().item() <= 2e-2 * max(b.abs().max().item(), 1.0), name
