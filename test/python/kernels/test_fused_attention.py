@@ -161,3 +161,20 @@ def test_a_reloaded_kernel_replaces_the_one_it_offered_before():
 
     kernel_slots.offer(slot, kernel)
     assert len(first) == 1 and kernel_slots.offered(slot) == (kernel,)
+
+
+def test_import_torch_offers_the_kernels_without_loading_jax_or_the_compiler():
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys, torch
+        from torch_tpu.core import kernel_slots
+        print(len(kernel_slots.offered(kernel_slots.FUSED_ATTENTION_FORWARD)),
+              len(kernel_slots.offered(kernel_slots.FUSED_ATTENTION_BACKWARD)),
+              "jax" in sys.modules, "torch_tpu.compiler.lowering" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "1", "False", "False"]
