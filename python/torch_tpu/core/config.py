@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["ENV_VARS", "EnvVar", "EnvVarError", "EnvType", "declare", "get", "BOOL", "INT", "FLOAT", "STR", "PATH"]
+__all__ = ["ENV_VARS", "EnvVar", "EnvVarError", "EnvType", "declare", "get", "one_of", "BOOL", "INT", "FLOAT", "STR", "PATH"]
 
 
 class EnvVarError(ValueError):
@@ -58,6 +58,19 @@ FLOAT = EnvType("float", lambda text: float(text.strip()), "expected a number")
 SECONDS = EnvType("seconds", lambda text: float(text.strip()), "expected a number of seconds")
 STR = EnvType("str", lambda text: text, "expected a string")
 PATH = EnvType("path", lambda text: text, "expected a path")
+
+
+def one_of(*choices: str) -> EnvType:
+    """A variable that takes one of `choices` (any case)."""
+
+    def parse(text: str) -> str:
+        low = text.strip().lower()
+        if low not in choices:
+            raise ValueError(text)
+        return low
+
+    names = [f"`{c}`" for c in choices]
+    return EnvType(f"{', '.join(names[:-1])} or {names[-1]}", parse, f"use {', '.join(choices[:-1])} or {choices[-1]}")
 POW2_OR_INT = EnvType("`pow2` or int", _parse_pow2_or_positive_int, "use 'pow2' or a positive integer")
 
 
@@ -254,22 +267,12 @@ declare(
 )
 
 # -- kernels (python/torch_tpu/kernels/) ------------------------------------------------
-_ATTENTION_KERNELS = ("auto", "pallas", "xla")
-
-
-def _parse_attention_kernel(text: str) -> str:
-    low = text.strip().lower()
-    if low not in _ATTENTION_KERNELS:
-        raise ValueError(text)
-    return low
-
-
-ATTENTION_KERNEL = EnvType("`auto`, `pallas` or `xla`", _parse_attention_kernel, "use auto, pallas or xla")
 declare(
-    "TORCH_TPU_ATTENTION_KERNEL", ATTENTION_KERNEL, "auto",
+    "TORCH_TPU_ATTENTION_KERNEL", one_of("auto", "pallas", "xla"), "auto",
     "`F.scaled_dot_product_attention` (bf16/f16, no mask or a causal one, no dropout, static "
     "shapes): `auto` runs its forward and backward as Pallas flash kernels on a TPU where they "
-    "were measured faster (query and key lengths of at least 1024) and jax is installed, else as "
+    "were measured faster (query and key lengths of at least 1024 for the forward, 512 for the "
+    "backward) and jax is installed, else as "
     "StableHLO (the f32 scores materialised); `pallas` always as the Pallas kernels where they "
     "apply (any float dtype; through Pallas's interpreter off a TPU, for tests); `xla` never. "
     "Read when a graph or an eager op is lowered.",
@@ -277,19 +280,8 @@ declare(
 )
 
 # -- tpu_dist (python/torch_tpu/distributed/) --------------------------------------------
-_HANDSHAKE_STAGES = ("first_call", "every_call", "off")
-
-
-def _parse_handshake_stage(text: str) -> str:
-    low = text.strip().lower()
-    if low not in _HANDSHAKE_STAGES:
-        raise ValueError(text)
-    return low
-
-
-HANDSHAKE_STAGE = EnvType("`first_call`, `every_call` or `off`", _parse_handshake_stage, "use first_call, every_call or off")
 declare(
-    "TORCH_TPU_SPMD_HANDSHAKE_STAGE", HANDSHAKE_STAGE, "first_call",
+    "TORCH_TPU_SPMD_HANDSHAKE_STAGE", one_of("first_call", "every_call", "off"), "first_call",
     "tpu_dist: when the ranks of a group compare a collective before running it, through the "
     "coordination service (the collective's kind, element count, dtype, reduce op, root and group; "
     "the torch.distributed call and its tensors' shapes; its call site, the user's file:line -- "
