@@ -13,13 +13,6 @@ from torch_tpu.kernels import flash_attention
 pytest.importorskip("jax.experimental.pallas")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _qkv(seq_q=32, seq_k=32, dtype=torch.float32):
     torch.manual_seed(0)
     return (torch.randn(2, 3, seq_q, 16, dtype=dtype), torch.randn(2, 3, seq_k, 16, dtype=dtype),

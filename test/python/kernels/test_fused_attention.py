@@ -15,13 +15,6 @@ from torch_tpu.kernels import _fused_attention as fused
 pytest.importorskip("jax.experimental.pallas")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _qkv(heads, kv_heads, seq_q, seq_k, dtype, dim=16, seed=0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(2, heads, seq_q, dim, generator=g).to(dtype),

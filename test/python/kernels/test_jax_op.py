@@ -29,13 +29,6 @@ def _reference(x, y):
     return torch.sin(x) @ y, x.sum()
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _close(a, b, **tol):
     torch.testing.assert_close(a, b, **({"rtol": 1e-5, "atol": 1e-5} | tol))
 
