@@ -11,9 +11,16 @@
   callable (input prepared once, output back by DLPack), i.e. what Dynamo's frame alone
   adds to JAX for that model;
 * the quickstart model's first call (Dynamo + aot_autograd + convert + passes + XLA),
-  L2 cache off, the best of `--first-calls` fresh compiles.
+  L2 cache off, the best of `--first-calls` fresh compiles;
+* `decode` (issue 28, not in the default cases): the host cost of one compiled greedy
+  decode step of bench/tpu.py's Llama (`--small`, `--layers`, 16 by default: ~180 tpu
+  tensor arguments, 32 KV caches written in place), split into Dynamo's frame, its
+  guards, its disable wrapper, and our graph callable's stages (arguments, launch,
+  results, write-back), each timed alone on the calling thread's CPU clock: XLA:CPU's
+  worker threads run the program, so this is host time, not device time.
 
     .venv/bin/python bench/overhead.py [--rounds 9] [--calls 40] [--skip-inductor]
+    .venv/bin/python bench/overhead.py --cases decode [--layers 16] [--profile]
 
 JAX is given the parameters as arguments (a jit closing over its weights lets XLA fold
 them as constants). Contenders are interleaved in short blocks per round and each
@@ -243,13 +250,185 @@ def quickstart_first_call(repeats: int) -> float:
     return best
 
 
+def decode_case(rounds: int, calls: int, layers: int, profile: bool) -> dict[str, float]:
+    """Thread CPU µs per call (median over rounds of each round's mean) of one compiled
+    decode step and of its parts, each called alone with the arguments Dynamo passes."""
+    import copy
+
+    import torch
+
+    import tpu as T
+
+    cfg = T.llama_config(True, layers)
+    model = copy.deepcopy(T.base_llama(cfg)).to("tpu")
+    step = torch.compile(model.decode, backend="tpu")
+    total = 12
+    shape = (1, cfg.kv_heads, total, cfg.head_dim)
+    caches = [[torch.zeros(shape, dtype=torch.bfloat16, device="tpu") for _ in range(cfg.layers)] for _ in range(2)]
+    tok = torch.randint(0, cfg.vocab, (1, 1), generator=torch.Generator().manual_seed(0)).to("tpu")
+    positions = [torch.tensor([i]).to("tpu") for i in range(total)]
+    turn = iter(range(1 << 62))
+
+    def decode():
+        return step(tok, positions[next(turn) % total], caches[0], caches[1])
+
+    with torch.no_grad():
+        for _ in range(3):
+            decode()
+        # The flat arguments Dynamo passes to the graph's callable (its global in the
+        # traced function's module), caught on one call.
+        name = next(k for k in vars(T) if k.startswith("__compiled_fn"))
+        compiled_fn = vars(T)[name]
+        caught: list = []
+
+        def catch(*args):
+            caught.append(args)
+            return compiled_fn(*args)
+
+        vars(T)[name] = catch
+        decode()
+        vars(T)[name] = compiled_fn
+        (flat,) = caught
+        ours = compiled_fn._torchdynamo_orig_callable
+        frame_locals = {"self": model, "ids": tok, "pos": positions[0], "k_caches": caches[0], "v_caches": caches[1]}
+        guards = [e.guard_manager for e in _cache_entries(type(model).decode)]
+        contenders = {
+            "step (Dynamo frame + guards + graph)": decode,
+            "Dynamo guards": lambda: [g.check(frame_locals) for g in guards],
+            "Dynamo's disable wrapper + ours": lambda: compiled_fn(*flat),
+            "ours: graph callable": lambda: ours(*flat),
+        }
+        contenders.update(_decode_stages(flat, ours))
+        for fn in contenders.values():
+            fn()
+        if profile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(calls):
+                decode()
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        per_round: dict[str, list[float]] = {k: [] for k in contenders}
+        for _ in range(rounds):
+            for key, fn in contenders.items():
+                t0 = time.thread_time()
+                for _ in range(calls):
+                    fn()
+                per_round[key].append((time.thread_time() - t0) / calls)
+        torch.tpu.synchronize()
+    return {k: statistics.median(v) for k, v in per_round.items()} | {
+        "arguments": len(flat), "spread": {k: (min(v), max(v)) for k, v in per_round.items()}}
+
+
+class _NotLaunched(Exception):
+    pass
+
+
+def _decode_stages(flat: tuple, ours) -> dict:
+    """Our graph callable's stages, each alone on the same arguments. With the device
+    fast path (`Invoker.device_caller`): the arguments' buffers read in one loop, the
+    launch, the results made and the updated caches written into their inputs. Before it
+    (an older tree): the argument plan, the launch through the converters, the results as
+    tpu tensors, and the write-back by `copy_`."""
+    import gc
+    import inspect
+
+    import torch
+
+    from torch_tpu.program.invoker import Invoker
+    from torch_tpu.program.tpu_tensors import tpu_tensors
+
+    invokers = [o for o in gc.get_objects() if type(o) is Invoker and o.plan.device_index is not None
+                and len(o.plan._specs) == len(flat)]
+    if not invokers:
+        return {}
+    invoker = invokers[-1]
+    executable, index, device = invoker.executable, invoker.plan.device_index, tpu_tensors()
+    positions = inspect.getclosurevars(ours).nonlocals.get("written", [])
+    results = len(executable.signature.results)
+    if hasattr(invoker, "device_caller"):
+        from torch_tpu.runtime import dtypes
+
+        def dtype(spec):
+            return dtypes.torch_dtype(spec.element_type)
+
+        arg_specs = [(tuple(a.shape), dtype(a), a.element_type) for a in executable.signature.args]
+        result_specs = [(tuple(r.shape), dtype(r)) for r in executable.signature.results]
+        writes = {results - len(positions) + k: p for k, p in enumerate(positions)}
+        launch = executable.buffer_launcher()
+        launched: list = []
+
+        def no_launch(buffers):  # the arguments' loop alone: no program, no results
+            launched.append(buffers)
+            raise _NotLaunched
+
+        reader = device.graph_caller(arg_specs, result_specs, executable.devices[0], index, no_launch,
+                                     invoker.host_results, writes)
+
+        def read_only():
+            try:
+                reader(flat)
+            except _NotLaunched:
+                launched.clear()
+
+        try:
+            reader(flat)
+        except _NotLaunched:
+            pass
+        buffers = launched.pop()
+        call = device.graph_caller(arg_specs, result_specs, executable.devices[0], index, launch,
+                                   invoker.host_results, writes)
+        fast = invoker.device_caller(list, writes)
+        outs = launch(buffers)
+        relaunched = device.graph_caller(arg_specs, result_specs, executable.devices[0], index, lambda _: outs,
+                                         invoker.host_results, writes)
+
+        def without_launch():  # the arguments' loop, then the results and writes of one launch
+            with torch.no_grad():
+                return relaunched(flat)
+
+        def whole_call():
+            with torch.no_grad():
+                return fast(*flat)
+
+        return {
+            "  arguments (buffers read in one loop)": read_only,
+            "  launch (buffer_launcher: PjRT execute)": lambda: launch(buffers),
+            f"  arguments + results + {len(writes)} writes (no launch)": without_launch,
+            f"  whole fast call (+ results, {len(writes)} writes)": whole_call,
+        }
+    arguments = invoker.arguments(flat)
+    buffers = executable.execute(arguments)
+    wrap = device.result
+    made = [wrap(b, index) for b in buffers]
+    own = len(made) - len(positions)
+    written = [(flat[i], made[own + k]) for k, i in enumerate(positions)]
+
+    def write_back():
+        with torch.no_grad():
+            for dst, src in written:
+                dst.copy_(src)
+
+    return {
+        "  arguments (plan: tensors -> buffers)": lambda: invoker.arguments(flat),
+        "  launch (converters + PjRT execute)": lambda: executable.execute(arguments),
+        "  results (buffers -> tpu tensors)": lambda: [wrap(b, index) for b in buffers],
+        f"  write-back ({len(written)} copy_)": write_back,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--calls", type=int, default=40, help="calls per contender per round (x10 for x + 1)")
     p.add_argument("--first-calls", type=int, default=2)
     p.add_argument("--skip-inductor", action="store_true")
-    p.add_argument("--cases", default="tiny,mlp,block,first")
+    p.add_argument("--cases", default="tiny,mlp,block,first", help="also: decode")
+    p.add_argument("--layers", type=int, default=16, help="decode: the Llama's layers (bench/tpu.py --small)")
+    p.add_argument("--profile", action="store_true", help="decode: print a cProfile of the step first")
     args = p.parse_args(argv)
     cases = set(args.cases.split(","))
 
@@ -287,6 +466,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"block d512 8x128: ours {t['ours'] * 1e3:.3f} ms, jax {t['jax'] * 1e3:.3f} ms; "
               f"ours/jax {t['ours'] / t['jax']:.3f}x; floor (jax.jit as the Dynamo backend) "
               f"{t['floor: dynamo + jax.jit'] / t['jax']:.3f}x")
+    if "decode" in cases:
+        t = decode_case(args.rounds, args.calls, args.layers, args.profile)
+        spread = t.pop("spread")
+        print(f"decode step, --small --layers {args.layers}: {t.pop('arguments')} arguments; "
+              "thread CPU µs per call (median of rounds, [min, max])")
+        for k, v in t.items():
+            lo, hi = spread[k]
+            print(f"  {k:42s} {v * 1e6:8.1f}  [{lo * 1e6:.1f}, {hi * 1e6:.1f}]")
     if "first" in cases:
         print(f"quickstart first call (L2 off, best of {args.first_calls}): "
               f"{quickstart_first_call(args.first_calls):.2f} s")

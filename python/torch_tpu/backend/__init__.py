@@ -154,7 +154,7 @@ def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | No
             # outputs whose positions it recorded.
             written = take_input_writes(gm)
             gm.meta[ALIASES_REPLAYED] = True
-        compiled = compile_graph(gm, example_inputs, name=_graph_name(source, graph_id, role))
+        compiled = compile_graph(gm, example_inputs, name=_graph_name(source, graph_id, role), input_writes=written)
         if taken:
             compiled = with_saved_inputs(compiled, taken)
         if written:

@@ -7,7 +7,7 @@ import contextvars
 import logging
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable
 
 import torch
@@ -51,8 +51,12 @@ class CompiledGraph:
 
     def __init__(self, executable, imported, precision_sensitive: bool = True,
                  resident: Iterable[int] = (), written: Iterable[int] = (), host_results: Iterable[int] = (),
-                 device_index: int | None = None) -> None:
+                 device_index: int | None = None, input_writes: Sequence[int] = ()) -> None:
         self.executable = executable
+        # Input positions whose new values are the graph's last outputs, one per output
+        # (`_input_writes.take_input_writes`): the caller writes them back
+        # (`with_input_writes`); on tpu tensors the fast path may write them itself.
+        self.input_writes = tuple(input_writes)
         self.imported = imported
         self.precision_sensitive = precision_sensitive
         self._input_specs = [s for s in imported.inputs if s.role == "input"]
@@ -85,7 +89,28 @@ class CompiledGraph:
         if not isinstance(self.executable, HostCallable):
             return None  # a tpu_dist graph's DistributedGraphProgram: its own call path
         result_type = self._output_plan.direct_type(len(self.executable.signature.results))
-        return None if result_type is None else self.invoker.host_caller(result_type)
+        if result_type is None:
+            return None
+        if self.invoker.plan.device_index is not None:
+            return self.invoker.device_caller(result_type, self._written_results())
+        return self.invoker.host_caller(result_type)
+
+    def _written_results(self) -> dict[int, int]:
+        """Result index -> input position for the outputs that are new values of inputs
+        (`input_writes`), where the result is that output alone: a result that is also one
+        of the graph's own outputs must stay a new tensor, not become the input."""
+        count = len(self.input_writes)
+        if not count or count > len(self._outputs):
+            return {}
+        uses: dict[int, int] = {}
+        for output in self._outputs:
+            if output.kind == "tensor":
+                uses[output.index] = uses.get(output.index, 0) + 1
+        writes = {}
+        for output, position in zip(self._outputs[-count:], self.input_writes):
+            if output.kind == "tensor" and uses[output.index] == 1:
+                writes[output.index] = position
+        return writes
 
     def prepare_inputs(self, args) -> list:
         """The executable's arguments for the graph's inputs `args`."""
@@ -148,11 +173,13 @@ def _fill_placeholder_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
             node.meta["val"] = example
 
 
-def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bounds=None, defer: bool = False):
+def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bounds=None, defer: bool = False,
+                        input_writes: Sequence[int] = ()):
     """Compiles a graph every node of which has a lowering. Raises LoweringError. A graph
     with symbolic sizes compiles at bounds (`symbol_bounds`, else from its ShapeEnv and
     TORCH_TPU_DYNAMIC_BOUND) and returns a `_dynamic.DynamicCompiledGraph`. `defer`: a
-    graph with static sizes returns a `PendingGraph` while XLA compiles it."""
+    graph with static sizes returns a `PendingGraph` while XLA compiles it. `input_writes`:
+    `CompiledGraph.input_writes` of a graph with static sizes."""
     if symbol_bounds is not None or has_symbolic_shapes(gm):
         from . import _dynamic  # bounded graphs only: ~5 ms of a first compile's imports
 
@@ -195,7 +222,8 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     def finish() -> CompiledGraph:
         program.resolve()
         _report_slow_compile(name, imported.node_count, program.seconds, program.timings)
-        return fx_graph(program.executable, imported, precision_sensitive, resident, host, device_index, layouts)
+        return fx_graph(program.executable, imported, precision_sensitive, resident, host, device_index, layouts,
+                        input_writes if symbol_bounds is None else ())
 
     if defer:
         return PendingGraph(finish, precision_sensitive)
@@ -219,12 +247,13 @@ def _in_distributed_graph(gm: torch.fx.GraphModule) -> bool:
 
 
 def fx_graph(executable, imported, precision_sensitive: bool, resident: Iterable[int], host, device_index,
-             layouts: list | None) -> CompiledGraph:
+             layouts: list | None, input_writes: Sequence[int] = ()) -> CompiledGraph:
     """The `CompiledGraph` of a Dynamo/aot_autograd graph: `resident` inputs held on the
     device, `host` results returned as CPU tensors, tpu tensors in and out when
-    `device_index` is set, eager's output `layouts` applied (None: a bounded graph's)."""
+    `device_index` is set, eager's output `layouts` applied (None: a bounded graph's),
+    `input_writes` as `CompiledGraph.input_writes`."""
     compiled = CompiledGraph(executable, imported, precision_sensitive, resident=resident, host_results=host,
-                             device_index=device_index)
+                             device_index=device_index, input_writes=input_writes)
     if layouts is not None:
         compiled.set_output_layouts(layouts)
     return compiled
@@ -311,10 +340,14 @@ def _precision_sensitive(compiled) -> bool:
     return True
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "graph") -> Callable[..., Any]:
+def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "graph",
+                  input_writes: Sequence[int] = ()) -> Callable[..., Any]:
     """Compiles `gm` (an ATen graph with meta['val'] on its nodes). Nodes without a
     lowering, or whose lowering rejects their arguments, run in PyTorch eager; the rest
-    runs compiled, at the precision mode in force when called (`PrecisionKeyed`)."""
+    runs compiled, at the precision mode in force when called (`PrecisionKeyed`).
+    `input_writes`: the input positions whose new values are `gm`'s last outputs
+    (`_input_writes.take_input_writes`); the caller still writes them back
+    (`with_input_writes`), a whole-graph program may have done it already."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     _fill_placeholder_meta(gm, example_inputs)
@@ -324,7 +357,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs=None, name: str = "gr
         # into the module are real tensors and must be read as such.
         with unset_fake_temporarily():
             try:
-                compiled = _compile_graph_deferring(gm, name, defer)
+                compiled = _compile_graph_deferring(gm, name, defer, input_writes)
             except _recovery.COMPILE_FAILURES as err:
                 # The pipeline or XLA rejected the graph: compile it for concrete sizes or
                 # run it in eager, never raise (unless TORCH_TPU_STRICT=1).
@@ -352,15 +385,16 @@ def _defer_first_compile() -> bool:
 _DEFER_XLA: contextvars.ContextVar[bool] = contextvars.ContextVar("torch_tpu_defer_xla", default=False)
 
 
-def _compile_graph_deferring(gm: torch.fx.GraphModule, name: str, defer: bool):
+def _compile_graph_deferring(gm: torch.fx.GraphModule, name: str, defer: bool, input_writes: Sequence[int] = ()):
     token = _DEFER_XLA.set(defer)
     try:
-        return _compile_graph(gm, None, name)
+        return _compile_graph(gm, None, name, input_writes)
     finally:
         _DEFER_XLA.reset(token)
 
 
-def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable[..., Any]:
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str,
+                   input_writes: Sequence[int] = ()) -> Callable[..., Any]:
     _fill_placeholder_meta(gm, example_inputs)
     # Before partitioning: an as_strided that runs in eager must read the storage root.
     rebase_storage_views(gm)
@@ -380,7 +414,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> Calla
     for _ in range(64):
         try:
             if not rejected:
-                return compile_whole_graph(gm, name, defer=_DEFER_XLA.get())
+                return compile_whole_graph(gm, name, defer=_DEFER_XLA.get(), input_writes=input_writes)
             return _compile_partitioned(gm, rejected, name)
         except LoweringError as err:
             if err.node is None:

@@ -51,7 +51,10 @@ def take_input_writes(gm: torch.fx.GraphModule) -> list[int]:
 
 def with_input_writes(compiled: Callable[..., Sequence[Any]], written: list[int]) -> Callable[..., list]:
     """`compiled`, whose last results are the new values of the inputs at `written`,
-    writing them into those inputs and returning the graph's own results."""
+    writing them into those inputs and returning the graph's own results. A result that
+    is the input itself was written by `compiled` already (a compiled graph on tpu
+    tensors gives the input's storage the result's buffer, as this `copy_` would:
+    `CompiledGraph.input_writes`)."""
     count = len(written)
 
     def call(*args: Any) -> list:
@@ -59,7 +62,9 @@ def with_input_writes(compiled: Callable[..., Sequence[Any]], written: list[int]
         own = len(results) - count
         with torch.no_grad():
             for position, value in zip(written, results[own:]):
-                args[position].copy_(value)
+                target = args[position]
+                if value is not target:
+                    target.copy_(value)
         return results[:own]
 
     return call

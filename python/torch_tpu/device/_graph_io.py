@@ -22,14 +22,17 @@ already a device buffer, so it never enters the host-side resident-parameter cac
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import torch
 
+from torch_tpu.runtime import dtypes
 from torch_tpu.runtime.buffer import DeviceBuffer
 
 from . import _storage
-from ._buffers import entry_of
+from ._buffers import TABLE, entry_of
+from ._modes import EagerMode, get_eager_mode, is_blocking
 from ._ops import TensorArg
 from ._storage import buffer_of, contiguous_stride, layout_passes_as_is
 
@@ -134,14 +137,103 @@ def flat_buffer(entry):
 def result(buffer, index: int) -> torch.Tensor:
     """A new tpu tensor (row-major) over a new storage that is the graph result's
     DeviceBuffer, in its shape (no relayout): the constructor every op result takes."""
-    from ._modes import is_blocking
-    from torch_tpu.runtime import dtypes
-
     size = [int(s) for s in buffer.shape]
     if is_blocking():
         buffer.synchronize()
     return _storage.new_tensor(buffer, math.prod(size), size, contiguous_stride(size),
                                dtypes.torch_dtype(buffer._row), index, contiguous=True)
+
+
+def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
+                 results: Sequence[tuple[tuple[int, ...], torch.dtype]], device: Any, index: int,
+                 launch: Callable[[list], list], host: frozenset[int] = frozenset(),
+                 writes: dict[int, int] | None = None) -> Callable[[Sequence[Any]], list | None]:
+    """`call(tensors)`: one call of a compiled graph's program on tpu tensors, for a
+    program that takes `args` `(shape, torch dtype, element type)` on the runtime `device`
+    and returns `results` `(shape, torch dtype)`; `launch(buffers)` runs it
+    (`Executable.buffer_launcher`). Returns the results as `result` makes them (CPU
+    tensors at `host`), or None when a tensor is not what this path reads (the caller
+    then takes the per-argument path: `argument`, the converters, which handle it or
+    raise their errors).
+
+    What the per-argument path does for each of a decode step's ~180 parameters and
+    caches (~1.3 us each, measured), in one loop: a tensor passes when it is its
+    storage's buffer as it is (`argument`'s common case: same dtype, offset 0, row-major,
+    the buffer's shape) and the buffer is what the converter accepts without a word (the
+    parameter's shape and element type, this device). A deleted buffer is seen when the
+    launch fails, and the per-argument path then raises its error.
+
+    `writes` maps results that are new values of the call's inputs to those inputs'
+    positions (a compiled graph's writes into its inputs, `backend/_input_writes.py`).
+    Where `dst.copy_(result)` would only give `dst`'s storage the result's buffer
+    (`_copy._shares_buffer`: here the input passed the loop above, so it covers its
+    storage, and the result has its shape and dtype), that is done here, `dst`'s version
+    counter records the write, and the input itself stands at that result's place (the
+    caller skips copying a tensor onto itself): no result tensor, no `copy_`. Not in FUSED
+    mode (the copy is recorded in the trace) nor while a dispatch or function mode is
+    active (those see the `copy_` calls)."""
+    entries = TABLE._entries
+    checks = tuple((shape, dtype, row, dtype.is_complex) for shape, dtype, row in args)
+    plan = []
+    direct = {}
+    for k, (shape, dtype) in enumerate(results):
+        size = [int(s) for s in shape]
+        written = (writes or {}).get(k)
+        if written is not None and tuple(args[written][0]) == tuple(shape) and args[written][1] is dtype:
+            direct[k] = written
+        plan.append((k in host, math.prod(size), size, contiguous_stride(size), dtype, direct.get(k)))
+    plan = tuple(plan)
+    new_tensor = _storage.new_tensor
+    dispatch_modes = torch._C._len_torch_dispatch_stack
+    function_modes = torch._C._is_torch_function_mode_enabled
+    increment_version = torch._C._increment_version
+    fused = EagerMode.FUSED
+
+    def call(tensors: Sequence[Any]) -> list | None:
+        buffers = []
+        read = []
+        append = buffers.append
+        get = entries.get
+        for t, (shape, dtype, row, complex_) in zip(tensors, checks):
+            entry = get(t.data_ptr())  # the storage's address when the offset is 0 (checked)
+            if entry is None:
+                return None
+            buffer = entry._buffer
+            if (buffer.__class__ is not DeviceBuffer or t.dtype is not dtype or entry.dtype is not dtype
+                    or buffer._row is not row or buffer.device is not device or buffer.shape != shape
+                    or t.shape != shape or t.storage_offset() or not t.is_contiguous() or t.is_neg()
+                    or (complex_ and t.is_conj())):
+                return None
+            append(buffer)
+            read.append(entry)
+        try:
+            outs = launch(buffers)
+        except Exception:
+            if any(b.is_deleted for b in buffers):
+                return None  # the per-argument path names the deleted argument
+            raise
+        blocking = is_blocking()
+        writing = bool(direct) and get_eager_mode() is not fused and not dispatch_modes() and not function_modes()
+        out = []
+        written = []
+        for buffer, (on_host, numel, size, stride, dtype, position) in zip(outs, plan):
+            if on_host:
+                out.append(buffer.to_torch())
+                continue
+            if blocking:
+                buffer.synchronize()
+            if position is not None and writing:
+                read[position].buffer = buffer
+                dst = tensors[position]
+                written.append(dst)
+                out.append(dst)
+                continue
+            out.append(new_tensor(buffer, numel, size, stride, dtype, index, contiguous=True))
+        if written:
+            increment_version(written)
+        return out
+
+    return call
 
 
 def device_of(args) -> int | None:

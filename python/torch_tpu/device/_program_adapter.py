@@ -27,6 +27,9 @@ class DeviceTpuTensors:
     def rng_key(self, index: int) -> torch.Tensor:
         return _random.key_tensor(index)
 
+    def graph_caller(self, args, results, device, index, launch, host, writes):
+        return _graph_io.graph_caller(args, results, device, index, launch, host, writes)
+
 
 def install() -> None:
     from torch_tpu.program.tpu_tensors import install as install_adapter

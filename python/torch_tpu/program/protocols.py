@@ -46,6 +46,14 @@ class HostCallable(Protocol):
     def caller(self, result_type: type) -> Callable[..., Any]: ...
 
 
+@runtime_checkable
+class BufferLaunching(Protocol):
+    """An executable that launches on DeviceBuffers made for it, skipping the argument
+    converters (`runtime.Executable.buffer_launcher`)."""
+
+    def buffer_launcher(self) -> Callable[[Any], list]: ...
+
+
 def precision_sensitive(program: Any) -> bool:
     """Whether `program` depends on the precision mode: what it declares, else True."""
     return program.precision_sensitive if isinstance(program, PrecisionAware) else True

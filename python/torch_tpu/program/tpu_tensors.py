@@ -9,7 +9,7 @@ when it registers (`device/_registration.py`); until then no tpu tensor can exis
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -35,6 +35,18 @@ class TpuTensors(Protocol):
         """The next key of device `index`'s generator (a program's RNG argument)."""
         ...
 
+    def graph_caller(self, args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
+                     results: Sequence[tuple[tuple[int, ...], torch.dtype]], device: Any, index: int,
+                     launch: Callable[[list], list], host: frozenset[int], writes: dict[int, int]
+                     ) -> Callable[[Sequence[Any]], list | None]:
+        """`call(tensors)`: a program's call on tpu tensors in one step -- each tensor's
+        buffer (`argument(t, shared=True)` with the program's argument checks, for the
+        parameter specs `args`), `launch(buffers)`, `result` for each result (`results`:
+        shapes and dtypes; CPU tensors at `host`) -- or None where a tensor needs the
+        per-argument path. A result in `writes` (result -> input position) may be written
+        into that input already and stand as the input itself."""
+        ...
+
 
 class _NoDevice:
     """Before the device registers: no argument is a tpu tensor."""
@@ -51,6 +63,9 @@ class _NoDevice:
 
     def rng_key(self, index: int) -> torch.Tensor:
         return self.argument(torch.empty(0), False)
+
+    def graph_caller(self, args, results, device, index, launch, host, writes):
+        return lambda tensors: self.argument(tensors, True)
 
 
 NO_DEVICE: TpuTensors = _NoDevice()

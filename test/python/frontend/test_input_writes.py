@@ -29,9 +29,9 @@ def test_the_written_input_is_a_result_of_the_graph_and_the_copy_node_is_gone():
     graphs = []
     compile_graph = tpu_backend.compile_graph
 
-    def spying(gm, example_inputs, name):
+    def spying(gm, example_inputs, name, **kwargs):
         graphs.append(gm)
-        return compile_graph(gm, example_inputs, name=name)
+        return compile_graph(gm, example_inputs, name=name, **kwargs)
 
     tpu_backend.compile_graph = spying
     try:
@@ -80,3 +80,125 @@ def test_a_training_forward_writes_batch_norm_running_statistics_as_eager_does(m
         torch.testing.assert_close(ours.running_var, ref.running_var)
         torch.testing.assert_close(ours.weight.grad, ref.weight.grad, rtol=1e-5, atol=1e-5)
     assert ours.num_batches_tracked.item() == 3
+
+
+def _tpu():
+    import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
+
+
+def _count_new_storages(monkeypatch) -> list:
+    """Every tpu storage made from now on (an op's or a compiled graph's result)."""
+    from torch_tpu.device._buffers import TABLE
+
+    made = []
+    new_storage = TABLE.new_storage
+
+    def counting(entry, into=None):
+        made.append(entry)
+        return new_storage(entry, into=into)
+
+    monkeypatch.setattr(TABLE, "new_storage", counting)
+    return made
+
+
+def test_on_tpu_tensors_the_call_writes_the_cache_itself_with_no_result_tensor_for_it(monkeypatch):
+    """From the second call (the fast path), the cache's storage takes the program's
+    result buffer in the call: one program, one new storage (the graph's own output), the
+    cache's version counter moved by one as by eager's in-place write, and the output is a
+    tensor of its own."""
+    _tpu()
+    torch._dynamo.reset()
+    step = torch.compile(_cache_step, backend="tpu")
+    cache, ref = torch.zeros(2, 8, 4, device="tpu"), torch.zeros(2, 8, 4)
+    with torch.no_grad():
+        for i in range(2):
+            x = torch.randn(2, 1, 4)
+            step(cache, torch.tensor([i], device="tpu"), x.to("tpu"))
+            _cache_step(ref, torch.tensor([i]), x)
+        x = torch.randn(2, 1, 4)
+        pos, x_tpu = torch.tensor([2], device="tpu"), x.to("tpu")
+        version, eager_version = cache._version, ref._version
+        made = _count_new_storages(monkeypatch)
+        before = torch.tpu.transfer_stats()
+        out = step(cache, pos, x_tpu)
+        moved = torch.tpu.transfer_stats() - before
+        monkeypatch.undo()
+        expected = _cache_step(ref, torch.tensor([2]), x)
+    assert moved.programs_executed == 1, moved
+    assert len(made) == 1, made  # `out` only: the cache's new value is its own storage's buffer
+    assert cache._version - version == ref._version - eager_version == 1
+    assert out.untyped_storage().data_ptr() != cache.untyped_storage().data_ptr()
+    torch.testing.assert_close(out.cpu(), expected)
+    torch.testing.assert_close(cache.cpu(), ref)
+
+
+def test_a_cache_that_does_not_pass_as_it_is_takes_the_per_argument_path_and_is_written():
+    """Caches of the traced shape and strides Dynamo does not recompile for, but whose
+    storage is not the tensor's buffer as it is (an offset, a larger storage): read and
+    written through the views' programs, as before the fast path; nothing else changes."""
+    _tpu()
+    torch._dynamo.reset()
+    step = torch.compile(_cache_step, backend="tpu")
+    big, ref_big = torch.zeros(2, 2, 8, 4, device="tpu"), torch.zeros(2, 2, 8, 4)
+    dense, ref_dense = torch.zeros(2, 8, 4, device="tpu"), torch.zeros(2, 8, 4)
+    with torch.no_grad():
+        for i, (cache, ref) in enumerate([(dense, ref_dense), (dense, ref_dense), (big[1], ref_big[1]),
+                                          (big[0], ref_big[0]), (dense, ref_dense)]):
+            x = torch.randn(2, 1, 4)
+            out = step(cache, torch.tensor([i], device="tpu"), x.to("tpu"))
+            torch.testing.assert_close(out.cpu(), _cache_step(ref, torch.tensor([i]), x))
+    torch.testing.assert_close(big.cpu(), ref_big)
+    torch.testing.assert_close(dense.cpu(), ref_dense)
+
+
+def test_a_deleted_argument_buffer_is_reported_as_before_on_the_fast_path():
+    from torch_tpu.device._buffers import entry_of
+    from torch_tpu.runtime.errors import BufferDeletedError
+
+    _tpu()
+    torch._dynamo.reset()
+    add = torch.compile(lambda a, b: a * 2 + b, backend="tpu")
+    a, b = torch.ones(4, device="tpu"), torch.full((4,), 3.0, device="tpu")
+    for _ in range(2):
+        torch.testing.assert_close(add(a, b).cpu(), torch.full((4,), 5.0))
+    entry_of(b).buffer.delete()
+    with pytest.raises(BufferDeletedError, match="deleted"):
+        add(a, b)
+
+
+def test_an_output_that_is_also_a_written_value_stays_a_tensor_of_its_own():
+    """`new` is both the graph's output and the cache's new value: the cache takes the
+    value, the caller gets a separate tensor (an in-place op on it leaves the cache)."""
+    _tpu()
+
+    def fill(cache, x):
+        new = cache * 0 + x
+        cache.copy_(new)
+        return new
+
+    torch._dynamo.reset()
+    step = torch.compile(fill, backend="tpu")
+    cache = torch.zeros(3, 4, device="tpu")
+    with torch.no_grad():
+        for i in range(3):
+            out = step(cache, torch.full((3, 4), float(i), device="tpu"))
+            assert out is not cache
+            out.add_(10)
+            torch.testing.assert_close(cache.cpu(), torch.full((3, 4), float(i)))
+            torch.testing.assert_close(out.cpu(), torch.full((3, 4), i + 10.0))
+
+
+def test_in_fused_mode_the_writes_are_copies_recorded_in_the_trace():
+    from torch_tpu.device import EagerMode, set_eager_mode
+
+    _tpu()
+    torch._dynamo.reset()
+    step = torch.compile(_cache_step, backend="tpu")
+    cache, ref = torch.zeros(2, 8, 4, device="tpu"), torch.zeros(2, 8, 4)
+    with torch.no_grad(), set_eager_mode(EagerMode.FUSED):
+        for i in range(4):
+            x = torch.randn(2, 1, 4)
+            out = step(cache, torch.tensor([i], device="tpu"), x.to("tpu"))
+            expected = _cache_step(ref, torch.tensor([i]), x)
+        torch.testing.assert_close(out.cpu(), expected)
+        torch.testing.assert_close(cache.cpu(), ref)

@@ -130,11 +130,11 @@ def test_weights_saved_for_the_backward_are_not_results_of_the_forward_program(m
     compiled_outputs = []
     compile_graph = tpu_backend.compile_graph
 
-    def spying(gm, example_inputs, name):
+    def spying(gm, example_inputs, name, **kwargs):
         if name.endswith("forward"):
             output = next(n for n in gm.graph.nodes if n.op == "output")
             compiled_outputs.extend(output.args[0])
-        return compile_graph(gm, example_inputs, name=name)
+        return compile_graph(gm, example_inputs, name=name, **kwargs)
 
     monkeypatch.setattr(tpu_backend, "compile_graph", spying)
     saved = _forward_graph_outputs("min_cut")[1:]
