@@ -37,6 +37,16 @@ _VIEW_KERNELS = (
 )
 
 
+# Ops that PyTorch's own kernel for every device computes as an alias of the input
+# (CompositeExplicitAutograd, no dispatch below it): the device registers no kernel of its
+# own for them. `_unsafe_view` is `view` without view tracking, which `linear`/`matmul`
+# and `reshape` call on a result they just made (mm's output as (batch, seq, features));
+# a lowered kernel copied the storage -- one recorded op and one storage per `nn.Linear`
+# call in FUSED mode (177 of 2,077 ops of bench/tpu.py case 7's 16-layer step) -- where
+# PyTorch's kernel, as on CPU and CUDA, only makes a tensor over the same storage.
+_ALIASING_KERNELS = frozenset({aten._unsafe_view.default})
+
+
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
     def is_available(self) -> bool:
         return True
@@ -103,24 +113,43 @@ def _execute_list_writer(op, *args, **kwargs):
 
 
 def _needs_pytorchs_kernel(op, args, kwargs) -> bool:
-    """Whether a list-writing op must run element by element (`_execute_list_writer`)."""
-    positions: dict[int, set] = {}  # storage -> list positions reading or writing it (-1: all)
-    written: list[tuple[int, int]] = []
-    bound = dict(zip((a.name for a in op._schema.arguments), args))
-    bound.update(kwargs)
-    for argument in op._schema.arguments:
-        value = bound.get(argument.name)
-        writes = argument.alias_info is not None and argument.alias_info.is_write
-        elements = enumerate(value) if isinstance(value, (list, tuple)) else [(-1, value)]
-        for i, t in elements:
-            if isinstance(t, torch.Tensor):
-                if t.device.type != "tpu" and t.dim() > 0:
-                    return True  # host scalars in a tensor: PyTorch's kernel reads them
-                storage = t.untyped_storage().data_ptr()
-                positions.setdefault(storage, set()).add(i)
-                if writes:
-                    written.append((storage, i))
-    return any(positions[storage] != {i} for storage, i in written)
+    """Whether a list-writing op must run element by element (`_execute_list_writer`):
+    a written tensor's storage is read or written at another position of the lists (or by
+    a tensor shared by all), or a list holds a host tensor of more than one element. One
+    pass over the tensors (an optimizer step's lists hold every parameter), each storage
+    remembered at its first position or as seen at several."""
+    where: dict[int, int] = {}  # storage -> the one list position it is at (-1: all), or _SEVERAL
+    written: list[int] = []
+    n = len(args)
+    for i, name, writes in _list_writer_arguments(op):
+        value = args[i] if i < n else kwargs.get(name)
+        if value.__class__ is list or value.__class__ is tuple:
+            elements = enumerate(value)
+        elif isinstance(value, torch.Tensor):
+            elements = ((-1, value),)
+        else:
+            continue
+        for position, t in elements:
+            if not isinstance(t, torch.Tensor):
+                continue
+            if t.dim() > 0 and t.device.type != "tpu":
+                return True  # host scalars in a tensor: PyTorch's kernel reads them
+            storage = t.untyped_storage().data_ptr()
+            if where.setdefault(storage, position) != position:
+                where[storage] = _SEVERAL
+            if writes:
+                written.append(storage)
+    return any(where[storage] == _SEVERAL for storage in written)
+
+
+_SEVERAL = -2
+
+
+@functools.lru_cache(maxsize=None)
+def _list_writer_arguments(op) -> tuple:
+    """(position, name, written) of each of the op's schema arguments."""
+    return tuple((i, a.name, a.alias_info is not None and a.alias_info.is_write)
+                 for i, a in enumerate(op._schema.arguments))
 
 
 @functools.lru_cache(maxsize=1)
@@ -159,7 +188,7 @@ def _lowered_targets(ops):
             if form in seen:
                 continue
             seen.add(form)
-            if is_view(form):
+            if is_view(form) or form in _ALIASING_KERNELS:
                 # Views keep PyTorch's own (composite) kernels: a lowered view would copy.
                 continue
             if _writes_a_list(form) and not form._schema.name.endswith("_"):
