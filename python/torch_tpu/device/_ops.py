@@ -998,9 +998,14 @@ def _remember_baked(fast, plan) -> None:
 _REBOUND_RETRIES = 20
 
 
-def run(op, args, kwargs, _retry=0):
-    """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns."""
-    fast = _fast_signature(op, args, kwargs)
+_UNSET = object()
+
+
+def run(op, args, kwargs, _retry=0, fast=_UNSET):
+    """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns.
+    `fast`: the arguments' `_fast_signature`, when the caller made it already."""
+    if fast is _UNSET:
+        fast = _fast_signature(op, args, kwargs)
     plan = None
     if fast is not None:
         plan = _FAST.get(fast[0])

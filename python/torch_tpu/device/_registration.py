@@ -17,6 +17,7 @@ import threading
 
 import torch
 
+from ._buffers import StorageEntry
 from . import (
     _attention, _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _program_adapter, _resize_storage, _serialization,
 )
@@ -68,10 +69,12 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 
 def _cpu_redispatch(op):
-    def kernel(*args, **kwargs):
-        return op.redispatch(_CPU, *args, **kwargs)
-
-    return kernel
+    """The kernel of a view op: PyTorch's CPU kernel over the same (non-owning) storage.
+    The operator handle's own `redispatch_boxed` bound to the CPU key, called by the
+    dispatcher with no Python frame of ours or of `OpOverload.redispatch` on the way: a
+    training step makes more views than ops (transposes and reshapes of every matmul,
+    forward and backward: ~1,450 in a step of bench/tpu.py case 7), ~1 us each."""
+    return functools.partial(op._handle.redispatch_boxed, _CPU)
 
 
 def _set_storage(self, source, storage_offset, size, stride=()):
@@ -102,10 +105,18 @@ def _execute_list_writer(op, *args, **kwargs):
     lists or by a tensor shared by all (`_foreach_add_([a, b], [b, a])` reads the `b`
     that its first element wrote). Such a call, one with a host tensor of more than one
     element (`_foreach_addcdiv_.Tensor`'s scalars) and one no plan takes run PyTorch's
-    own kernel, which runs each element's in-place op on the device."""
-    if not _needs_pytorchs_kernel(op, args, kwargs):
+    own kernel, which runs each element's in-place op on the device.
+    When every argument takes the plans' fast signature (every tensor a tpu tensor), the
+    aliasing is read from its operands, the storages' entries in argument order, without
+    a second pass over the tensors (an optimizer's lists hold every parameter)."""
+    fast = _ops._fast_signature(op, args, kwargs)
+    if fast is None:
+        aliased = _needs_pytorchs_kernel(op, args, kwargs)
+    else:
+        aliased = _operands_aliased(op, args, kwargs, fast[1])
+    if not aliased:
         try:
-            return _ops.run(op, args, kwargs)
+            return _ops.run(op, args, kwargs, fast=fast)
         except (_ops.Unlowerable, _ops.OverlappingWrite):
             pass
     # (`_op_dk`: the kernel registered for a dispatch key, here PyTorch's element-by-element one.)
@@ -143,6 +154,43 @@ def _needs_pytorchs_kernel(op, args, kwargs) -> bool:
 
 
 _SEVERAL = -2
+
+
+def _operands_aliased(op, args, kwargs, operands) -> bool:
+    """`_needs_pytorchs_kernel` for arguments that took the fast signature: `operands`
+    holds each tensor's storage entry in argument order (positional, then by name; list
+    elements in order) and the run-time numbers. Distinct storages (the common case: an
+    optimizer's lists) alias nothing; otherwise each storage's list positions are compared
+    as there (`_foreach_addcmul_(v, g, g)` reads each `g` at its own position only)."""
+    entries = [id(v) for v in operands if v.__class__ is StorageEntry]
+    if len(set(entries)) == len(entries):
+        return False
+    written_names = _written_names(op)
+    where: dict[int, int] = {}
+    written: list[int] = []
+    slots = iter(entries)
+    for name, value in itertools.chain(zip(_ops._positional_names(op), args), kwargs.items()):
+        if value.__class__ is list or value.__class__ is tuple:
+            elements = enumerate(value)
+        elif isinstance(value, torch.Tensor):
+            elements = ((-1, value),)
+        else:
+            continue
+        writes = name in written_names
+        for position, t in elements:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = next(slots)
+            if where.setdefault(storage, position) != position:
+                where[storage] = _SEVERAL
+            if writes:
+                written.append(storage)
+    return any(where[storage] == _SEVERAL for storage in written)
+
+
+@functools.lru_cache(maxsize=None)
+def _written_names(op) -> frozenset:
+    return frozenset(name for _, name, writes in _list_writer_arguments(op) if writes)
 
 
 @functools.lru_cache(maxsize=None)
