@@ -48,6 +48,14 @@ _VIEW_KERNELS = (
 _ALIASING_KERNELS = frozenset({aten._unsafe_view.default})
 
 
+# CompositeImplicitAutograd ops that the device runs through their lowering rather than
+# PyTorch's decomposition: a kernel registered for PrivateUse1 takes precedence over the
+# composite one below autograd (the op keeps its own derivative formula). SiLU's backward
+# decomposes into 8 small ops (sigmoid, a `1 - s` through empty_like/fill_/sub_, four
+# products and sums): in FUSED mode each is a recorded op, 8 per MLP layer of a step.
+_TAKEN_COMPOSITES = frozenset({aten.silu_backward.default})
+
+
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
     def is_available(self) -> bool:
         return True
@@ -246,7 +254,8 @@ def _lowered_targets(ops):
                 # few ops, not a few per parameter.
                 continue
             try:
-                if torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "CompositeImplicitAutograd"):
+                if form not in _TAKEN_COMPOSITES and \
+                        torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "CompositeImplicitAutograd"):
                     continue
                 if op.namespace != "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "PrivateUse1"):
                     continue

@@ -374,3 +374,28 @@ def test_unsafe_view_is_an_alias_as_on_cpu():
         recorded = [plan for plan, _, _ in _fused._current[0].ops]
     assert len(recorded) == 1, [getattr(p.executable, "name", p) for p in recorded]
     torch.testing.assert_close(out.cpu(), linear(inputs))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_backward_is_one_op_with_its_derivative(dtype):
+    """`silu_backward` (CompositeImplicitAutograd: 8 small ops) runs through its lowering:
+    one recorded op in FUSED mode; gradients as PyTorch's CPU kernel computes them, and a
+    second derivative through the op's own formula."""
+    from torch_tpu.device import EagerMode, _fused, set_eager_mode
+
+    x = torch.randn(5, 7).to(dtype)
+    grad = torch.randn(5, 7).to(dtype)
+    with set_eager_mode(EagerMode.FUSED):
+        torch.tpu.synchronize()
+        out = torch.ops.aten.silu_backward(grad.to("tpu"), x.to("tpu"))
+        recorded = len(_fused._current[0].ops)
+    assert recorded == 1
+    torch.testing.assert_close(out.cpu(), torch.ops.aten.silu_backward(grad, x))
+
+    def grads(device):
+        xd = x.float().to(device).requires_grad_()
+        g, = torch.autograd.grad(torch.nn.functional.silu(xd * 1.5).sum(), xd, create_graph=True)
+        g2, = torch.autograd.grad((g * g).sum(), xd)
+        return g.detach().cpu(), g2.cpu()
+
+    torch.testing.assert_close(grads("tpu"), grads("cpu"))
