@@ -17,10 +17,10 @@ import threading
 
 import torch
 
-from ._buffers import StorageEntry
 from . import (
     _attention, _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _program_adapter, _resize_storage, _serialization,
 )
+from ._buffers import StorageEntry
 
 aten = torch.ops.aten
 _lock = threading.Lock()
