@@ -821,9 +821,35 @@ def _fast_signature(op, args, kwargs):
             key.append(kind)
         elif kind in _HASHABLE:
             key.append((kind, value))
-        elif (kind is list or kind is tuple) and all(type(v) in _NUMBERS for v in value) \
-                and not (position < n and names[position] in scalars):  # a Scalar[] of operands: `describe`
-            key.append((tuple(value), tuple(map(type, value))))
+        elif kind is list or kind is tuple:
+            if value and isinstance(value[0], _TENSOR):
+                # A Tensor[] (`cat`'s inputs, a foreach op's lists): each element as a tensor
+                # argument above, in order (`describe`'s operands are in the same order).
+                layouts = []
+                for t in value:
+                    if not isinstance(t, _TENSOR):
+                        return None
+                    entry = entries.get(t.untyped_storage().data_ptr())
+                    if entry is None or t.is_cpu or t.is_conj() or t.is_neg():
+                        return None
+                    if index is None:
+                        index = entry.device_index
+                    elif index != entry.device_index:
+                        return None
+                    operands.append(entry)
+                    layouts.append((entry.dtype, entry.shape, t.dtype, t.shape, t.stride(), t.storage_offset()))
+                key.append(tuple(layouts))
+            elif position < n and names[position] in scalars:
+                # A Scalar[] of run-time operands (foreach Adam's per-parameter step sizes).
+                kinds = tuple(map(type, value))
+                if not all(k is float or k is int for k in kinds):
+                    return None
+                operands.extend(value)
+                key.append(("numbers", kinds))
+            elif all(type(v) in _NUMBERS for v in value):
+                key.append((tuple(value), tuple(map(type, value))))
+            else:
+                return None
         else:
             return None
         position += 1
@@ -851,7 +877,9 @@ def plan_for(op, args, kwargs):
 
 
 def _plan_for(op, args, kwargs):
-    """plan_for, and whether the plan holds for every value of the Python numbers."""
+    """plan_for, and whether the plan holds for every value of the Python numbers: True,
+    BAKE (for these values only: their plan's operands leave the numbers out) or False
+    (for neither: the op resized its out= arguments first)."""
     index_box: list = [None]
     sig, operands = describe(op, args, kwargs, index_box, False)
     index = index_box[0] if index_box[0] is not None else 0
@@ -886,7 +914,7 @@ def _plan_for(op, args, kwargs):
         _PLANS[key] = plan
     elif plan is FALLBACK:
         raise Unlowerable(f"{op} runs on CPU")
-    return plan, operands, index, not baked
+    return plan, operands, index, BAKE if baked else True
 
 
 def lowering_changed(changed) -> None:
@@ -930,25 +958,72 @@ def _remember(key, plan) -> None:
         _FAST[key] = plan
 
 
+def _baked_numbers(operands) -> tuple | None:
+    """The Python numbers among a fast signature's operands, as a key (with their types:
+    `2 == 2.0`), or None when one is NaN (no key finds it again)."""
+    numbers = tuple([(v.__class__, v) for v in operands if v.__class__ is float or v.__class__ is int])
+    return None if any(v != v for _, v in numbers) else numbers
+
+
+def _baked_plan(fast):
+    """(plan, operands) of a fast signature whose rule needs its numbers as constants
+    (`_FAST` holds BAKE for it): the plan made for these values, its operands the
+    signature's without the numbers (`describe(bake=True)`'s); (None, None) when none
+    was made for them yet. Such ops (`fill_.Scalar`: 16 of a step of bench/tpu.py case 7)
+    took `describe` and the plan key of the full description on every call."""
+    numbers = _baked_numbers(fast[1])
+    if numbers is None:
+        return None, None
+    plan = _FAST.get((*fast[0], ("baked", numbers)))
+    if plan.__class__ is dict:
+        plan = plan.get(current_mode())
+    if plan is None:
+        return None, None
+    return plan, [v for v in fast[1] if v.__class__ is not float and v.__class__ is not int]
+
+
+def _remember_baked(fast, plan) -> None:
+    """Files a plan made for the values of its numbers (`_baked_plan` finds it): BAKE under
+    the fast signature, the plan under the signature and the values. The key keeps the op's
+    id first (`lowering_changed` drops both with the op's plans)."""
+    numbers = _baked_numbers(fast[1])
+    if numbers is None:
+        return
+    _FAST[fast[0]] = BAKE
+    _remember((*fast[0], ("baked", numbers)), plan)
+
+
 # Launches retried when PjRT refused a buffer that another thread's in-place op had
 # donated and rebound between this op's read of the storage and its launch.
 _REBOUND_RETRIES = 20
 
 
-def run(op, args, kwargs, _retry=0):
-    """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns."""
-    fast = _fast_signature(op, args, kwargs)
+_UNSET = object()
+
+
+def run(op, args, kwargs, _retry=0, fast=_UNSET):
+    """Runs `op` on tpu tensors through its plan; returns what PyTorch's op returns.
+    `fast`: the arguments' `_fast_signature`, when the caller made it already."""
+    if fast is _UNSET:
+        fast = _fast_signature(op, args, kwargs)
     plan = None
     if fast is not None:
         plan = _FAST.get(fast[0])
         if plan.__class__ is dict:
             plan = plan.get(current_mode())
+        if plan is BAKE:
+            plan, operands = _baked_plan(fast)
+        else:
+            operands = fast[1]
     if plan is not None:
-        operands, index = fast[1], fast[2]
+        index = fast[2]
     else:
         plan, operands, index, reusable = _plan_for(op, args, kwargs)
-        if fast is not None and reusable:
-            _remember(fast[0], plan)
+        if fast is not None:
+            if reusable is True:
+                _remember(fast[0], plan)
+            elif reusable is BAKE:
+                _remember_baked(fast, plan)
     mode = _modes_state.mode or _modes_global[0] or get_eager_mode()  # (no call once the mode is set)
     outs = None
     try:

@@ -20,6 +20,7 @@ import torch
 from . import (
     _attention, _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _program_adapter, _resize_storage, _serialization,
 )
+from ._buffers import StorageEntry
 
 aten = torch.ops.aten
 _lock = threading.Lock()
@@ -35,6 +36,24 @@ _VIEW_KERNELS = (
     aten.view_as_real.default, aten.view_as_complex.default,
     aten.set_.source_Storage_storage_offset, aten.set_.source_Storage, aten.set_.source_Tensor,
 )
+
+
+# Ops that PyTorch's own kernel for every device computes as an alias of the input
+# (CompositeExplicitAutograd, no dispatch below it): the device registers no kernel of its
+# own for them. `_unsafe_view` is `view` without view tracking, which `linear`/`matmul`
+# and `reshape` call on a result they just made (mm's output as (batch, seq, features));
+# a lowered kernel copied the storage -- one recorded op and one storage per `nn.Linear`
+# call in FUSED mode (177 of 2,077 ops of bench/tpu.py case 7's 16-layer step) -- where
+# PyTorch's kernel, as on CPU and CUDA, only makes a tensor over the same storage.
+_ALIASING_KERNELS = frozenset({aten._unsafe_view.default})
+
+
+# CompositeImplicitAutograd ops that the device runs through their lowering rather than
+# PyTorch's decomposition: a kernel registered for PrivateUse1 takes precedence over the
+# composite one below autograd (the op keeps its own derivative formula). SiLU's backward
+# decomposes into 8 small ops (sigmoid, a `1 - s` through empty_like/fill_/sub_, four
+# products and sums): in FUSED mode each is a recorded op, 8 per MLP layer of a step.
+_TAKEN_COMPOSITES = frozenset({aten.silu_backward.default})
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -58,10 +77,12 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 
 def _cpu_redispatch(op):
-    def kernel(*args, **kwargs):
-        return op.redispatch(_CPU, *args, **kwargs)
-
-    return kernel
+    """The kernel of a view op: PyTorch's CPU kernel over the same (non-owning) storage.
+    The operator handle's own `redispatch_boxed` bound to the CPU key, called by the
+    dispatcher with no Python frame of ours or of `OpOverload.redispatch` on the way: a
+    training step makes more views than ops (transposes and reshapes of every matmul,
+    forward and backward: ~1,450 in a step of bench/tpu.py case 7), ~1 us each."""
+    return functools.partial(op._handle.redispatch_boxed, _CPU)
 
 
 def _set_storage(self, source, storage_offset, size, stride=()):
@@ -92,10 +113,18 @@ def _execute_list_writer(op, *args, **kwargs):
     lists or by a tensor shared by all (`_foreach_add_([a, b], [b, a])` reads the `b`
     that its first element wrote). Such a call, one with a host tensor of more than one
     element (`_foreach_addcdiv_.Tensor`'s scalars) and one no plan takes run PyTorch's
-    own kernel, which runs each element's in-place op on the device."""
-    if not _needs_pytorchs_kernel(op, args, kwargs):
+    own kernel, which runs each element's in-place op on the device.
+    When every argument takes the plans' fast signature (every tensor a tpu tensor), the
+    aliasing is read from its operands, the storages' entries in argument order, without
+    a second pass over the tensors (an optimizer's lists hold every parameter)."""
+    fast = _ops._fast_signature(op, args, kwargs)
+    if fast is None:
+        aliased = _needs_pytorchs_kernel(op, args, kwargs)
+    else:
+        aliased = _operands_aliased(op, args, kwargs, fast[1])
+    if not aliased:
         try:
-            return _ops.run(op, args, kwargs)
+            return _ops.run(op, args, kwargs, fast=fast)
         except (_ops.Unlowerable, _ops.OverlappingWrite):
             pass
     # (`_op_dk`: the kernel registered for a dispatch key, here PyTorch's element-by-element one.)
@@ -103,24 +132,80 @@ def _execute_list_writer(op, *args, **kwargs):
 
 
 def _needs_pytorchs_kernel(op, args, kwargs) -> bool:
-    """Whether a list-writing op must run element by element (`_execute_list_writer`)."""
-    positions: dict[int, set] = {}  # storage -> list positions reading or writing it (-1: all)
-    written: list[tuple[int, int]] = []
-    bound = dict(zip((a.name for a in op._schema.arguments), args))
-    bound.update(kwargs)
-    for argument in op._schema.arguments:
-        value = bound.get(argument.name)
-        writes = argument.alias_info is not None and argument.alias_info.is_write
-        elements = enumerate(value) if isinstance(value, (list, tuple)) else [(-1, value)]
-        for i, t in elements:
-            if isinstance(t, torch.Tensor):
-                if t.device.type != "tpu" and t.dim() > 0:
-                    return True  # host scalars in a tensor: PyTorch's kernel reads them
-                storage = t.untyped_storage().data_ptr()
-                positions.setdefault(storage, set()).add(i)
-                if writes:
-                    written.append((storage, i))
-    return any(positions[storage] != {i} for storage, i in written)
+    """Whether a list-writing op must run element by element (`_execute_list_writer`):
+    a written tensor's storage is read or written at another position of the lists (or by
+    a tensor shared by all), or a list holds a host tensor of more than one element. One
+    pass over the tensors (an optimizer step's lists hold every parameter), each storage
+    remembered at its first position or as seen at several."""
+    where: dict[int, int] = {}  # storage -> the one list position it is at (-1: all), or _SEVERAL
+    written: list[int] = []
+    n = len(args)
+    for i, name, writes in _list_writer_arguments(op):
+        value = args[i] if i < n else kwargs.get(name)
+        if value.__class__ is list or value.__class__ is tuple:
+            elements = enumerate(value)
+        elif isinstance(value, torch.Tensor):
+            elements = ((-1, value),)
+        else:
+            continue
+        for position, t in elements:
+            if not isinstance(t, torch.Tensor):
+                continue
+            if t.dim() > 0 and t.device.type != "tpu":
+                return True  # host scalars in a tensor: PyTorch's kernel reads them
+            storage = t.untyped_storage().data_ptr()
+            if where.setdefault(storage, position) != position:
+                where[storage] = _SEVERAL
+            if writes:
+                written.append(storage)
+    return any(where[storage] == _SEVERAL for storage in written)
+
+
+_SEVERAL = -2
+
+
+def _operands_aliased(op, args, kwargs, operands) -> bool:
+    """`_needs_pytorchs_kernel` for arguments that took the fast signature: `operands`
+    holds each tensor's storage entry in argument order (positional, then by name; list
+    elements in order) and the run-time numbers. Distinct storages (the common case: an
+    optimizer's lists) alias nothing; otherwise each storage's list positions are compared
+    as there (`_foreach_addcmul_(v, g, g)` reads each `g` at its own position only)."""
+    entries = [id(v) for v in operands if v.__class__ is StorageEntry]
+    if len(set(entries)) == len(entries):
+        return False
+    written_names = _written_names(op)
+    where: dict[int, int] = {}
+    written: list[int] = []
+    slots = iter(entries)
+    for name, value in itertools.chain(zip(_ops._positional_names(op), args), kwargs.items()):
+        if value.__class__ is list or value.__class__ is tuple:
+            elements = enumerate(value)
+        elif isinstance(value, torch.Tensor):
+            elements = ((-1, value),)
+        else:
+            continue
+        writes = name in written_names
+        for position, t in elements:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = next(slots)
+            if where.setdefault(storage, position) != position:
+                where[storage] = _SEVERAL
+            if writes:
+                written.append(storage)
+    return any(where[storage] == _SEVERAL for storage in written)
+
+
+@functools.lru_cache(maxsize=None)
+def _written_names(op) -> frozenset:
+    return frozenset(name for _, name, writes in _list_writer_arguments(op) if writes)
+
+
+@functools.lru_cache(maxsize=None)
+def _list_writer_arguments(op) -> tuple:
+    """(position, name, written) of each of the op's schema arguments."""
+    return tuple((i, a.name, a.alias_info is not None and a.alias_info.is_write)
+                 for i, a in enumerate(op._schema.arguments))
 
 
 @functools.lru_cache(maxsize=1)
@@ -159,7 +244,7 @@ def _lowered_targets(ops):
             if form in seen:
                 continue
             seen.add(form)
-            if is_view(form):
+            if is_view(form) or form in _ALIASING_KERNELS:
                 # Views keep PyTorch's own (composite) kernels: a lowered view would copy.
                 continue
             if _writes_a_list(form) and not form._schema.name.endswith("_"):
@@ -169,7 +254,8 @@ def _lowered_targets(ops):
                 # few ops, not a few per parameter.
                 continue
             try:
-                if torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "CompositeImplicitAutograd"):
+                if form not in _TAKEN_COMPOSITES and \
+                        torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "CompositeImplicitAutograd"):
                     continue
                 if op.namespace != "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "PrivateUse1"):
                     continue

@@ -11,6 +11,7 @@ as it is, so programs take it and give it back without a relayout."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -23,6 +24,8 @@ from ._modes import check_alive
 from .module import current_device
 
 _SET = torch.ops.aten.set_.source_Storage_storage_offset
+# `_SET.redispatch` without `OpOverload.redispatch`'s Python frame (every strided op result).
+_SET_ON_CPU = functools.partial(_SET._handle.redispatch_boxed, torch._C.DispatchKeySet(torch._C.DispatchKey.CPU))
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _create_empty = torch._C._acc.create_empty_tensor
 
@@ -132,7 +135,7 @@ def tensor_on(storage: torch.UntypedStorage, dtype: torch.dtype, size, stride, o
     # Straight to the CPU kernel of set_ (what our PrivateUse1 kernel for it does): the
     # tensor is new, so the autograd and version-counter keys above have nothing to do,
     # and the Python kernel hop costs ~20 us per op result.
-    return _SET.redispatch(_CPU, t, storage, int(offset), list(size), list(stride))
+    return _SET_ON_CPU(t, storage, int(offset), list(size), list(stride))
 
 
 def empty(size, stride, dtype: torch.dtype, index: int) -> torch.Tensor:
@@ -171,7 +174,7 @@ def new_tensor(buffer, numel: int, size: list, stride: list, dtype: torch.dtype,
         return t
     storage = TABLE.new_storage(entry)
     t = empty_tensor(dtype, index)
-    return _SET.redispatch(_CPU, t, storage, 0, size, stride)
+    return _SET_ON_CPU(t, storage, 0, size, stride)
 
 
 def buffer_of(entry: StorageEntry):

@@ -287,3 +287,115 @@ def test_python_numbers_of_equal_value_and_other_types_get_their_own_plans():
         # cache, under a float32 tensor (its read converted the dtype back, hiding it).
         assert _storage.entry_of(got).buffer.dtype == want.dtype, fill
         torch.testing.assert_close(got.cpu(), want)
+
+
+# Issue 28: the FUSED training step's host cost per recorded op.
+def test_tensor_lists_and_scalar_lists_take_the_fast_path(monkeypatch):
+    """`cat`'s inputs and a foreach op's lists (and its `Scalar[]`, new values every step)
+    go from the fast signature to the plan; each list element's layout is in the key."""
+    a, b = torch.randn(2, 3), torch.randn(4, 3)
+    ta, tb = a.to("tpu"), b.to("tpu")
+    xs = [torch.randn(3), torch.randn(2, 2)]
+    txs = [x.to("tpu") for x in xs]
+    torch.cat([ta, tb]).cpu()
+    torch.cat([tb, ta]).cpu()
+    torch._foreach_addcdiv_(txs, txs, [t.abs() + 1 for t in txs], [0.5, 2.0])
+    torch._foreach_addcdiv_(xs, xs, [t.abs() + 1 for t in xs], [0.5, 2.0])
+    _no_slow_path(monkeypatch)
+    torch.testing.assert_close(torch.cat([ta, tb]).cpu(), torch.cat([a, b]))
+    torch.testing.assert_close(torch.cat((tb, ta)).cpu(), torch.cat((b, a)))
+    for values in ([0.25, -1.5], [3.0, 0.125]):
+        torch._foreach_addcdiv_(txs, txs, [t.abs() + 1 for t in txs], values)
+        torch._foreach_addcdiv_(xs, xs, [t.abs() + 1 for t in xs], values)
+    torch.testing.assert_close([t.cpu() for t in txs], xs)
+    # Another layout of one element is another signature: planned, not the first plan.
+    monkeypatch.undo()
+    torch.testing.assert_close(torch.cat([ta.t().contiguous().t(), tb]).cpu(), torch.cat([a, b]))
+    torch.testing.assert_close(torch.cat([tb[::2], ta]).cpu(), torch.cat([b[::2], a]))
+
+
+def test_an_in_place_foreach_op_reading_a_written_storage_elsewhere_through_the_fast_path():
+    """The aliasing check of list-writing ops reads the fast signature's operands: a
+    written storage read at another position (or by a shared tensor) still runs PyTorch's
+    element-by-element kernel; the same storage at the same position is one plan's."""
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(2):  # the second time through plans found on the fast path
+        c = [torch.randn(4, generator=generator) for _ in range(3)]
+        tc = [t.to("tpu") for t in c]
+        torch._foreach_add_(tc, [tc[2], tc[0], tc[1]])
+        torch._foreach_add_(c, [c[2], c[0], c[1]])
+        torch._foreach_addcmul_(tc, [tc[0], tc[1], tc[2]], [tc[1], tc[2], tc[0]], value=0.5)
+        torch._foreach_addcmul_(c, [c[0], c[1], c[2]], [c[1], c[2], c[0]], value=0.5)
+        d = [torch.randn(4, generator=generator) for _ in range(3)]
+        td = [t.to("tpu") for t in d]
+        torch._foreach_addcmul_(tc, td, td, value=2.0)  # read twice at its own position
+        torch._foreach_addcmul_(c, d, d, value=2.0)
+        torch.testing.assert_close([t.cpu() for t in tc], c)
+
+
+def test_a_plan_baked_per_value_is_found_on_the_fast_path(monkeypatch):
+    """`fill_.Scalar`'s rule takes its value as a constant (a plan per value): a value seen
+    before finds its plan from the fast signature and the value, not `describe`; another
+    value gets its own plan, never a neighbour's."""
+    t = torch.empty(3, 4, device="tpu")
+    for value in (1.5, 2, -3.25):
+        t.fill_(value)
+    _no_slow_path(monkeypatch)
+    for value in (2, -3.25, 1.5):
+        torch.testing.assert_close(t.fill_(value).cpu(), torch.full((3, 4), float(value)))
+    monkeypatch.undo()
+    torch.testing.assert_close(t.fill_(7.0).cpu(), torch.full((3, 4), 7.0))
+    xi = torch.empty(3, dtype=torch.int64, device="tpu")
+    torch.testing.assert_close(xi.fill_(2).cpu(), torch.full((3,), 2))
+    torch.testing.assert_close(xi.fill_(True).cpu(), torch.full((3,), 1))
+
+
+def test_unsafe_view_is_an_alias_as_on_cpu():
+    """`_unsafe_view` (what `nn.Linear` returns for a batch of sequences: mm's result seen
+    as (batch, seq, features)) is PyTorch's aliasing kernel on the device, as on CPU: the
+    same storage, no op -- FUSED mode records one op for the linear, not two."""
+    from torch_tpu.device import EagerMode, _fused, set_eager_mode
+
+    x = torch.randn(6, 4)
+    t = x.to("tpu")
+    y = torch.ops.aten._unsafe_view(t, [2, 3, 4])
+    assert y.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+    assert (y.shape, y.stride()) == ((2, 3, 4), (12, 4, 1))
+    torch.testing.assert_close(y.cpu(), x.view(2, 3, 4))
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        torch.ops.aten._unsafe_view(t.t(), [24])
+    linear = torch.nn.Linear(4, 5)
+    device_linear = torch.nn.Linear(4, 5).to("tpu")
+    device_linear.load_state_dict(linear.state_dict())
+    inputs = torch.randn(2, 3, 4)
+    with set_eager_mode(EagerMode.FUSED):
+        torch.tpu.synchronize()
+        out = device_linear(inputs.to("tpu"))
+        recorded = [plan for plan, _, _ in _fused._current[0].ops]
+    assert len(recorded) == 1, [getattr(p.executable, "name", p) for p in recorded]
+    torch.testing.assert_close(out.cpu(), linear(inputs))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_backward_is_one_op_with_its_derivative(dtype):
+    """`silu_backward` (CompositeImplicitAutograd: 8 small ops) runs through its lowering:
+    one recorded op in FUSED mode; gradients as PyTorch's CPU kernel computes them, and a
+    second derivative through the op's own formula."""
+    from torch_tpu.device import EagerMode, _fused, set_eager_mode
+
+    x = torch.randn(5, 7).to(dtype)
+    grad = torch.randn(5, 7).to(dtype)
+    with set_eager_mode(EagerMode.FUSED):
+        torch.tpu.synchronize()
+        out = torch.ops.aten.silu_backward(grad.to("tpu"), x.to("tpu"))
+        recorded = len(_fused._current[0].ops)
+    assert recorded == 1
+    torch.testing.assert_close(out.cpu(), torch.ops.aten.silu_backward(grad, x))
+
+    def grads(device):
+        xd = x.float().to(device).requires_grad_()
+        g, = torch.autograd.grad(torch.nn.functional.silu(xd * 1.5).sum(), xd, create_graph=True)
+        g2, = torch.autograd.grad((g * g).sum(), xd)
+        return g.detach().cpu(), g2.cpu()
+
+    torch.testing.assert_close(grads("tpu"), grads("cpu"))
