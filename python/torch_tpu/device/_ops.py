@@ -863,10 +863,16 @@ def _leaf_kinds(value):
     """The types of a signature's leaves, part of the plan key: Python numbers that stay
     in the signature (baked ones, list elements) compare equal across types -- `2`, `2.0`
     and `True` -- yet give different results (`torch.full((2,), 2)` is int64, with `2.0`
-    float32)."""
+    float32). -0.0 has a kind of its own: it equals 0.0 and hashes alike, yet
+    `fill_(-0.0)` must not run the program baked with 0.0."""
     if value.__class__ is tuple:
         return tuple(_leaf_kinds(v) for v in value)
+    if value.__class__ is float and value == 0.0 and math.copysign(1.0, value) < 0:
+        return _NEGATIVE_ZERO
     return value.__class__
+
+
+_NEGATIVE_ZERO = (float, "-0.0")
 
 
 def plan_for(op, args, kwargs):
@@ -961,7 +967,7 @@ def _remember(key, plan) -> None:
 def _baked_numbers(operands) -> tuple | None:
     """The Python numbers among a fast signature's operands, as a key (with their types:
     `2 == 2.0`), or None when one is NaN (no key finds it again)."""
-    numbers = tuple([(v.__class__, v) for v in operands if v.__class__ is float or v.__class__ is int])
+    numbers = tuple([(_leaf_kinds(v), v) for v in operands if v.__class__ is float or v.__class__ is int])
     return None if any(v != v for _, v in numbers) else numbers
 
 

@@ -399,3 +399,15 @@ def test_silu_backward_is_one_op_with_its_derivative(dtype):
         return g.detach().cpu(), g2.cpu()
 
     torch.testing.assert_close(grads("tpu"), grads("cpu"))
+
+
+def test_negative_zero_is_not_the_plan_baked_with_positive_zero():
+    """-0.0 == 0.0 and both hash alike: a plan baked with one must not serve the other
+    (fill_ bakes its value), on the fast path and through `describe`."""
+    import math
+
+    x = torch.empty(3, device="tpu")
+    for value in (0.0, -0.0, 0.0, -0.0):
+        x.fill_(value)
+        assert math.copysign(1.0, x.cpu()[0].item()) == math.copysign(1.0, value)
+    assert math.copysign(1.0, torch.full((2,), -0.0, device="tpu").cpu()[0].item()) == -1.0
