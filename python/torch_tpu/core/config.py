@@ -271,8 +271,7 @@ declare(
     "TORCH_TPU_ATTENTION_KERNEL", one_of("auto", "pallas", "xla"), "auto",
     "`F.scaled_dot_product_attention` (bf16/f16, no mask or a causal one, no dropout, static "
     "shapes): `auto` runs its forward and backward as Pallas flash kernels on a TPU where they "
-    "were measured faster (query and key lengths of at least 1024 for the forward, 512 for the "
-    "backward) and jax is installed, else as "
+    "were measured faster (query and key lengths of at least 1024) and jax is installed, else as "
     "StableHLO (the f32 scores materialised); `pallas` always as the Pallas kernels where they "
     "apply (any float dtype; through Pallas's interpreter off a TPU, for tests); `xla` never. "
     "Read when a graph or an eager op is lowered.",

@@ -7,9 +7,8 @@ XLA has no flash fusion: the StableHLO lowering writes the (seq_q x seq_k) f32 s
 device memory and reads them back twice. On a TPU v5e at a Llama prefill's sizes (batch 2,
 16 query / 4 key-value heads, 2048 tokens, head dim 96, causal, bf16) that is 2.27 ms a
 layer forward, 6.71 ms forward and backward; the kernels, which keep each block's scores in
-VMEM, take 0.54 and 1.64 ms. At 512 tokens the forwards are equal and the kernels' backward
-is 9 % faster, so `auto` uses the forward kernel from 1024 tokens on and the backward's from
-512 (docs/explanation/performance.md). Numerics are the lowering's:
+VMEM, take 0.54 and 1.64 ms. At 512 tokens they gain nothing measurable in a training step,
+so `auto` uses them from 1024 tokens on (docs/explanation/performance.md). Numerics are the lowering's:
 bf16 operands accumulating in f32, f32 softmax, P rounded to bf16 before P V, the same
 log-sum-exp, so either backward reads either forward's results.
 
@@ -36,8 +35,9 @@ __all__ = ["lower_backward", "lower_forward"]
 _REDUCED = (torch.bfloat16, torch.float16)
 # Measured on a v5e (docs/explanation/performance.md, bf16, head dim 96, 16/4 heads,
 # causal): at 512 tokens the forward kernel is as fast as StableHLO and the backward's 9 %
-# faster; at 2048 both are ~4x faster. Shorter sequences stay in StableHLO.
-_AUTO_MIN_SEQ = {"forward": 1024, "backward": 512}
+# faster alone, but the whole training step at 512 was not faster with it (59.9 vs 57.9 ms,
+# within run-to-run spread); at 2048 both are ~4x faster. Shorter sequences stay in StableHLO.
+_AUTO_MIN_SEQ = {"forward": 1024, "backward": 1024}
 # The fastest (query, key) blocks measured: forward 256 x 512 (0.54 ms vs 0.71 for 128 x 512
 # at 2048 tokens), backward 512 x 512 (1.64 ms fwd+bwd vs 1.85 for 256 x 512).
 _BLOCKS = {"forward": (256, 512), "backward": (512, 512)}
@@ -152,7 +152,11 @@ def _trace(direction: str, platform: str, dtype: torch.dtype, shapes: list[tuple
                                    blocks=_blocks(direction, shapes[0][2], shapes[1][2]))
             # The backward's sixth operand is the f32 log-sum-exp.
             specs = tuple(ArraySpec(s, torch.float32 if i == 5 else dtype) for i, s in enumerate(shapes))
-            traced = trace(fn, jax.jit(fn), f"scaled_dot_product_attention_{direction}", specs)
+            # Float32 matmuls at torch's default (full) precision; bf16/f16 operands at the
+            # default one, as jax compiles them (Mosaic rejects bf16 dots asked for highest
+            # precision: "Bad lhs type", seen on the chip).
+            precision = "highest" if dtype == torch.float32 else "medium"
+            traced = trace(fn, jax.jit(fn), f"scaled_dot_product_attention_{direction}", specs, precision)
             _traces[key] = traced
     return traced
 

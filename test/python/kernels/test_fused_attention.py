@@ -94,11 +94,9 @@ def test_auto_uses_the_kernels_only_on_a_tpu_at_measured_sizes():
         assert not fused._applies(direction, "auto", "cpu", bf16, q, kv, kv)  # XLA:CPU: StableHLO
         assert not fused._applies(direction, "auto", "tpu", torch.float32, q, kv, kv)  # not measured for f32
     q512, kv512 = (4, 16, 512, 96), (4, 4, 512, 96)
-    assert not fused._applies("forward", "auto", "tpu", bf16, q512, kv512, kv512)  # as fast in StableHLO
-    assert fused._applies("backward", "auto", "tpu", bf16, q512, kv512, kv512)  # 9 % faster there
-    q256, kv256 = (4, 16, 256, 96), (4, 4, 256, 96)
-    assert not fused._applies("backward", "auto", "tpu", bf16, q256, kv256, kv256)
-    assert fused._applies("forward", "pallas", "cpu", torch.float32, q256, kv256, kv256)
+    for direction in ("forward", "backward"):  # no faster in a training step at 512 tokens
+        assert not fused._applies(direction, "auto", "tpu", bf16, q512, kv512, kv512)
+    assert fused._applies("forward", "pallas", "cpu", torch.float32, q512, kv512, kv512)
 
 
 def test_blocks_divide_the_sequences_in_lane_multiples_or_span_them():
