@@ -780,6 +780,20 @@ def _names_and_scalars(op) -> tuple[tuple[str, ...], frozenset[str]]:
 _OP_NAMES: dict[int, tuple] = {}
 
 
+def _fast_entry(t, entries):
+    """The storage entry of tpu tensor `t` as the hot path reads it, or None (not a tpu
+    storage -- only those are in the table; `is_cpu` rules out a CPU tensor at a
+    coincident address -- or a conjugate or negative view, which `describe` handles)."""
+    entry = entries.get(t.untyped_storage().data_ptr())
+    if entry is None or t.is_cpu or t.is_conj() or t.is_neg():
+        return None
+    return entry
+
+
+def _fast_layout(t, entry) -> tuple:
+    return entry.dtype, entry.shape, t.dtype, t.shape, t.stride(), t.storage_offset()
+
+
 def _fast_signature(op, args, kwargs):
     """(key, operands, device index) for the plan cache's hot path, or None when an
     argument needs the full description (`describe`). The key holds no precision mode:
@@ -805,17 +819,15 @@ def _fast_signature(op, args, kwargs):
     for value in args:
         kind = type(value)
         if kind is _TENSOR or isinstance(value, _TENSOR):
-            # Only tpu storages are in the table (a CPU tensor's address is not a key;
-            # `is_cpu` rules out a coincidence).
-            entry = entries.get(value.untyped_storage().data_ptr())
-            if entry is None or value.is_cpu or value.is_conj() or value.is_neg():
+            entry = _fast_entry(value, entries)
+            if entry is None:
                 return None
             if index is None:
                 index = entry.device_index
             elif index != entry.device_index:
                 return None
             operands.append(entry)
-            key.append((entry.dtype, entry.shape, value.dtype, value.shape, value.stride(), value.storage_offset()))
+            key.append(_fast_layout(value, entry))
         elif (kind is float or kind is int) and position < n and names[position] in scalars:
             operands.append(value)
             key.append(kind)
@@ -827,17 +839,12 @@ def _fast_signature(op, args, kwargs):
                 # argument above, in order (`describe`'s operands are in the same order).
                 layouts = []
                 for t in value:
-                    if not isinstance(t, _TENSOR):
+                    entry = _fast_entry(t, entries) if isinstance(t, _TENSOR) else None
+                    if entry is None or (index is not None and index != entry.device_index):
                         return None
-                    entry = entries.get(t.untyped_storage().data_ptr())
-                    if entry is None or t.is_cpu or t.is_conj() or t.is_neg():
-                        return None
-                    if index is None:
-                        index = entry.device_index
-                    elif index != entry.device_index:
-                        return None
+                    index = entry.device_index
                     operands.append(entry)
-                    layouts.append((entry.dtype, entry.shape, t.dtype, t.shape, t.stride(), t.storage_offset()))
+                    layouts.append(_fast_layout(t, entry))
                 key.append(tuple(layouts))
             elif position < n and names[position] in scalars:
                 # A Scalar[] of run-time operands (foreach Adam's per-parameter step sizes).

@@ -137,27 +137,34 @@ def _needs_pytorchs_kernel(op, args, kwargs) -> bool:
     a tensor shared by all), or a list holds a host tensor of more than one element. One
     pass over the tensors (an optimizer step's lists hold every parameter), each storage
     remembered at its first position or as seen at several."""
-    where: dict[int, int] = {}  # storage -> the one list position it is at (-1: all), or _SEVERAL
-    written: list[int] = []
+    seen = []
     n = len(args)
     for i, name, writes in _list_writer_arguments(op):
-        value = args[i] if i < n else kwargs.get(name)
-        if value.__class__ is list or value.__class__ is tuple:
-            elements = enumerate(value)
-        elif isinstance(value, torch.Tensor):
-            elements = ((-1, value),)
-        else:
-            continue
-        for position, t in elements:
-            if not isinstance(t, torch.Tensor):
-                continue
+        for position, t in _tensor_elements(args[i] if i < n else kwargs.get(name)):
             if t.dim() > 0 and t.device.type != "tpu":
                 return True  # host scalars in a tensor: PyTorch's kernel reads them
-            storage = t.untyped_storage().data_ptr()
-            if where.setdefault(storage, position) != position:
-                where[storage] = _SEVERAL
-            if writes:
-                written.append(storage)
+            seen.append((t.untyped_storage().data_ptr(), position, writes))
+    return _written_elsewhere(seen)
+
+
+def _tensor_elements(value):
+    """(list position, tensor) of an argument's tensors: a list's by position, a lone
+    tensor at -1 (it is at every position)."""
+    if value.__class__ is list or value.__class__ is tuple:
+        return [(p, t) for p, t in enumerate(value) if isinstance(t, torch.Tensor)]
+    return ((-1, value),) if isinstance(value, torch.Tensor) else ()
+
+
+def _written_elsewhere(seen) -> bool:
+    """Whether a written storage of `seen` ((storage, list position, written) per tensor)
+    is at more than one list position."""
+    where: dict[int, int] = {}  # storage -> the one list position it is at (-1: all), or _SEVERAL
+    written: list[int] = []
+    for storage, position, writes in seen:
+        if where.setdefault(storage, position) != position:
+            where[storage] = _SEVERAL
+        if writes:
+            written.append(storage)
     return any(where[storage] == _SEVERAL for storage in written)
 
 
@@ -174,26 +181,12 @@ def _operands_aliased(op, args, kwargs, operands) -> bool:
     if len(set(entries)) == len(entries):
         return False
     written_names = _written_names(op)
-    where: dict[int, int] = {}
-    written: list[int] = []
     slots = iter(entries)
+    seen = []
     for name, value in itertools.chain(zip(_ops._positional_names(op), args), kwargs.items()):
-        if value.__class__ is list or value.__class__ is tuple:
-            elements = enumerate(value)
-        elif isinstance(value, torch.Tensor):
-            elements = ((-1, value),)
-        else:
-            continue
         writes = name in written_names
-        for position, t in elements:
-            if not isinstance(t, torch.Tensor):
-                continue
-            storage = next(slots)
-            if where.setdefault(storage, position) != position:
-                where[storage] = _SEVERAL
-            if writes:
-                written.append(storage)
-    return any(where[storage] == _SEVERAL for storage in written)
+        seen.extend((next(slots), position, writes) for position, _ in _tensor_elements(value))
+    return _written_elsewhere(seen)
 
 
 @functools.lru_cache(maxsize=None)
