@@ -131,27 +131,14 @@ def _static_operands(ctx) -> bool:
                                           for name in ("query", "key", "value"))
 
 
-def _offered_forward(ctx, q, k, v, attn_mask, is_causal, scale):
-    """(out, logsumexp) from a kernel a higher layer offers for these operands (a Pallas
-    flash kernel on a TPU: kernels/_fused_attention.py), or None. Kernels see static
-    shapes only: on padded operands the lowering's own masking applies."""
-    kernels = kernel_slots.offered(kernel_slots.FUSED_ATTENTION_FORWARD)
+def _offered(slot: str, ctx, *operands):
+    """The result of the first kernel offered for `slot` that takes these operands
+    (`kernel_slots`: a Pallas flash kernel on a TPU, kernels/_fused_attention.py), or None."""
+    kernels = kernel_slots.offered(slot)
     if not kernels or not _static_operands(ctx):
         return None
     for kernel in kernels:
-        result = kernel(ctx, q, k, v, attn_mask, is_causal, scale)
-        if result is not None:
-            return result
-    return None
-
-
-def _offered_backward(ctx, grad_out, q, k, v, out, logsumexp, attn_mask, is_causal, scale):
-    """(dQ, dK, dV) from a kernel offered for the backward (`_offered_forward`), or None."""
-    kernels = kernel_slots.offered(kernel_slots.FUSED_ATTENTION_BACKWARD)
-    if not kernels or not _static_operands(ctx):
-        return None
-    for kernel in kernels:
-        result = kernel(ctx, grad_out, q, k, v, out, logsumexp, attn_mask, is_causal, scale)
+        result = kernel(ctx, *operands)
         if result is not None:
             return result
     return None
@@ -160,7 +147,7 @@ def _offered_backward(ctx, grad_out, q, k, v, out, logsumexp, attn_mask, is_caus
 def _forward(ctx, q, k, v, attn_mask, is_causal, scale):
     """Returns (output (B, Hq, L, Ev) in q's dtype, logsumexp (B, Hq, L) in the
     accumulation type)."""
-    offered = _offered_forward(ctx, q, k, v, attn_mask, is_causal, scale)
+    offered = _offered(kernel_slots.FUSED_ATTENTION_FORWARD, ctx, q, k, v, attn_mask, is_causal, scale)
     if offered is not None:
         return offered
     heads = _Heads(ctx, q, k, v)
@@ -254,7 +241,8 @@ def _flash_attention_cpu_backward(ctx, grad_out, query, key, value, out, logsume
                                   attn_mask=None, scale=None):
     if dropout_p:
         raise ctx.fail("attention dropout is not supported (the CPU flash kernel rejects dropout_p > 0 too)")
-    offered = _offered_backward(ctx, grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale)
+    offered = _offered(kernel_slots.FUSED_ATTENTION_BACKWARD, ctx, grad_out, query, key, value, out, logsumexp,
+                       attn_mask, is_causal, scale)
     if offered is not None:
         return offered
     grad_q, grad_k, grad_v, _ = _backward(ctx, grad_out, query, key, value, out, logsumexp, attn_mask, is_causal,
@@ -289,7 +277,8 @@ def _fused_attention_overrideable_backward(ctx, grad_out, query, key, value, att
     if dropout_p:
         raise ctx.fail("attention dropout is not lowered")
     if attn_bias is None:
-        offered = _offered_backward(ctx, grad_out, query, key, value, out, logsumexp, None, is_causal, scale)
+        offered = _offered(kernel_slots.FUSED_ATTENTION_BACKWARD, ctx, grad_out, query, key, value, out,
+                           logsumexp, None, is_causal, scale)
         if offered is not None:
             return (*offered, None)
     grad_q, grad_k, grad_v, ds = _backward(ctx, grad_out, query, key, value, out, logsumexp, attn_bias, is_causal,

@@ -24,9 +24,9 @@ from ._modes import check_alive
 from .module import current_device
 
 _SET = torch.ops.aten.set_.source_Storage_storage_offset
-# `_SET.redispatch` without `OpOverload.redispatch`'s Python frame (every strided op result).
-_SET_ON_CPU = functools.partial(_SET._handle.redispatch_boxed, torch._C.DispatchKeySet(torch._C.DispatchKey.CPU))
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+# `_SET.redispatch` without `OpOverload.redispatch`'s Python frame (every strided op result).
+_SET_ON_CPU = functools.partial(_SET._handle.redispatch_boxed, _CPU)
 _create_empty = torch._C._acc.create_empty_tensor
 
 

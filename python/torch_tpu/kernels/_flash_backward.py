@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 
+from .flash_attention import key_blocks
+
 __all__ = ["pallas_backward"]
 
 
@@ -47,9 +49,7 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, d_ref, dq_ref, *, scale: fl
         ds = p * (dp - d)
         return dq + jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
 
-    blocks = seq_k // block_k
-    if causal:
-        blocks = jnp.minimum(blocks, (first_row + block_q + block_k - 1) // block_k)
+    blocks = key_blocks(seq_k, first_row, block_q, block_k, causal)
     dq = jax.lax.fori_loop(0, blocks, step, jnp.zeros((block_q, head_dim), jnp.float32))
     dq_ref[...] = (dq * scale).astype(dq_ref.dtype)
 

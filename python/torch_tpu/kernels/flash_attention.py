@@ -60,15 +60,23 @@ def _forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale: float, causal
         acc = acc * correction + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
         return m_new, l, acc
 
-    # Causal: key blocks wholly after this query block's last row contribute nothing.
-    blocks = seq_k // block_k
-    if causal:
-        blocks = jnp.minimum(blocks, (first_row + block_q + block_k - 1) // block_k)
+    blocks = key_blocks(seq_k, first_row, block_q, block_k, causal)
     init = (jnp.full((block_q, 1), -jnp.inf, jnp.float32), jnp.zeros((block_q, 1), jnp.float32),
             jnp.zeros((block_q, head_dim), jnp.float32))
     m, l, acc = jax.lax.fori_loop(0, blocks, step, init)
     o_ref[...] = (acc / l).astype(o_ref.dtype)
     lse_ref[...] = m + jnp.log(l)
+
+
+def key_blocks(seq_k: int, first_row, block_q: int, block_k: int, causal: bool):
+    """How many key blocks the query block starting at `first_row` walks: all of them, or
+    (causal) those up to its last row -- later ones contribute nothing."""
+    import jax.numpy as jnp
+
+    blocks = seq_k // block_k
+    if causal:
+        blocks = jnp.minimum(blocks, (first_row + block_q + block_k - 1) // block_k)
+    return blocks
 
 
 def pallas_forward(q, k, v, *, scale, causal, block_q, block_k, interpret, group: int = 1):
