@@ -38,6 +38,7 @@ def compile_fx(
     before_xla: Callable[[Any], None] | None = None,
     wait: bool = True,
     device_index: int = 0,
+    donate: tuple[int, ...] = (),
 ) -> Program:
     """Imports `gm`, runs `pipeline(mode, platform)` on it and compiles it through
     `program.compile_module` (dumped, keyed, timed). The precision mode in force is part
@@ -46,7 +47,8 @@ def compile_fx(
     to error.txt) or TorchTpuCompileError (a pass failed, located). `wait=False`: XLA
     compiles on the compile cache's thread (it releases the GIL) while the caller goes on
     tracing; `Program.resolve()` waits for it and raises its error. `device_index`: the
-    device the program runs on (a graph of tensors on `tpu:1`)."""
+    device the program runs on (a graph of tensors on `tpu:1`). `donate`: the program's
+    arguments XLA may reuse for results (`CompileSpec.donate_argnums`)."""
     from torch_tpu.compiler.importer import import_graph
     from torch_tpu.runtime import CompileSpec
 
@@ -72,7 +74,8 @@ def compile_fx(
     # and the runtime's cache the executable.
     return compile_module(
         build, key=ProgramKey("fx_graph", fingerprint), name=name, pipeline=pipeline(mode, runtime.platform),
-        options=CompileSpec(device_indices=(device_index,)) if device_index else None,
+        options=(CompileSpec(device_indices=(device_index,) if device_index else None, donate_argnums=donate)
+                 if device_index or donate else None),
         dump_name=dump_name(fingerprint), dump_files={"fx_graph.py": lambda: gm.print_readable(print_output=False)},
         input_specs=lambda graph: graph.inputs, sources=sources, rejected=rejected,
         before_compile=before_xla, wait=wait, reuse=False, building="importing the graph",

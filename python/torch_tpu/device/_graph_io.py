@@ -22,6 +22,7 @@ already a device buffer, so it never enters the host-side resident-parameter cac
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -147,7 +148,8 @@ def result(buffer, index: int) -> torch.Tensor:
 def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
                  results: Sequence[tuple[tuple[int, ...], torch.dtype]], device: Any, index: int,
                  launch: Callable[[list], list], host: frozenset[int] = frozenset(),
-                 writes: dict[int, int] | None = None) -> Callable[[Sequence[Any]], list | None]:
+                 writes: dict[int, int] | None = None,
+                 donated: Sequence[int] = ()) -> Callable[[Sequence[Any]], list | None]:
     """`call(tensors)`: one call of a compiled graph's program on tpu tensors, for a
     program that takes `args` `(shape, torch dtype, element type)` on the runtime `device`
     and returns `results` `(shape, torch dtype)`; `launch(buffers)` runs it
@@ -171,7 +173,14 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     counter records the write, and the input itself stands at that result's place (the
     caller skips copying a tensor onto itself): no result tensor, no `copy_`. Not in FUSED
     mode (the copy is recorded in the trace) nor while a dispatch or function mode is
-    active (those see the `copy_` calls)."""
+    active (those see the `copy_` calls).
+
+    `donated`: positions the program consumes (`backend/_compile.donated_writes`). One
+    that is written here gets its storage's own buffer when nothing else holds that buffer
+    or its array (references counted: another storage sharing it after a `copy_`, a
+    pending host copy, its flat copy, a second argument position, a DLPack export): the
+    program writes the new value into the same memory and the storage takes the result.
+    Otherwise, or when the write is not done here, the program gets a copy."""
     entries = TABLE._entries
     checks = tuple((shape, dtype, row, dtype.is_complex) for shape, dtype, row in args)
     plan = []
@@ -188,6 +197,10 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     function_modes = torch._C._is_torch_function_mode_enabled
     increment_version = torch._C._increment_version
     fused = EagerMode.FUSED
+    in_place = frozenset(direct.values())
+    donors = tuple((p, p in in_place) for p in sorted(donated))
+    refcount = sys.getrefcount
+    sole_buffer, sole_array = _SOLE_BUFFER, _SOLE_ARRAY
 
     def call(tensors: Sequence[Any]) -> list | None:
         buffers = []
@@ -206,6 +219,17 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
                 return None
             append(buffer)
             read.append(entry)
+        writing = bool(direct) and get_eager_mode() is not fused and not dispatch_modes() and not function_modes()
+        if donors:
+            buffer = None  # (the loop's last one: its reference would count below)
+            for position, written_here in donors:
+                given = buffers[position]
+                # Held by its storage's entry, `buffers`, `given` and getrefcount's
+                # argument; its array by `given` and the argument.
+                if not (writing and written_here and refcount(given) == sole_buffer
+                        and refcount(given._array) == sole_array and not given._exported):
+                    buffers[position] = given.copy()
+            given = None
         try:
             outs = launch(buffers)
         except Exception:
@@ -213,7 +237,6 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
                 return None  # the per-argument path names the deleted argument
             raise
         blocking = is_blocking()
-        writing = bool(direct) and get_eager_mode() is not fused and not dispatch_modes() and not function_modes()
         out = []
         written = []
         for buffer, (on_host, numel, size, stride, dtype, position) in zip(outs, plan):
@@ -234,6 +257,27 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
         return out
 
     return call
+
+
+def _sole_counts() -> tuple[int, int]:
+    """`sys.getrefcount` of a donated argument's buffer and of its array in
+    `graph_caller`'s call when nothing outside the call holds them: the same references
+    made the same way (an entry's slot, a list, a local; an attribute), measured on this
+    interpreter, whose own temporary references differ between Python versions."""
+
+    class Slot:
+        __slots__ = ("_buffer", "_array")
+
+    entry, made = Slot(), Slot()
+    made._array = Slot()
+    entry._buffer = made
+    del made
+    buffers = [entry._buffer]
+    given = buffers[0]
+    return sys.getrefcount(given), sys.getrefcount(given._array)
+
+
+_SOLE_BUFFER, _SOLE_ARRAY = _sole_counts()
 
 
 def device_of(args) -> int | None:

@@ -102,8 +102,9 @@ class ArgumentPlan:
         self._written = set(written)
         self._needs_rng = needs_rng
         self._steps: list[tuple[int, Callable[[Any], Any]]] | None = None
-        # Set by a device plan: every argument is a tpu tensor read as it is, none donated
-        # (the case `Invoker.device_caller` reads in one loop).
+        # Set by a device plan: every argument is a tpu tensor (the case
+        # `Invoker.device_caller` reads in one loop; it decides itself whether a donated
+        # position gets the storage's buffer or a copy).
         self.reads_tpu_tensors_only = False
         # The tpu device index when the graph's tensors are eager tpu tensors (decided on
         # the first call, like the steps; given by the compiler for a graph that only
@@ -150,7 +151,7 @@ class ArgumentPlan:
             elif arg is None or isinstance(arg, (bool, int, float, complex)):
                 steps.append((index, _non_tensor_step(spec, arg)))
         self.reads_tpu_tensors_only = (len(steps) == len(self._specs) == len(args)
-                                       and all(step is shared_argument for _, step in steps))
+                                       and all(step is shared_argument or step is argument for _, step in steps))
         return steps
 
     def passes_through(self, count: int) -> bool:
@@ -227,22 +228,24 @@ class Invoker:
     def device_caller(self, result_type: type, writes: dict[int, int] | None = None) -> Callable[..., Any] | None:
         """After the first call: `__call__` for tpu tensors as one closure returning the
         results in a `result_type`, when every argument is a tpu tensor read as it is
-        (parameters, caches, activations: `ArgumentPlan.reads_tpu_tensors_only`), none is
-        donated and the executable launches DeviceBuffers (`buffer_launcher`); else None.
+        (parameters, caches, activations: `ArgumentPlan.reads_tpu_tensors_only`), it donates
+        only the plan's written positions and the executable launches DeviceBuffers
+        (`buffer_launcher`); else None.
         The device reads the buffers, launches and makes the results in one step
         (`TpuTensors.graph_caller`: the plan's and the converters' checks in one loop,
         result sizes computed once); a call with tensors it does not take (a view, another
         dtype, a deleted buffer, another count) goes through `__call__`, which handles them
         or raises its errors. `writes`: results that are new values of inputs (result
         index -> input position) the device may write into those inputs itself, returning
-        the input at that place."""
+        the input at that place; a donated one of those may be consumed by the call
+        (`graph_caller` decides per call)."""
         plan = self.plan
         executable = self.executable
         index = plan.device_index
         count = len(plan._specs)
         if (plan._steps is None or index is None or plan._needs_rng or not plan.reads_tpu_tensors_only
                 or not isinstance(executable, BufferLaunching) or executable.num_args != count
-                or executable.donated_args or len(executable.devices) != 1):
+                or not set(executable.donated_args) <= plan._written or len(executable.devices) != 1):
             return None
         from torch_tpu.runtime import dtypes
 
@@ -253,7 +256,8 @@ class Invoker:
         fast = tpu_tensors().graph_caller(
             [(tuple(a.shape), torch_dtype(a), a.element_type) for a in signature.args],
             [(tuple(r.shape), torch_dtype(r)) for r in signature.results],
-            executable.devices[0], index, executable.buffer_launcher(), self.host_results, dict(writes or {}))
+            executable.devices[0], index, executable.buffer_launcher(), self.host_results, dict(writes or {}),
+            tuple(executable.donated_args))
         slow = self.__call__
 
         def call(*args: Any) -> Any:

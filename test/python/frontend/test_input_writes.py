@@ -202,3 +202,83 @@ def test_in_fused_mode_the_writes_are_copies_recorded_in_the_trace():
             expected = _cache_step(ref, torch.tensor([i]), x)
         torch.testing.assert_close(out.cpu(), expected)
         torch.testing.assert_close(cache.cpu(), ref)
+
+
+def _count_device_copies(monkeypatch):
+    from torch_tpu.runtime.buffer import DeviceBuffer
+
+    copies = []
+    original = DeviceBuffer.copy
+
+    def counting(self):
+        copies.append(self.shape)
+        return original(self)
+
+    monkeypatch.setattr(DeviceBuffer, "copy", counting)
+    return copies
+
+
+def test_the_program_writes_the_cache_in_its_own_buffer_unless_another_storage_shares_it(monkeypatch):
+    """The program donates the written cache (`donated_writes`): from the second call the
+    cache's buffer goes in as it is, with no device copy, and a view taken before the call
+    reads the new value, as in eager. A buffer another storage shares (`other.copy_(cache)`
+    gives `other` the same buffer) is copied first: `other` keeps its value."""
+    _tpu()
+    torch._dynamo.reset()
+    step = torch.compile(_cache_step, backend="tpu")
+    cache, ref = torch.zeros(2, 8, 4, device="tpu"), torch.zeros(2, 8, 4)
+    with torch.no_grad():
+        for i in range(2):
+            x = torch.randn(2, 1, 4)
+            step(cache, torch.tensor([i], device="tpu"), x.to("tpu"))
+            _cache_step(ref, torch.tensor([i]), x)
+        row = cache[:, 2]
+        copies = _count_device_copies(monkeypatch)
+        x = torch.randn(2, 1, 4)
+        step(cache, torch.tensor([2], device="tpu"), x.to("tpu"))
+        _cache_step(ref, torch.tensor([2]), x)
+        assert copies == []
+        torch.testing.assert_close(row.cpu(), ref[:, 2])
+
+        other = torch.empty(2, 8, 4, device="tpu")
+        other.copy_(cache)
+        snapshot = ref.clone()
+        x = torch.randn(2, 1, 4)
+        step(cache, torch.tensor([3], device="tpu"), x.to("tpu"))
+        _cache_step(ref, torch.tensor([3]), x)
+        monkeypatch.undo()
+    assert copies == [(2, 8, 4)]
+    torch.testing.assert_close(other.cpu(), snapshot)
+    torch.testing.assert_close(cache.cpu(), ref)
+
+
+def test_only_inputs_written_with_their_own_shape_and_dtype_on_tpu_tensors_are_donated():
+    from torch_tpu.backend._compile import donated_writes
+    from torch_tpu.backend._input_writes import take_input_writes
+
+    def traced(fn, *args):
+        gm = torch.fx.experimental.proxy_tensor.make_fx(fn)(*args)
+        written = take_input_writes(gm)
+        for node, arg in zip([n for n in gm.graph.nodes if n.op == "placeholder"], args):
+            node.meta["val"] = arg
+        return gm, written
+
+    def write(cache, x):
+        cache.copy_(x)
+        return (x.sum(),)
+
+    cpu = torch.zeros(4)
+    gm, written = traced(write, cpu, torch.ones(4))
+    assert written == [0]
+    assert donated_writes(gm, written) == ()  # host tensors: the caller's memory is never consumed
+    _tpu()
+    on_tpu = torch.zeros(4, device="tpu")
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and node.name.startswith("cache"):
+            node.meta["val"] = on_tpu
+        elif node.op != "output" and isinstance(node.meta.get("val"), torch.Tensor):
+            node.meta["val"] = node.meta["val"].to("tpu")
+    assert donated_writes(gm, written) == (0,)
+    new_value = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0][-1]
+    new_value.meta["val"] = torch.zeros(2, 2, device="tpu")  # another shape: not in place
+    assert donated_writes(gm, written) == ()
