@@ -115,3 +115,30 @@ def test_bounded_dynamism_on_tpu_tensors(chip):
     counts = _bounded_run(on_device=True)
     per_size = [b - a for a, b in zip(counts, counts[1:])]
     assert all(n <= 2 for n in per_size), f"programs compiled per new size: {per_size}"
+
+
+def _cache_step(cache, pos, x):
+    cache.index_copy_(1, pos, x)
+    return cache.sum(1) * 2
+
+
+def test_a_compiled_cache_write_consumes_the_cache_buffer_on_the_chip(chip, monkeypatch):
+    """A decode-style step donates its KV cache on the TPU too: from the second call the
+    cache's buffer goes in as it is (no device copy), and every value matches eager."""
+    from torch_tpu.runtime.buffer import DeviceBuffer
+
+    torch._dynamo.reset()
+    step = torch.compile(_cache_step, backend="tpu")
+    cache, ref = torch.zeros(2, 16, 8, device="tpu"), torch.zeros(2, 16, 8)
+    copies = []
+    with torch.no_grad():
+        for i in range(6):
+            if i == 2:
+                original = DeviceBuffer.copy
+                monkeypatch.setattr(DeviceBuffer, "copy", lambda self: copies.append(self.shape) or original(self))
+            x = torch.randn(2, 1, 8)
+            out = step(cache, torch.tensor([i], device="tpu"), x.to("tpu"))
+            torch.testing.assert_close(out.cpu(), _cache_step(ref, torch.tensor([i]), x))
+    monkeypatch.undo()
+    assert copies == []
+    torch.testing.assert_close(cache.cpu(), ref)
