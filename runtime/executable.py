@@ -303,17 +303,17 @@ class Executable:
                 tensor_class[0] = cls
             return True
 
-        # The last DeviceBuffer this position accepted (weakly held) and its array: a
-        # buffer's shape, element type and device never change, so the same buffer again
-        # (a resident parameter, on every call) needs only the check that can change, its
-        # deletion. Not for a donated position, whose buffer a call consumes. The array is
-        # let go with the buffer, so no device memory is kept alive here. Each slot holds
-        # one tuple, replaced whole, so a call on another thread reads a consistent entry.
-        accepted: list[tuple[Any, Any]] = [(None, None)]
+        # The last DeviceBuffer this position accepted, weakly held: a buffer's shape,
+        # element type and device never change, so the same buffer again (a resident
+        # parameter, on every call) needs only the check that can change, its deletion.
+        # Not for a donated position, whose buffer a call consumes. Nothing here holds the
+        # buffer or its array: a program that donates that buffer later (an optimizer step
+        # writing the parameter in place) must find it referenced by its tensor alone.
+        accepted: list[Any] = [None]
 
         def forget(ref: Any) -> None:
-            if accepted[0][0] is ref:
-                accepted[0] = (None, None)
+            if accepted[0] is ref:
+                accepted[0] = None
 
         # The host tensor this position aliased last (weakly held), its address and, once
         # the same tensor came back, a device array aliasing that memory: passing the same
@@ -330,9 +330,9 @@ class Executable:
                 aliased[0] = (None, 0, None)
 
         def convert(value: Any, device: Any, replica: int | None = None) -> Any:
-            ref, array = accepted[0]
-            if ref is not None and ref() is value and value.device is device and not is_deleted(array):
-                return array
+            ref = accepted[0]
+            if ref is not None and ref() is value and value.device is device and not is_deleted(value._array):
+                return value._array
             ref, address, array = aliased[0]
             # Everything the slow path checks of a tensor (the `.data` of the same object may
             # have been replaced by another dtype, or a conj/neg view, at the same address).
@@ -392,7 +392,7 @@ class Executable:
                         # Its memory is shared with a torch tensor / NumPy array: donate a copy.
                         return clone(array)
                 else:
-                    accepted[0] = (weakref.ref(value, forget), array)
+                    accepted[0] = weakref.ref(value, forget)
                 return array
             if isinstance(value, np.ndarray):
                 if value.dtype != np_dtype or value.shape != shape:
