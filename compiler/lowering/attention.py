@@ -140,6 +140,7 @@ def _offered(slot: str, ctx, *operands):
     for kernel in kernels:
         result = kernel(ctx, *operands)
         if result is not None:
+            kernel_slots.used(slot)  # XLA may still reject it: the program is then built without
             return result
     return None
 

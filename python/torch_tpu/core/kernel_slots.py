@@ -12,9 +12,12 @@ Standard library only, so every layer may import it.
 
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+import threading
+from typing import Callable, Iterator
 
-__all__ = ["FUSED_ATTENTION_BACKWARD", "FUSED_ATTENTION_FORWARD", "offer", "offered"]
+__all__ = ["FUSED_ATTENTION_BACKWARD", "FUSED_ATTENTION_FORWARD", "declined", "offer", "offered", "recording",
+           "used"]
 
 # `kernel(ctx, query, key, value, attn_mask, is_causal, scale) -> (out, logsumexp) | None`:
 # the forward of scaled dot-product attention over static (batch, heads, seq, dim)
@@ -46,5 +49,43 @@ def _name(kernel: Callable) -> tuple:
 
 
 def offered(slot: str) -> tuple[Callable, ...]:
-    """The kernels offered for `slot`, first offered first."""
+    """The kernels offered for `slot`, first offered first; none inside `declined()`."""
+    if getattr(_scope, "declined", False):
+        return ()
     return tuple(_SLOTS.get(slot, ()))
+
+
+# Per thread: a module builds on one thread (a compile on the cache's thread builds nothing).
+_scope = threading.local()
+
+
+def used(slot: str) -> None:
+    """Called by a lowering whose module now holds a kernel from `slot`."""
+    record = getattr(_scope, "used", None)
+    if record is not None:
+        record.append(slot)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[str]]:
+    """The slots whose kernels the modules built inside used (`used`), in order: what
+    to build without (`declined`) when XLA rejects the module."""
+    outer = getattr(_scope, "used", None)
+    _scope.used = record = []
+    try:
+        yield record
+    finally:
+        _scope.used = outer
+        if outer is not None:
+            outer.extend(record)
+
+
+@contextlib.contextmanager
+def declined() -> Iterator[None]:
+    """Inside, no slot offers a kernel: lowerings build their own StableHLO."""
+    outer = getattr(_scope, "declined", False)
+    _scope.declined = True
+    try:
+        yield
+    finally:
+        _scope.declined = outer

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from torch_tpu.core import kernel_slots
+
 from . import timing
 from .errors import TorchTpuCompileError
 from .cache import PROGRAMS
@@ -59,11 +61,21 @@ class Program:
     _submitted: float | None = None
     options: Any = None
     _finished: float | None = None  # when the background compile finished (its own time)
+    # For a module holding kernels (`kernel_slots`): `retry(err)` builds and compiles it
+    # without them when XLA rejects it in the background.
+    _retry: Callable[[Exception], "Program"] | None = None
 
     def load(self) -> Any:
         """The executable; a program built with `defer=True` is compiled now (once)."""
         if self.executable is None:
-            _submit(self, self.module, self.options, None, wait=True)
+            try:
+                _submit(self, self.module, self.options, None, wait=True)
+            except Exception as err:
+                if self._retry is None:
+                    raise
+                retry, self._retry = self._retry, None
+                other = retry(err)  # the module again, kernels declined (`compile_module`)
+                self.executable, self.module = other.executable, other.module
         return self.resolve().executable
 
     def resolve(self) -> "Program":
@@ -74,7 +86,15 @@ class Program:
             return self
         future = self.executable
         with timing.phase("xla_wait", self.timings):
-            executable = future.result()  # a failed compile raises again if resolved again
+            try:
+                executable = future.result()  # a failed compile raises again if resolved again
+            except Exception as err:
+                if self._retry is None:
+                    raise
+                retry, self._retry = self._retry, None
+                other = retry(err)  # the module again, kernels declined (`compile_module`)
+                self.executable, self.module, self._submitted = other.executable, other.module, None
+                return self
         done = self._finished or time.perf_counter()
         timing.record("xla_compile", done - self._submitted, self.timings)
         self.seconds += done - self._submitted
@@ -121,18 +141,38 @@ def compile_module(
         hit = PROGRAMS.get(memo)
         if hit is not None:
             return hit
+
+    def without_kernels(err: Exception, kernels: list[str], failed: Program | None = None) -> Program:
+        """This program built again, kernels declined, after XLA rejected the kernels it
+        held (a Mosaic kernel this chip or libtpu does not take): what the op lowers to
+        without them, compiled and waited for here (`failed`: the program whose background
+        compile failed, which the program cache then no longer answers with)."""
+        if failed is not None:
+            PROGRAMS.forget(memo, failed)
+        log.warning("torch_tpu: XLA rejected the %s kernel(s) in program %s (%s); compiling its StableHLO "
+                    "lowering instead (TORCH_TPU_ATTENTION_KERNEL=xla skips the kernel)",
+                    ", ".join(sorted(set(kernels))), name, _first_line(err))
+        with kernel_slots.declined():
+            return compile_module(
+                source, key=key, name=name, pipeline=pipeline, options=options, dump_name=dump_name,
+                dump_files=dump_files, input_specs=input_specs, sources=sources, rejected=rejected,
+                before_compile=before_compile, compiler=compiler, wait=True, reuse=reuse, defer=defer,
+                building=building)
     start = time.perf_counter()
     timings: dict[str, float] = {}
     dump = GraphDump(dump_name or f"{key.kind}-{_slug(name)}-{key.short_hash()}")
     if dump.enabled:
         for filename, text in (dump_files or {}).items():
             dump.write(filename, text())
-    with timing.phase("convert", timings):
+    with timing.phase("convert", timings), kernel_slots.recording() as kernels:
         try:
             lowered = _lowered(source)
         except Exception as err:
             dump.write_error(building, str(err))
             raise
+    # A module with kernels that XLA may reject is built again without them (`callable`:
+    # a module given as such cannot be).
+    retry = without_kernels if kernels and callable(source) else None
     module = lowered.module
     if isinstance(module, str) and pipeline == NO_PASSES:
         # Text compiled as it is (a fused trace): parsed by XLA alone, as before dumps existed.
@@ -163,7 +203,11 @@ def compile_module(
             _submit(program, module, options, compiler, wait)
     except Exception as err:
         dump.write_error("compiling with XLA", str(err))
+        if retry is not None:
+            return retry(err, kernels)
         raise
+    if retry is not None:
+        program._retry = lambda err: retry(err, kernels, program)
     program.seconds += (program._submitted or time.perf_counter()) - start
     log.debug("torch_tpu: %s program %s compiled in %.3fs (%s)", key.kind, name, program.seconds,
               ", ".join(f"{k} {v:.3f}s" for k, v in timings.items()))
@@ -173,6 +217,11 @@ def compile_module(
             program.executable.add_done_callback(
                 lambda f: PROGRAMS.forget(memo, program) if f.exception() is not None else None)
     return program
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
 
 
 def _lowered(source: Any) -> Lowered:

@@ -169,3 +169,35 @@ def test_import_torch_offers_the_kernels_without_loading_jax_or_the_compiler():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "1", "False", "False"]
+
+
+def _rejected_forward(ctx, q, k, v, attn_mask, is_causal, scale):
+    """A forward 'kernel' XLA cannot compile: a custom call to a target nobody registered
+    (as a Mosaic kernel a chip or libtpu does not take)."""
+    from torch_tpu.compiler.context import ir, stablehlo
+
+    q_type = ir.RankedTensorType(q.type)
+    lse_type = ir.RankedTensorType.get(list(q_type.shape)[:3], ir.F32Type.get())
+    call = stablehlo.CustomCallOp([q_type, lse_type], [q, k, v], call_target_name="torch_tpu_test_rejected_kernel")
+    return call.results[0], call.results[1]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_kernel_xla_rejects_is_replaced_by_the_stablehlo_lowering_with_a_warning(monkeypatch, caplog, compiled):
+    """When XLA rejects a module holding an offered kernel, the program is built again
+    without kernels (`kernel_slots.declined`) and runs the StableHLO lowering: the right
+    values and a warning naming the kernel's slot, never an error or a CPU fallback."""
+    import logging
+
+    slot = kernel_slots.FUSED_ATTENTION_FORWARD
+    monkeypatch.setitem(kernel_slots._SLOTS, slot, [_rejected_forward])
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # a CPU fallback would be an error
+    torch._dynamo.reset()
+    q, k, v = _qkv(2, 2, 24 + compiled, 24 + compiled, torch.float32, seed=31)
+    fn = torch.compile(_attention, backend="tpu") if compiled else _attention
+    with caplog.at_level(logging.WARNING, logger="torch_tpu"):
+        got = fn(q.to("tpu"), k.to("tpu"), v.to("tpu"), True).cpu()
+    torch.testing.assert_close(got, _attention(q, k, v, True), rtol=1e-5, atol=1e-5)
+    warnings = [r.getMessage() for r in caplog.records if "XLA rejected" in r.getMessage()]
+    assert warnings and slot in warnings[0] and "StableHLO lowering" in warnings[0], warnings
+    torch._dynamo.reset()
