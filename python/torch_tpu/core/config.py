@@ -274,7 +274,8 @@ declare(
     "were measured faster (query and key lengths of at least 1024) and jax is installed, else as "
     "StableHLO (the f32 scores materialised); `pallas` always as the Pallas kernels where they "
     "apply (any float dtype; through Pallas's interpreter off a TPU, for tests); `xla` never. "
-    "Read when a graph or an eager op is lowered.",
+    "Read when a graph or an eager op is lowered. A program whose kernel XLA rejects is compiled "
+    "again with the StableHLO lowering, with a warning.",
     "frontend",
 )
 
