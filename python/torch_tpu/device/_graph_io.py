@@ -220,19 +220,27 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
             append(buffer)
             read.append(entry)
         writing = bool(direct) and get_eager_mode() is not fused and not dispatch_modes() and not function_modes()
+        consumed = []  # inputs whose own buffer the program takes
         if donors:
             buffer = None  # (the loop's last one: its reference would count below)
             for position, written_here in donors:
                 given = buffers[position]
                 # Held by its storage's entry, `buffers`, `given` and getrefcount's
                 # argument; its array by `given` and the argument.
-                if not (writing and written_here and refcount(given) == sole_buffer
+                if (writing and written_here and refcount(given) == sole_buffer
                         and refcount(given._array) == sole_array and not given._exported):
+                    consumed.append(position)
+                else:
                     buffers[position] = given.copy()
             given = None
         try:
             outs = launch(buffers)
-        except Exception:
+        except Exception as err:
+            lost = [p for p in consumed if buffers[p].is_deleted]
+            if lost:
+                err.add_note(f"torch_tpu: the failed program had taken the buffers of the inputs it writes in "
+                             f"place (argument positions {lost}); their values are lost: recreate those tensors")
+                raise
             if any(b.is_deleted for b in buffers):
                 return None  # the per-argument path names the deleted argument
             raise

@@ -282,3 +282,29 @@ def test_only_inputs_written_with_their_own_shape_and_dtype_on_tpu_tensors_are_d
     new_value = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0][-1]
     new_value.meta["val"] = torch.zeros(2, 2, device="tpu")  # another shape: not in place
     assert donated_writes(gm, written) == ()
+
+
+def test_a_failed_call_that_had_taken_a_written_input_says_its_value_is_lost():
+    """A launch that fails after consuming a donated input's buffer (the program had
+    started) re-raises its error with a note naming the lost input, rather than taking
+    the per-argument path, which would report a deleted buffer it did not delete."""
+    from torch_tpu.device import _graph_io
+    from torch_tpu.device._buffers import entry_of
+
+    _tpu()
+    cache = torch.zeros(4, device="tpu")
+    x = torch.ones(4, device="tpu")
+    taken = []
+
+    def failing(buffers):
+        taken.append(buffers[0])
+        buffers[0].delete()  # as a program that consumed it, then failed
+        raise RuntimeError("RESOURCE_EXHAUSTED: out of memory while running the program")
+
+    entry = entry_of(cache)
+    call = _graph_io.graph_caller([((4,), torch.float32, entry.buffer._row)] * 2, [((4,), torch.float32)],
+                                  entry.buffer.device, 0, failing, writes={0: 0}, donated=(0,))
+    with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED") as info:
+        call([cache, x])
+    assert any("argument positions [0]" in note and "lost" in note for note in info.value.__notes__)
+    assert taken[0].is_deleted
