@@ -29,3 +29,21 @@ def strict_compile(monkeypatch):
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def copies(monkeypatch) -> list:
+    """The shapes of the device buffers copied (`DeviceBuffer.copy`) since the test began,
+    or since the test cleared the list: a written storage whose buffer an op or program
+    could not take (another reader held it) is passed as such a copy instead."""
+    from torch_tpu.runtime.buffer import DeviceBuffer
+
+    copied = []
+    copy = DeviceBuffer.copy
+
+    def spy(buffer):
+        copied.append(buffer.shape)
+        return copy(buffer)
+
+    monkeypatch.setattr(DeviceBuffer, "copy", spy)
+    return copied

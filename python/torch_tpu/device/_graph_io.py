@@ -22,7 +22,6 @@ already a device buffer, so it never enters the host-side resident-parameter cac
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -34,7 +33,7 @@ from torch_tpu.runtime.buffer import DeviceBuffer
 from . import _storage
 from ._buffers import TABLE, entry_of
 from ._modes import EagerMode, get_eager_mode, is_blocking
-from ._ops import TensorArg
+from ._ops import TensorArg, _donation_safe as donation_safe
 from ._storage import buffer_of, contiguous_stride, layout_passes_as_is
 
 aten = torch.ops.aten
@@ -176,11 +175,12 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     active (those see the `copy_` calls).
 
     `donated`: positions the program consumes (`backend/_compile.donated_writes`). One
-    that is written here gets its storage's own buffer when nothing else holds that buffer
-    or its array (references counted: another storage sharing it after a `copy_`, a
-    pending host copy, its flat copy, a second argument position, a DLPack export): the
-    program writes the new value into the same memory and the storage takes the result.
-    Otherwise, or when the write is not done here, the program gets a copy."""
+    that is written here gets its storage's own buffer when nothing else holds it
+    (`_ops._donation_safe`, eager in-place ops' rule: another storage sharing it after a
+    `copy_`, a pending host copy, its flat copy, a second argument position, a DLPack
+    export each hold it): the program writes the new value into the same memory and the
+    storage takes the result. Otherwise, or when the write is not done here, the program
+    gets a copy."""
     entries = TABLE._entries
     checks = tuple((shape, dtype, row, dtype.is_complex) for shape, dtype, row in args)
     plan = []
@@ -199,8 +199,6 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     fused = EagerMode.FUSED
     in_place = frozenset(direct.values())
     donors = tuple((p, p in in_place) for p in sorted(donated))
-    refcount = sys.getrefcount
-    sole_buffer, sole_array = _SOLE_BUFFER, _SOLE_ARRAY
 
     def call(tensors: Sequence[Any]) -> list | None:
         buffers = []
@@ -222,17 +220,13 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
         writing = bool(direct) and get_eager_mode() is not fused and not dispatch_modes() and not function_modes()
         consumed = []  # inputs whose own buffer the program takes
         if donors:
-            buffer = None  # (the loop's last one: its reference would count below)
+            buffer = None  # (the loop's last one: its reference would count as a reader)
             for position, written_here in donors:
-                given = buffers[position]
-                # Held by its storage's entry, `buffers`, `given` and getrefcount's
-                # argument; its array by `given` and the argument.
-                if (writing and written_here and refcount(given) == sole_buffer
-                        and refcount(given._array) == sole_array and not given._exported):
+                # Held by its storage's entry and `buffers` alone: eager in-place ops' rule.
+                if writing and written_here and donation_safe(buffers[position]):
                     consumed.append(position)
                 else:
-                    buffers[position] = given.copy()
-            given = None
+                    buffers[position] = buffers[position].copy()
         try:
             outs = launch(buffers)
         except Exception as err:
@@ -265,27 +259,6 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
         return out
 
     return call
-
-
-def _sole_counts() -> tuple[int, int]:
-    """`sys.getrefcount` of a donated argument's buffer and of its array in
-    `graph_caller`'s call when nothing outside the call holds them: the same references
-    made the same way (an entry's slot, a list, a local; an attribute), measured on this
-    interpreter, whose own temporary references differ between Python versions."""
-
-    class Slot:
-        __slots__ = ("_buffer", "_array")
-
-    entry, made = Slot(), Slot()
-    made._array = Slot()
-    entry._buffer = made
-    del made
-    buffers = [entry._buffer]
-    given = buffers[0]
-    return sys.getrefcount(given), sys.getrefcount(given._array)
-
-
-_SOLE_BUFFER, _SOLE_ARRAY = _sole_counts()
 
 
 def device_of(args) -> int | None:

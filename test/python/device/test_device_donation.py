@@ -14,22 +14,6 @@ def _pointer(t: torch.Tensor) -> int:
     return entry_of(t).buffer.unsafe_data_pointer()
 
 
-def _copies(monkeypatch) -> list:
-    """Records each written storage whose buffer was not donated: the op got a device
-    copy of it instead (`DeviceBuffer.copy`), so the old value stays readable."""
-    from torch_tpu.runtime.buffer import DeviceBuffer
-
-    copied = []
-    copy = DeviceBuffer.copy
-
-    def spy(buffer):
-        copied.append(buffer.shape)
-        return copy(buffer)
-
-    monkeypatch.setattr(DeviceBuffer, "copy", spy)
-    return copied
-
-
 def test_in_place_loop_writes_over_its_own_buffer():
     x = torch.zeros(4096, device="tpu")
     x.add_(1.0)  # plans and compiles
@@ -52,46 +36,46 @@ def test_out_argument_is_donated():
     torch.testing.assert_close(out.cpu(), a + b)
 
 
-def test_views_of_a_donated_storage_see_the_write(monkeypatch):
+def test_views_of_a_donated_storage_see_the_write(copies):
     base = torch.arange(24, dtype=torch.float32)
     t = base.to("tpu")
     rows = t.view(4, 6)
-    copied = _copies(monkeypatch)
+    copies.clear()
     rows[1:3].mul_(2.0)
     base.view(4, 6)[1:3].mul_(2.0)
-    assert copied == []
+    assert copies == []
     torch.testing.assert_close(t.cpu(), base)
     torch.testing.assert_close(rows.cpu(), base.view(4, 6))
 
 
-def test_storage_read_by_the_same_op_is_not_donated(monkeypatch):
+def test_storage_read_by_the_same_op_is_not_donated(copies):
     x = torch.randn(64)
     t = x.to("tpu")
-    copied = _copies(monkeypatch)
+    copies.clear()
     t.add_(t)  # the old value is also the op's second operand: copied
-    assert copied == [(64,)]
+    assert copies == [(64,)]
     t.mul_(t.flip(0))  # a different storage: donated
-    assert copied == [(64,)]
+    assert copies == [(64,)]
     torch.testing.assert_close(t.cpu(), (x + x) * (x + x).flip(0))
 
 
-def test_buffer_held_elsewhere_keeps_its_value(monkeypatch):
+def test_buffer_held_elsewhere_keeps_its_value(copies):
     t = torch.arange(8, dtype=torch.float32).to("tpu")
     held = entry_of(t).buffer  # e.g. a compiled graph's argument list, or a caller
-    copied = _copies(monkeypatch)
+    copies.clear()
     t.add_(1.0)
-    assert copied == [(8,)]
+    assert copies == [(8,)]
     assert not held.is_deleted
     torch.testing.assert_close(held.to_torch(), torch.arange(8, dtype=torch.float32))
     torch.testing.assert_close(t.cpu(), torch.arange(8, dtype=torch.float32) + 1)
 
 
-def test_buffer_viewed_on_the_host_keeps_its_value(monkeypatch):
+def test_buffer_viewed_on_the_host_keeps_its_value(copies):
     t = torch.arange(8, dtype=torch.float32).to("tpu")
     host_view = entry_of(t).buffer.to_torch()  # shares the buffer's memory (zero-copy)
-    copied = _copies(monkeypatch)
+    copies.clear()
     t.mul_(10.0)
-    assert copied == [(8,)]
+    assert copies == [(8,)]
     torch.testing.assert_close(host_view, torch.arange(8, dtype=torch.float32))
     torch.testing.assert_close(t.cpu(), torch.arange(8, dtype=torch.float32) * 10)
 

@@ -10,7 +10,6 @@ import torch_tpu.device  # noqa: F401 - registers the device where autoload is o
 from torch_tpu.device import EagerMode, _fused, set_eager_mode
 from torch_tpu.device._buffers import entry_of
 from torch_tpu.runtime import get_client
-from torch_tpu.runtime.buffer import DeviceBuffer
 
 
 @pytest.fixture
@@ -20,20 +19,6 @@ def fused(monkeypatch):
     monkeypatch.setenv("TORCH_TPU_FUSED_FIRST_RUN", "1")
     with set_eager_mode(EagerMode.FUSED):
         yield
-
-
-@pytest.fixture
-def copies(monkeypatch) -> list:
-    """The shapes of the buffers passed as copies instead of donated."""
-    copied = []
-    copy = DeviceBuffer.copy
-
-    def spy(buffer):
-        copied.append(buffer.shape)
-        return copy(buffer)
-
-    monkeypatch.setattr(DeviceBuffer, "copy", spy)
-    return copied
 
 
 def _pointer(t: torch.Tensor) -> int:

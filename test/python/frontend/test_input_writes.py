@@ -101,11 +101,9 @@ def _count_new_storages(monkeypatch) -> list:
     return made
 
 
-def test_on_tpu_tensors_the_call_writes_the_cache_itself_with_no_result_tensor_for_it(monkeypatch):
-    """From the second call (the fast path), the cache's storage takes the program's
-    result buffer in the call: one program, one new storage (the graph's own output), the
-    cache's version counter moved by one as by eager's in-place write, and the output is a
-    tensor of its own."""
+def _warm_cache_step():
+    """A compiled `_cache_step` on a tpu cache and its eager reference, after the two
+    calls that plan it (from the next one, the fast path)."""
     _tpu()
     torch._dynamo.reset()
     step = torch.compile(_cache_step, backend="tpu")
@@ -115,6 +113,16 @@ def test_on_tpu_tensors_the_call_writes_the_cache_itself_with_no_result_tensor_f
             x = torch.randn(2, 1, 4)
             step(cache, torch.tensor([i], device="tpu"), x.to("tpu"))
             _cache_step(ref, torch.tensor([i]), x)
+    return step, cache, ref
+
+
+def test_on_tpu_tensors_the_call_writes_the_cache_itself_with_no_result_tensor_for_it(monkeypatch):
+    """From the second call (the fast path), the cache's storage takes the program's
+    result buffer in the call: one program, one new storage (the graph's own output), the
+    cache's version counter moved by one as by eager's in-place write, and the output is a
+    tensor of its own."""
+    step, cache, ref = _warm_cache_step()
+    with torch.no_grad():
         x = torch.randn(2, 1, 4)
         pos, x_tpu = torch.tensor([2], device="tpu"), x.to("tpu")
         version, eager_version = cache._version, ref._version
@@ -204,36 +212,15 @@ def test_in_fused_mode_the_writes_are_copies_recorded_in_the_trace():
         torch.testing.assert_close(cache.cpu(), ref)
 
 
-def _count_device_copies(monkeypatch):
-    from torch_tpu.runtime.buffer import DeviceBuffer
-
-    copies = []
-    original = DeviceBuffer.copy
-
-    def counting(self):
-        copies.append(self.shape)
-        return original(self)
-
-    monkeypatch.setattr(DeviceBuffer, "copy", counting)
-    return copies
-
-
-def test_the_program_writes_the_cache_in_its_own_buffer_unless_another_storage_shares_it(monkeypatch):
+def test_the_program_writes_the_cache_in_its_own_buffer_unless_another_storage_shares_it(copies):
     """The program donates the written cache (`donated_writes`): from the second call the
     cache's buffer goes in as it is, with no device copy, and a view taken before the call
     reads the new value, as in eager. A buffer another storage shares (`other.copy_(cache)`
     gives `other` the same buffer) is copied first: `other` keeps its value."""
-    _tpu()
-    torch._dynamo.reset()
-    step = torch.compile(_cache_step, backend="tpu")
-    cache, ref = torch.zeros(2, 8, 4, device="tpu"), torch.zeros(2, 8, 4)
+    step, cache, ref = _warm_cache_step()
     with torch.no_grad():
-        for i in range(2):
-            x = torch.randn(2, 1, 4)
-            step(cache, torch.tensor([i], device="tpu"), x.to("tpu"))
-            _cache_step(ref, torch.tensor([i]), x)
         row = cache[:, 2]
-        copies = _count_device_copies(monkeypatch)
+        copies.clear()
         x = torch.randn(2, 1, 4)
         step(cache, torch.tensor([2], device="tpu"), x.to("tpu"))
         _cache_step(ref, torch.tensor([2]), x)
@@ -246,7 +233,6 @@ def test_the_program_writes_the_cache_in_its_own_buffer_unless_another_storage_s
         x = torch.randn(2, 1, 4)
         step(cache, torch.tensor([3], device="tpu"), x.to("tpu"))
         _cache_step(ref, torch.tensor([3]), x)
-        monkeypatch.undo()
     assert copies == [(2, 8, 4)]
     torch.testing.assert_close(other.cpu(), snapshot)
     torch.testing.assert_close(cache.cpu(), ref)
