@@ -50,6 +50,10 @@ Conventions:
     FAILED and the exit status is 1, so a fast wrong answer cannot pass.
   * Each case also reports ours' ops that fell back to PyTorch eager and Dynamo's graph
     breaks (JSON: "fallbacks", "graph_breaks").
+  * "host N%": how much of a block's time passed before its last call returned (JSON:
+    host_s_per_call). Near 100 %, the calls wait for the host (Python, dispatch); well
+    below, for the device (the decode loop was host-bound at 99 % before its written
+    inputs were donated, 77 % after, as JAX's).
   * The JSON file is rewritten after every case, so a run cut short keeps what it measured;
     `--deadline-s` skips the cases that would start after it.
 """
@@ -153,11 +157,14 @@ def jax_sync(result: Any) -> Any:
 
 def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warmup: int) -> dict[str, dict]:
     """Per contender: the median over `repeats` blocks of the per-call seconds of a block of
-    `calls` calls ended by one sync, the blocks' samples, and ours' transfer bytes per call."""
+    `calls` calls ended by one sync, the blocks' samples, ours' transfer bytes per call, and
+    the host's share: the seconds until the block's last call returned, before the sync
+    (`host_s_per_call`; near `s_per_call`, the host is what the calls wait for)."""
     for c in contenders.values():
         for _ in range(warmup):
             c.sync(c.fn())
     samples: dict[str, list[float]] = {name: [] for name in contenders}
+    host: dict[str, list[float]] = {name: [] for name in contenders}
     moved = {name: [0] * 6 for name in contenders}
     for _ in range(repeats):
         for name, c in contenders.items():
@@ -167,12 +174,17 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
             out = None
             for _ in range(calls):
                 out = c.fn()
+            returned = time.perf_counter()
             c.sync(out)
             samples[name].append((time.perf_counter() - t0) / calls)
+            host[name].append((returned - t0) / calls)
             del out
             for i, (a, b) in enumerate(zip(before, COUNTER.snapshot())):
                 moved[name][i] += b - a
-    return {name: _summary(contenders[name], samples[name], moved[name], calls * repeats) for name in contenders}
+    rows = {name: _summary(contenders[name], samples[name], moved[name], calls * repeats) for name in contenders}
+    for name, row in rows.items():
+        row["host_s_per_call"] = statistics.median(host[name])
+    return rows
 
 
 def time_each(contenders: dict[str, Contender], repeats: int, warmup: int,
@@ -1098,6 +1110,8 @@ def print_case(num: int, result: dict) -> None:
             extra = f"  {row['tokens_per_s']:.0f} tok/s"
         if row.get("programs_per_call", 0) > 1:
             extra += f"  ({row['programs_per_call']:.1f} programs per call)"
+        if row.get("host_s_per_call") is not None and row["s_per_call"] > 0:
+            extra += f"  host {100 * row['host_s_per_call'] / row['s_per_call']:.0f}%"
         if row["side"] == "ours" and row.get("xla_compiles_in_timed_blocks"):
             extra += f"  ({row['xla_compiles_in_timed_blocks']} compiles while timed)"
         print(f"    {cname:<32} {fmt_s(row['s_per_call']):>10} {ratio:>7} {tflops:>8} {mfu:>7} "
