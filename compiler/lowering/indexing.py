@@ -683,7 +683,26 @@ def _index_copy(ctx, self, dim, index, source):
     self_, dim, source, shape = _index_source(self, dim, index, source)
     if 0 in shape_of(source) or 0 in shape_of(self_):
         return self
+    if math.prod(shape_of(index)) == 1:
+        return reshape(_copy_one_slice(self_, dim, index, source), shape)
     return reshape(_index_dim_spec(self_, dim, index, wrap=False).apply(self_, source, "replace"), shape)
+
+
+def _copy_one_slice(self: ir.Value, dim: int, index: ir.Value, source: ir.Value) -> ir.Value:
+    """index_copy of a single slice (a KV cache's new position) as a dynamic_update_slice,
+    as JAX writes one: XLA updates the operand in place, where a scatter is a loop over
+    its indices. An index outside [0, size) writes nothing, as the scatter's out-of-bounds
+    rule: the slice at the clamped start is written back as it was."""
+    shape = shape_of(self)
+    size = shape[dim]
+    i = reshape(_as_index(index, size, wrap=False, dt=torch.int64), [])
+    starts = [i if d == dim else i64(0) for d in range(len(shape))]
+    sizes = list(shape)
+    sizes[dim] = 1
+    current = stablehlo.DynamicSliceOp(self, starts, sizes).result
+    in_range = hlo.logical_and(compare(i, full(0, torch.int64, []), "GE"), compare(i, full(size, torch.int64, []), "LT"))
+    update = select(broadcast_to(in_range, sizes), source, current)
+    return stablehlo.DynamicUpdateSliceOp(self, update, starts).result
 
 
 @lowers(aten.index_reduce.default, **_INDEX_DIM)

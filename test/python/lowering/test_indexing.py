@@ -209,6 +209,25 @@ def test_index_add_copy(dim):
     check(lambda x, i, s: torch.index_copy(x, dim, i, s), X, index, src, ops=[aten.index_copy.default])
 
 
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("index_shape", [(1,), ()], ids=["one", "scalar"])
+def test_index_copy_of_one_slice_is_a_dynamic_update_slice(dim, index_shape):
+    """A single index (a KV cache's new position) lowers to dynamic_update_slice, not a
+    scatter; each position, first and last included, matches eager."""
+    for position in (0, X.shape[dim] - 1, 1):
+        index = torch.tensor(position).reshape(index_shape)
+        shape = list(X.shape)
+        shape[dim] = 1
+        src = torch.randn(shape)
+        check(lambda x, i, s: torch.index_copy(x, dim, i, s), X, index, src, ops=[aten.index_copy.default])
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda x, i, s: torch.index_copy(x, dim, i, s))(
+        X, torch.tensor(1).reshape(index_shape), torch.randn(shape))
+    from torch_tpu.compiler.importer import import_graph
+
+    text = str(import_graph(gm).module)
+    assert "stablehlo.dynamic_update_slice" in text and "stablehlo.scatter" not in text
+
+
 def test_index_add_int_scalar_index():
     check(lambda x, i, s: torch.index_add(x, 0, i, s, alpha=3), torch.zeros(5, 3, dtype=torch.long), torch.tensor(1), torch.ones(1, 3, dtype=torch.long))
 
