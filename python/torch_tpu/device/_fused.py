@@ -82,9 +82,12 @@ class Trace:
         self.plans: list = []
         self.refs: list[tuple] = []
         self.lines: list[tuple[str, int]] = []
-        # External inputs: ("buffer", DeviceBuffer) | ("number", value) | ("tensor", 0-d CPU tensor) |
-        # ("key", RNG key words). A ref is an int (an external input) or (op, result).
-        self.externals: list[tuple[str, Any]] = []
+        # External inputs, as two parallel lists (kind, value): "buffer" (a DeviceBuffer) |
+        # "number" (a Python number) | "tensor" (a 0-d CPU tensor) | "key" (RNG key words).
+        # A ref is an int (an external input) or (op, result). Not a tuple per external: one
+        # holding a DeviceBuffer stays tracked by the garbage collector, as the ops' did.
+        self.kinds: list[str] = []
+        self.values: list[Any] = []
         self._buffer_ref: dict[int, int] = {}  # id(DeviceBuffer) -> its external position
         self.flushed = False
         self.error: BaseException | None = None
@@ -101,16 +104,23 @@ class Trace:
         off the recording path)."""
         return list(zip(self.plans, self.refs, self.lines))
 
+    @property
+    def externals(self) -> list[tuple[str, Any]]:
+        """(kind, value) per external input, in order (a new list: for readers off the
+        recording path)."""
+        return list(zip(self.kinds, self.values))
+
     def external_buffer(self, buffer) -> int:
         ref = self._buffer_ref.get(id(buffer))
         if ref is None:
-            ref = self._buffer_ref[id(buffer)] = len(self.externals)
-            self.externals.append(("buffer", buffer))
+            ref = self._buffer_ref[id(buffer)] = self.external_value("buffer", buffer)
         return ref
 
     def external_value(self, kind: str, value) -> int:
-        self.externals.append((kind, value))
-        return len(self.externals) - 1
+        values = self.values
+        self.kinds.append(kind)
+        values.append(value)
+        return len(values) - 1
 
     def program_key(self, outputs: list[tuple[int, int]]) -> tuple:
         """The cache key of the trace's fused program: (device, per op (plan fingerprint,
@@ -119,7 +129,8 @@ class Trace:
         buffers by position, so the aliasing of operands is in the key. Built once per
         flush from what recording keeps anyway, not per recorded op."""
         ops = tuple([(plan.fingerprint, refs) for plan, refs in zip(self.plans, self.refs)])
-        kinds = tuple([kind if kind != "number" else value.__class__.__name__ for kind, value in self.externals])
+        kinds = tuple([kind if kind != "number" else value.__class__.__name__
+                       for kind, value in zip(self.kinds, self.values)])
         return (self.index, ops, tuple(outputs), kinds)
 
     # -- flush ------------------------------------------------------------------------------
@@ -155,7 +166,8 @@ class Trace:
             entry._buffer = buffers[position[(pending.op, pending.result)]]
         STATS["ops"] += len(self.plans)
         # Nothing reads a flushed trace again: free the inputs it held.
-        self.externals.clear()
+        self.kinds.clear()
+        self.values.clear()
         self._buffer_ref.clear()
 
     def written_externals(self) -> tuple[int, ...]:
@@ -194,7 +206,7 @@ class Trace:
         The Python numbers come last as one float64 and one int64 array (when there are
         any): one host-to-device transfer each per run, not one per number."""
         own, floats, ints = [], [], []
-        for ref, (kind, value) in enumerate(self.externals):
+        for ref, (kind, value) in enumerate(zip(self.kinds, self.values)):
             if kind != "number":
                 own.append(ref)
             elif type(value) is float:
@@ -212,10 +224,10 @@ class Trace:
         own, floats, ints = self.layout()
         donated = frozenset(donated)  # (a tuple: a scan per argument, ~900 of them in a training step's trace)
         args = [self._external_argument(ref, ref in donated) for ref in own]
-        externals = self.externals
+        values = self.values
         for refs, dtype in ((floats, np.float64), (ints, np.int64)):
             if refs:
-                args.append(_packed_numbers(np.array([externals[r][1] for r in refs], dtype=dtype), self.index))
+                args.append(_packed_numbers(np.array([values[r] for r in refs], dtype=dtype), self.index))
         return args
 
     def _external_argument(self, ref: int, donated: bool = False):
@@ -224,7 +236,7 @@ class Trace:
         path's per-value buffer cache), a 0-d CPU tensor or an RNG key (uploaded). (No
         import statement here: one runs the import machinery, ~1 us, for each of a
         training step's ~900 externals.)"""
-        kind, value = self.externals[ref]
+        kind, value = self.kinds[ref], self.values[ref]
         if kind == "buffer":
             if value.is_deleted:
                 check_alive(StorageEntry(torch.uint8, 0, self.index, value))  # raises, naming the line
@@ -291,7 +303,7 @@ class Trace:
 
     def _interpret(self, outputs: list[tuple[int, int]]) -> list:
         """Runs the recorded ops one by one through their own plans."""
-        args = [self._external_argument(ref) for ref in range(len(self.externals))]
+        args = [self._external_argument(ref) for ref in range(len(self.values))]
         wanted = set(outputs)
         last_use: dict[tuple[int, int], int] = {}
         for i, refs in enumerate(self.refs):
@@ -470,7 +482,6 @@ def _record(plan, operands, index: int, where: tuple[str, int]) -> tuple[Trace, 
     trace's cache key is derived from the refs at the flush (`Trace.program_key`)."""
     trace = current_trace(index)
     refs = []
-    externals = trace.externals
     for value in operands:
         if value.__class__ is StorageEntry:
             buffer = value._buffer
@@ -483,9 +494,8 @@ def _record(plan, operands, index: int, where: tuple[str, int]) -> tuple[Trace, 
             refs.append(trace.external_buffer(buffer))
         else:
             # A Python number (a run-time operand) or a 0-d CPU tensor (its value now).
-            refs.append(len(externals))
-            externals.append(("number", value) if value.__class__ is float or value.__class__ is int
-                             else _external_value(value))
+            refs.append(trace.external_value("number", value) if value.__class__ is float or value.__class__ is int
+                        else trace.external_value(*_external_value(value)))
     if plan.needs_rng:
         from ._random import generator
 
@@ -537,7 +547,7 @@ def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
                 if id(plan) not in symbols:
                     symbols[id(plan)] = _add_plan(plan, f"op{len(symbols)}")
         # Each external's type where an op first reads it.
-        types: list = [None] * len(trace.externals)
+        types: list = [None] * len(trace.values)
         for plan, refs in zip(trace.plans, trace.refs):
             inputs = symbols[id(plan)][1].inputs
             for ref, t in zip(refs, inputs):
