@@ -318,6 +318,11 @@ def test_native_group_norm(shape, group, affine, dtype):
     w = randn(c, dtype=dtype) if affine else None
     b = randn(c, dtype=dtype) if affine else None
     tol = BF16 if dtype is torch.bfloat16 else {}
+    if dtype is torch.float32 and c * hxw // group <= 2:
+        # Groups of two values: the output is +-1 scaled by w, and the rounding of their
+        # mean and variance (XLA's reduction order vs PyTorch's) is amplified by 1/std;
+        # which inputs a test gets depends on the order pytest-xdist runs them in.
+        tol = {"rtol": 2e-5, "atol": 1e-4}
     check(
         with_optional(
             lambda x, w, b: aten.native_group_norm(x, w, b, n, c, hxw, group, 1e-5), w, b
