@@ -73,10 +73,16 @@ class Program:
             except Exception as err:
                 if self._retry is None:
                     raise
-                retry, self._retry = self._retry, None
-                other = retry(err)  # the module again, kernels declined (`compile_module`)
-                self.executable, self.module = other.executable, other.module
+                self._take_rebuilt(err)
         return self.resolve().executable
+
+    def _take_rebuilt(self, err: Exception) -> None:
+        """After XLA rejected this program's module (`err`): the executable and module of
+        the same program built again with its kernels declined (`_retry`, set by
+        `compile_module`), compiled and waited for."""
+        retry, self._retry = self._retry, None
+        other = retry(err)
+        self.executable, self.module, self._submitted = other.executable, other.module, None
 
     def resolve(self) -> "Program":
         """Waits for an executable compiling in the background (raising its compile error
@@ -91,9 +97,7 @@ class Program:
             except Exception as err:
                 if self._retry is None:
                     raise
-                retry, self._retry = self._retry, None
-                other = retry(err)  # the module again, kernels declined (`compile_module`)
-                self.executable, self.module, self._submitted = other.executable, other.module, None
+                self._take_rebuilt(err)
                 return self
         done = self._finished or time.perf_counter()
         timing.record("xla_compile", done - self._submitted, self.timings)
@@ -172,7 +176,7 @@ def compile_module(
             raise
     # A module with kernels that XLA may reject is built again without them (`callable`:
     # a module given as such cannot be).
-    retry = without_kernels if kernels and callable(source) else None
+    rebuildable = bool(kernels) and callable(source)
     module = lowered.module
     if isinstance(module, str) and pipeline == NO_PASSES:
         # Text compiled as it is (a fused trace): parsed by XLA alone, as before dumps existed.
@@ -203,11 +207,11 @@ def compile_module(
             _submit(program, module, options, compiler, wait)
     except Exception as err:
         dump.write_error("compiling with XLA", str(err))
-        if retry is not None:
-            return retry(err, kernels)
+        if rebuildable:
+            return without_kernels(err, kernels)
         raise
-    if retry is not None:
-        program._retry = lambda err: retry(err, kernels, program)
+    if rebuildable:
+        program._retry = lambda err: without_kernels(err, kernels, program)
     program.seconds += (program._submitted or time.perf_counter()) - start
     log.debug("torch_tpu: %s program %s compiled in %.3fs (%s)", key.kind, name, program.seconds,
               ", ".join(f"{k} {v:.3f}s" for k, v in timings.items()))
