@@ -21,7 +21,8 @@ Cases:
   7 train     a training step of that model (cross entropy, backward, AdamW, bf16
               parameters), batch 4 x 512 tokens (the AdamW states of ours and of JAX do
               not share the chip: the contenders run one after the other): the whole step
-              under torch.compile, and the eager step in FUSED mode, vs jax.value_and_grad
+              under torch.compile (in Strict mode, and in FUSED mode: its graphs recorded into
+              one program per step), and the eager step in FUSED mode, vs jax.value_and_grad
               + AdamW written in jnp, jitted with the state donated
   8 decode    greedy decoding with a static KV cache (batch 1, 32 prompt + 96 new tokens),
               argmax inside the compiled step: one compiled step per token vs a jitted
@@ -184,6 +185,10 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
     rows = {name: _summary(contenders[name], samples[name], moved[name], calls * repeats) for name in contenders}
     for name, row in rows.items():
         row["host_s_per_call"] = statistics.median(host[name])
+        if PROFILE_CALLS[0]:
+            from _xprof import profile_calls
+
+            row["profile"] = profile_calls(contenders[name].fn, contenders[name].sync, PROFILE_CALLS[0])
     return rows
 
 
@@ -229,6 +234,7 @@ def _summary(c: Contender, samples: list[float], moved: list[int], calls: int) -
 
 
 ARGS_PEAK = [PEAK_TFLOPS_V5E]
+PROFILE_CALLS = [0]  # --profile N: N more calls of each contender under jax.profiler (0: none)
 
 
 def to_f32(value: Any) -> Any:
@@ -890,10 +896,10 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
     losses: dict[str, list[float]] = {}
     notes: dict[str, str] = {}
 
-    def run_ours(name: str, fused: bool) -> None:
+    def run_ours(name: str, fused: bool, compiled: bool) -> None:
         model = copy.deepcopy(base).to("tpu").train()
         ids, tgt = ids_cpu.to("tpu"), tgt_cpu.to("tpu")
-        step, how = _torch_train_step(model, cfg, compile_step=not fused)
+        step, how = _torch_train_step(model, cfg, compile_step=compiled)
         if fused:
             def call():
                 with set_eager_mode(EagerMode.FUSED):  # leaving the mode flushes: one program per step
@@ -909,7 +915,8 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
             for future in list(_fused._PROGRAMS.values()):
                 if hasattr(future, "result"):
                     future.result()
-            how = "eager step in FUSED mode (one fused program per step)"
+            how = (f"{how}, in FUSED mode: its graphs recorded into one program per step" if compiled else
+                   "eager step in FUSED mode (one fused program per step)")
         notes[name] = how
         c = Contender(call, torch_sync, "ours", flops, extra={"first_calls_s": first, "variant": how})
         rows.update(time_blocks({name: c}, reps["calls_big"], reps["repeats_big"], warmup=1))
@@ -917,17 +924,19 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         release()
         rows[name]["live_arrays_after"] = live_arrays()
 
-    variants = options.get("train_variants", {"compiled", "fused"})
-    if "compiled" in variants:
+    variants = options.get("train_variants", {"compiled", "compiled-fused", "fused"})
+    for variant, name, fused, compiled in (("compiled", "torch.compile", False, True),
+                                           ("compiled-fused", "torch.compile, FUSED", True, True),
+                                           ("fused", "FUSED eager", True, False)):
+        if variant not in variants:
+            continue
         try:
-            run_ours("torch.compile", fused=False)
-        except Exception as err:  # noqa: BLE001 - reported, then the FUSED and JAX contenders still run
-            notes["torch.compile"] = f"failed: {type(err).__name__}: {err}"
-            losses["torch.compile"] = [math.nan]
+            run_ours(name, fused=fused, compiled=compiled)
+        except Exception as err:  # noqa: BLE001 - reported, then the other contenders still run
+            notes[name] = f"failed: {type(err).__name__}: {err}"
+            losses[name] = [math.nan]
             traceback.print_exc()
             release()
-    if "fused" in variants:
-        run_ours("FUSED eager", fused=True)
 
     trainable = [n for n, _ in base.named_parameters()]
     consts = {n: bf16_to_jax(b) for n, b in base.named_buffers()}
@@ -1116,6 +1125,10 @@ def print_case(num: int, result: dict) -> None:
             extra += f"  ({row['xla_compiles_in_timed_blocks']} compiles while timed)"
         print(f"    {cname:<32} {fmt_s(row['s_per_call']):>10} {ratio:>7} {tflops:>8} {mfu:>7} "
               f"{_fmt_bytes(row['h2d_bytes_per_call']):>9} {_fmt_bytes(row['d2h_bytes_per_call']):>9}{extra}")
+        if "profile" in row:
+            from _xprof import brief
+
+            print("        " + brief(row["profile"]))
 
 
 def _err_text(check: dict) -> str:
@@ -1144,15 +1157,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=None, help="calls per timed block (default 10; 3 for 6-7)")
     ap.add_argument("--layers", type=int, default=None, help="decoder layers of cases 6-8 (default 16; --small 2)")
     ap.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS_V5E, help="peak for MFU (TPU v5e bf16: 197)")
-    ap.add_argument("--train-variants", default="compiled,fused",
-                    help="ours' contenders of case 7: compiled, fused or both")
+    ap.add_argument("--train-variants", default="compiled,compiled-fused,fused",
+                    help="ours' contenders of case 7: compiled (Strict), compiled-fused (the compiled step "
+                         "in FUSED mode), fused (the eager step in FUSED mode)")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="skip the cases that would start after this many seconds of the run")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after timing, N more calls of each contender under jax.profiler: device time "
+                         "per program, per op kind and the largest ops (JSON: row 'profile')")
     ap.add_argument("--own-client", action="store_true",
                     help="let torch_tpu make its own PjRT client instead of sharing JAX's")
     args = ap.parse_args(argv)
     cases = parse_cases(args.cases)
     ARGS_PEAK[0] = args.peak_tflops
+    PROFILE_CALLS[0] = args.profile
     repeats = args.repeats or (2 if args.small else 5)
     calls = args.calls or (3 if args.small else 10)
     reps = {"repeats": repeats, "calls": calls, "repeats_big": args.repeats or (2 if args.small else 3),

@@ -142,3 +142,43 @@ def test_a_compiled_cache_write_consumes_the_cache_buffer_on_the_chip(chip, monk
     monkeypatch.undo()
     assert copies == []
     torch.testing.assert_close(cache.cpu(), ref)
+
+
+def _whole_step(model, opt):
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x).mean(1), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return torch.compile(step, backend="tpu")
+
+
+def test_a_compiled_training_step_in_fused_mode_is_one_program_on_the_chip(chip):
+    """In FUSED mode the compiled step's graphs (forward, backward, AdamW) are recorded and
+    run as one program per step on the TPU; its losses and parameters are Strict mode's."""
+    from torch_tpu.device import EagerMode, set_eager_mode
+    from torch_tpu.runtime import transfer_stats
+
+    x, y = torch.randn(8, 16, 64), torch.randint(0, 10, (8,))
+    results = {}
+    for mode in (EagerMode.STRICT, EagerMode.FUSED):
+        torch._dynamo.reset()
+        model = _model().to("tpu")
+        step = _whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+        xs, ys = x.to("tpu"), y.to("tpu")
+        losses, programs = [], []
+        for _ in range(6):
+            before = transfer_stats().programs_executed
+            with set_eager_mode(mode):
+                loss = step(xs, ys)
+            programs.append(transfer_stats().programs_executed - before)
+            losses.append(loss.item())
+        results[mode] = (losses, [p.detach().cpu() for p in model.parameters()], programs)
+    strict, fused = results[EagerMode.STRICT], results[EagerMode.FUSED]
+    assert fused[2][-1] == 1, f"programs per FUSED step: {fused[2]}"
+    assert fused[0][-1] < fused[0][0], fused[0]
+    torch.testing.assert_close(torch.tensor(fused[0]), torch.tensor(strict[0]), atol=2e-3, rtol=2e-3)
+    for a, b in zip(fused[1], strict[1]):
+        torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)

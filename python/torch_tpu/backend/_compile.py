@@ -51,8 +51,12 @@ class CompiledGraph:
 
     def __init__(self, executable, imported, precision_sensitive: bool = True,
                  resident: Iterable[int] = (), written: Iterable[int] = (), host_results: Iterable[int] = (),
-                 device_index: int | None = None, input_writes: Sequence[int] = ()) -> None:
+                 device_index: int | None = None, input_writes: Sequence[int] = (),
+                 fusable: tuple[Any, Any] | None = None) -> None:
         self.executable = executable
+        # (module, fingerprint) of the program, which a FUSED trace can stitch into its own
+        # (`device/_fused.GraphPlan`); None: its calls always run.
+        self.fusable = fusable
         # Input positions whose new values are the graph's last outputs, one per output
         # (`_input_writes.take_input_writes`): the caller writes them back
         # (`with_input_writes`); on tpu tensors the fast path may write them itself.
@@ -89,10 +93,13 @@ class CompiledGraph:
         if not isinstance(self.executable, HostCallable):
             return None  # a tpu_dist graph's DistributedGraphProgram: its own call path
         result_type = self._output_plan.direct_type(len(self.executable.signature.results))
+        if self.invoker.plan.device_index is not None:
+            # On tpu tensors the output plan may rebuild the structure (a backward graph's
+            # None gradients): the fast path is its argument loop and launch.
+            return self.invoker.device_caller(result_type or self._output_plan, self._written_results(),
+                                              self.fusable)
         if result_type is None:
             return None
-        if self.invoker.plan.device_index is not None:
-            return self.invoker.device_caller(result_type, self._written_results())
         return self.invoker.host_caller(result_type)
 
     def _written_results(self) -> dict[int, int]:
@@ -224,8 +231,9 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     def finish() -> CompiledGraph:
         program.resolve()
         _report_slow_compile(name, imported.node_count, program.seconds, program.timings)
+        fusable = (program.module, program.key.fingerprint()) if symbol_bounds is None else None
         return fx_graph(program.executable, imported, precision_sensitive, resident, host, device_index, layouts,
-                        input_writes if symbol_bounds is None else (), donors)
+                        input_writes if symbol_bounds is None else (), donors, fusable)
 
     if defer:
         return PendingGraph(finish, precision_sensitive)
@@ -273,14 +281,17 @@ def _in_distributed_graph(gm: torch.fx.GraphModule) -> bool:
 
 
 def fx_graph(executable, imported, precision_sensitive: bool, resident: Iterable[int], host, device_index,
-             layouts: list | None, input_writes: Sequence[int] = (), donated: Sequence[int] = ()) -> CompiledGraph:
+             layouts: list | None, input_writes: Sequence[int] = (), donated: Sequence[int] = (),
+             fusable: tuple[Any, Any] | None = None) -> CompiledGraph:
     """The `CompiledGraph` of a Dynamo/aot_autograd graph: `resident` inputs held on the
     device, `host` results returned as CPU tensors, tpu tensors in and out when
     `device_index` is set, eager's output `layouts` applied (None: a bounded graph's),
     `input_writes` as `CompiledGraph.input_writes`, `donated` the inputs the program
-    was compiled to donate (`donated_writes`)."""
+    was compiled to donate (`donated_writes`), `fusable` the program's (module, fingerprint)
+    that FUSED mode stitches into its traces (`CompiledGraph.fusable`)."""
     compiled = CompiledGraph(executable, imported, precision_sensitive, resident=resident, written=donated,
-                             host_results=host, device_index=device_index, input_writes=input_writes)
+                             host_results=host, device_index=device_index, input_writes=input_writes,
+                             fusable=fusable)
     if layouts is not None:
         compiled.set_output_layouts(layouts)
     return compiled

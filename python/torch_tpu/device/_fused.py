@@ -475,6 +475,53 @@ def record(op, args, kwargs, plan, operands, index: int):
         return _ops.bind_results(op, args, kwargs, plan, operands, index, pending)
 
 
+class GraphPlan:
+    """A compiled graph's program (`torch.compile` on tpu tensors) as one recorded op of a
+    trace, with the fields of an op's `_ops.Plan` that recording, stitching and the
+    op-by-op run read. Its results are the graph's new tensors, then the new values of the
+    inputs it writes (`written`, in that order: an optimizer step's parameters and states,
+    a KV cache): the trace stitches the whole program into the fused one, so the forward,
+    the backward and the optimizer step of a compiled training step run as ONE program
+    and XLA fuses across them (the AdamW update into the gradient's matmul, as in a JAX
+    step). `results`: (numel, size, stride, dtype) of each new tensor, row-major."""
+
+    needs_rng = False
+    single = None
+
+    def __init__(self, executable, module, fingerprint, written: list[int], results: list[tuple]) -> None:
+        from ..program.invoker import Invoker
+
+        self.executable = executable
+        self.module = module
+        self.fingerprint = ("graph", fingerprint)
+        self.written = written
+        self.results = results
+        self.n_results = len(results)
+        self.invoker = Invoker(executable, executable.signature.args)  # the op-by-op run
+
+
+def record_graph(plan: GraphPlan, operands: list, tensors, index: int) -> list:
+    """Records one call of a compiled graph on the current trace: `operands` are the
+    storage entries of its tensor arguments `tensors` (each its storage as it is). Returns
+    its results as the graph's call does: new pending tensors, then each written input
+    itself, its storage holding the pending new value (its version counter moved, as the
+    `copy_` it stands for would)."""
+    where = user_frame(sys._getframe(2))
+    with _lock:
+        trace, position = _record(plan, operands, index, where)
+        new_tensor = _storage.new_tensor
+        out = [new_tensor(Pending(trace, position, j), numel, size, stride, dtype, index, True, tuple(size))
+               for j, (numel, size, stride, dtype) in enumerate(plan.results)]
+        written = []
+        for k, p in enumerate(plan.written):
+            operands[p].buffer = Pending(trace, position, plan.n_results + k)
+            written.append(tensors[p])
+        if written:
+            torch._C._increment_version(written)
+            out.extend(written)
+    return out
+
+
 def _record(plan, operands, index: int, where: tuple[str, int]) -> tuple[Trace, int]:
     """Appends the op to the current trace; returns the trace and the op's position in it
     (its results' `Pending` values name the two). This runs for every op of every step, so it

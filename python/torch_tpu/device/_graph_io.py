@@ -148,7 +148,7 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
                  results: Sequence[tuple[tuple[int, ...], torch.dtype]], device: Any, index: int,
                  launch: Callable[[list], list], host: frozenset[int] = frozenset(),
                  writes: dict[int, int] | None = None,
-                 donated: Sequence[int] = ()) -> Callable[[Sequence[Any]], list | None]:
+                 donated: Sequence[int] = (), fusable: tuple | None = None) -> Callable[[Sequence[Any]], list | None]:
     """`call(tensors)`: one call of a compiled graph's program on tpu tensors, for a
     program that takes `args` `(shape, torch dtype, element type)` on the runtime `device`
     and returns `results` `(shape, torch dtype)`; `launch(buffers)` runs it
@@ -180,7 +180,11 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     `copy_`, a pending host copy, its flat copy, a second argument position, a DLPack
     export each hold it): the program writes the new value into the same memory and the
     storage takes the result. Otherwise, or when the write is not done here, the program
-    gets a copy."""
+    gets a copy.
+
+    `fusable`: (executable, module, fingerprint) of the program: in FUSED mode the call is
+    then recorded in the trace as one op (`_fused.record_graph`) instead of run, where its
+    writes are its last results and cover what it donates (else it runs, as in Strict)."""
     entries = TABLE._entries
     checks = tuple((shape, dtype, row, dtype.is_complex) for shape, dtype, row in args)
     plan = []
@@ -199,8 +203,11 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     fused = EagerMode.FUSED
     in_place = frozenset(direct.values())
     donors = tuple((p, p in in_place) for p in sorted(donated))
+    record = _fused_recorder(fusable, args, results, direct, donated, host, index)
 
     def call(tensors: Sequence[Any]) -> list | None:
+        if record is not None and get_eager_mode() is fused and not dispatch_modes() and not function_modes():
+            return record(tensors)
         buffers = []
         read = []
         append = buffers.append
@@ -259,6 +266,46 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
         return out
 
     return call
+
+
+def _fused_recorder(fusable: tuple | None, args, results, direct: dict[int, int], donated: Sequence[int],
+                    host: frozenset[int], index: int) -> Callable[[Sequence[Any]], list | None] | None:
+    """`graph_caller`'s FUSED path: `record(tensors)` records the call on the trace
+    (`_fused.record_graph`), or returns None for tensors it does not take (as the Strict
+    loop does; the per-argument path then flushes what they hold). None when the program
+    cannot be one op of a trace: no module to stitch, CPU results (a download flushes
+    anyway), or writes that are not its last results (a trace's op returns its new
+    tensors first, then the written values) or that leave a donated input out (only a
+    written operand is copied for the op-by-op run)."""
+    if fusable is None or host:
+        return None
+    count = len(direct)
+    written = [direct.get(k) for k in range(len(results) - count, len(results))]
+    if None in written or not set(donated) <= set(written):
+        return None
+    plan: list = []  # the GraphPlan, built at the first recorded call
+    checks = tuple((tuple(shape), dtype, dtype.is_complex) for shape, dtype, _ in args)
+    entries = TABLE._entries
+
+    def record(tensors: Sequence[Any]) -> list | None:
+        from . import _fused
+
+        operands = []
+        for t, (shape, dtype, complex_) in zip(tensors, checks):
+            entry = entries.get(t.data_ptr())  # the storage's address when the offset is 0 (checked)
+            if (entry is None or t.dtype is not dtype or entry.dtype is not dtype or entry.shape != shape
+                    or entry.device_index != index or t.shape != shape or t.storage_offset()
+                    or not t.is_contiguous() or t.is_neg() or (complex_ and t.is_conj())):
+                return None
+            operands.append(entry)
+        if not plan:
+            executable, module, fingerprint = fusable
+            new = [(math.prod(shape), [int(s) for s in shape], contiguous_stride([int(s) for s in shape]), dtype)
+                   for shape, dtype in results[: len(results) - count]]
+            plan.append(_fused.GraphPlan(executable, module, fingerprint, written, new))
+        return _fused.record_graph(plan[0], operands, tensors, index)
+
+    return record
 
 
 def device_of(args) -> int | None:

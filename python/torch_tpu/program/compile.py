@@ -200,6 +200,7 @@ def compile_module(
             dump.write_inputs(module.operation, specs, sources)
         if before_compile is not None:
             before_compile(module)
+        _name_module(module, key.kind, name)
     program = Program(key, name, None, None if isinstance(module, str) else module, lowered.extra, timings,
                       options=options)
     try:
@@ -274,8 +275,21 @@ def _dump_text(dump: GraphDump, text: str) -> None:
     dump.write_readme(True)
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:60] or "program"
+def _name_module(module: Any, kind: str, name: str) -> None:
+    """Gives an unnamed module its program's name (`module @<kind>.<name>`): XLA names the
+    HLO module after it, and that is the name the chip's profiler, XLA's dumps and its
+    error messages show (every unnamed module is `main`). Named after the dump, which stays
+    the pipeline's output as it was."""
+    from torch_tpu.compiler.context import ir
+
+    attributes = module.operation.attributes
+    if "sym_name" not in attributes:
+        with module.context:
+            attributes["sym_name"] = ir.StringAttr.get(f"{kind}.{_slug(name, 200)}")
+
+
+def _slug(name: str, limit: int = 60) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:limit] or "program"
 
 
 def _bytecode(module: Any) -> bytes:

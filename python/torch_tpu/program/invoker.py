@@ -225,7 +225,8 @@ class Invoker:
 
         return planned
 
-    def device_caller(self, result_type: type, writes: dict[int, int] | None = None) -> Callable[..., Any] | None:
+    def device_caller(self, result_type: type, writes: dict[int, int] | None = None,
+                      fusable: tuple[Any, Any] | None = None) -> Callable[..., Any] | None:
         """After the first call: `__call__` for tpu tensors as one closure returning the
         results in a `result_type`, when every argument is a tpu tensor read as it is
         (parameters, caches, activations: `ArgumentPlan.reads_tpu_tensors_only`), it donates
@@ -238,7 +239,8 @@ class Invoker:
         or raises its errors. `writes`: results that are new values of inputs (result
         index -> input position) the device may write into those inputs itself, returning
         the input at that place; a donated one of those may be consumed by the call
-        (`graph_caller` decides per call)."""
+        (`graph_caller` decides per call). `fusable`: (module, fingerprint) of the program,
+        so that FUSED mode records the call as one op of its trace."""
         plan = self.plan
         executable = self.executable
         index = plan.device_index
@@ -257,7 +259,7 @@ class Invoker:
             [(tuple(a.shape), torch_dtype(a), a.element_type) for a in signature.args],
             [(tuple(r.shape), torch_dtype(r)) for r in signature.results],
             executable.devices[0], index, executable.buffer_launcher(), self.host_results, dict(writes or {}),
-            tuple(executable.donated_args))
+            tuple(executable.donated_args), None if fusable is None else (executable, *fusable))
         slow = self.__call__
 
         def call(*args: Any) -> Any:

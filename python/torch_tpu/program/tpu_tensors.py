@@ -38,7 +38,8 @@ class TpuTensors(Protocol):
     def graph_caller(self, args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
                      results: Sequence[tuple[tuple[int, ...], torch.dtype]], device: Any, index: int,
                      launch: Callable[[list], list], host: frozenset[int], writes: dict[int, int],
-                     donated: tuple[int, ...] = ()) -> Callable[[Sequence[Any]], list | None]:
+                     donated: tuple[int, ...] = (), fusable: tuple | None = None
+                     ) -> Callable[[Sequence[Any]], list | None]:
         """`call(tensors)`: a program's call on tpu tensors in one step -- each tensor's
         buffer (`argument(t, shared=True)` with the program's argument checks, for the
         parameter specs `args`), `launch(buffers)`, `result` for each result (`results`:
@@ -46,7 +47,9 @@ class TpuTensors(Protocol):
         per-argument path. A result in `writes` (result -> input position) may be written
         into that input already and stand as the input itself. `donated`: the positions
         the program consumes; each gets the input's own buffer only where the call writes
-        that input itself and nothing else holds the buffer, else a copy."""
+        that input itself and nothing else holds the buffer, else a copy. `fusable`:
+        (executable, module, fingerprint) of the program, for a device that records calls
+        instead of running them (FUSED mode) and stitches the module into its program."""
         ...
 
 
@@ -66,7 +69,7 @@ class _NoDevice:
     def rng_key(self, index: int) -> torch.Tensor:
         return self.argument(torch.empty(0), False)
 
-    def graph_caller(self, args, results, device, index, launch, host, writes, donated=()):
+    def graph_caller(self, args, results, device, index, launch, host, writes, donated=(), fusable=None):
         return lambda tensors: self.argument(tensors, True)
 
 

@@ -208,6 +208,30 @@ def test_repeated_compiles_hit_the_one_cache():
     assert other is not first and builds == [1, 1]
 
 
+def test_a_program_is_named_after_its_kind_and_name_in_xla():
+    """An unnamed module gets `<kind>.<name>` as its symbol: the name XLA gives the HLO
+    module, which the chip's profiler shows per program (every unnamed one was `main`).
+    A module that names itself keeps its name."""
+    from torch_tpu.compiler.context import ir
+    from torch_tpu.program import shared_context
+    from torch_tpu.program.pipelines import compile_pipeline
+
+    body = ("func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {\n"
+            "  %y = stablehlo.multiply %x, %x : tensor<3xf32>\n  return %y : tensor<3xf32>\n}\n")
+
+    def build(header=""):
+        with shared_context():
+            return ir.Module.parse(f"module {header}{{\n{body}}}" if header else body)
+
+    named = compile_module(build, key=ProgramKey("eager_op", ("test_program_name", 3), "highest"),
+                           name="aten.square / test", pipeline=compile_pipeline("highest"))
+    assert ir.StringAttr(named.module.operation.attributes["sym_name"]).value == "eager_op.aten.square_test"
+    assert [m.name for m in named.executable._raw.hlo_modules()] == ["eager_op.aten.square_test"]
+    own = compile_module(lambda: build("@mine "), key=ProgramKey("eager_op", ("test_program_name", 4), "highest"),
+                         name="square", pipeline=compile_pipeline("highest"))
+    assert ir.StringAttr(own.module.operation.attributes["sym_name"]).value == "mine"
+
+
 @pytest.mark.parametrize("kind", ["eager_op", "graph_io", "jax_op"])
 def test_each_kind_compiles_once_and_then_hits_the_cache(kind, monkeypatch):
     """The second use of a program kind compiles nothing (no runtime compile, no pipeline):
