@@ -26,7 +26,7 @@ def small_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench_tpu") / "tpu.json"
     env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, os.path.join(BENCH, "tpu.py"), "--small", "--cases", "1,3,4,5", "--repeats", "2",
+        [sys.executable, os.path.join(BENCH, "tpu.py"), "--small", "--cases", "1,3,4,5", "--repeats", "2", "--profile", "2",
          "--json", str(out)],
         capture_output=True, text=True, timeout=240, env=env,
     )
@@ -56,6 +56,11 @@ def test_small_run_writes_every_field(small_run):
     assert matmul["torch.compile"]["flops_per_call"] == 2 * n**3
     assert matmul["torch.compile"]["mfu"] == pytest.approx(matmul["torch.compile"]["tflops"] / 197.0)
     assert "[1] matmul" in stdout and "[5] transfer" in stdout
+    # --profile: each contender's device time by program, ours named after its graph or op.
+    profiles = {cname: row["profile"] for cname, row in matmul.items()}
+    assert all(p["device_ms_per_call"] > 0 and p["categories"] for p in profiles.values()), profiles
+    assert any(name.startswith("fx_graph.") for name in profiles["torch.compile"]["programs"])
+    assert any(name.startswith("eager_op.aten.mm") for name in profiles["eager tpu"]["programs"])
 
 
 def test_transfer_counter_counts_what_the_runtime_moves(small_run):
@@ -82,6 +87,15 @@ def test_transfer_counter_counts_what_the_runtime_moves(small_run):
         down = transfer["contenders"][f"d2h {label} t.cpu()"]
         # XLA:CPU hands the value over by DLPack (no copy to count); TPU copies `size` bytes.
         assert down["d2h_bytes_per_call"] + down["dlpack_exports_per_call"] > 0
+
+
+def test_profile_reads_an_hlo_instruction_for_its_kind_and_type():
+    from _xprof import _parse_instruction
+
+    assert _parse_instruction("%fusion.3 = (f32[2]{0}, bf16[2,4]{1,0:T(8,128)}) fusion(%a, %b), kind=kOutput, "
+                              "calls=%fused_computation") == ("fusion.3", "fusion:kOutput", "(f32[2], bf16[2,4])")
+    assert _parse_instruction("%copy.1 = bf16[8]{0} copy(%p)") == ("copy.1", "copy", "bf16[8]")
+    assert _parse_instruction("slice-done.4") == ("slice-done.4", "slice-done", "")
 
 
 def test_compare_rejects_a_wrong_answer():
