@@ -366,15 +366,27 @@ def _donation_safe(buffer) -> bool:
     return sys.getrefcount(buffer) <= _SOLE_REFERENCES + _ops.hook_references() and not buffer._exported
 
 
-def _loaded(future: Future, n_ops: int):
-    from ..program.invoker import Invoker
+class _Launch:
+    """A fused program's run: its arguments (`Trace._arguments`) are live DeviceBuffers
+    whose shapes and element types the trace's key fixes, so they go to PjRT as they are
+    (`Executable.buffer_launcher`), without a converter per argument (a compiled training
+    step's trace passes ~600: ~0.8 ms of a step on XLA:CPU)."""
 
+    __slots__ = ("executable", "buffers")
+
+    def __init__(self, executable) -> None:
+        self.executable = executable
+        launch = executable.buffer_launcher()
+        self.buffers = lambda *args: launch(args)
+
+
+def _loaded(future: Future, n_ops: int):
     try:
         executable = future.result()
     except Exception as err:  # noqa: BLE001 - XLA rejected the fused module: run op by op
         log.warning("torch_tpu: FUSED: compiling a trace of %d ops failed (%s); its ops run one by one", n_ops, err)
         return _INTERPRET
-    return Invoker(executable, executable.signature.args)
+    return _Launch(executable)
 
 
 # -- recording ------------------------------------------------------------------------------------
