@@ -27,6 +27,7 @@ from . import _fallback_reasons as fallback_reasons
 from . import _recovery
 from ..core import config
 from ._custom_ops import expand_custom_ops
+from ._input_writes import written_values
 from ..program.errors import TorchTpuCompileError
 from ._fallback_reasons import FallbackReason
 from ..program.fingerprint import FxGraphFingerprint
@@ -254,14 +255,9 @@ def donated_writes(gm: torch.fx.GraphModule, input_writes: Sequence[int]) -> tup
     parameter per AdamW step). The caller's buffer is consumed only where nothing else
     holds it (`device/_graph_io.graph_caller`); otherwise the program gets a copy
     (`ArgumentPlan`'s written positions), so no tensor ever sees a donated buffer."""
-    if not input_writes:
-        return ()
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    values = list(output.args[0])[-len(input_writes):]
     donors = []
-    for position, value in zip(input_writes, values):
-        old = placeholders[position].meta.get("val")
+    for position, (placeholder, value) in zip(input_writes, written_values(gm, input_writes)):
+        old = placeholder.meta.get("val")
         new = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
         if (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and old.dtype == new.dtype
                 and tuple(old.shape) == tuple(new.shape) and old.device.type == "tpu"):

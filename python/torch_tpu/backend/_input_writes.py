@@ -49,6 +49,18 @@ def take_input_writes(gm: torch.fx.GraphModule) -> list[int]:
     return written
 
 
+def written_values(gm: torch.fx.GraphModule, written: Sequence[int]) -> list[tuple[torch.fx.Node, Any]]:
+    """(the written placeholder, the output node or value of its new value) per input of
+    `written`, as `take_input_writes` left them: the graph's last outputs, in that order.
+    The one reader of that convention for the graph's other users (`_compile.donated_writes`)."""
+    if not written:
+        return []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    values = list(output.args[0])[-len(written):]
+    return [(placeholders[position], value) for position, value in zip(written, values)]
+
+
 def with_input_writes(compiled: Callable[..., Sequence[Any]], written: list[int]) -> Callable[..., list]:
     """`compiled`, whose last results are the new values of the inputs at `written`,
     writing them into those inputs and returning the graph's own results. A result that
