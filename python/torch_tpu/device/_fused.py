@@ -92,6 +92,7 @@ class Trace:
         self.flushed = False
         self.error: BaseException | None = None
         self.cut_at_bound = False  # flushed because it reached TORCH_TPU_MAX_FUSED_OPS
+        self.graphs: set[int] = set()  # id() of each compiled graph recorded (`record_graph`)
         # Read once per trace, not per recorded op (an environment lookup and parse).
         self.max_ops = config.get("TORCH_TPU_MAX_FUSED_OPS")
 
@@ -520,7 +521,14 @@ def record_graph(plan: GraphPlan, operands: list, tensors, index: int) -> list:
     `copy_` it stands for would)."""
     where = user_frame(sys._getframe(2))
     with _lock:
+        trace = _current[0]
+        if trace is not None and not trace.flushed and id(plan) in trace.graphs:
+            # A trace holds each compiled graph once: a loop calling one graph (a decode
+            # step per token) runs a program per call, as in Strict mode, instead of
+            # stitching a program of up to TORCH_TPU_MAX_FUSED_OPS copies of the model.
+            trace.flush()
         trace, position = _record(plan, operands, index, where)
+        trace.graphs.add(id(plan))
         new_tensor = _storage.new_tensor
         out = [new_tensor(Pending(trace, position, j), numel, size, stride, dtype, index, True, tuple(size))
                for j, (numel, size, stride, dtype) in enumerate(plan.results)]

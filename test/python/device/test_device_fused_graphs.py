@@ -97,6 +97,24 @@ def test_a_compiled_cache_write_in_fused_mode_writes_the_cache():
     torch.testing.assert_close(cache.cpu(), ref)
 
 
+def test_a_loop_over_one_compiled_graph_runs_a_program_per_call():
+    """A trace holds each compiled graph once: calling the same graph again (a decode
+    loop that reads nothing) flushes the previous call, so no trace stitches the model
+    over and over."""
+    step = torch.compile(lambda h, w: torch.tanh(h @ w), backend="tpu")
+    h, w = torch.randn(2, 4), torch.randn(4, 4)
+    th, tw = h.to("tpu"), w.to("tpu")
+    step(th, tw)
+    flushes = _fused.STATS["flushes"]
+    with set_eager_mode(EagerMode.FUSED):
+        for _ in range(5):
+            th = step(th, tw)
+            h = torch.tanh(h @ w)
+            assert sum(isinstance(p, _fused.GraphPlan) for p in _fused._current[0].plans) == 1
+    assert _fused.STATS["flushes"] - flushes == 5  # four at the next call, one on leaving the mode
+    torch.testing.assert_close(th.cpu(), h)
+
+
 def test_a_graph_with_a_cpu_result_still_runs_in_fused_mode():
     def f(x, n):
         return x * 2, n + 1  # `n` is a CPU tensor: its result comes back on the CPU
