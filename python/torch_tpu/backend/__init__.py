@@ -23,7 +23,7 @@ import torch
 
 from . import _dynamo_funcnames, _dynamo_local_map, _dynamo_optimizer
 from ._aliasing_prims import decompose_aliasing_prims
-from ._compile import compile_graph
+from ._compile import STARTS_STEP, compile_graph
 from ._input_writes import take_input_writes, with_input_writes
 from ._saved_inputs import take_saved_inputs, with_saved_inputs
 from ._tensor_index import rewrite_scalar_tensor_indices
@@ -145,6 +145,7 @@ def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | No
             _record_sources(gm, sources)
         taken, written = [], []
         if role == "forward":
+            gm.meta[STARTS_STEP] = True
             _mark_visible_outputs(gm)
             taken = take_saved_inputs(gm)
         if role != "backward":

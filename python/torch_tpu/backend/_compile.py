@@ -41,6 +41,9 @@ from ..program.pipelines import compile_pipeline
 log = logging.getLogger("torch_tpu")
 
 _reported_fallbacks: set[tuple[str, str]] = set()
+# gm.meta key: the graph is an aot_autograd training forward (a backward follows), whose call
+# on tpu tensors opens a deferred trace in Strict mode (TORCH_TPU_FUSE_COMPILED_STEP).
+STARTS_STEP = "torch_tpu_starts_step"
 
 
 class CompiledGraph:
@@ -55,8 +58,9 @@ class CompiledGraph:
                  device_index: int | None = None, input_writes: Sequence[int] = (),
                  fusable: tuple[Any, Any] | None = None) -> None:
         self.executable = executable
-        # (module, fingerprint) of the program, which a FUSED trace can stitch into its own
-        # (`device/_fused.GraphPlan`); None: its calls always run.
+        # (module, fingerprint, starts a training step) of the program, which a FUSED trace
+        # -- or a Strict-mode trace deferring a compiled training step's graphs -- can stitch
+        # into its own (`device/_fused.GraphPlan`); None: its calls always run.
         self.fusable = fusable
         # Input positions whose new values are the graph's last outputs, one per output
         # (`_input_writes.take_input_writes`): the caller writes them back
@@ -233,7 +237,8 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     def finish() -> CompiledGraph:
         program.resolve()
         _report_slow_compile(name, imported.node_count, program.seconds, program.timings)
-        fusable = (program.module, program.key.fingerprint()) if symbol_bounds is None else None
+        fusable = ((program.module, program.key.fingerprint(), bool(gm.meta.get(STARTS_STEP)))
+                   if symbol_bounds is None else None)
         return fx_graph(program.executable, imported, precision_sensitive, resident, host, device_index, layouts,
                         input_writes if symbol_bounds is None else (), donors, fusable)
 

@@ -247,6 +247,17 @@ declare(
     "frontend",
 )
 declare(
+    "TORCH_TPU_FUSE_COMPILED_STEP", BOOL, True,
+    "Strict mode: the compiled graphs of a training step run as ONE program. A compiled "
+    "training forward (one with a backward) on tpu tensors is recorded instead of run, and so "
+    "is every compiled graph called while it waits (its backward, the optimizer step's graph); "
+    "they run together, stitched as FUSED mode stitches a trace, at the end of the optimizer's "
+    "`step()`, or earlier where anything reads one of their results (an eager op, `.item()`, a "
+    "graph that cannot be recorded) or `torch.tpu.synchronize()` is called. Eager ops still run "
+    "one by one. 0: each graph runs when it is called.",
+    "frontend",
+)
+declare(
     "TORCH_TPU_FUSED_BACKGROUND_COMPILE", BOOL, True,
     "FUSED mode: where a new trace's fused program compiles. 1: on a background thread while "
     "the trace's first run goes op by op; 0: the flush waits for the compile before that first "

@@ -62,6 +62,7 @@ _lock = threading.RLock()  # recording and flushing (a flush may start inside a 
 # Trace key -> Future of the fused executable while it compiles, then its Invoker, or
 # _INTERPRET when the fused program could not be built (its ops keep running one by one).
 _PROGRAMS: dict = {}
+_SEEN_ONCE: set = set()  # keys of Strict-mode deferred traces run once, uncompiled (`Trace._run`)
 _INTERPRET = object()
 _MAX_PROGRAMS = 512  # the compile cache (L1/L2) still holds the evicted executables
 STATS = {"flushes": 0, "fused_runs": 0, "interpreted_runs": 0, "ops": 0}
@@ -93,6 +94,9 @@ class Trace:
         self.error: BaseException | None = None
         self.cut_at_bound = False  # flushed because it reached TORCH_TPU_MAX_FUSED_OPS
         self.graphs: set[int] = set()  # id() of each compiled graph recorded (`record_graph`)
+        # Opened in Strict mode by a compiled training step's graphs (`deferring`), not by
+        # FUSED mode: its fused program compiles the second time its key is seen.
+        self.strict_graphs = False
         # Read once per trace, not per recorded op (an environment lookup and parse).
         self.max_ops = config.get("TORCH_TPU_MAX_FUSED_OPS")
 
@@ -248,6 +252,12 @@ class Trace:
             return _ops._scalar_buffer(value, self.index)
         return _storage.client().to_device(value, self.index, copy=True)  # a 0-d CPU tensor or an RNG key
 
+    def _sole_holder(self, ref: int) -> bool:
+        """Whether the trace holds external buffer `ref` alone (`_donation_safe`'s count:
+        the trace's list, `value`, its parameter and `getrefcount`'s argument)."""
+        value = self.values[ref]
+        return _donation_safe(value)
+
     def _run(self, outputs: list[tuple[int, int]]) -> list:
         """Runs the trace: op by op the first time its key is seen (unless
         TORCH_TPU_FUSED_FIRST_RUN), else its fused program -- waiting for that compile when
@@ -257,11 +267,21 @@ class Trace:
         last bits (XLA fuses the ops), and runs must repeat bit for bit."""
         key = self.program_key(outputs)
         program = _PROGRAMS.get(key)
+        if program is None and self.strict_graphs and key not in _SEEN_ONCE:
+            # Strict mode deferred these graphs to run them as one program; a key seen
+            # once may never repeat (a step whose shapes change every time), so this run
+            # goes graph by graph, as Strict mode without deferral would, and compiles
+            # nothing. The second sighting compiles the program.
+            if len(_SEEN_ONCE) >= 4 * _MAX_PROGRAMS:
+                _SEEN_ONCE.clear()
+            _SEEN_ONCE.add(key)
+            return self._interpret(outputs)
         if program is None:
             if len(_PROGRAMS) >= _MAX_PROGRAMS:  # oldest first: a program of a loop is reused, others age out
                 del _PROGRAMS[next(iter(_PROGRAMS))]
             program = _PROGRAMS[key] = self._compile(key, outputs)
-            _ADVICE.new_trace(self)
+            if not self.strict_graphs:  # (its advice is about FUSED mode)
+                _ADVICE.new_trace(self)
             if isinstance(program, Future) and not config.get("TORCH_TPU_FUSED_BACKGROUND_COMPILE"):
                 program = _PROGRAMS[key] = _loaded(program, len(self.plans))  # compiled before the first run
             if not config.get("TORCH_TPU_FUSED_FIRST_RUN"):
@@ -304,13 +324,17 @@ class Trace:
 
     def _interpret(self, outputs: list[tuple[int, int]]) -> list:
         """Runs the recorded ops one by one through their own plans."""
+        # Written externals nothing else holds (their storages hold the trace's pending
+        # values now: an optimizer step's parameters and states) are given up to the op
+        # that writes them last, as the fused program's donation does; without it the
+        # op-by-op run held a second copy of every parameter and state of the step.
+        sole = {ref for ref in self.written_externals() if self._sole_holder(ref)}
         args = [self._external_argument(ref) for ref in range(len(self.values))]
         wanted = set(outputs)
-        last_use: dict[tuple[int, int], int] = {}
+        last_use: dict = {}
         for i, refs in enumerate(self.refs):
             for ref in refs:
-                if type(ref) is tuple:
-                    last_use[ref] = i
+                last_use[ref] = i
         values: dict[tuple[int, int], Any] = {}
         for i, (plan, refs, where) in enumerate(self.ops):
             operands = [args[r] if type(r) is int else values[r] for r in refs]
@@ -319,7 +343,7 @@ class Trace:
                 # intermediate nothing else reads may be given up; an external buffer (the
                 # storage's value before the trace, held by others too) is copied.
                 ref = refs[position]
-                if type(ref) is int or ref in wanted or last_use[ref] != i or refs.count(ref) != 1:
+                if (ref not in sole if type(ref) is int else ref in wanted) or last_use[ref] != i or refs.count(ref) != 1:
                     operands[position] = operands[position].copy()
             try:
                 outs = plan.invoker.buffers(*operands)
@@ -425,6 +449,13 @@ def _watch_steps() -> None:
             _STEP_HOOK.append(register_optimizer_step_post_hook(_step_ended))
 
 
+def deferring() -> bool:
+    """Whether a trace is waiting with recorded ops: in Strict mode, the graphs of a
+    compiled training step deferred since its forward (TORCH_TPU_FUSE_COMPILED_STEP)."""
+    trace = _current[0]
+    return trace is not None and not trace.flushed and bool(trace.plans)
+
+
 def _step_ended(optimizer, args, kwargs) -> None:
     trace = _current[0]
     if trace is not None and not trace.flushed and trace.plans:
@@ -513,12 +544,13 @@ class GraphPlan:
         self.invoker = Invoker(executable, executable.signature.args)  # the op-by-op run
 
 
-def record_graph(plan: GraphPlan, operands: list, tensors, index: int) -> list:
+def record_graph(plan: GraphPlan, operands: list, tensors, index: int, strict: bool = False) -> list:
     """Records one call of a compiled graph on the current trace: `operands` are the
     storage entries of its tensor arguments `tensors` (each its storage as it is). Returns
     its results as the graph's call does: new pending tensors, then each written input
     itself, its storage holding the pending new value (its version counter moved, as the
-    `copy_` it stands for would)."""
+    `copy_` it stands for would). `strict`: recorded in Strict mode (deferred: see
+    `deferring`)."""
     where = user_frame(sys._getframe(2))
     with _lock:
         trace = _current[0]
@@ -529,6 +561,7 @@ def record_graph(plan: GraphPlan, operands: list, tensors, index: int) -> list:
             trace.flush()
         trace, position = _record(plan, operands, index, where)
         trace.graphs.add(id(plan))
+        trace.strict_graphs |= strict and len(trace.plans) == 1
         new_tensor = _storage.new_tensor
         out = [new_tensor(Pending(trace, position, j), numel, size, stride, dtype, index, True, tuple(size))
                for j, (numel, size, stride, dtype) in enumerate(plan.results)]

@@ -27,11 +27,13 @@ from typing import Any, Callable
 
 import torch
 
+from torch_tpu.core import config
 from torch_tpu.runtime import dtypes
 from torch_tpu.runtime.buffer import DeviceBuffer
 
 from . import _storage
 from ._buffers import TABLE, entry_of
+from ._fused import deferring
 from ._modes import EagerMode, get_eager_mode, is_blocking
 from ._ops import TensorArg, _donation_safe as donation_safe
 from ._storage import buffer_of, contiguous_stride, layout_passes_as_is
@@ -182,9 +184,14 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     storage takes the result. Otherwise, or when the write is not done here, the program
     gets a copy.
 
-    `fusable`: (executable, module, fingerprint) of the program: in FUSED mode the call is
-    then recorded in the trace as one op (`_fused.record_graph`) instead of run, where its
-    writes are its last results and cover what it donates (else it runs, as in Strict)."""
+    `fusable`: (executable, module, fingerprint, starts a training step) of the program:
+    in FUSED mode the call is then recorded in the trace as one op (`_fused.record_graph`)
+    instead of run, where its writes are its last results and cover what it donates (else
+    it runs, as in Strict). In Strict mode (TORCH_TPU_FUSE_COMPILED_STEP) a training
+    forward's call is recorded the same way, and so is every graph called while its trace
+    waits (`_fused.deferring`: the backward, the optimizer's graph): a compiled training
+    step is one program, run at the optimizer step's end or at the first read of a result;
+    a call the recorder does not take runs here, as without deferral."""
     entries = TABLE._entries
     checks = tuple((shape, dtype, row, dtype.is_complex) for shape, dtype, row in args)
     plan = []
@@ -200,14 +207,22 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     dispatch_modes = torch._C._len_torch_dispatch_stack
     function_modes = torch._C._is_torch_function_mode_enabled
     increment_version = torch._C._increment_version
-    fused = EagerMode.FUSED
+    fused, strict = EagerMode.FUSED, EagerMode.STRICT
     in_place = frozenset(direct.values())
     donors = tuple((p, p in in_place) for p in sorted(donated))
     record = _fused_recorder(fusable, args, results, direct, donated, host, index)
+    # A training forward opens a deferred trace in Strict mode (`_fused.deferring`).
+    starts_step = record is not None and len(fusable) > 3 and fusable[3]
 
     def call(tensors: Sequence[Any]) -> list | None:
-        if record is not None and get_eager_mode() is fused and not dispatch_modes() and not function_modes():
-            return record(tensors)
+        if record is not None and not dispatch_modes() and not function_modes():
+            mode = get_eager_mode()
+            if mode is fused:
+                return record(tensors)
+            if mode is strict and (starts_step or deferring()) and config.get("TORCH_TPU_FUSE_COMPILED_STEP"):
+                out = record(tensors, True)
+                if out is not None:
+                    return out
         buffers = []
         read = []
         append = buffers.append
@@ -287,7 +302,7 @@ def _fused_recorder(fusable: tuple | None, args, results, direct: dict[int, int]
     checks = tuple((tuple(shape), dtype, dtype.is_complex) for shape, dtype, _ in args)
     entries = TABLE._entries
 
-    def record(tensors: Sequence[Any]) -> list | None:
+    def record(tensors: Sequence[Any], strict: bool = False) -> list | None:
         from . import _fused
 
         operands = []
@@ -299,11 +314,11 @@ def _fused_recorder(fusable: tuple | None, args, results, direct: dict[int, int]
                 return None
             operands.append(entry)
         if not plan:
-            executable, module, fingerprint = fusable
+            executable, module, fingerprint = fusable[:3]
             new = [(math.prod(shape), [int(s) for s in shape], contiguous_stride([int(s) for s in shape]), dtype)
                    for shape, dtype in results[: len(results) - count]]
             plan.append(_fused.GraphPlan(executable, module, fingerprint, written, new))
-        return _fused.record_graph(plan[0], operands, tensors, index)
+        return _fused.record_graph(plan[0], operands, tensors, index, strict)
 
     return record
 

@@ -694,8 +694,17 @@ def _count(x) -> int:
     return 0
 
 
+class _DeferredOperand(Exception):
+    """An operand of a Strict-mode op is the pending result of a deferred compiled training
+    step (`_fused.deferring`): `run` records the op on that trace instead of flushing it."""
+
+
 def _operand_buffer(value, index: int):
     if type(value) is StorageEntry:
+        pending = value._buffer
+        if (pending.__class__ is _fused.Pending and pending.trace.strict_graphs and not pending.trace.flushed
+                and get_eager_mode() is EagerMode.STRICT):
+            raise _DeferredOperand
         buffer = value.buffer
         if buffer is None:
             return buffer_of(value)
@@ -1063,6 +1072,11 @@ def run(op, args, kwargs, _retry=0, fast=_UNSET):
         if mode is EagerMode.DEBUG:
             for out in outs:
                 out.synchronize()
+    except _DeferredOperand:
+        # It reads a result of a compiled training step deferred in Strict mode (the
+        # backward's gradient seed, a gradient accumulated or clipped): it joins the step's
+        # trace, so the step stays one program; only a read of a value runs it.
+        return _fused.record(op, args, kwargs, plan, operands, index)
     except RuntimeError as err:
         from ._errors import is_runtime_error, op_failed
 

@@ -239,8 +239,9 @@ class Invoker:
         or raises its errors. `writes`: results that are new values of inputs (result
         index -> input position) the device may write into those inputs itself, returning
         the input at that place; a donated one of those may be consumed by the call
-        (`graph_caller` decides per call). `fusable`: (module, fingerprint) of the program,
-        so that FUSED mode records the call as one op of its trace."""
+        (`graph_caller` decides per call). `fusable`: (module, fingerprint, starts a training
+        step) of the program, so that the device may record the call as one op of a trace
+        (FUSED mode; a compiled training step in Strict mode)."""
         plan = self.plan
         executable = self.executable
         index = plan.device_index

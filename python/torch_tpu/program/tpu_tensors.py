@@ -48,8 +48,9 @@ class TpuTensors(Protocol):
         into that input already and stand as the input itself. `donated`: the positions
         the program consumes; each gets the input's own buffer only where the call writes
         that input itself and nothing else holds the buffer, else a copy. `fusable`:
-        (executable, module, fingerprint) of the program, for a device that records calls
-        instead of running them (FUSED mode) and stitches the module into its program."""
+        (executable, module, fingerprint, starts a training step) of the program, for a
+        device that records calls instead of running them (FUSED mode, or a compiled
+        training step deferred in Strict mode) and stitches the module into its program."""
         ...
 
 

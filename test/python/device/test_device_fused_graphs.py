@@ -46,10 +46,13 @@ def _train(mode: EagerMode, steps: int = 5):
     return losses, [p.detach().cpu() for p in model.parameters()], programs, fused_ops
 
 
-def test_a_compiled_training_step_runs_as_one_program_with_strict_values():
-    strict = _train(EagerMode.STRICT)
+def test_a_compiled_training_step_runs_as_one_program_with_strict_values(monkeypatch):
+    with monkeypatch.context() as m:
+        m.setenv("TORCH_TPU_FUSE_COMPILED_STEP", "0")
+        strict = _train(EagerMode.STRICT)
     fused = _train(EagerMode.FUSED)
-    # Strict: forward, backward, the gradient seed, AdamW (and the loss's detach graph).
+    # Strict, each graph when it is called: forward, backward, the gradient seed, AdamW
+    # (and the loss's detach graph).
     assert strict[2][-1] >= 4, strict[2]
     # FUSED, once its trace repeats: the graphs and the seed recorded, one program.
     assert fused[2][-2:] == [1, 1], fused[2]

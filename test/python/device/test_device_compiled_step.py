@@ -1,0 +1,155 @@
+"""A compiled training step in Strict mode is one program (issue 28,
+TORCH_TPU_FUSE_COMPILED_STEP): the training forward's call on tpu tensors is recorded
+instead of run, the graphs called while it waits (the backward, the optimizer step's) and
+the eager ops that read its results (the gradient seed, a gradient clipped or
+accumulated) join it, and the whole runs at the optimizer step's end -- or at the first
+read of a result. Values are those of running each graph when it is called."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from torch_tpu.device import _fused
+from torch_tpu.runtime import transfer_stats
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+
+
+def _data(batch: int = 6):
+    torch.manual_seed(1)
+    return torch.randn(batch, 8).to("tpu"), torch.arange(batch).remainder(4).to("tpu")
+
+
+def _whole_step(model, opt):
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return torch.compile(step, backend="tpu")
+
+
+def _train(make_step, steps: int = 5):
+    """(losses, parameters after, programs run per step) of `steps` steps of
+    `make_step(model, optimizer)`, reading the loss after each step."""
+    torch._dynamo.reset()
+    model = _model().to("tpu")
+    step = make_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    x, y = _data()
+    losses, programs = [], []
+    for _ in range(steps):
+        before = transfer_stats().programs_executed
+        loss = step(x, y)
+        programs.append(transfer_stats().programs_executed - before)
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()], programs
+
+
+def _same_training(a, b):
+    torch.testing.assert_close(torch.tensor(a[0]), torch.tensor(b[0]), rtol=1e-5, atol=1e-6)
+    for p, q in zip(a[1], b[1]):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture
+def undeferred(monkeypatch):
+    """Runs `fn` with each graph run when it is called (TORCH_TPU_FUSE_COMPILED_STEP=0)."""
+    def run(fn, *args):
+        with monkeypatch.context() as m:
+            m.setenv("TORCH_TPU_FUSE_COMPILED_STEP", "0")
+            return fn(*args)
+    return run
+
+
+def test_a_compiled_training_step_is_one_program_once_its_trace_repeats(undeferred):
+    each = undeferred(_train, _whole_step)
+    one = _train(_whole_step)
+    assert each[2][-1] >= 4, each[2]  # forward, the gradient seed, backward, AdamW
+    # The first run goes graph by graph (a step seen once may never repeat), the second
+    # compiles the step's program while it runs graph by graph, later ones run it: one
+    # program for the forward, the seed, the backward and AdamW, then the graph of the
+    # `loss.detach()` after `opt.step()`, which the step's end ran before it was called.
+    assert one[2][-2:] == [2, 2], one[2]
+    assert one[0][-1] < one[0][0]
+    _same_training(one, each)
+
+
+def _eager_step_with_clipping(model, opt):
+    """The model compiled, the rest eager: clipping and the foreach AdamW read the
+    deferred gradients, so they join the step's trace."""
+    compiled = torch.compile(model, backend="tpu")
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(compiled(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+def test_eager_ops_that_read_a_deferred_steps_results_join_its_program(undeferred):
+    each = undeferred(_train, _eager_step_with_clipping)
+    one = _train(_eager_step_with_clipping)
+    # Eager ops that read no deferred value (AdamW's step counters) still run one by one.
+    assert one[2][-1] < each[2][-1] // 2, (one[2], each[2])
+    _same_training(one, each)
+
+
+def test_reading_a_result_mid_step_runs_what_was_deferred():
+    torch._dynamo.reset()
+    model = _model().to("tpu")
+    compiled = torch.compile(model, backend="tpu")
+    x, y = _data()
+    compiled(x)  # compiles; from here on a training forward's call is recorded
+    out = compiled(x)
+    assert _fused.deferring()
+    value = out.sum().item()  # a read: the forward runs now
+    assert not _fused.deferring()
+    assert value == pytest.approx(model(x).sum().item(), rel=1e-5)
+    nn.functional.cross_entropy(out, y).backward()  # the backward still finds the saved values
+    grads = [p.grad.cpu() for p in model.parameters()]
+    model.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad.cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_an_inference_graph_is_not_deferred():
+    torch._dynamo.reset()
+    model = _model().to("tpu")
+    compiled = torch.compile(model, backend="tpu")
+    x, _ = _data()
+    with torch.no_grad():
+        compiled(x)
+        before = transfer_stats().programs_executed
+        compiled(x)
+    assert not _fused.deferring()
+    assert transfer_stats().programs_executed - before == 1
+
+
+def test_steps_whose_trace_never_repeats_compile_no_step_program():
+    """Each batch size is a new graph and a new trace, seen once: it runs graph by graph
+    and compiles no fused program that nothing would reuse."""
+    torch._dynamo.reset()
+    model = _model().to("tpu")
+    step = _whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    programs = len(_fused._PROGRAMS)
+    for batch in (3, 5, 7):
+        x, y = _data(batch)
+        assert torch.isfinite(step(x, y)).item()
+    assert len(_fused._PROGRAMS) == programs
+
+
+def test_deferral_is_off_with_TORCH_TPU_FUSE_COMPILED_STEP_0(undeferred):
+    each = undeferred(_train, _whole_step, 3)
+    assert min(each[2]) >= 4, each[2]
