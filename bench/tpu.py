@@ -164,6 +164,9 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
     for c in contenders.values():
         for _ in range(warmup):
             c.sync(c.fn())
+    if GC_FREEZE[0]:
+        gc.collect()
+        gc.freeze()
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     host: dict[str, list[float]] = {name: [] for name in contenders}
     moved = {name: [0] * 6 for name in contenders}
@@ -182,6 +185,7 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
             del out
             for i, (a, b) in enumerate(zip(before, COUNTER.snapshot())):
                 moved[name][i] += b - a
+    gc.unfreeze()
     rows = {name: _summary(contenders[name], samples[name], moved[name], calls * repeats) for name in contenders}
     for name, row in rows.items():
         row["host_s_per_call"] = statistics.median(host[name])
@@ -231,6 +235,7 @@ def _summary(c: Contender, samples: list[float], moved: list[int], calls: int) -
                    bytes_counted="runtime counters")
     row.update(c.extra)
     return row
+GC_FREEZE = [False]  # --gc-freeze: gc.freeze() after the warm-up calls of time_blocks
 
 
 ARGS_PEAK = [PEAK_TFLOPS_V5E]
@@ -1175,12 +1180,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="after timing, N more calls of each contender under jax.profiler: device time "
                          "per program, per op kind and the largest ops (JSON: row 'profile')")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="gc.freeze() after each case's warm-up calls (both contenders share the process): "
+                         "timed blocks without Python's full garbage collections over the warm process's objects")
     ap.add_argument("--own-client", action="store_true",
                     help="let torch_tpu make its own PjRT client instead of sharing JAX's")
     args = ap.parse_args(argv)
     cases = parse_cases(args.cases)
     ARGS_PEAK[0] = args.peak_tflops
     PROFILE_CALLS[0] = args.profile
+    GC_FREEZE[0] = args.gc_freeze
     repeats = args.repeats or (2 if args.small else 5)
     calls = args.calls or (3 if args.small else 10)
     reps = {"repeats": repeats, "calls": calls, "repeats_big": args.repeats or (2 if args.small else 3),
@@ -1205,6 +1214,7 @@ def main(argv: list[str] | None = None) -> int:
         "platform": platform, "device": str(jax.devices()[0].device_kind), "client": client,
         "jax": jax.__version__, "torch": torch.__version__, "torch_tpu": getattr(torch_tpu, "__version__", "?"),
         "host": _platform.node(), "small": args.small, "peak_tflops": args.peak_tflops, "reps": reps,
+        "gc_freeze": args.gc_freeze,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "ratio": "jax time / ours (> 1: ours faster)",
     }
