@@ -14,10 +14,7 @@ import torch.nn as nn
 from torch_tpu.device import _fused
 from torch_tpu.runtime import transfer_stats
 
-
-def _model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+from compiled_step_model import compiled_whole_step, tiny_classifier
 
 
 def _data(batch: int = 6):
@@ -25,22 +22,11 @@ def _data(batch: int = 6):
     return torch.randn(batch, 8).to("tpu"), torch.arange(batch).remainder(4).to("tpu")
 
 
-def _whole_step(model, opt):
-    def step(x, y):
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return torch.compile(step, backend="tpu")
-
-
 def _train(make_step, steps: int = 5):
     """(losses, parameters after, programs run per step) of `steps` steps of
     `make_step(model, optimizer)`, reading the loss after each step."""
     torch._dynamo.reset()
-    model = _model().to("tpu")
+    model = tiny_classifier().to("tpu")
     step = make_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
     x, y = _data()
     losses, programs = [], []
@@ -69,8 +55,8 @@ def undeferred(monkeypatch):
 
 
 def test_a_compiled_training_step_is_one_program_once_its_trace_repeats(undeferred):
-    each = undeferred(_train, _whole_step)
-    one = _train(_whole_step)
+    each = undeferred(_train, compiled_whole_step)
+    one = _train(compiled_whole_step)
     assert each[2][-1] >= 4, each[2]  # forward, the gradient seed, backward, AdamW
     # The first run goes graph by graph (a step seen once may never repeat), the second
     # compiles the step's program while it runs graph by graph, later ones run it: one
@@ -107,7 +93,7 @@ def test_eager_ops_that_read_a_deferred_steps_results_join_its_program(undeferre
 
 def test_reading_a_result_mid_step_runs_what_was_deferred():
     torch._dynamo.reset()
-    model = _model().to("tpu")
+    model = tiny_classifier().to("tpu")
     compiled = torch.compile(model, backend="tpu")
     x, y = _data()
     compiled(x)  # compiles; from here on a training forward's call is recorded
@@ -126,7 +112,7 @@ def test_reading_a_result_mid_step_runs_what_was_deferred():
 
 def test_an_inference_graph_is_not_deferred():
     torch._dynamo.reset()
-    model = _model().to("tpu")
+    model = tiny_classifier().to("tpu")
     compiled = torch.compile(model, backend="tpu")
     x, _ = _data()
     with torch.no_grad():
@@ -141,8 +127,8 @@ def test_steps_whose_trace_never_repeats_compile_no_step_program():
     """Each batch size is a new graph and a new trace, seen once: it runs graph by graph
     and compiles no fused program that nothing would reuse."""
     torch._dynamo.reset()
-    model = _model().to("tpu")
-    step = _whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    model = tiny_classifier().to("tpu")
+    step = compiled_whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
     programs = len(_fused._PROGRAMS)
     for batch in (3, 5, 7):
         x, y = _data(batch)
@@ -151,5 +137,5 @@ def test_steps_whose_trace_never_repeats_compile_no_step_program():
 
 
 def test_deferral_is_off_with_TORCH_TPU_FUSE_COMPILED_STEP_0(undeferred):
-    each = undeferred(_train, _whole_step, 3)
+    each = undeferred(_train, compiled_whole_step, 3)
     assert min(each[2]) >= 4, each[2]

@@ -8,32 +8,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
 
 from torch_tpu.device import EagerMode, _fused, set_eager_mode
 from torch_tpu.runtime import transfer_stats
 
-
-def _model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
-
-
-def _step_of(model, opt):
-    def step(x, y):
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return torch.compile(step, backend="tpu")
+from compiled_step_model import compiled_whole_step, tiny_classifier
 
 
 def _train(mode: EagerMode, steps: int = 5):
     torch._dynamo.reset()
-    model = _model().to("tpu")
-    step = _step_of(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    model = tiny_classifier().to("tpu")
+    step = compiled_whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
     x, y = torch.randn(6, 8).to("tpu"), torch.arange(6).remainder(4).to("tpu")
     losses, programs, fused_ops = [], [], []
     for _ in range(steps):

@@ -1,0 +1,28 @@
+"""The tiny classifier and its whole compiled training step (zero_grad, forward, cross
+entropy, backward, optimizer step) that the tests of a compiled step as one program train:
+in FUSED mode (test_device_fused_graphs.py) and deferred in Strict mode
+(test_device_compiled_step.py)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+def tiny_classifier() -> nn.Module:
+    """8 features -> 4 classes, through the ops a real step has (matmul, GELU, LayerNorm)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+
+
+def compiled_whole_step(model: nn.Module, opt: torch.optim.Optimizer):
+    """`step(x, y) -> loss` under torch.compile(backend="tpu"), the optimizer's step included."""
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return torch.compile(step, backend="tpu")
