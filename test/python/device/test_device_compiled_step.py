@@ -139,3 +139,60 @@ def test_steps_whose_trace_never_repeats_compile_no_step_program():
 def test_deferral_is_off_with_TORCH_TPU_FUSE_COMPILED_STEP_0(undeferred):
     each = undeferred(_train, compiled_whole_step, 3)
     assert min(each[2]) >= 4, each[2]
+
+
+def _accumulating_train(micro_batches: int = 2, steps: int = 4):
+    """(losses, parameters after) of steps that accumulate the gradients of `micro_batches`
+    forward/backward pairs of one compiled model before each optimizer step."""
+    torch._dynamo.reset()
+    model = tiny_classifier().to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    compiled = torch.compile(model, backend="tpu")
+    torch.manual_seed(1)
+    xs = [torch.randn(6, 8).to("tpu") for _ in range(micro_batches)]
+    y = torch.arange(6).remainder(4).to("tpu")
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        total = 0
+        for x in xs:
+            loss = nn.functional.cross_entropy(compiled(x), y) / micro_batches
+            loss.backward()
+            total = total + loss.detach()
+        opt.step()
+        losses.append(total.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def test_gradient_accumulation_keeps_its_values(undeferred):
+    """The second micro-batch calls the forward graph the trace holds already: the trace
+    runs first, and the gradients accumulate across the runs as without deferral."""
+    _same_training(_accumulating_train(), undeferred(_accumulating_train))
+
+
+def test_a_step_abandoned_before_the_optimizer_leaves_training_consistent(undeferred):
+    """An exception between backward and `opt.step()` leaves a deferred trace open; the
+    next step's `zero_grad` and forward must find the values they would without deferral."""
+    def train():
+        torch._dynamo.reset()
+        model = tiny_classifier().to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        compiled = torch.compile(model, backend="tpu")
+        x, y = _data()
+        losses, open_after_abort = [], []
+        for i in range(5):
+            try:
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(compiled(x), y)
+                loss.backward()
+                if i == 2:
+                    raise ValueError("the user's check")
+                opt.step()
+                losses.append(loss.item())
+            except ValueError:
+                open_after_abort.append(_fused.deferring())
+        return losses, [p.detach().cpu() for p in model.parameters()], open_after_abort
+
+    deferred, each = train(), undeferred(train)
+    assert deferred[2] == [True] and each[2] == [False]  # the case this test is about
+    _same_training(deferred, each)
