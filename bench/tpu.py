@@ -901,9 +901,11 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
     losses: dict[str, list[float]] = {}
     notes: dict[str, str] = {}
 
-    def run_ours(name: str, fused: bool, compiled: bool, each_graph: bool = False) -> None:
+    def run_ours(name: str, fused: bool, compiled: bool, each_graph: bool = False, split: bool = False) -> None:
         if each_graph:  # Strict mode running each graph when it is called (as before issue 28's change)
             os.environ["TORCH_TPU_FUSE_COMPILED_STEP"] = "0"
+        if split:  # the forward run when called, the backward and AdamW deferred into one program
+            os.environ["TORCH_TPU_COMPILED_STEP_START"] = "backward"
         model = copy.deepcopy(base).to("tpu").train()
         ids, tgt = ids_cpu.to("tpu"), tgt_cpu.to("tpu")
         step, how = _torch_train_step(model, cfg, compile_step=compiled)
@@ -926,29 +928,35 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
                    "eager step in FUSED mode (one fused program per step)")
         else:
             how = (f"{how}, Strict mode, each graph run when called (TORCH_TPU_FUSE_COMPILED_STEP=0)" if each_graph
+                   else f"{how}, Strict mode: the forward run when called, the backward and AdamW deferred into "
+                        "one program (TORCH_TPU_COMPILED_STEP_START=backward)" if split
                    else f"{how}, Strict mode: its graphs deferred into one program per step")
         notes[name] = how
         c = Contender(call, torch_sync, "ours", flops, extra={"first_calls_s": first, "variant": how})
         rows.update(time_blocks({name: c}, reps["calls_big"], reps["repeats_big"], warmup=1))
         del model, step, c, call, ids, tgt
         os.environ.pop("TORCH_TPU_FUSE_COMPILED_STEP", None)
+        os.environ.pop("TORCH_TPU_COMPILED_STEP_START", None)
         release()
         rows[name]["live_arrays_after"] = live_arrays()
 
     variants = options.get("train_variants", {"compiled", "compiled-fused", "fused"})
     for variant, name, fused, compiled in (("compiled", "torch.compile", False, True),
                                            ("compiled-each", "torch.compile, each graph", False, True),
+                                           ("compiled-split", "torch.compile, forward first", False, True),
                                            ("compiled-fused", "torch.compile, FUSED", True, True),
                                            ("fused", "FUSED eager", True, False)):
         if variant not in variants:
             continue
         try:
-            run_ours(name, fused=fused, compiled=compiled, each_graph=variant == "compiled-each")
+            run_ours(name, fused=fused, compiled=compiled, each_graph=variant == "compiled-each",
+                     split=variant == "compiled-split")
         except Exception as err:  # noqa: BLE001 - reported, then the other contenders still run
             notes[name] = f"failed: {type(err).__name__}: {err}"
             losses[name] = [math.nan]
             traceback.print_exc()
             os.environ.pop("TORCH_TPU_FUSE_COMPILED_STEP", None)
+            os.environ.pop("TORCH_TPU_COMPILED_STEP_START", None)
             release()
 
     trainable = [n for n, _ in base.named_parameters()]
@@ -1173,8 +1181,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-variants", default="compiled,compiled-fused,fused",
                     help="ours' contenders of case 7: compiled (Strict: the step's graphs deferred into one "
                          "program), compiled-each (Strict with TORCH_TPU_FUSE_COMPILED_STEP=0: each graph run "
-                         "when called), compiled-fused (the compiled step in FUSED mode), fused (the eager step "
-                         "in FUSED mode)")
+                         "when called), compiled-split (Strict with TORCH_TPU_COMPILED_STEP_START=backward: the "
+                         "forward run when called, the backward and AdamW one program), compiled-fused (the "
+                         "compiled step in FUSED mode), fused (the eager step in FUSED mode)")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="skip the cases that would start after this many seconds of the run")
     ap.add_argument("--profile", type=int, default=0, metavar="N",

@@ -144,8 +144,9 @@ def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | No
         if sources:
             _record_sources(gm, sources)
         taken, written = [], []
+        if role in ("forward", "backward"):
+            gm.meta[STARTS_STEP] = role
         if role == "forward":
-            gm.meta[STARTS_STEP] = True
             _mark_visible_outputs(gm)
             taken = take_saved_inputs(gm)
         if role != "backward":

@@ -41,8 +41,9 @@ from ..program.pipelines import compile_pipeline
 log = logging.getLogger("torch_tpu")
 
 _reported_fallbacks: set[tuple[str, str]] = set()
-# gm.meta key: the graph is an aot_autograd training forward (a backward follows), whose call
-# on tpu tensors opens a deferred trace in Strict mode (TORCH_TPU_FUSE_COMPILED_STEP).
+# gm.meta key: the graph's role in an aot_autograd training step, "forward" (a backward
+# follows) or "backward"; the call of the role TORCH_TPU_COMPILED_STEP_START names, on tpu
+# tensors, opens a deferred trace in Strict mode (TORCH_TPU_FUSE_COMPILED_STEP).
 STARTS_STEP = "torch_tpu_starts_step"
 
 
@@ -237,7 +238,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     def finish() -> CompiledGraph:
         program.resolve()
         _report_slow_compile(name, imported.node_count, program.seconds, program.timings)
-        fusable = ((program.module, program.key.fingerprint(), bool(gm.meta.get(STARTS_STEP)))
+        fusable = ((program.module, program.key.fingerprint(), gm.meta.get(STARTS_STEP))
                    if symbol_bounds is None else None)
         return fx_graph(program.executable, imported, precision_sensitive, resident, host, device_index, layouts,
                         input_writes if symbol_bounds is None else (), donors, fusable)

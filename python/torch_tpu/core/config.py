@@ -258,6 +258,15 @@ declare(
     "frontend",
 )
 declare(
+    "TORCH_TPU_COMPILED_STEP_START", one_of("forward", "backward"), "forward",
+    "Strict mode with TORCH_TPU_FUSE_COMPILED_STEP=1: the compiled graph whose call starts the "
+    "deferred step. `forward`: the training forward, so forward, backward and optimizer step are "
+    "one program. `backward`: the forward runs when it is called (the device starts on it while "
+    "the host records the rest of the step) and the backward and the optimizer step are one "
+    "program.",
+    "frontend",
+)
+declare(
     "TORCH_TPU_FUSED_BACKGROUND_COMPILE", BOOL, True,
     "FUSED mode: where a new trace's fused program compiles. 1: on a background thread while "
     "the trace's first run goes op by op; 0: the flush waits for the compile before that first "

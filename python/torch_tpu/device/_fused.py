@@ -451,7 +451,8 @@ def _watch_steps() -> None:
 
 def deferring() -> bool:
     """Whether a trace is waiting with recorded ops: in Strict mode, the graphs of a
-    compiled training step deferred since its forward (TORCH_TPU_FUSE_COMPILED_STEP)."""
+    compiled training step deferred since its forward or backward (TORCH_TPU_FUSE_COMPILED_STEP,
+    TORCH_TPU_COMPILED_STEP_START)."""
     trace = _current[0]
     return trace is not None and not trace.flushed and bool(trace.plans)
 

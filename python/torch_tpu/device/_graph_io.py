@@ -184,14 +184,16 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     storage takes the result. Otherwise, or when the write is not done here, the program
     gets a copy.
 
-    `fusable`: (executable, module, fingerprint, starts a training step) of the program:
-    in FUSED mode the call is then recorded in the trace as one op (`_fused.record_graph`)
-    instead of run, where its writes are its last results and cover what it donates (else
-    it runs, as in Strict). In Strict mode (TORCH_TPU_FUSE_COMPILED_STEP) a training
-    forward's call is recorded the same way, and so is every graph called while its trace
-    waits (`_fused.deferring`: the backward, the optimizer's graph): a compiled training
-    step is one program, run at the optimizer step's end or at the first read of a result;
-    a call the recorder does not take runs here, as without deferral."""
+    `fusable`: (executable, module, fingerprint, role in a training step: "forward",
+    "backward" or None) of the program: in FUSED mode the call is then recorded in the trace
+    as one op (`_fused.record_graph`) instead of run, where its writes are its last results
+    and cover what it donates (else it runs, as in Strict). In Strict mode
+    (TORCH_TPU_FUSE_COMPILED_STEP) the call of a training forward (or, with
+    TORCH_TPU_COMPILED_STEP_START=backward, of a backward) is recorded the same way, and so
+    is every graph called while its trace waits (`_fused.deferring`: the backward, the
+    optimizer's graph): a compiled training step is one program, run at the optimizer
+    step's end or at the first read of a result; a call the recorder does not take runs
+    here, as without deferral."""
     entries = TABLE._entries
     checks = tuple((shape, dtype, row, dtype.is_complex) for shape, dtype, row in args)
     plan = []
@@ -211,15 +213,18 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     in_place = frozenset(direct.values())
     donors = tuple((p, p in in_place) for p in sorted(donated))
     record = _fused_recorder(fusable, args, results, direct, donated, host, index)
-    # A training forward opens a deferred trace in Strict mode (`_fused.deferring`).
-    starts_step = record is not None and len(fusable) > 3 and fusable[3]
+    # A training step's forward or backward (the role TORCH_TPU_COMPILED_STEP_START names)
+    # opens a deferred trace in Strict mode (`_fused.deferring`).
+    step_role = fusable[3] if record is not None and len(fusable) > 3 else None
 
     def call(tensors: Sequence[Any]) -> list | None:
         if record is not None and not dispatch_modes() and not function_modes():
             mode = get_eager_mode()
             if mode is fused:
                 return record(tensors)
-            if mode is strict and (starts_step or deferring()) and config.get("TORCH_TPU_FUSE_COMPILED_STEP"):
+            if (mode is strict and (deferring() or (step_role is not None
+                                                    and step_role == config.get("TORCH_TPU_COMPILED_STEP_START")))
+                    and config.get("TORCH_TPU_FUSE_COMPILED_STEP")):
                 out = record(tensors, True)
                 if out is not None:
                     return out

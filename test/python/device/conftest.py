@@ -9,7 +9,7 @@ FUSED too."""
 
 import pytest
 
-from torch_tpu.device import EagerMode, set_eager_mode
+from torch_tpu.device import EagerMode, _fused, set_eager_mode
 
 FUSED_MODULES = {
     "test_device_basics", "test_device_training", "test_device_training_models", "test_device_random",
@@ -26,6 +26,23 @@ def pytest_generate_tests(metafunc):
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
     if module in FUSED_MODULES and "mode" not in metafunc.fixturenames:
         metafunc.parametrize("eager_mode", ["strict", "fused"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def background_compiles_end_with_the_test():
+    """A FUSED trace's (or a deferred Strict step's) program compiles on a background
+    thread; the test that started it waits for it at its end, so that the compile is not
+    counted in a later test's compile figures (the compile cache's counters are the
+    process's)."""
+    yield
+    from concurrent.futures import Future
+
+    for program in list(_fused._PROGRAMS.values()):
+        if isinstance(program, Future):
+            try:
+                program.result()
+            except Exception:  # noqa: BLE001 - the test that used it reported it, or never ran it
+                pass
 
 
 @pytest.fixture(autouse=True)

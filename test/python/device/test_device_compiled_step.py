@@ -196,3 +196,42 @@ def test_a_step_abandoned_before_the_optimizer_leaves_training_consistent(undefe
     deferred, each = train(), undeferred(train)
     assert deferred[2] == [True] and each[2] == [False]  # the case this test is about
     _same_training(deferred, each)
+
+
+@pytest.fixture
+def started_at_backward(monkeypatch):
+    """Runs `fn` with the deferred step starting at the backward
+    (TORCH_TPU_COMPILED_STEP_START=backward)."""
+    def run(fn, *args):
+        with monkeypatch.context() as m:
+            m.setenv("TORCH_TPU_COMPILED_STEP_START", "backward")
+            return fn(*args)
+    return run
+
+
+def test_a_step_started_at_the_backward_runs_the_forward_first(undeferred, started_at_backward):
+    each = undeferred(_train, compiled_whole_step)
+    split = started_at_backward(_train, compiled_whole_step)
+    # The forward, the gradient seed (an eager op on the forward's real result), the
+    # backward and AdamW as one program, then the `loss.detach()` graph.
+    assert split[2][-2:] == [4, 4], split[2]
+    _same_training(split, each)
+
+    def observe():
+        torch._dynamo.reset()
+        model = tiny_classifier().to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        compiled = torch.compile(model, backend="tpu")
+        x, y = _data()
+        seen = []
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(compiled(x), y)
+            seen.append(_fused.deferring())  # the forward ran: nothing waits
+            loss.backward()
+            seen.append(_fused.deferring())  # the backward waits for the optimizer step
+            opt.step()
+            seen.append(_fused.deferring())
+        return seen
+
+    assert started_at_backward(observe)[-3:] == [False, True, False]
