@@ -44,14 +44,19 @@ def _same_training(a, b):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
+def _under(monkeypatch, variable: str, value: str):
+    """`run(fn, *args)`: `fn(*args)` with the environment variable set for its duration."""
+    def run(fn, *args):
+        with monkeypatch.context() as m:
+            m.setenv(variable, value)
+            return fn(*args)
+    return run
+
+
 @pytest.fixture
 def undeferred(monkeypatch):
     """Runs `fn` with each graph run when it is called (TORCH_TPU_FUSE_COMPILED_STEP=0)."""
-    def run(fn, *args):
-        with monkeypatch.context() as m:
-            m.setenv("TORCH_TPU_FUSE_COMPILED_STEP", "0")
-            return fn(*args)
-    return run
+    return _under(monkeypatch, "TORCH_TPU_FUSE_COMPILED_STEP", "0")
 
 
 def test_a_compiled_training_step_is_one_program_once_its_trace_repeats(undeferred):
@@ -141,13 +146,17 @@ def test_deferral_is_off_with_TORCH_TPU_FUSE_COMPILED_STEP_0(undeferred):
     assert min(each[2]) >= 4, each[2]
 
 
+def _fresh_compiled_model():
+    """(model on tpu, its AdamW, the model under torch.compile), Dynamo's caches reset."""
+    torch._dynamo.reset()
+    model = tiny_classifier().to("tpu")
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2), torch.compile(model, backend="tpu")
+
+
 def _accumulating_train(micro_batches: int = 2, steps: int = 4):
     """(losses, parameters after) of steps that accumulate the gradients of `micro_batches`
     forward/backward pairs of one compiled model before each optimizer step."""
-    torch._dynamo.reset()
-    model = tiny_classifier().to("tpu")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    compiled = torch.compile(model, backend="tpu")
+    model, opt, compiled = _fresh_compiled_model()
     torch.manual_seed(1)
     xs = [torch.randn(6, 8).to("tpu") for _ in range(micro_batches)]
     y = torch.arange(6).remainder(4).to("tpu")
@@ -174,10 +183,7 @@ def test_a_step_abandoned_before_the_optimizer_leaves_training_consistent(undefe
     """An exception between backward and `opt.step()` leaves a deferred trace open; the
     next step's `zero_grad` and forward must find the values they would without deferral."""
     def train():
-        torch._dynamo.reset()
-        model = tiny_classifier().to("tpu")
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        compiled = torch.compile(model, backend="tpu")
+        model, opt, compiled = _fresh_compiled_model()
         x, y = _data()
         losses, open_after_abort = [], []
         for i in range(5):
@@ -202,11 +208,7 @@ def test_a_step_abandoned_before_the_optimizer_leaves_training_consistent(undefe
 def started_at_backward(monkeypatch):
     """Runs `fn` with the deferred step starting at the backward
     (TORCH_TPU_COMPILED_STEP_START=backward)."""
-    def run(fn, *args):
-        with monkeypatch.context() as m:
-            m.setenv("TORCH_TPU_COMPILED_STEP_START", "backward")
-            return fn(*args)
-    return run
+    return _under(monkeypatch, "TORCH_TPU_COMPILED_STEP_START", "backward")
 
 
 def test_a_step_started_at_the_backward_runs_the_forward_first(undeferred, started_at_backward):
@@ -218,10 +220,7 @@ def test_a_step_started_at_the_backward_runs_the_forward_first(undeferred, start
     _same_training(split, each)
 
     def observe():
-        torch._dynamo.reset()
-        model = tiny_classifier().to("tpu")
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        compiled = torch.compile(model, backend="tpu")
+        model, opt, compiled = _fresh_compiled_model()
         x, y = _data()
         seen = []
         for _ in range(3):
