@@ -96,9 +96,7 @@ def bench_chain(rounds: int, calls: int, size: int = 1024) -> dict[str, float]:
     device = host.to("tpu")
     fused = _in_mode(EagerMode.FUSED, lambda: _chain(device))
     fused()  # the trace's first run (op by op) starts its program's compile
-    for future in list(_fused._PROGRAMS.values()):
-        if hasattr(future, "result"):
-            future.result()
+    _fused.wait_for_compiles()
     contenders = {
         "tpu fused": (fused, lambda r: r),
         "tpu strict": (_in_mode(EagerMode.STRICT, lambda: _chain(device)), lambda r: r),
@@ -132,9 +130,7 @@ def bench_gpt(rounds: int, steps: int) -> tuple[dict[str, float], float, dict]:
         print(f"  torch.compile contender skipped: {type(err).__name__}: {err}")
     for _ in range(3):  # FUSED warm-up: plans, then the step's program (compiling in the background)
         fused()
-    for future in list(_fused._PROGRAMS.values()):
-        if hasattr(future, "result"):
-            future.result()
+    _fused.wait_for_compiles()
     fused()
     stats = get_client().cache.stats
     compiles, before = stats.compiles, dict(_fused.STATS)

@@ -40,9 +40,7 @@ def main() -> None:
     with set_eager_mode(EagerMode.FUSED):
         for _ in range(3):  # the first run starts the compile; wait for it, then warm up
             _record_chain(x).cpu()
-            for program in list(_fused._PROGRAMS.values()):
-                if hasattr(program, "result"):
-                    program.result()
+            _fused.wait_for_compiles()
         before = dict(_fused.STATS)
         record, flush = [], []
         for _ in range(a.repeats):

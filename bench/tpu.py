@@ -235,11 +235,11 @@ def _summary(c: Contender, samples: list[float], moved: list[int], calls: int) -
                    bytes_counted="runtime counters")
     row.update(c.extra)
     return row
-GC_FREEZE = [False]  # --gc-freeze: gc.freeze() after the warm-up calls of time_blocks
 
 
 ARGS_PEAK = [PEAK_TFLOPS_V5E]
 PROFILE_CALLS = [0]  # --profile N: N more calls of each contender under jax.profiler (0: none)
+GC_FREEZE = [False]  # --gc-freeze: gc.freeze() after the warm-up calls of time_blocks
 
 
 def to_f32(value: Any) -> Any:
@@ -920,9 +920,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         losses[name] = [float(call().item()) for _ in range(check_steps)]
         first = time.perf_counter() - t0
         call()  # a step's one program compiles in the background (FUSED; Strict's deferred graphs): wait for it
-        for future in list(_fused._PROGRAMS.values()):
-            if hasattr(future, "result"):
-                future.result()
+        _fused.wait_for_compiles()
         if fused:
             how = (f"{how}, in FUSED mode: its graphs recorded into one program per step" if compiled else
                    "eager step in FUSED mode (one fused program per step)")

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 import numpy as np
@@ -447,6 +447,13 @@ def _watch_steps() -> None:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
             _STEP_HOOK.append(register_optimizer_step_post_hook(_step_ended))
+
+
+def wait_for_compiles() -> None:
+    """Waits until no trace's program is compiling in the background (a new trace's first
+    run starts its compile): for benchmarks and tests whose timings or compile counts must
+    not include it. A compile that failed is reported where its trace runs next."""
+    wait([program for program in list(_PROGRAMS.values()) if isinstance(program, Future)])
 
 
 def deferring() -> bool:

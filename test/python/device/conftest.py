@@ -35,14 +35,7 @@ def background_compiles_end_with_the_test():
     counted in a later test's compile figures (the compile cache's counters are the
     process's)."""
     yield
-    from concurrent.futures import Future
-
-    for program in list(_fused._PROGRAMS.values()):
-        if isinstance(program, Future):
-            try:
-                program.result()
-            except Exception:  # noqa: BLE001 - the test that used it reported it, or never ran it
-                pass
+    _fused.wait_for_compiles()
 
 
 @pytest.fixture(autouse=True)
