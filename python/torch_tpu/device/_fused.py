@@ -48,6 +48,7 @@ import torch
 
 from torch_tpu.core import config
 from torch_tpu.core.user_frames import innermost_user_frame
+from torch_tpu.runtime.buffer import DeviceBuffer
 
 from . import _ops, _storage  # (_ops imports this module too: each reads the other's names at call time)
 from ._buffers import TABLE, Pending, StorageEntry
@@ -228,24 +229,28 @@ class Trace:
         """The fused program's arguments (`layout`); `donated`: externals it may write over."""
         own, floats, ints = self.layout()
         donated = frozenset(donated)  # (a tuple: a scan per argument, ~900 of them in a training step's trace)
-        args = [self._external_argument(ref, ref in donated) for ref in own]
+        # The frame hook's references are the same for every argument of this call: counted
+        # once, not once per donated buffer (~600 of them in a training step's trace).
+        hooks = _ops.hook_references()
+        args = [self._external_argument(ref, ref in donated, hooks) for ref in own]
         values = self.values
         for refs, dtype in ((floats, np.float64), (ints, np.int64)):
             if refs:
                 args.append(_packed_numbers(np.array([values[r] for r in refs], dtype=dtype), self.index))
         return args
 
-    def _external_argument(self, ref: int, donated: bool = False):
+    def _external_argument(self, ref: int, donated: bool = False, hooks: int | None = None):
         """One external as a device buffer: a storage's buffer (a copy where the program may
         write over it and something else still reads it), a Python number (the op-by-op
         path's per-value buffer cache), a 0-d CPU tensor or an RNG key (uploaded). (No
         import statement here: one runs the import machinery, ~1 us, for each of a
-        training step's ~900 externals.)"""
+        training step's ~900 externals.) `hooks`: `_ops.hook_references()`, when the caller
+        counted it already."""
         kind, value = self.kinds[ref], self.values[ref]
         if kind == "buffer":
             if value.is_deleted:
                 check_alive(StorageEntry(torch.uint8, 0, self.index, value))  # raises, naming the line
-            if donated and not _donation_safe(value):
+            if donated and not _donation_safe(value, hooks):
                 value = value.copy()  # the program may write over what it is given
             return value
         if kind == "number":
@@ -385,10 +390,13 @@ def _packed_numbers(packed: np.ndarray, index: int):
 _SOLE_REFERENCES = 4
 
 
-def _donation_safe(buffer) -> bool:
+def _donation_safe(buffer, hooks: int | None = None) -> bool:
     """Whether the fused program may write over `buffer` (`_ops._donation_safe`'s rule):
-    no other reference to the DeviceBuffer and no host view of its memory."""
-    return sys.getrefcount(buffer) <= _SOLE_REFERENCES + _ops.hook_references() and not buffer._exported
+    no other reference to the DeviceBuffer and no host view of its memory. `hooks`:
+    `_ops.hook_references()` when the caller counted it (once per flush)."""
+    if hooks is None:
+        hooks = _ops.hook_references()
+    return sys.getrefcount(buffer) <= _SOLE_REFERENCES + hooks and not buffer._exported
 
 
 class _Launch:
@@ -574,8 +582,11 @@ def record_graph(plan: GraphPlan, operands: list, tensors, index: int, strict: b
         out = [new_tensor(Pending(trace, position, j), numel, size, stride, dtype, index, True, tuple(size))
                for j, (numel, size, stride, dtype) in enumerate(plan.results)]
         written = []
+        first = plan.n_results
         for k, p in enumerate(plan.written):
-            operands[p].buffer = Pending(trace, position, plan.n_results + k)
+            # (The raw slot: the `buffer` setter's work is for DeviceBuffers; an optimizer
+            # graph writes ~600 operands a step.)
+            operands[p]._buffer = Pending(trace, position, first + k)
             written.append(tensors[p])
         if written:
             torch._C._increment_version(written)
@@ -590,16 +601,19 @@ def _record(plan, operands, index: int, where: tuple[str, int]) -> tuple[Trace, 
     trace's cache key is derived from the refs at the flush (`Trace.program_key`)."""
     trace = current_trace(index)
     refs = []
+    known = trace._buffer_ref  # (looked up here: an optimizer graph has ~600 operands)
     for value in operands:
         if value.__class__ is StorageEntry:
             buffer = value._buffer
             if buffer.__class__ is Pending and buffer.trace is trace and buffer.op >= 0:
                 refs.append((buffer.op, buffer.result))
                 continue
-            buffer = _storage.buffer_of(value)  # flushes another trace; zeros for `empty`
+            if buffer.__class__ is not DeviceBuffer:
+                buffer = _storage.buffer_of(value)  # flushes another trace; zeros for `empty`
             if buffer.is_deleted:
                 check_alive(value, name_line=False)  # raises; the op's error names the line
-            refs.append(trace.external_buffer(buffer))
+            ref = known.get(id(buffer))
+            refs.append(ref if ref is not None else trace.external_buffer(buffer))
         else:
             # A Python number (a run-time operand) or a 0-d CPU tensor (its value now).
             refs.append(trace.external_value("number", value) if value.__class__ is float or value.__class__ is int

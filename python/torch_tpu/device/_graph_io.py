@@ -233,14 +233,16 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
         append = buffers.append
         get = entries.get
         for t, (shape, dtype, row, complex_) in zip(tensors, checks):
-            entry = get(t.data_ptr())  # the storage's address when the offset is 0 (checked)
+            # A storage's own address is its key: a tensor at another offset points inside its
+            # storage, where no storage starts (each has its own address range), and an empty
+            # one reports 0, so a hit means offset 0.
+            entry = get(t.data_ptr())
             if entry is None:
                 return None
             buffer = entry._buffer
             if (buffer.__class__ is not DeviceBuffer or t.dtype is not dtype or entry.dtype is not dtype
                     or buffer._row is not row or buffer.device is not device or buffer.shape != shape
-                    or t.shape != shape or t.storage_offset() or not t.is_contiguous() or t.is_neg()
-                    or (complex_ and t.is_conj())):
+                    or t.shape != shape or not t.is_contiguous() or t.is_neg() or (complex_ and t.is_conj())):
                 return None
             append(buffer)
             read.append(entry)
@@ -312,9 +314,9 @@ def _fused_recorder(fusable: tuple | None, args, results, direct: dict[int, int]
 
         operands = []
         for t, (shape, dtype, complex_) in zip(tensors, checks):
-            entry = entries.get(t.data_ptr())  # the storage's address when the offset is 0 (checked)
+            entry = entries.get(t.data_ptr())  # a hit means offset 0 (see `graph_caller`)
             if (entry is None or t.dtype is not dtype or entry.dtype is not dtype or entry.shape != shape
-                    or entry.device_index != index or t.shape != shape or t.storage_offset()
+                    or entry.device_index != index or t.shape != shape
                     or not t.is_contiguous() or t.is_neg() or (complex_ and t.is_conj())):
                 return None
             operands.append(entry)

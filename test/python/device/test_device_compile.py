@@ -104,6 +104,27 @@ def test_view_inputs_read_on_device(no_host_reads):
     torch.testing.assert_close(out.cpu(), base[1:5:2, ::3] * 2 + base.t()[2:5, :2].t().sin())
 
 
+@pytest.mark.parametrize("mode", ["STRICT", "FUSED"])
+def test_contiguous_view_at_an_offset_after_a_dense_call(mode):
+    """A contiguous view at a nonzero storage offset has the sizes and strides of the dense
+    tensor the graph first took, so Dynamo reuses the graph; the device's fast paths
+    (Strict's and FUSED's recording: a table hit on the data pointer, the storage's shape)
+    must read it at its offset, not from its storage's start."""
+    from torch_tpu.device import EagerMode, set_eager_mode
+
+    base = torch.randn(5, 4)
+    on_tpu = base.to("tpu")
+    dense = torch.randn(4, 4)
+    fn = torch.compile(lambda a: a * 2 + 1, backend="tpu")
+    with set_eager_mode(getattr(EagerMode, mode)):
+        first = fn(dense.to("tpu"))
+        shifted = on_tpu[1:]  # rows 1..4: offset 4, contiguous, shape (4, 4)
+        assert shifted.storage_offset() == 4 and shifted.is_contiguous()
+        out = fn(shifted)
+        torch.testing.assert_close(first.cpu(), dense * 2 + 1)
+        torch.testing.assert_close(out.cpu(), base[1:] * 2 + 1)
+
+
 def test_cpu_outputs_stay_on_cpu():
     """A CPU tensor no op combines with a tpu one keeps its device, as in eager."""
     fn = torch.compile(lambda a, i: (a + 1, i * 2), backend="tpu")
