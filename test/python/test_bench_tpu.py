@@ -130,3 +130,27 @@ def test_flops_of_the_decoder():
     assert tpu.parse_cases("1,prefill,8") == [1, 6, 8]
     with pytest.raises(SystemExit, match="unknown case '9'"):
         tpu.parse_cases("9")
+
+
+def test_step_timeline_marks_each_step_of_a_block(tmp_path):
+    """bench/step_timeline.py: per block, each step's graphs, one flush and one launch of the
+    whole-step program, in order, then the sync."""
+    out = tmp_path / "timeline.json"
+    env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "step_timeline.py"), "--small", "--blocks", "2", "--steps", "2",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["blocks"] == 2 and data["config"]["steps_per_block"] == 2
+    names = [name for name, _ in data["marks_ms"]]
+    times = [ms for _, ms in data["marks_ms"]]
+    assert times == sorted(times) and names[0] == "step0" and names[-2:] == ["sync", "sync_done"]
+    for i in range(2):
+        mine = names[names.index(f"step{i}"): names.index(f"return{i}") + 1]
+        assert mine.count("flush") == 1, mine
+        big = [n for n in mine if n.startswith("exec") and n != "exec_done" and int(n[4:]) > 1]
+        assert len(big) == 1, mine  # the deferred step is one program
+        assert mine.index("flush") < mine.index(big[0]) and mine.count("graph") >= 3, mine
