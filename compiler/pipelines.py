@@ -91,6 +91,12 @@ def _bounds_steps(bounds: str) -> list[str]:
     }[bounds]
 
 
+def _unflatten_step(bounds: str) -> list[str]:
+    # Static graphs only: the bounds passes propagate sizes through the flattening reshapes
+    # PyTorch wrote, which the rewrite would replace.
+    return ["torchtpu-unflatten-dots"] if bounds == "none" else []
+
+
 def _precision_step(precision: str) -> str:
     # PyTorch's precision setting is authoritative for every matrix op of a graph, so it
     # overrides what a lowering chose (ops marked torchtpu.fixed_precision keep theirs).
@@ -108,7 +114,7 @@ def _precision_step(precision: str) -> str:
     (_PRECISION, _BOUNDS),
 )
 def _compile(precision: str, bounds: str) -> list[str]:
-    return ["torchtpu-verify", _precision_step(precision), *_bounds_steps(bounds)]
+    return ["torchtpu-verify", *_unflatten_step(bounds), _precision_step(precision), *_bounds_steps(bounds)]
 
 
 @register_pipeline(
@@ -135,7 +141,7 @@ def _export(precision: str, bounds: str) -> list[str]:
 def _views(precision: str) -> list[str]:
     return [
         "torchtpu-verify", "torchtpu-inline", "torchtpu-decompose-views", "torchtpu-inverse-views", "torchtpu-verify",
-        _precision_step(precision),
+        *_unflatten_step("none"), _precision_step(precision),
     ]
 
 

@@ -13,6 +13,7 @@ _PASS_MODULES = {
     "torchtpu-materialize-bounds": "materialize_bounds",
     "torchtpu-outline-collectives": "outline_collectives",
     "torchtpu-set-precision": "set_precision",
+    "torchtpu-unflatten-dots": "unflatten_dots",
     "torchtpu-verify": "verify",
 }
 for _argument, _module in _PASS_MODULES.items():
