@@ -678,15 +678,19 @@ def jax_params(model: Any) -> dict:
     return {name: bf16_to_jax(t) for name, t in named}
 
 
-def jax_llama(cfg: LlamaConfig) -> tuple[Callable, Callable]:
+def jax_llama(cfg: LlamaConfig, flatten_rows: bool = False) -> tuple[Callable, Callable]:
     """(forward(params, ids) -> logits, decode(params, ids, pos, k_caches, v_caches) ->
-    (logits, next ids, k_caches, v_caches)): the torch module's computation in jax.numpy."""
+    (logits, next ids, k_caches, v_caches)): the torch module's computation in jax.numpy.
+    `flatten_rows`: each linear layer flattens its input's leading dims around a 2-D
+    product, as PyTorch's `nn.Linear` does (`bench/hlo_layouts.py` compares the layouts)."""
     import jax
     import jax.numpy as jnp
 
     hd, rep = cfg.head_dim, cfg.heads // cfg.kv_heads
 
     def linear(p, name, x):
+        if flatten_rows:
+            return (x.reshape(-1, x.shape[-1]) @ p[name + ".weight"].T).reshape(*x.shape[:-1], -1)
         return x @ p[name + ".weight"].T
 
     def rms(p, name, x):
@@ -844,14 +848,14 @@ def _torch_train_step(model: Any, cfg: LlamaConfig, compile_step: bool) -> tuple
     return torch.compile(make(model), backend="tpu"), "whole step (forward, backward, AdamW) compiled"
 
 
-def _jax_train_step(cfg: LlamaConfig, trainable: list[str]) -> Callable:
+def _jax_train_step(cfg: LlamaConfig, trainable: list[str], flatten_rows: bool = False) -> Callable:
     """jax.value_and_grad of the same loss + AdamW as torch.optim.AdamW computes it (states
     in the parameters' dtype, bias corrections, decoupled weight decay), jitted with the
-    parameters and states donated."""
+    parameters and states donated. `flatten_rows`: see `jax_llama`."""
     import jax
     import jax.numpy as jnp
 
-    forward, _ = jax_llama(cfg)
+    forward, _ = jax_llama(cfg, flatten_rows)
     lr, b1, b2, eps, wd = 1e-3, 0.9, 0.95, 1e-8, 0.1
 
     def loss_fn(p, consts, ids, targets):

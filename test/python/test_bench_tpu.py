@@ -154,3 +154,40 @@ def test_step_timeline_marks_each_step_of_a_block(tmp_path):
         big = [n for n in mine if n.startswith("exec") and n != "exec_done" and int(n[4:]) > 1]
         assert len(big) == 1, mine  # the deferred step is one program
         assert mine.index("flush") < mine.index(big[0]) and mine.count("graph") >= 3, mine
+
+
+def test_hlo_layouts_counts_layout_copies_not_prefetches():
+    from hlo_layouts import summarize
+
+    hlo = "\n".join([
+        "ENTRY %main {",
+        "  %copy.83 = bf16[4,512,16,96]{1,0,3,2:T(4,128)(2,1)S(1)} copy(%get-tuple-element.101)",
+        "  %copy.84 = bf16[4,512,16,96]{1,0,3,2:T(4,128)(2,1)} copy(%p)",
+        "  ROOT %copy.9 = f32[]{:T(128)S(6)} copy(%Arg_4.1)",
+        "  %copy-start.1 = (bf16[1536]{0}, bf16[1536]{0}, u32[]{:S(2)}) copy-start(%p.2)",
+        "  %copy-done.1 = bf16[1536]{0} copy-done(%copy-start.1)",
+        "  %fusion.3 = bf16[2,4]{1,0} fusion(%a, %b), kind=kOutput, calls=%fused_computation",
+        "  %fusion.4 = bf16[2,4]{1,0} fusion(%a), kind=kLoop, calls=%fused_computation.1",
+        "}",
+    ])
+    assert summarize(hlo) == {"layout_copies": 3, "copies_by_type": {"bf16[4,512,16,96]": 2, "f32[]": 1},
+                              "fusions": {"kOutput": 1, "kLoop": 1}}
+
+
+def test_hlo_layouts_compares_our_step_with_jax_on_one_client(tmp_path):
+    """bench/hlo_layouts.py: our compiled step's one program (dumped) and JAX's same step,
+    each compiled on the shared client and summarized."""
+    out = tmp_path / "layouts.json"
+    env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "hlo_layouts.py"), "--small", "--layers", "1", "--jax-flatten",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert set(data["contenders"]) == {"ours", "jax", "jax, rows flattened"}
+    for name, row in data["contenders"].items():
+        assert row["layout_copies"] == sum(row["copies_by_type"].values()), name
+        assert row["fusions"], name  # an optimized training step fuses
+    assert data["config"]["layers"] == 1 and data["config"]["platform"] == "cpu"

@@ -1,0 +1,180 @@
+"""Our compiled training step's program against JAX's, as XLA optimized them: layout copies,
+fusions and device time (issue 28; how docs/explanation/performance.md's twelfth-session
+figures were taken).
+
+The step of bench/tpu.py case 7 at `--layers N` (full sizes; `--small` for XLA:CPU) runs
+three times under `TORCH_TPU_DUMP_DIR`, which writes the module its deferred trace compiles
+(one program: forward, backward, AdamW). That module and JAX's same step (`--jax-flatten`
+adds JAX's step with PyTorch's flattening of the rows around each linear layer's product)
+are compiled on the same client, and for each this prints the synchronous `copy` ops of
+XLA's optimized HLO grouped by result type (layout changes between producers and consumers
+that disagree: the copies the `copy-start`/`copy-done` prefetches are not), the fusions by
+kind and, with `--profile N`, the device time of N calls (`bench/_xprof.py`). `--modules`
+adds `.mlir` files of other variants (another dump, a hand-edited module) to the comparison.
+
+    python bench/hlo_layouts.py [--small] [--layers 2] [--jax-flatten] [--profile 1]
+                                [--modules A.mlir ...] [--hlo-dir DIR] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import pathlib
+import re
+import sys
+import tempfile
+from collections import Counter
+from typing import Any, Callable
+
+import numpy as np
+
+import tpu as bench  # bench/tpu.py: the model, both steps, the shared client
+from _xprof import brief, profile_calls
+
+_COPY = re.compile(r"^\s*(?:ROOT )?%\S+ = (\S+?)(?:\{[^}]*\})? copy\(")
+_FUSION = re.compile(r"\bfusion\(.*\bkind=(k\w+)")
+
+
+def summarize(hlo: str) -> dict:
+    """{"layout_copies": total, "copies_by_type": {type: n}, "fusions": {kind: n}} of an
+    optimized HLO module's text."""
+    copies: Counter = Counter()
+    fusions: Counter = Counter()
+    for line in hlo.splitlines():
+        if m := _COPY.match(line):
+            copies[m.group(1)] += 1
+        elif m := _FUSION.search(line):
+            fusions[m.group(1)] += 1
+    return {"layout_copies": sum(copies.values()), "copies_by_type": dict(copies.most_common()),
+            "fusions": dict(fusions)}
+
+
+def dump_our_step(cfg: Any, batch: int, seq: int) -> str:
+    """The MLIR text of the one program our compiled step runs, from TORCH_TPU_DUMP_DIR."""
+    import torch
+
+    from torch_tpu.device import _fused
+
+    with tempfile.TemporaryDirectory(prefix="hlo-layouts-") as folder:
+        previous = os.environ.get("TORCH_TPU_DUMP_DIR")
+        os.environ["TORCH_TPU_DUMP_DIR"] = folder  # (read at each compile)
+        try:
+            model = copy.deepcopy(bench.base_llama(cfg)).to("tpu").train()
+            gen = torch.Generator().manual_seed(2)
+            ids, tgt = (torch.randint(0, cfg.vocab, (batch, seq), generator=gen).to("tpu") for _ in range(2))
+            step, _ = bench._torch_train_step(model, cfg, compile_step=True)
+            for _ in range(3):  # the second sighting of the step compiles its one program
+                step(ids, tgt).item()
+            _fused.wait_for_compiles()
+            del model, step
+            bench.release()
+        finally:
+            if previous is None:
+                os.environ.pop("TORCH_TPU_DUMP_DIR", None)
+            else:
+                os.environ["TORCH_TPU_DUMP_DIR"] = previous
+        traces = sorted(pathlib.Path(folder).glob("fused-*/final.mlir"), key=lambda p: p.stat().st_size)
+        if not traces:
+            raise RuntimeError(f"the step wrote no fused trace under {folder}: was it deferred into one program?")
+        return traces[-1].read_text()
+
+
+# A contender: (optimized HLO text, arguments() -> fresh arguments, run(arguments) -> outputs,
+# sync(outputs)). Arguments are made before a profiled call: JAX makes them with programs of
+# its own, which would count as device time.
+Program = tuple[str, Callable[[], Any], Callable[[Any], Any], Callable[[Any], Any]]
+
+
+def our_program(text: str, name: str, vocab: int) -> Program:
+    """An MLIR module compiled by our runtime: integer arguments are token ids below `vocab`,
+    the rest zeros."""
+    from torch_tpu.runtime import get_client
+
+    client = get_client()
+    executable = client.compile(text, name=name)
+    rng = np.random.default_rng(0)
+
+    def arguments() -> list:
+        return [client.to_device(rng.integers(0, vocab, spec.shape).astype(spec.dtype)
+                                 if np.issubdtype(spec.dtype, np.integer) else np.zeros(spec.shape, spec.dtype))
+                for spec in executable.signature.args]
+
+    def sync(outputs: Any) -> None:
+        for buffer in outputs:
+            buffer.synchronize()
+
+    return executable._raw.hlo_modules()[0].to_string(), arguments, executable.execute, sync
+
+
+def jax_program(cfg: Any, batch: int, seq: int, flatten_rows: bool) -> Program:
+    """JAX's step (bench/tpu.py), `flatten_rows` as in `jax_llama`."""
+    import jax
+    import jax.numpy as jnp
+
+    base = bench.base_llama(cfg)
+    trainable = [n for n, _ in base.named_parameters()]
+    params = {n: bench.bf16_to_jax(t) for n, t in base.named_parameters()}
+    consts = {n: bench.bf16_to_jax(b) for n, b in base.named_buffers()}
+    step = bench._jax_train_step(cfg, trainable, flatten_rows)
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, cfg.vocab, (batch, seq)), jnp.int32)
+
+    def arguments() -> tuple:
+        p = {k: jnp.array(a) for k, a in params.items()}  # fresh: the step donates them
+        m, v = ({k: jnp.zeros_like(a) for k, a in p.items()} for _ in range(2))
+        return p, m, v, jnp.zeros((), jnp.float32), consts, ids, ids
+
+    compiled = step.lower(*arguments()).compile()
+    return compiled.as_text(), arguments, lambda args: compiled(*args), jax.block_until_ready
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="the small config (XLA:CPU smoke runs)")
+    parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
+    parser.add_argument("--jax-flatten", action="store_true", help="add JAX's step with PyTorch's flattening")
+    parser.add_argument("--modules", nargs="*", default=[], help="more .mlir modules to compile and compare")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="device time of N calls each")
+    parser.add_argument("--hlo-dir", help="write each optimized HLO module here")
+    parser.add_argument("--json", metavar="PATH", help="write the comparison as JSON")
+    a = parser.parse_args()
+
+    platform = bench.share_jax_client()
+    cfg = bench.llama_config(a.small, a.layers)
+    batch, seq = (2, 16) if a.small else (4, 512)
+    contenders: dict[str, Callable[[], Program]] = {
+        "ours": lambda: our_program(dump_our_step(cfg, batch, seq), "ours", cfg.vocab),
+        "jax": lambda: jax_program(cfg, batch, seq, False),
+    }
+    if a.jax_flatten:
+        contenders["jax, rows flattened"] = lambda: jax_program(cfg, batch, seq, True)
+    for path in a.modules:
+        contenders[path] = lambda path=path: our_program(pathlib.Path(path).read_text(), path, cfg.vocab)
+    print(f"training step, {cfg.layers} layers, batch {batch} x {seq}, on {platform}")
+    results = {}
+    for name, build in contenders.items():
+        hlo, arguments, run, sync = build()
+        row = summarize(hlo)
+        if a.hlo_dir:
+            os.makedirs(a.hlo_dir, exist_ok=True)
+            pathlib.Path(a.hlo_dir, re.sub(r"\W+", "_", name).strip("_") + ".hlo.txt").write_text(hlo)
+        if a.profile:
+            prepared = [arguments() for _ in range(a.profile)]
+            for args in prepared:
+                sync(args)
+            row["profile"] = profile_calls(lambda: run(prepared.pop()), sync, a.profile)
+        results[name] = row
+        top = ", ".join(f"{t} x{n}" for t, n in list(row["copies_by_type"].items())[:6])
+        print(f"  {name:24s} layout copies {row['layout_copies']:4d} ({top})  fusions {row['fusions']}")
+        if "profile" in row:
+            print("        " + brief(row["profile"]).replace("\n", "\n        "))
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps({"config": {**cfg.__dict__, "batch": batch, "seq": seq,
+                                                               "platform": platform}, "contenders": results},
+                                                   indent=1, default=str))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
