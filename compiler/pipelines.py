@@ -106,8 +106,9 @@ def _precision_step(precision: str) -> str:
 @register_pipeline(
     "torchtpu-compile-pipeline",
     "What torch.compile(backend=\"tpu\") runs on an imported graph",
-    "Verifies the `torchtpu` ops, applies PyTorch's matmul precision to every matrix op "
-    "(`torchtpu-set-precision{override=true}`) and, for graphs with dynamic dimensions, "
+    "Verifies the `torchtpu` ops, gives the matrix products of static graphs the dims PyTorch "
+    "flattened for `mm` back (`torchtpu-unflatten-dots`), applies PyTorch's matmul precision to "
+    "every matrix op (`torchtpu-set-precision{override=true}`) and, for graphs with dynamic dimensions, "
     "makes the bounds explicit (`torchtpu-annotate-bounds`, and `torchtpu-materialize-bounds` "
     "for runtimes without bounded-dynamic parameters). The output keeps CHLO: XLA expands "
     "ops such as `chlo.top_k` better than the generic legalization.",
@@ -134,8 +135,8 @@ def _export(precision: str, bounds: str) -> list[str]:
     "For graphs imported with references and views (non-functional import): "
     "`torchtpu-inline` (a jax_op's merged functions: the view passes do not look through "
     "calls), `torchtpu-decompose-views`, `torchtpu-inverse-views` (pure StableHLO out, written "
-    "arguments aliased to results), a second `torchtpu-verify`, then precision as in "
-    "`torchtpu-compile-pipeline`.",
+    "arguments aliased to results), a second `torchtpu-verify`, then `torchtpu-unflatten-dots` "
+    "and precision as in `torchtpu-compile-pipeline`.",
     (_PRECISION,),
 )
 def _views(precision: str) -> list[str]:
