@@ -17,6 +17,7 @@ import numpy as np
 
 from ..context import ir, stablehlo
 from . import _collective_builders as build
+from .base import defining_op
 from .sharding import Layout, Mesh, Shard
 
 
@@ -30,13 +31,6 @@ def shape_of(value: ir.Value) -> list[int]:
 
 def with_shape(t: ir.Type, shape: Sequence[int]) -> ir.RankedTensorType:
     return ir.RankedTensorType.get(list(shape), ir.RankedTensorType(t).element_type)
-
-
-def defining_op(value: ir.Value) -> ir.Operation | None:
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
 
 
 def _is_splat_constant(op: ir.Operation) -> bool:

@@ -126,6 +126,18 @@ def ops_named(root: ir.Operation, *names: str) -> list[ir.Operation]:
     return found
 
 
+def operation_of(owner) -> ir.Operation:
+    """`owner` (a use's owner, a value's defining op, a parent) as an Operation: the bindings
+    hand back OpViews, which compare unequal to the Operation they view."""
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def defining_op(value: ir.Value) -> ir.Operation | None:
+    """The op that defines `value`; None for a block argument."""
+    owner = value.owner
+    return None if isinstance(owner, ir.Block) else operation_of(owner)
+
+
 def calls_to_defined_functions(module: ir.Operation) -> list[ir.Operation]:
     """The `func.call`s in `module` whose callee is a function with a body in `module`."""
     defined = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch_tpu.core import attributes
 
 from ..context import func, ir
-from .base import Pass, ops_named, register_pass
+from .base import Pass, operation_of, ops_named, register_pass
 
 COLLECTIVE_OPS = frozenset(
     {
@@ -125,7 +125,7 @@ class OutlineCollectivesPass(Pass):
         outputs: list[ir.Value] = []
         for op in segment:
             for result in op.results:
-                if any(not _in_segment(_op(use.owner), segment, fn) for use in result.uses):
+                if any(not _in_segment(operation_of(use.owner), segment, fn) for use in result.uses):
                     outputs.append(result)
         with segment[0].location:
             with ir.InsertionPoint(fn):  # new function right before the caller
@@ -161,7 +161,7 @@ def _top_level(op: ir.Operation, fn: ir.Operation) -> ir.Operation | None:
         parent = current.parent
         if parent is None:
             return None
-        parent = _op(parent)
+        parent = operation_of(parent)
         if parent == fn:
             return current
         current = parent
@@ -176,8 +176,8 @@ def _defined_in(value: ir.Value, segment: list[ir.Operation], fn: ir.Operation) 
     owner = value.owner
     if isinstance(owner, ir.Block):
         parent = owner.owner
-        return parent is not None and _op(parent) != fn and _in_segment(_op(parent), segment, fn)
-    return _in_segment(_op(owner), segment, fn)
+        return parent is not None and operation_of(parent) != fn and _in_segment(operation_of(parent), segment, fn)
+    return _in_segment(operation_of(owner), segment, fn)
 
 
 def _inside(op: ir.Operation, target: ir.Operation) -> bool:
@@ -186,16 +186,13 @@ def _inside(op: ir.Operation, target: ir.Operation) -> bool:
         if current == target:
             return True
         parent = current.parent
-        current = _op(parent) if parent is not None else None
+        current = operation_of(parent) if parent is not None else None
     return False
 
 
 def _uses(value: ir.Value) -> list[tuple[ir.Operation, int]]:
     """(owner, operand index) of every use, read before any is rewritten (rewriting an
     operand edits the use list being walked)."""
-    return [(_op(use.owner), use.operand_number) for use in value.uses]
+    return [(operation_of(use.owner), use.operand_number) for use in value.uses]
 
 
-def _op(owner) -> ir.Operation:
-    """Use owners and parents come back as OpViews; compare Operations."""
-    return owner.operation if hasattr(owner, "operation") else owner

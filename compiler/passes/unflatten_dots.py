@@ -33,7 +33,8 @@ import math
 
 from ..context import ir, stablehlo
 from ..ir import dot_general, element_type_of, reshape, shape_of, transpose
-from .base import Pass, ops_named, register_pass
+from .base import Pass, defining_op, operation_of, ops_named, register_pass
+
 
 class _Unflattened:
     """A 2-D dot operand seen as `source` (rank >= 3, static): `merged` is the operand dim
@@ -45,11 +46,8 @@ class _Unflattened:
 
 
 def _defining(value: ir.Value, name: str) -> ir.Operation | None:
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    owner = owner.operation if hasattr(owner, "operation") else owner
-    return owner if owner.name == name else None
+    op = defining_op(value)
+    return op if op is not None and op.name == name else None
 
 
 def _static(value: ir.Value) -> bool:
@@ -129,12 +127,12 @@ def _rewrite(dot: ir.Operation) -> None:
     if len(shape_of(lhs)) != 2 or len(shape_of(rhs)) != 2:
         return
     lc, rc = lc[0], rc[0]
-    plan = _plan(lhs, rhs, lc, rc, _unflattened(lhs), _unflattened(rhs))
-    if plan is None:
+    left, right = _unflattened(lhs), _unflattened(rhs)
+    if left is None and right is None:
         return
-    new_lhs, new_rhs, contract, unflattenings = plan
     with ir.InsertionPoint(dot), dot.location:
-        product = dot_general(new_lhs(), new_rhs(), contract=contract, element=element_type_of(dot.result))
+        new_lhs, new_rhs, contract, unflattenings = _unmerged_operands(lhs, rhs, lc, rc, left, right)
+        product = dot_general(new_lhs, new_rhs, contract=contract, element=element_type_of(dot.result))
         for name in _attribute_names(dot):  # precision, algorithm, markers such as torchtpu.fixed_precision
             if name != "dot_dimension_numbers":
                 product.owner.attributes[name] = dot.attributes[name]
@@ -143,42 +141,46 @@ def _rewrite(dot: ir.Operation) -> None:
     dot.erase()
     if result is not product:
         _fold_reshapes_back(result, product)
-    erased: set = set()
-    for unflattening in unflattenings:
-        for op in unflattening.via:  # (users before the ops they read)
-            if op not in erased and _unused(op):
-                erased.add(op)
-                op.erase()
+    # Each flattening op once (both operands may read the same one: x.t() @ x), listed while
+    # all are alive (an erased op can no longer be compared or asked for its uses); erased
+    # in rounds, so an op goes once the one reading it went.
+    alive: list[ir.Operation] = []
+    for op in (op for unflattening in unflattenings for op in unflattening.via):
+        if op not in alive:
+            alive.append(op)
+    while dead := [i for i, op in enumerate(alive) if _unused(op)]:
+        for i in dead:
+            alive[i].erase()
+        alive = [op for i, op in enumerate(alive) if i not in dead]
 
 
-def _plan(lhs, rhs, lc: int, rc: int, left: _Unflattened | None, right: _Unflattened | None):
-    """(lhs builder, rhs builder, contracting dims, unflattenings used) of the product over
-    the unmerged operands, or None when neither operand is an unflattening."""
+def _unmerged_operands(lhs, rhs, lc: int, rc: int, left: _Unflattened | None, right: _Unflattened | None):
+    """(lhs, rhs, contracting dims, unflattenings used) of the product over the unmerged
+    operands; at least one of `left`, `right` is an unflattening. Builds at the caller's
+    insertion point."""
     if left is not None and left.merged == lc:
         # The rows both operands contract: the other side split the same way.
         k = list(range(len(left.lead)))
         if right is not None and right.merged == rc and right.lead == left.lead:
-            return (lambda: left.source), (lambda: right.source), (k, k), (left, right)
-        return (lambda: left.source), (lambda: _split_contracting(rhs, rc, left.lead)), (k, k), (left,)
+            return left.source, right.source, (k, k), (left, right)
+        return left.source, _split_contracting(rhs, rc, left.lead), (k, k), (left,)
     if right is not None and right.merged == rc:
         k = list(range(len(right.lead)))
-        return (lambda: _split_contracting(lhs, lc, right.lead)), (lambda: right.source), (k, k), (right,)
+        return _split_contracting(lhs, lc, right.lead), right.source, (k, k), (right,)
     if left is not None:  # the lhs's free dim is merged rows: kept apart in the product
-        return (lambda: left.source), (lambda: rhs), ([len(left.lead)], [rc]), (left,)
-    if right is not None:
-        return (lambda: lhs), (lambda: right.source), ([lc], [len(right.lead)]), (right,)
-    return None
+        return left.source, rhs, ([len(left.lead)], [rc]), (left,)
+    return lhs, right.source, ([lc], [len(right.lead)]), (right,)
 
 
 def _fold_reshapes_back(result: ir.Value, product: ir.Value) -> None:
     """Readers of the 2-D `result` that reshape it back to the product's shape (the
     `_unsafe_view` after PyTorch's `mm`) read the product itself."""
     for use in list(result.uses):
-        reader = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        reader = operation_of(use.owner)
         if reader.name == "stablehlo.reshape" and reader.result.type == product.type:
             reader.result.replace_all_uses_with(product)
             reader.erase()
-    flatten = result.owner.operation if hasattr(result.owner, "operation") else result.owner
+    flatten = defining_op(result)
     if _unused(flatten):
         flatten.erase()
 

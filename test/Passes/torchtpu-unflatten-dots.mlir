@@ -103,6 +103,31 @@ func.func @rhs_free_rows(%w: tensor<6x16xf32>, %x: tensor<4x8x16xf32>) -> tensor
 
 // -----
 
+// Both operands read the same flattening (x.t() @ x, a Gram matrix): it goes once.
+// CHECK-LABEL: func.func @gram
+// CHECK-NEXT:    %[[P:.*]] = stablehlo.dot_general %arg0, %arg0, contracting_dims = [0, 1] x [0, 1] : (tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<16x16xf32>
+// CHECK-NEXT:    return %[[P]]
+func.func @gram(%x: tensor<4x8x16xf32>) -> tensor<16x16xf32> {
+  %0 = stablehlo.reshape %x : (tensor<4x8x16xf32>) -> tensor<32x16xf32>
+  %1 = stablehlo.transpose %0, dims = [1, 0] : (tensor<32x16xf32>) -> tensor<16x32xf32>
+  %2 = stablehlo.dot_general %1, %0, contracting_dims = [1] x [0] : (tensor<16x32xf32>, tensor<32x16xf32>) -> tensor<16x16xf32>
+  return %2 : tensor<16x16xf32>
+}
+
+// The same product with the rows contracted on the lhs and the transpose on the rhs: the
+// transpose goes first, then the reshape it read.
+// CHECK-LABEL: func.func @gram_transposed_rhs
+// CHECK-NEXT:    %[[P:.*]] = stablehlo.dot_general %arg0, %arg0, contracting_dims = [0, 1] x [0, 1] : (tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<16x16xf32>
+// CHECK-NEXT:    return %[[P]]
+func.func @gram_transposed_rhs(%x: tensor<4x8x16xf32>) -> tensor<16x16xf32> {
+  %0 = stablehlo.reshape %x : (tensor<4x8x16xf32>) -> tensor<32x16xf32>
+  %1 = stablehlo.transpose %0, dims = [1, 0] : (tensor<32x16xf32>) -> tensor<16x32xf32>
+  %2 = stablehlo.dot_general %0, %1, contracting_dims = [0] x [1] : (tensor<32x16xf32>, tensor<16x32xf32>) -> tensor<16x16xf32>
+  return %2 : tensor<16x16xf32>
+}
+
+// -----
+
 // A flattening read by something else stays for that reader.
 // CHECK-LABEL: func.func @flattening_read_elsewhere
 // CHECK-NEXT:    %[[F:.*]] = stablehlo.reshape %arg0 : (tensor<4x8x16xf32>) -> tensor<32x16xf32>
