@@ -28,6 +28,7 @@ import sys
 import tempfile
 from collections import Counter
 from typing import Any, Callable
+from unittest import mock
 
 import numpy as np
 
@@ -59,9 +60,7 @@ def dump_our_step(cfg: Any, batch: int, seq: int) -> str:
     from torch_tpu.device import _fused
 
     with tempfile.TemporaryDirectory(prefix="hlo-layouts-") as folder:
-        previous = os.environ.get("TORCH_TPU_DUMP_DIR")
-        os.environ["TORCH_TPU_DUMP_DIR"] = folder  # (read at each compile)
-        try:
+        with mock.patch.dict(os.environ, {"TORCH_TPU_DUMP_DIR": folder}):  # (read at each compile)
             model = copy.deepcopy(bench.base_llama(cfg)).to("tpu").train()
             gen = torch.Generator().manual_seed(2)
             ids, tgt = (torch.randint(0, cfg.vocab, (batch, seq), generator=gen).to("tpu") for _ in range(2))
@@ -71,11 +70,6 @@ def dump_our_step(cfg: Any, batch: int, seq: int) -> str:
             _fused.wait_for_compiles()
             del model, step
             bench.release()
-        finally:
-            if previous is None:
-                os.environ.pop("TORCH_TPU_DUMP_DIR", None)
-            else:
-                os.environ["TORCH_TPU_DUMP_DIR"] = previous
         traces = sorted(pathlib.Path(folder).glob("fused-*/final.mlir"), key=lambda p: p.stat().st_size)
         if not traces:
             raise RuntimeError(f"the step wrote no fused trace under {folder}: was it deferred into one program?")
