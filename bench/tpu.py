@@ -891,7 +891,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
     import jax.numpy as jnp
     import torch
 
-    from torch_tpu.device import EagerMode, _fused, set_eager_mode
+    from torch_tpu.device import EagerMode, _early_launch, _fused, set_eager_mode
 
     cfg = llama_config(small, options.get("layers"))
     batch, seq = (2, 16) if small else (4, 512)
@@ -905,9 +905,12 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
     losses: dict[str, list[float]] = {}
     notes: dict[str, str] = {}
 
-    def run_ours(name: str, fused: bool, compiled: bool, each_graph: bool = False, split: bool = False) -> None:
+    def run_ours(name: str, fused: bool, compiled: bool, each_graph: bool = False, split: bool = False,
+                 late: bool = False) -> None:
         if each_graph:  # Strict mode running each graph when it is called (as before issue 28's change)
             os.environ["TORCH_TPU_FUSE_COMPILED_STEP"] = "0"
+        if late:  # the deferred step launched at its end only, not at its forward's call
+            os.environ["TORCH_TPU_EARLY_STEP_LAUNCH"] = "0"
         if split:  # the forward run when called, the backward and AdamW deferred into one program
             os.environ["TORCH_TPU_COMPILED_STEP_START"] = "backward"
         model = copy.deepcopy(base).to("tpu").train()
@@ -933,12 +936,17 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
                    else f"{how}, Strict mode: the forward run when called, the backward and AdamW deferred into "
                         "one program (TORCH_TPU_COMPILED_STEP_START=backward)" if split
                    else f"{how}, Strict mode: its graphs deferred into one program per step")
+        if late:
+            how += " (TORCH_TPU_EARLY_STEP_LAUNCH=0)"
         notes[name] = how
         c = Contender(call, torch_sync, "ours", flops, extra={"first_calls_s": first, "variant": how})
+        launched = dict(_early_launch.STATS)
         rows.update(time_blocks({name: c}, reps["calls_big"], reps["repeats_big"], warmup=1))
+        # Steps launched at their forward's call, and how many kept their launched results.
+        rows[name]["early_launch"] = {k: v - launched[k] for k, v in _early_launch.STATS.items()}
         del model, step, c, call, ids, tgt
-        os.environ.pop("TORCH_TPU_FUSE_COMPILED_STEP", None)
-        os.environ.pop("TORCH_TPU_COMPILED_STEP_START", None)
+        for variable in ("TORCH_TPU_FUSE_COMPILED_STEP", "TORCH_TPU_COMPILED_STEP_START", "TORCH_TPU_EARLY_STEP_LAUNCH"):
+            os.environ.pop(variable, None)
         release()
         rows[name]["live_arrays_after"] = live_arrays()
 
@@ -946,19 +954,21 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
     for variant, name, fused, compiled in (("compiled", "torch.compile", False, True),
                                            ("compiled-each", "torch.compile, each graph", False, True),
                                            ("compiled-split", "torch.compile, forward first", False, True),
+                                           ("compiled-late", "torch.compile, launched at its end", False, True),
                                            ("compiled-fused", "torch.compile, FUSED", True, True),
                                            ("fused", "FUSED eager", True, False)):
         if variant not in variants:
             continue
         try:
             run_ours(name, fused=fused, compiled=compiled, each_graph=variant == "compiled-each",
-                     split=variant == "compiled-split")
+                     split=variant == "compiled-split", late=variant == "compiled-late")
         except Exception as err:  # noqa: BLE001 - reported, then the other contenders still run
             notes[name] = f"failed: {type(err).__name__}: {err}"
             losses[name] = [math.nan]
             traceback.print_exc()
-            os.environ.pop("TORCH_TPU_FUSE_COMPILED_STEP", None)
-            os.environ.pop("TORCH_TPU_COMPILED_STEP_START", None)
+            for variable in ("TORCH_TPU_FUSE_COMPILED_STEP", "TORCH_TPU_COMPILED_STEP_START",
+                             "TORCH_TPU_EARLY_STEP_LAUNCH"):
+                os.environ.pop(variable, None)
             release()
 
     trainable = [n for n, _ in base.named_parameters()]
@@ -1184,7 +1194,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="ours' contenders of case 7: compiled (Strict: the step's graphs deferred into one "
                          "program), compiled-each (Strict with TORCH_TPU_FUSE_COMPILED_STEP=0: each graph run "
                          "when called), compiled-split (Strict with TORCH_TPU_COMPILED_STEP_START=backward: the "
-                         "forward run when called, the backward and AdamW one program), compiled-fused (the "
+                         "forward run when called, the backward and AdamW one program), compiled-late (Strict with "
+                         "TORCH_TPU_EARLY_STEP_LAUNCH=0: the step launched at its end only), compiled-fused (the "
                          "compiled step in FUSED mode), fused (the eager step in FUSED mode)")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="skip the cases that would start after this many seconds of the run")

@@ -182,3 +182,29 @@ def test_a_compiled_training_step_in_fused_mode_is_one_program_on_the_chip(chip)
     torch.testing.assert_close(torch.tensor(fused[0]), torch.tensor(strict[0]), atol=2e-3, rtol=2e-3)
     for a, b in zip(fused[1], strict[1]):
         torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)
+
+
+def test_a_repeating_compiled_step_is_launched_at_its_forward_on_the_chip(chip, monkeypatch):
+    """Strict mode launches a repeating step's program at its forward's call
+    (TORCH_TPU_EARLY_STEP_LAUNCH), undonated; its results are bit for bit those of the
+    step run at its end."""
+    from torch_tpu.device import _early_launch, _fused
+
+    x, y = torch.randn(8, 16, 64).to("tpu"), torch.randint(0, 10, (8,)).to("tpu")
+    results = {}
+    for early in ("1", "0"):
+        monkeypatch.setenv("TORCH_TPU_EARLY_STEP_LAUNCH", early)
+        torch._dynamo.reset()
+        _fused._PROGRAMS.clear()  # both trainings take the same paths at the same steps
+        _fused._SEEN_ONCE.clear()
+        _early_launch._PROGRAMS.clear()
+        model = _model().to("tpu")
+        step = _whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+        before = dict(_early_launch.STATS)
+        losses = [step(x, y).item() for _ in range(7)]
+        hits = _early_launch.STATS["hits"] - before["hits"]
+        results[early] = (losses, [p.detach().cpu() for p in model.parameters()], hits)
+    assert results["1"][2] == 3 and results["0"][2] == 0, (results["1"][2], results["0"][2])
+    assert results["1"][0] == results["0"][0]
+    for a, b in zip(results["1"][1], results["0"][1]):
+        assert torch.equal(a, b)

@@ -267,6 +267,19 @@ declare(
     "frontend",
 )
 declare(
+    "TORCH_TPU_EARLY_STEP_LAUNCH", BOOL, True,
+    "Strict mode with TORCH_TPU_FUSE_COMPILED_STEP=1: a deferred training step that ran as one "
+    "program is launched again at the next call of its first graph, on the buffers its storages "
+    "(parameters, optimizer states, the graph's inputs) hold then, so that the device runs the "
+    "step while the host records it. At the step's end the launched results are kept when the "
+    "step turned out to be that program reading those very buffers, else dropped and the step "
+    "runs as recorded. The launch does not donate (a second compile of the step, without "
+    "donation): it is made only where the device's peak memory plus what the step writes stays "
+    "under 90 % of the device's memory, and a step that turns out different twice in a row is no "
+    "longer launched early. 0: the step runs at its end only.",
+    "frontend",
+)
+declare(
     "TORCH_TPU_FUSED_BACKGROUND_COMPILE", BOOL, True,
     "FUSED mode: where a new trace's fused program compiles. 1: on a background thread while "
     "the trace's first run goes op by op; 0: the flush waits for the compile before that first "

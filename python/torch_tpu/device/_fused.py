@@ -50,7 +50,7 @@ from torch_tpu.core import config
 from torch_tpu.core.user_frames import innermost_user_frame
 from torch_tpu.runtime.buffer import DeviceBuffer
 
-from . import _ops, _storage  # (_ops imports this module too: each reads the other's names at call time)
+from . import _early_launch, _ops, _storage  # (_ops, _early_launch import this module too: names read at call time)
 from ._buffers import TABLE, Pending, StorageEntry
 from ._modes import check_alive
 
@@ -98,6 +98,12 @@ class Trace:
         # Opened in Strict mode by a compiled training step's graphs (`deferring`), not by
         # FUSED mode: its fused program compiles the second time its key is seen.
         self.strict_graphs = False
+        # A Strict deferred step's externals first read after its first graph: external ->
+        # a weak reference to the storage entry it was read from (`_early_launch.remember`).
+        self.sources: dict[int, Any] = {}
+        # (StepPlan, arguments, results) of the step's program launched at its first graph
+        # (`_early_launch`), until the flush takes or drops them.
+        self.launched: tuple | None = None
         # Read once per trace, not per recorded op (an environment lookup and parse).
         self.max_ops = config.get("TORCH_TPU_MAX_FUSED_OPS")
 
@@ -157,6 +163,7 @@ class Trace:
                 if (b := e._buffer).__class__ is Pending and b.trace is self]
         STATS["flushes"] += 1
         if not live:
+            self.launched = None
             return  # nothing recorded is observable any more
         outputs = sorted({(b.op, b.result) for _, b in live})
         try:
@@ -271,6 +278,11 @@ class Trace:
         (TORCH_TPU_FUSED_BACKGROUND_COMPILE): the two paths' results can differ in the
         last bits (XLA fuses the ops), and runs must repeat bit for bit."""
         key = self.program_key(outputs)
+        if self.launched is not None:
+            outs = _early_launch.take(self, key)
+            if outs is not None:
+                STATS["fused_runs"] += 1
+                return outs
         program = _PROGRAMS.get(key)
         if program is None and self.strict_graphs and key not in _SEEN_ONCE:
             # Strict mode deferred these graphs to run them as one program; a key seen
@@ -303,26 +315,29 @@ class Trace:
         except RuntimeError as err:
             raise _program_failed(self, err) from err
         STATS["fused_runs"] += 1
+        if self.strict_graphs and self.plans[0].__class__ is GraphPlan:
+            _early_launch.remember(self, key, outputs)
         return outs
 
-    def _compile(self, key, outputs):
+    def _compile(self, key, outputs, donate: bool = True):
         from torch_tpu.runtime import CompileSpec
 
         from ..program import ProgramKey, compile_module
         from ..program.pipelines import NO_PASSES
 
         try:
-            text = _stitch(self, outputs)
+            text = _stitch(self, outputs, aliased=donate)
         except Exception as err:  # noqa: BLE001 - a plan the stitcher cannot take: run op by op
             log.warning("torch_tpu: FUSED: cannot build one program for a trace of %d ops (%s: %s); "
-                        "its ops run one by one", len(self.plans), type(err).__name__, err)
+                        "its ops run one by one", len(self.plans), type(err).__name__, str(err))
             return _INTERPRET
         position = self.main_positions()
-        donated = tuple(position[ref] for ref in self.written_externals())
+        donated = tuple(position[ref] for ref in self.written_externals()) if donate else ()
         # The plans' modules ran their pipeline already: the stitched text compiles as it is.
         program = compile_module(
-            text, key=ProgramKey("fused", key, repr(self.plans[0].fingerprint[1])),
-            name=f"fused trace of {len(self.plans)} ops", pipeline=NO_PASSES, wait=False,
+            text, key=ProgramKey("fused", key, repr(self.plans[0].fingerprint[1]) + ("" if donate else " undonated")),
+            name=f"fused trace of {len(self.plans)} ops" + ("" if donate else ", undonated"),
+            pipeline=NO_PASSES, wait=False,
             options=CompileSpec(device_indices=(self.index,), donate_argnums=donated),
         )
         return program.executable
@@ -417,7 +432,8 @@ def _loaded(future: Future, n_ops: int):
     try:
         executable = future.result()
     except Exception as err:  # noqa: BLE001 - XLA rejected the fused module: run op by op
-        log.warning("torch_tpu: FUSED: compiling a trace of %d ops failed (%s); its ops run one by one", n_ops, err)
+        # (The text only: a record holding the exception would hold its frames' tensors.)
+        log.warning("torch_tpu: FUSED: compiling a trace of %d ops failed (%s); its ops run one by one", n_ops, str(err))
         return _INTERPRET
     return _Launch(executable)
 
@@ -461,7 +477,8 @@ def wait_for_compiles() -> None:
     """Waits until no trace's program is compiling in the background (a new trace's first
     run starts its compile): for benchmarks and tests whose timings or compile counts must
     not include it. A compile that failed is reported where its trace runs next."""
-    wait([program for program in list(_PROGRAMS.values()) if isinstance(program, Future)])
+    wait([program for program in list(_PROGRAMS.values()) if isinstance(program, Future)]
+         + _early_launch.compiling())
 
 
 def deferring() -> bool:
@@ -558,6 +575,9 @@ class GraphPlan:
         self.results = results
         self.n_results = len(results)
         self.invoker = Invoker(executable, executable.signature.args)  # the op-by-op run
+        # Where the arguments of the last Strict deferred step this graph started came from
+        # (`_early_launch.StepPlan`): the next such step is launched at this graph's call.
+        self.step_plan = None
 
 
 def record_graph(plan: GraphPlan, operands: list, tensors, index: int, strict: bool = False) -> list:
@@ -577,7 +597,10 @@ def record_graph(plan: GraphPlan, operands: list, tensors, index: int, strict: b
             trace.flush()
         trace, position = _record(plan, operands, index, where)
         trace.graphs.add(id(plan))
-        trace.strict_graphs |= strict and len(trace.plans) == 1
+        if strict and position == 0:
+            trace.strict_graphs = True
+            if plan.step_plan is not None:
+                _early_launch.launch(trace)  # the device starts while the host records the rest
         new_tensor = _storage.new_tensor
         out = [new_tensor(Pending(trace, position, j), numel, size, stride, dtype, index, True, tuple(size))
                for j, (numel, size, stride, dtype) in enumerate(plan.results)]
@@ -613,7 +636,11 @@ def _record(plan, operands, index: int, where: tuple[str, int]) -> tuple[Trace, 
             if buffer.is_deleted:
                 check_alive(value, name_line=False)  # raises; the op's error names the line
             ref = known.get(id(buffer))
-            refs.append(ref if ref is not None else trace.external_buffer(buffer))
+            if ref is None:
+                ref = trace.external_buffer(buffer)
+                if trace.strict_graphs:
+                    _early_launch.note_source(trace, ref, value)
+            refs.append(ref)
         else:
             # A Python number (a run-time operand) or a 0-d CPU tensor (its value now).
             refs.append(trace.external_value("number", value) if value.__class__ is float or value.__class__ is int
@@ -651,9 +678,10 @@ def user_frame(frame=None) -> tuple[str, int]:
 
 
 # -- one module ------------------------------------------------------------------------------------
-def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
+def _stitch(trace: Trace, outputs: list[tuple[int, int]], aliased: bool = True) -> str:
     """The fused module's text: each distinct plan's function as a private function, and
-    @main calling them in order."""
+    @main calling them in order. `aliased`: each written external's argument names the
+    output holding its new value (the donated program; not the early launch's)."""
     from torch_tpu.compiler import ir as hlo
     from torch_tpu.compiler.context import func, ir
     from torch_tpu.core.attributes import ALIASING_OUTPUT
@@ -706,7 +734,7 @@ def _stitch(trace: Trace, outputs: list[tuple[int, int]]) -> str:
             ir.FunctionType.get(arg_types, [r.type for r in results]))
         position = trace.main_positions()
         aliases = {position[ref]: o for ref, o in trace.aliases(outputs).items()
-                   if arg_types[position[ref]] == results[o].type}
+                   if arg_types[position[ref]] == results[o].type} if aliased else {}
         if aliases:
             i32 = ir.IntegerType.get_signless(32)
             main.attributes["arg_attrs"] = ir.ArrayAttr.get([

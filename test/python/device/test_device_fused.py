@@ -216,7 +216,7 @@ def test_steady_attention_training_step_is_one_gather_free_program(fused, monkey
     tx, ttarget = x.to("tpu"), target.to("tpu")
     modules = []
     stitch = _fused._stitch
-    monkeypatch.setattr(_fused, "_stitch", lambda *a: modules.append(stitch(*a)) or modules[-1])
+    monkeypatch.setattr(_fused, "_stitch", lambda *a, **k: modules.append(stitch(*a, **k)) or modules[-1])
     for _ in range(3):  # warm-up: plans and fused programs compile
         got = _mlp_step(model, opt, tx, ttarget)
         assert got == pytest.approx(_mlp_step(cpu_model, cpu_opt, x, target), rel=1e-4, abs=1e-6)

@@ -1,0 +1,213 @@
+"""A repeating compiled training step launched at its first graph call (issue 28,
+TORCH_TPU_EARLY_STEP_LAUNCH).
+
+In Strict mode a compiled training step is deferred into one trace (`_fused.py`): its
+forward, backward and optimizer graphs are recorded and the whole step runs as one program
+at the optimizer step's end. Meanwhile the device waits: on the chip the host records the
+495 M-parameter step in ~17.7 ms (Dynamo's and AOTAutograd's wrappers, autograd's engine,
+three recordings, the flush, PjRT's execute call), and a loop that syncs every few steps
+(reading its loss) pays that once per block, before the device starts.
+
+A step that repeats reads the same storages each time: the parameters, the optimizer's
+states and step counters, and the forward's inputs. So when the first graph of a step whose
+last run went as one program is recorded, that program is launched at once on the buffers
+those storages hold now (`StepPlan`: where each argument of the last run came from -- an
+operand of the first graph, or the storage an optimizer graph read). The host then records
+the rest of the step as before, while the device runs it; at the flush, when the trace is
+the same program (its key) reading the very same buffers and the same Python numbers, the
+launched results are the trace's and nothing else runs (`take`). Otherwise -- the user
+wrote a parameter between the forward and the step, read a result mid-step, changed the
+learning rate -- the launched results are dropped and the trace runs as it would have.
+A buffer never changes in place (a write rebinds its storage to a new buffer; a buffer
+whose memory the host may write through, `_exported`, is never launched on), so the same
+buffer objects are the same values: a hit computes what the flush's launch would have.
+
+The early launch cannot donate (a step that turns out different still needs its inputs),
+so it runs the step's program compiled a second time, without donation: its outputs take
+new memory beside the inputs until the flush binds them. It is launched only where the
+device's peak so far plus the bytes the program would have written in place stays under
+`ROOM` of the device's memory, and two misses in a row stop the early launches of a step.
+Which program a step runs depends only on how often its trace was seen and on what it read
+(a launch waits for the second compile, as a fused run waits for its first), so runs repeat
+bit for bit, as `_fused.Trace._run` requires.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from concurrent.futures import Future
+
+import numpy as np
+
+from torch_tpu.core import config
+from torch_tpu.runtime.buffer import DeviceBuffer
+
+from . import _fused, _storage  # (_fused imports this module too: each reads the other's names at call time)
+
+log = logging.getLogger("torch_tpu")
+# Trace key -> Future of the program compiled without donation, then its `_fused._Launch`,
+# or `_fused._INTERPRET` when it could not be built (that step is not launched early).
+_PROGRAMS: dict = {}
+_NO_ROOM: set = set()  # keys whose undonated run would not fit beside the device's peak
+ROOM = 0.9  # of the device's memory (`bytes_limit`) an early launch may bring the peak to
+MAX_MISSES = 2  # misses in a row after which a step is no longer launched early
+STATS = {"launches": 0, "hits": 0, "misses": 0}
+
+
+class StepPlan:
+    """Where each argument of a step's last fused run came from, kept on the step's first
+    graph (`GraphPlan.step_plan`). `sources`: per @main argument of its own (`Trace.layout`),
+    an int -- that operand of the first graph -- or a weak reference to the storage entry a
+    later graph read it from; `floats`, `ints`: the packed Python numbers of that run."""
+
+    __slots__ = ("key", "sources", "floats", "ints", "misses", "n_ops")
+
+    def __init__(self, key: tuple, sources: list, floats: np.ndarray, ints: np.ndarray, n_ops: int) -> None:
+        self.key = key
+        self.sources = sources
+        self.floats = floats
+        self.ints = ints
+        self.misses = 0
+        self.n_ops = n_ops
+
+
+def enabled() -> bool:
+    return config.get("TORCH_TPU_EARLY_STEP_LAUNCH")
+
+
+def note_source(trace, ref: int, entry) -> None:
+    """Records (`_fused._record`) that external `ref` of a Strict deferred step was first read,
+    after the step's first graph, from storage `entry`."""
+    trace.sources[ref] = weakref.ref(entry)
+
+
+def remember(trace, key: tuple, outputs: list) -> None:
+    """After `trace` (a Strict deferred step opened by a compiled graph) ran its fused
+    program: keeps where its arguments came from on its first graph, and starts the compile
+    of its program without donation, so that the next step can be launched at that graph's
+    call. A step whose plan is kept already (same key) changes nothing."""
+    first = trace.plans[0]
+    plan = first.step_plan
+    if plan is not None and plan.key == key:
+        return
+    first.step_plan = None
+    if key in _NO_ROOM or not enabled():
+        return
+    own, floats, ints = trace.layout()
+    kinds, values = trace.kinds, trace.values
+    first_reads = {}
+    for position, ref in enumerate(trace.refs[0]):
+        if type(ref) is int:
+            first_reads.setdefault(ref, position)
+    sources: list = []
+    for ref in own:
+        # An RNG key or a 0-d CPU tensor is drawn or read anew each step: not predictable.
+        source = first_reads.get(ref, trace.sources.get(ref))
+        if kinds[ref] != "buffer" or source is None:
+            return
+        sources.append(source)
+    if not _room(trace, key):
+        return
+    if key not in _PROGRAMS:
+        if len(_PROGRAMS) >= _fused._MAX_PROGRAMS:
+            del _PROGRAMS[next(iter(_PROGRAMS))]
+        _PROGRAMS[key] = trace._compile(key, outputs, donate=False)
+    first.step_plan = StepPlan(key, sources, np.array([values[r] for r in floats], dtype=np.float64),
+                               np.array([values[r] for r in ints], dtype=np.int64), len(trace.plans))
+
+
+def _room(trace, key: tuple) -> bool:
+    """Whether the step's undonated run fits: the device's peak so far (a donated run of this
+    step among it) plus the bytes the program writes in place, under `ROOM` of its memory.
+    Always where the platform reports no limit (XLA:CPU)."""
+    stats = _storage.client().device(trace.index).memory_stats()
+    limit = stats.get("bytes_limit")
+    if not limit:
+        return True
+    extra = sum(trace.values[ref].nbytes for ref in trace.written_externals())
+    if stats.get("peak_bytes_in_use", 0) + extra <= ROOM * limit:
+        return True
+    _NO_ROOM.add(key)
+    log.info("torch_tpu: a compiled training step of %d ops is not launched early: without donation it would "
+             "need %.2f GB more than the device's peak of %.2f GB, over %d%% of its %.2f GB "
+             "(TORCH_TPU_EARLY_STEP_LAUNCH)", len(trace.plans), extra / 1e9,
+             stats.get("peak_bytes_in_use", 0) / 1e9, int(ROOM * 100), limit / 1e9)
+    return False
+
+
+def launch(trace) -> None:
+    """At the first graph of `trace` (just recorded): launches the program of the step that
+    graph started last time, on the buffers its sources hold now, when it has a plan."""
+    plan = trace.plans[0].step_plan
+    if plan is None or plan.misses >= MAX_MISSES or not enabled():
+        return
+    program = _PROGRAMS.get(plan.key)
+    if program is None:
+        return
+    if isinstance(program, Future):
+        # Waited for, as a fused run waits for its program: whether a step is launched early
+        # must not depend on how fast its compile was.
+        program = _PROGRAMS[plan.key] = _fused._loaded(program, plan.n_ops)
+    if program is _fused._INTERPRET:
+        return
+    first_refs, values = trace.refs[0], trace.values
+    args = []
+    for source in plan.sources:
+        if source.__class__ is int:
+            buffer = values[first_refs[source]]
+        else:
+            entry = source()
+            if entry is None:
+                return  # the storage is gone: the step will read another one
+            buffer = entry._buffer
+        if buffer.__class__ is not DeviceBuffer or buffer._exported or buffer.is_deleted:
+            return  # pending in another trace, or memory the host may write through
+        args.append(buffer)
+    for packed in (plan.floats, plan.ints):
+        if packed.size:
+            args.append(_fused._packed_numbers(packed, trace.index))
+    try:
+        outs = program.buffers(*args)
+    except Exception as err:  # noqa: BLE001 - the step still runs at its flush, as without the launch
+        plan.misses = MAX_MISSES
+        # The text only: a log record holding the exception would hold its traceback's frames,
+        # and through them the step's tensors (a handler keeping records, such as pytest's).
+        log.warning("torch_tpu: launching a compiled training step early failed (%s); it runs at the "
+                    "optimizer step's end from now on (TORCH_TPU_EARLY_STEP_LAUNCH=0 says so too)",
+                    f"{type(err).__name__}: {err}")
+        return
+    trace.launched = (plan, args, outs)
+    STATS["launches"] += 1
+
+
+def take(trace, key: tuple) -> list | None:
+    """At `trace`'s flush: the results of its early launch when the trace is that program
+    reading those very buffers and numbers, else None (the launched results are dropped)."""
+    plan, args, outs = trace.launched
+    trace.launched = None
+    if plan.key == key and _read_as_launched(trace, plan, args):
+        plan.misses = 0
+        STATS["hits"] += 1
+        return outs
+    plan.misses += 1
+    STATS["misses"] += 1
+    if plan.misses == MAX_MISSES:
+        log.info("torch_tpu: a compiled training step launched early turned out different %d times in a row "
+                 "(another program, or other inputs); it runs at the optimizer step's end from now on",
+                 MAX_MISSES)
+    return None
+
+
+def _read_as_launched(trace, plan: StepPlan, args: list) -> bool:
+    own, floats, ints = trace.layout()
+    values = trace.values
+    if len(own) != len(plan.sources) or any(values[ref] is not arg for ref, arg in zip(own, args)):
+        return False
+    return (np.array([values[r] for r in floats], dtype=np.float64).tobytes() == plan.floats.tobytes()
+            and np.array([values[r] for r in ints], dtype=np.int64).tobytes() == plan.ints.tobytes())
+
+
+def compiling() -> list[Future]:
+    """The compiles under way (`_fused.wait_for_compiles`)."""
+    return [program for program in list(_PROGRAMS.values()) if isinstance(program, Future)]

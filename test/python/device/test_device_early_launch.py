@@ -1,0 +1,190 @@
+"""A repeating compiled training step is launched at its forward's call
+(TORCH_TPU_EARLY_STEP_LAUNCH, `device/_early_launch.py`): the step's last program runs on
+the buffers its storages hold then, and the step's end keeps those results only when the
+recorded step is that program reading those very buffers. Every test compares with the
+same training without the early launch: a hit is the same program on the same values, a
+miss runs the step as recorded."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+
+from torch_tpu.device import _early_launch, _fused
+
+from compiled_step_model import compiled_whole_step, tiny_classifier
+
+
+def _data():
+    torch.manual_seed(1)
+    return torch.randn(6, 8).to("tpu"), torch.arange(6).remainder(4).to("tpu")
+
+
+def _train(make_step, steps: int = 7, between=None):
+    """(losses, parameters after, early-launch counts) of `steps` steps reading the loss
+    after each; `between(model, opt, i)` runs between the backward and the optimizer step
+    when the step takes it."""
+    torch._dynamo.reset()
+    # Each training sees its traces for the first time, so that the runs compared take the
+    # same path (graph by graph, then fused) at the same steps: the paths differ in the last bits.
+    _fused._PROGRAMS.clear()
+    _fused._SEEN_ONCE.clear()
+    _early_launch._PROGRAMS.clear()
+    model = tiny_classifier().to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    step = make_step(model, opt) if between is None else make_step(model, opt, between)
+    x, y = _data()
+    before = dict(_early_launch.STATS)
+    losses = [step(x, y).item() for _ in range(steps)]
+    counts = {k: v - before[k] for k, v in _early_launch.STATS.items()}
+    return losses, [p.detach().cpu() for p in model.parameters()], counts
+
+
+def _split_step(model, opt, between):
+    """The forward and the optimizer step compiled apart, user code between them."""
+    compiled = torch.compile(model, backend="tpu")
+    update = torch.compile(opt.step, backend="tpu")
+    calls = [0]
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(compiled(x), y)
+        loss.backward()
+        between(model, opt, calls[0])
+        calls[0] += 1
+        update()
+        return loss.detach()
+
+    return step
+
+
+def _bitwise(a, b):
+    assert a[0] == b[0]
+    for p, q in zip(a[1], b[1]):
+        assert torch.equal(p, q)
+
+
+@pytest.fixture
+def without(monkeypatch):
+    """`run(fn, *args)`: `fn(*args)` with TORCH_TPU_EARLY_STEP_LAUNCH=0."""
+    def run(fn, *args, **kwargs):
+        with monkeypatch.context() as m:
+            m.setenv("TORCH_TPU_EARLY_STEP_LAUNCH", "0")
+            return fn(*args, **kwargs)
+    return run
+
+
+def test_a_repeating_step_runs_the_program_launched_at_its_forward(without):
+    early = _train(compiled_whole_step)
+    late = without(_train, compiled_whole_step)
+    # Step 1 is its own program (AdamW creates its states); steps 2 and 3 run graph by
+    # graph (the third compiles the step's program), step 4 runs it and compiles it again
+    # without donation; steps 5 to 7 are launched early.
+    assert early[2] == {"launches": 3, "hits": 3, "misses": 0}, early[2]
+    assert late[2] == {"launches": 0, "hits": 0, "misses": 0}
+    _bitwise(early, late)
+
+
+def test_a_state_written_between_forward_and_step_drops_the_launch(without):
+    """The same program, but one optimizer state is another buffer than at the launch."""
+    def halve_a_moment(model, opt, i):
+        if i == 4:
+            with torch.no_grad():
+                opt.state[model[0].weight]["exp_avg"].mul_(0.5)
+
+    early = _train(_split_step, between=halve_a_moment)
+    late = without(_train, _split_step, between=halve_a_moment)
+    assert early[2]["misses"] == 1 and early[2]["hits"] == early[2]["launches"] - 1 >= 2, early[2]
+    _bitwise(early, late)
+
+
+def test_a_parameter_written_between_forward_and_step_drops_the_launch(without):
+    def shrink(model, opt, i):
+        if i == 5:
+            with torch.no_grad():
+                model[3].weight.mul_(0.9)
+
+    early = _train(_split_step, between=shrink)
+    late = without(_train, _split_step, between=shrink)
+    assert early[2]["misses"] == 1, early[2]
+    _bitwise(early, late)
+
+
+def test_a_step_that_differs_every_time_stops_being_launched_early(without, caplog):
+    """Eager AdamW increments its step counters before the deferred ops read them, so the
+    counters the launch found are never the ones the step reads: two misses, then none."""
+    def eager_step(model, opt):
+        compiled = torch.compile(model, backend="tpu")
+
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(compiled(x), y).backward()
+            opt.step()
+            return torch.zeros(())
+
+        return step
+
+    with caplog.at_level(logging.INFO, logger="torch_tpu"):
+        early = _train(eager_step, steps=9)
+    late = without(_train, eager_step, steps=9)
+    assert early[2] == {"launches": 2, "hits": 0, "misses": 2}, early[2]
+    assert "turned out different 2 times in a row" in caplog.text
+    _bitwise(early, late)
+
+
+def test_reading_a_result_mid_step_drops_the_launch(without):
+    def read_loss(model, opt, i):
+        if i == 4:
+            model[0].weight.grad.sum().item()  # the deferred step runs here, as it is so far
+
+    early = _train(_split_step, between=read_loss)
+    late = without(_train, _split_step, between=read_loss)
+    assert early[2]["misses"] == 1, early[2]
+    _bitwise(early, late)
+
+
+def test_no_early_launch_where_the_undonated_step_would_not_fit(monkeypatch, without, caplog):
+    from torch_tpu.runtime.client import Device
+
+    monkeypatch.setattr(Device, "memory_stats", lambda self: {"bytes_limit": 1000, "peak_bytes_in_use": 900})
+    _early_launch._NO_ROOM.clear()
+    with caplog.at_level(logging.INFO, logger="torch_tpu"):
+        early = _train(compiled_whole_step)
+    _early_launch._NO_ROOM.clear()
+    assert early[2]["launches"] == 0, early[2]
+    assert "is not launched early: without donation it would need" in caplog.text
+    _bitwise(early, without(_train, compiled_whole_step))
+
+
+def test_a_launch_that_fails_leaves_the_step_to_its_end(monkeypatch, without, caplog):
+    class Refusing:
+        def buffers(self, *args):
+            raise RuntimeError("RESOURCE_EXHAUSTED: out of memory (injected)")
+
+    real = _fused._loaded
+    monkeypatch.setattr(_fused, "_loaded", lambda future, n: Refusing() if n and future in
+                        _early_launch._PROGRAMS.values() else real(future, n))
+    with caplog.at_level(logging.WARNING, logger="torch_tpu"):
+        early = _train(compiled_whole_step)
+    assert early[2] == {"launches": 0, "hits": 0, "misses": 0}, early[2]
+    assert "launching a compiled training step early failed (RuntimeError: RESOURCE_EXHAUSTED" in caplog.text
+    _bitwise(early, without(_train, compiled_whole_step))
+
+
+def test_the_early_launch_holds_no_buffer_after_the_step():
+    """Each step's launch arguments and dropped results are released: live device arrays
+    stay level from step to step."""
+    from torch_tpu.runtime import _jaxlib, get_client
+
+    torch._dynamo.reset()
+    model = tiny_classifier().to("tpu")
+    step = compiled_whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    x, y = _data()
+    counts = []
+    for _ in range(8):
+        step(x, y).item()
+        counts.append(len(_jaxlib.live_arrays(get_client()._raw)))
+    assert counts[-1] == counts[-3], counts
