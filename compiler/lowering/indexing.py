@@ -169,7 +169,7 @@ class ScatterSpec:
         return op.results[0]
 
 
-def _cumsum_1d(x: ir.Value) -> ir.Value:
+def prefix_sum_1d(x: ir.Value) -> ir.Value:
     """Inclusive prefix sum of a 1-D tensor in log2(n) shifted adds (Hillis-Steele):
     O(n log n) work and no quadratic reduce_window on backends that lack a scan."""
     (n,) = shape_of(x)
@@ -750,7 +750,7 @@ def _mask_positions(mask: ir.Value) -> tuple[ir.Value, ir.Value]:
     n = math.prod(shape_of(mask))
     flat = reshape(convert(mask, torch.bool), [n])
     idt = _index_dtype(n + 1)
-    positions = _add_scalar(_cumsum_1d(convert(flat, idt)), -1)
+    positions = _add_scalar(prefix_sum_1d(convert(flat, idt)), -1)
     return flat, positions
 
 
@@ -989,7 +989,7 @@ def _bag_of_each_index(offsets: ir.Value, n: int, num_bags: int, idt: torch.dtyp
     if num_bags > 1:
         starts = reshape(stablehlo.SliceOp(convert(offsets, idt), [1], [num_bags], [1]).result, [num_bags - 1, 1])
         marks = ScatterSpec(starts, (), (0,), (0,), 1).apply(marks, full(1, idt, [num_bags - 1]), "add")
-    return _cumsum_1d(marks)
+    return prefix_sum_1d(marks)
 
 
 def _not_padding(ids: ir.Value, padding_idx: int) -> ir.Value:

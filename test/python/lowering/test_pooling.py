@@ -293,6 +293,34 @@ def test_embedding_dense_backward(padding_idx, freq):
           ops=[aten.embedding_dense_backward.default])
 
 
+@pytest.mark.parametrize("padding_idx,freq", [(-1, False), (4, False), (-1, True), (7, True)])
+@pytest.mark.parametrize("num_weights", [40, 5])
+def test_embedding_dense_backward_bf16_sums_each_row_in_float32(padding_idx, freq, num_weights):
+    """A bf16 gradient's rows are summed in float32 and rounded once, as PyTorch does --
+    with fewer tokens than rows (40) through sorted runs of equal indices, else (5) through a
+    float32 table. Small integers make every float32 order of the sums exact: the result
+    equals the float32 table rounded to bf16 bit for bit (within a bf16 bit when divided by
+    the counts), and eager within bf16's rounding."""
+    torch.manual_seed(0)
+    idx = torch.randint(0, min(num_weights, 9), (3, 6))
+    idx[0, :3] = 4  # runs of one index, and the padding index among them
+    g = torch.randint(-40, 40, (3, 6, 16)).to(torch.bfloat16) / 8
+
+    def backward(g, i):
+        return aten.embedding_dense_backward(g, i, num_weights, padding_idx if padding_idx < num_weights else -1, freq)
+
+    check(backward, g, idx, rtol=1e-2, atol=1e-2, ops=[aten.embedding_dense_backward.default])
+    actual, _, _ = lower_and_run(backward, g, idx)
+    exact = aten.embedding_dense_backward(g.float(), idx, num_weights,
+                                          padding_idx if padding_idx < num_weights else -1, freq).to(torch.bfloat16)
+    assert actual.dtype == torch.bfloat16
+    if freq:  # divided by the counts, the float32 terms are inexact: their order may move the last bf16 bit
+        # (or leave another residue of a sum that cancels)
+        torch.testing.assert_close(actual, exact, rtol=2 ** -7, atol=1e-6)
+    else:
+        assert torch.equal(actual, exact)
+
+
 @pytest.mark.parametrize("interp,padding,align", GRID_MODES)
 def test_grid_sampler_2d_backward(interp, padding, align):
     g = torch.randn(2, 3, 4, 5)

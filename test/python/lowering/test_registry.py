@@ -115,7 +115,7 @@ def test_a_class_declared_apart_needs_a_lowering(scratch):
 # the five unique overloads (index: unique only refuses, by name, as nonzero does).
 # 411 safe, 55 masked: the foreach family (#28): 73 elementwise _foreach_* overloads, and
 # _foreach_norm.Scalar / _foreach_max.default (reductions of each whole tensor).
-CLASS_COUNTS = {'count': 40, 'eager': 30, 'index': 52, 'masked': 55, 'movement': 74, 'prefix': 5, 'safe': 411, 'size': 51, 'window': 23}
+CLASS_COUNTS = {'count': 40, 'eager': 30, 'index': 53, 'masked': 54, 'movement': 74, 'prefix': 5, 'safe': 411, 'size': 51, 'window': 23}
 OPS_WITH_A_RULE = {
     "count": """
         _batch_norm_with_update.default _batch_norm_with_update_functional.default
@@ -134,7 +134,7 @@ OPS_WITH_A_RULE = {
     "index": """
         _unsafe_index.Tensor _unsafe_index.Tensor_hacked_twin _unsafe_index_put.default
         _unsafe_index_put.hacked_twin argmax.default argmin.default bucketize.Scalar
-        bucketize.Tensor index.Tensor index.Tensor_hacked_twin index_add.default index_copy.default
+        bucketize.Tensor embedding_dense_backward.default index.Tensor index.Tensor_hacked_twin index_add.default index_copy.default
         index_fill.int_Scalar index_fill.int_Tensor index_put.default index_put.hacked_twin
         index_reduce.default isin.Scalar_Tensor isin.Tensor_Tensor max.dim min.dim scatter.reduce
         scatter.src scatter.value scatter.value_reduce scatter_add.default scatter_reduce.two
