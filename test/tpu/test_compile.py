@@ -184,6 +184,38 @@ def test_a_compiled_training_step_in_fused_mode_is_one_program_on_the_chip(chip)
         torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)
 
 
+def test_a_compiled_training_step_with_dropout_is_one_program_on_the_chip(chip, monkeypatch):
+    """A step whose forward draws random numbers (dropout) is deferred into one program in
+    Strict mode, launched early from its fourth step; its masks come from the same keys as
+    the graphs run one by one (TORCH_TPU_FUSE_COMPILED_STEP=0), so the training matches."""
+    from torch_tpu.device import _early_launch
+    from torch_tpu.runtime import transfer_stats
+
+    x, y = torch.randn(8, 16, 64).to("tpu"), torch.randint(0, 10, (8,)).to("tpu")
+    results = {}
+    for deferred in ("1", "0"):
+        monkeypatch.setenv("TORCH_TPU_FUSE_COMPILED_STEP", deferred)
+        torch._dynamo.reset()
+        torch.tpu.manual_seed(3)
+        torch.manual_seed(0)
+        model = nn.Sequential(Block(), nn.Dropout(0.25), nn.Linear(64, 10)).to("tpu")
+        step = _whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+        before = dict(_early_launch.STATS)
+        losses, programs = [], []
+        for _ in range(6):
+            executed = transfer_stats().programs_executed
+            losses.append(step(x, y).item())
+            programs.append(transfer_stats().programs_executed - executed)
+        hits = _early_launch.STATS["hits"] - before["hits"]
+        results[deferred] = (losses, [p.detach().cpu() for p in model.parameters()], programs, hits)
+    one, each = results["1"], results["0"]
+    assert one[2][-1] == 2 and each[2][-1] >= 4, (one[2], each[2])  # the step, then `loss.detach()`
+    assert one[3] >= 2 and each[3] == 0, (one[3], each[3])
+    torch.testing.assert_close(torch.tensor(one[0]), torch.tensor(each[0]), atol=2e-3, rtol=2e-3)
+    for a, b in zip(one[1], each[1]):
+        torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)
+
+
 def test_a_repeating_compiled_step_is_launched_at_its_forward_on_the_chip(chip, monkeypatch):
     """Strict mode launches a repeating step's program at its forward's call
     (TORCH_TPU_EARLY_STEP_LAUNCH), undonated; its results are bit for bit those of the

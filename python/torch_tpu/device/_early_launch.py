@@ -12,7 +12,8 @@ A step that repeats reads the same storages each time: the parameters, the optim
 states and step counters, and the forward's inputs. So when the first graph of a step whose
 last run went as one program is recorded, that program is launched at once on the buffers
 those storages hold now (`StepPlan`: where each argument of the last run came from -- an
-operand of the first graph, or the storage an optimizer graph read). The host then records
+operand of the first graph, the RNG key that graph drew when it was recorded (dropout), or
+the storage an optimizer graph read). The host then records
 the rest of the step as before, while the device runs it; at the flush, when the trace is
 the same program (its key) reading the very same buffers and the same Python numbers, the
 launched results are the trace's and nothing else runs (`take`). Otherwise -- the user
@@ -102,9 +103,11 @@ def remember(trace, key: tuple, outputs: list) -> None:
             first_reads.setdefault(ref, position)
     sources: list = []
     for ref in own:
-        # An RNG key or a 0-d CPU tensor is drawn or read anew each step: not predictable.
         source = first_reads.get(ref, trace.sources.get(ref))
-        if kinds[ref] != "buffer" or source is None:
+        # A 0-d CPU tensor is read anew each step, and an RNG key drawn after the first graph
+        # (at its own graph's recording) is not drawn yet at the launch: not predictable. The
+        # first graph's own key (dropout in the forward) is drawn when it is recorded.
+        if source is None or not (kinds[ref] == "buffer" or (kinds[ref] == "key" and source.__class__ is int)):
             return
         sources.append(source)
     if not _room(trace, key):
@@ -151,11 +154,17 @@ def launch(trace) -> None:
         program = _PROGRAMS[plan.key] = _fused._loaded(program, plan.n_ops)
     if program is _fused._INTERPRET:
         return
-    first_refs, values = trace.refs[0], trace.values
+    first_refs, values, kinds = trace.refs[0], trace.values, trace.kinds
     args = []
+    read = []  # what the trace holds for each argument: a buffer, or the first graph's RNG key
     for source in plan.sources:
         if source.__class__ is int:
-            buffer = values[first_refs[source]]
+            ref = first_refs[source]
+            buffer = values[ref]
+            if kinds[ref] == "key":
+                read.append(buffer)
+                args.append(_storage.client().to_device(buffer, trace.index, copy=True))
+                continue
         else:
             entry = source()
             if entry is None:
@@ -163,6 +172,7 @@ def launch(trace) -> None:
             buffer = entry._buffer
         if buffer.__class__ is not DeviceBuffer or buffer._exported or buffer.is_deleted:
             return  # pending in another trace, or memory the host may write through
+        read.append(buffer)
         args.append(buffer)
     for packed in (plan.floats, plan.ints):
         if packed.size:
@@ -177,16 +187,16 @@ def launch(trace) -> None:
                     "optimizer step's end from now on (TORCH_TPU_EARLY_STEP_LAUNCH=0 says so too)",
                     f"{type(err).__name__}: {err}")
         return
-    trace.launched = (plan, args, outs)
+    trace.launched = (plan, read, outs)
     STATS["launches"] += 1
 
 
 def take(trace, key: tuple) -> list | None:
     """At `trace`'s flush: the results of its early launch when the trace is that program
     reading those very buffers and numbers, else None (the launched results are dropped)."""
-    plan, args, outs = trace.launched
+    plan, read, outs = trace.launched
     trace.launched = None
-    if plan.key == key and _read_as_launched(trace, plan, args):
+    if plan.key == key and _read_as_launched(trace, plan, read):
         plan.misses = 0
         STATS["hits"] += 1
         return outs
@@ -199,10 +209,12 @@ def take(trace, key: tuple) -> list | None:
     return None
 
 
-def _read_as_launched(trace, plan: StepPlan, args: list) -> bool:
+def _read_as_launched(trace, plan: StepPlan, read: list) -> bool:
+    """Whether the trace's own arguments are the very objects the launch read (buffers, the
+    first graph's RNG key) and its numbers the launch's."""
     own, floats, ints = trace.layout()
     values = trace.values
-    if len(own) != len(plan.sources) or any(values[ref] is not arg for ref, arg in zip(own, args)):
+    if len(own) != len(plan.sources) or any(values[ref] is not value for ref, value in zip(own, read)):
         return False
     return (np.array([values[r] for r in floats], dtype=np.float64).tobytes() == plan.floats.tobytes()
             and np.array([values[r] for r in ints], dtype=np.int64).tobytes() == plan.ints.tobytes())

@@ -101,7 +101,7 @@ class Trace:
         # A Strict deferred step's externals first read after its first graph: external ->
         # a weak reference to the storage entry it was read from (`_early_launch.remember`).
         self.sources: dict[int, Any] = {}
-        # (StepPlan, arguments, results) of the step's program launched at its first graph
+        # (StepPlan, what it read, results) of the step's program launched at its first graph
         # (`_early_launch`), until the flush takes or drops them.
         self.launched: tuple | None = None
         # Read once per trace, not per recorded op (an environment lookup and parse).
@@ -560,14 +560,17 @@ class GraphPlan:
     a KV cache): the trace stitches the whole program into the fused one, so the forward,
     the backward and the optimizer step of a compiled training step run as ONE program
     and XLA fuses across them (the AdamW update into the gradient's matmul, as in a JAX
-    step). `results`: (numel, size, stride, dtype) of each new tensor, row-major."""
+    step). `results`: (numel, size, stride, dtype) of each new tensor, row-major. `needs_rng`:
+    the program takes an RNG key last (a graph with dropout): recording draws the device
+    generator's next key, as an eager random op's recording does (`_record`)."""
 
-    needs_rng = False
     single = None
 
-    def __init__(self, executable, module, fingerprint, written: list[int], results: list[tuple]) -> None:
+    def __init__(self, executable, module, fingerprint, written: list[int], results: list[tuple],
+                 needs_rng: bool = False) -> None:
         from ..program.invoker import Invoker
 
+        self.needs_rng = needs_rng
         self.executable = executable
         self.module = module
         self.fingerprint = ("graph", fingerprint)

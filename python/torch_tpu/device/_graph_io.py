@@ -36,6 +36,7 @@ from ._buffers import TABLE, entry_of
 from ._fused import deferring
 from ._modes import EagerMode, get_eager_mode, is_blocking
 from ._ops import TensorArg, _donation_safe as donation_safe
+from ._random import key_buffer
 from ._storage import buffer_of, contiguous_stride, layout_passes_as_is
 
 aten = torch.ops.aten
@@ -150,7 +151,8 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
                  results: Sequence[tuple[tuple[int, ...], torch.dtype]], device: Any, index: int,
                  launch: Callable[[list], list], host: frozenset[int] = frozenset(),
                  writes: dict[int, int] | None = None,
-                 donated: Sequence[int] = (), fusable: tuple | None = None) -> Callable[[Sequence[Any]], list | None]:
+                 donated: Sequence[int] = (), fusable: tuple | None = None,
+                 rng: bool = False) -> Callable[[Sequence[Any]], list | None]:
     """`call(tensors)`: one call of a compiled graph's program on tpu tensors, for a
     program that takes `args` `(shape, torch dtype, element type)` on the runtime `device`
     and returns `results` `(shape, torch dtype)`; `launch(buffers)` runs it
@@ -193,7 +195,11 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     is every graph called while its trace waits (`_fused.deferring`: the backward, the
     optimizer's graph): a compiled training step is one program, run at the optimizer
     step's end or at the first read of a result; a call the recorder does not take runs
-    here, as without deferral."""
+    here, as without deferral.
+
+    `rng`: the program takes an RNG key after its tensors (dropout in a training step): a
+    call here draws the device generator's next key (`_random.key_buffer`, as eager random
+    ops do), a recorded call draws it when recorded (`GraphPlan.needs_rng`)."""
     entries = TABLE._entries
     checks = tuple((shape, dtype, row, dtype.is_complex) for shape, dtype, row in args)
     plan = []
@@ -212,7 +218,7 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     fused, strict = EagerMode.FUSED, EagerMode.STRICT
     in_place = frozenset(direct.values())
     donors = tuple((p, p in in_place) for p in sorted(donated))
-    record = _fused_recorder(fusable, args, results, direct, donated, host, index)
+    record = _fused_recorder(fusable, args, results, direct, donated, host, index, rng)
     # A training step's forward or backward (the role TORCH_TPU_COMPILED_STEP_START names)
     # opens a deferred trace in Strict mode (`_fused.deferring`).
     step_role = fusable[3] if record is not None and len(fusable) > 3 else None
@@ -256,6 +262,8 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
                     consumed.append(position)
                 else:
                     buffers[position] = buffers[position].copy()
+        if rng:  # the program's random ops draw from the device's generator, as eager ones do
+            buffers.append(key_buffer(index))
         try:
             outs = launch(buffers)
         except Exception as err:
@@ -291,7 +299,7 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
 
 
 def _fused_recorder(fusable: tuple | None, args, results, direct: dict[int, int], donated: Sequence[int],
-                    host: frozenset[int], index: int) -> Callable[[Sequence[Any]], list | None] | None:
+                    host: frozenset[int], index: int, rng: bool = False) -> Callable[[Sequence[Any]], list | None] | None:
     """`graph_caller`'s FUSED path: `record(tensors)` records the call on the trace
     (`_fused.record_graph`), or returns None for tensors it does not take (as the Strict
     loop does; the per-argument path then flushes what they hold). None when the program
@@ -324,7 +332,7 @@ def _fused_recorder(fusable: tuple | None, args, results, direct: dict[int, int]
             executable, module, fingerprint = fusable[:3]
             new = [(math.prod(shape), [int(s) for s in shape], contiguous_stride([int(s) for s in shape]), dtype)
                    for shape, dtype in results[: len(results) - count]]
-            plan.append(_fused.GraphPlan(executable, module, fingerprint, written, new))
+            plan.append(_fused.GraphPlan(executable, module, fingerprint, written, new, rng))
         return _fused.record_graph(plan[0], operands, tensors, index, strict)
 
     return record

@@ -27,8 +27,8 @@ class DeviceTpuTensors:
     def rng_key(self, index: int) -> torch.Tensor:
         return _random.key_tensor(index)
 
-    def graph_caller(self, args, results, device, index, launch, host, writes, donated=(), fusable=None):
-        return _graph_io.graph_caller(args, results, device, index, launch, host, writes, donated, fusable)
+    def graph_caller(self, args, results, device, index, launch, host, writes, donated=(), fusable=None, rng=False):
+        return _graph_io.graph_caller(args, results, device, index, launch, host, writes, donated, fusable, rng)
 
 
 def install() -> None:

@@ -246,8 +246,10 @@ class Invoker:
         executable = self.executable
         index = plan.device_index
         count = len(plan._specs)
-        if (plan._steps is None or index is None or plan._needs_rng or not plan.reads_tpu_tensors_only
-                or not isinstance(executable, BufferLaunching) or executable.num_args != count
+        # A program with random ops takes its RNG key last (`ArgumentPlan.__call__`): the
+        # device draws it from the generator eager random ops use, per call or per record.
+        if (plan._steps is None or index is None or not plan.reads_tpu_tensors_only
+                or not isinstance(executable, BufferLaunching) or executable.num_args != count + plan._needs_rng
                 or not set(executable.donated_args) <= plan._written or len(executable.devices) != 1):
             return None
         from torch_tpu.runtime import dtypes
@@ -260,7 +262,7 @@ class Invoker:
             [(tuple(a.shape), torch_dtype(a), a.element_type) for a in signature.args],
             [(tuple(r.shape), torch_dtype(r)) for r in signature.results],
             executable.devices[0], index, executable.buffer_launcher(), self.host_results, dict(writes or {}),
-            tuple(executable.donated_args), None if fusable is None else (executable, *fusable))
+            tuple(executable.donated_args), None if fusable is None else (executable, *fusable), plan._needs_rng)
         slow = self.__call__
 
         def call(*args: Any) -> Any:

@@ -38,7 +38,7 @@ class TpuTensors(Protocol):
     def graph_caller(self, args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
                      results: Sequence[tuple[tuple[int, ...], torch.dtype]], device: Any, index: int,
                      launch: Callable[[list], list], host: frozenset[int], writes: dict[int, int],
-                     donated: tuple[int, ...] = (), fusable: tuple | None = None
+                     donated: tuple[int, ...] = (), fusable: tuple | None = None, rng: bool = False
                      ) -> Callable[[Sequence[Any]], list | None]:
         """`call(tensors)`: a program's call on tpu tensors in one step -- each tensor's
         buffer (`argument(t, shared=True)` with the program's argument checks, for the
@@ -50,7 +50,9 @@ class TpuTensors(Protocol):
         that input itself and nothing else holds the buffer, else a copy. `fusable`:
         (executable, module, fingerprint, starts a training step) of the program, for a
         device that records calls instead of running them (FUSED mode, or a compiled
-        training step deferred in Strict mode) and stitches the module into its program."""
+        training step deferred in Strict mode) and stitches the module into its program.
+        `rng`: the program takes the device generator's next key as its last argument
+        (`rng_key`)."""
         ...
 
 
@@ -70,7 +72,7 @@ class _NoDevice:
     def rng_key(self, index: int) -> torch.Tensor:
         return self.argument(torch.empty(0), False)
 
-    def graph_caller(self, args, results, device, index, launch, host, writes, donated=(), fusable=None):
+    def graph_caller(self, args, results, device, index, launch, host, writes, donated=(), fusable=None, rng=False):
         return lambda tensors: self.argument(tensors, True)
 
 

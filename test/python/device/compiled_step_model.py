@@ -9,10 +9,12 @@ import torch
 import torch.nn as nn
 
 
-def tiny_classifier() -> nn.Module:
-    """8 features -> 4 classes, through the ops a real step has (matmul, GELU, LayerNorm)."""
+def tiny_classifier(dropout: float = 0.0) -> nn.Module:
+    """8 features -> 4 classes, through the ops a real step has (matmul, GELU, LayerNorm;
+    `dropout`: a Dropout after the GELU, so the graphs draw random keys)."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+    middle = [nn.Dropout(dropout)] if dropout else []
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), *middle, nn.LayerNorm(16), nn.Linear(16, 4))
 
 
 def compiled_whole_step(model: nn.Module, opt: torch.optim.Optimizer):

@@ -22,11 +22,12 @@ def _data(batch: int = 6):
     return torch.randn(batch, 8).to("tpu"), torch.arange(batch).remainder(4).to("tpu")
 
 
-def _train(make_step, steps: int = 5):
+def _train(make_step, steps: int = 5, dropout: float = 0.0):
     """(losses, parameters after, programs run per step) of `steps` steps of
     `make_step(model, optimizer)`, reading the loss after each step."""
     torch._dynamo.reset()
-    model = tiny_classifier().to("tpu")
+    torch.tpu.manual_seed(7)  # the dropout masks: the same keys in the same order
+    model = tiny_classifier(dropout).to("tpu")
     step = make_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
     x, y = _data()
     losses, programs = [], []
@@ -70,6 +71,19 @@ def test_a_compiled_training_step_is_one_program_once_its_trace_repeats(undeferr
     assert one[2][-2:] == [2, 2], one[2]
     assert one[0][-1] < one[0][0]
     _same_training(one, each)
+
+
+def test_a_compiled_training_step_with_dropout_is_one_program(undeferred):
+    """The graphs draw RNG keys (dropout): recorded, each draws the device generator's next
+    key as its call would, so the deferred step's masks are those of the graphs run when
+    called."""
+    each = undeferred(_train, compiled_whole_step, 5, 0.3)
+    one = _train(compiled_whole_step, 5, 0.3)
+    assert each[2][-1] >= 4, each[2]
+    assert one[2][-2:] == [2, 2], one[2]
+    _same_training(one, each)
+    # The masks differ from step to step: a dropout-free training's losses are others.
+    assert one[0] != _train(compiled_whole_step, 5)[0]
 
 
 def _eager_step_with_clipping(model, opt):

@@ -23,17 +23,18 @@ def _data():
     return torch.randn(6, 8).to("tpu"), torch.arange(6).remainder(4).to("tpu")
 
 
-def _train(make_step, steps: int = 7, between=None):
+def _train(make_step, steps: int = 7, between=None, dropout: float = 0.0):
     """(losses, parameters after, early-launch counts) of `steps` steps reading the loss
     after each; `between(model, opt, i)` runs between the backward and the optimizer step
     when the step takes it."""
     torch._dynamo.reset()
+    torch.tpu.manual_seed(7)
     # Each training sees its traces for the first time, so that the runs compared take the
     # same path (graph by graph, then fused) at the same steps: the paths differ in the last bits.
     _fused._PROGRAMS.clear()
     _fused._SEEN_ONCE.clear()
     _early_launch._PROGRAMS.clear()
-    model = tiny_classifier().to("tpu")
+    model = tiny_classifier(dropout).to("tpu")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     step = make_step(model, opt) if between is None else make_step(model, opt, between)
     x, y = _data()
@@ -85,6 +86,15 @@ def test_a_repeating_step_runs_the_program_launched_at_its_forward(without):
     # without donation; steps 5 to 7 are launched early.
     assert early[2] == {"launches": 3, "hits": 3, "misses": 0}, early[2]
     assert late[2] == {"launches": 0, "hits": 0, "misses": 0}
+    _bitwise(early, late)
+
+
+def test_a_step_with_dropout_is_launched_with_the_key_its_forward_drew(without):
+    """The forward graph's RNG key is drawn when the graph is recorded, before the launch:
+    the launch passes it, and the step's masks are those of the step run at its end."""
+    early = _train(compiled_whole_step, dropout=0.3)
+    late = without(_train, compiled_whole_step, dropout=0.3)
+    assert early[2] == {"launches": 3, "hits": 3, "misses": 0}, early[2]
     _bitwise(early, late)
 
 
