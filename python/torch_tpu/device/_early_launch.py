@@ -131,6 +131,8 @@ def _room(trace, key: tuple) -> bool:
     extra = sum(trace.values[ref].nbytes for ref in trace.written_externals())
     if stats.get("peak_bytes_in_use", 0) + extra <= ROOM * limit:
         return True
+    if len(_NO_ROOM) >= 4 * _fused._MAX_PROGRAMS:
+        _NO_ROOM.clear()  # keys of steps that never repeat: keep the set small
     _NO_ROOM.add(key)
     log.info("torch_tpu: a compiled training step of %d ops is not launched early: without donation it would "
              "need %.2f GB more than the device's peak of %.2f GB, over %d%% of its %.2f GB "
