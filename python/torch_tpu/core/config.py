@@ -268,8 +268,9 @@ declare(
 )
 declare(
     "TORCH_TPU_EARLY_STEP_LAUNCH", BOOL, True,
-    "Strict mode with TORCH_TPU_FUSE_COMPILED_STEP=1: a deferred training step that ran as one "
-    "program is launched again at the next call of its first graph, on the buffers its storages "
+    "A compiled training step deferred into one program (Strict mode with "
+    "TORCH_TPU_FUSE_COMPILED_STEP=1, or FUSED mode when the training forward is its trace's first "
+    "op) that ran as one program is launched again at the next call of its first graph, on the buffers its storages "
     "(parameters, optimizer states, the graph's inputs) hold then, so that the device runs the "
     "step while the host records it. At the step's end the launched results are kept when the "
     "step turned out to be that program reading those very buffers, else dropped and the step "

@@ -1,5 +1,6 @@
 """A repeating compiled training step launched at its first graph call (issue 28,
-TORCH_TPU_EARLY_STEP_LAUNCH).
+TORCH_TPU_EARLY_STEP_LAUNCH). (FUSED mode records a compiled training step the same way when
+its training forward is the trace's first op, and launches it the same way.)
 
 In Strict mode a compiled training step is deferred into one trace (`_fused.py`): its
 forward, backward and optimizer graphs are recorded and the whole step runs as one program
@@ -78,13 +79,13 @@ def enabled() -> bool:
 
 
 def note_source(trace, ref: int, entry) -> None:
-    """Records (`_fused._record`) that external `ref` of a Strict deferred step was first read,
-    after the step's first graph, from storage `entry`."""
+    """Records (`_fused._record`) that external `ref` of a launchable step (`Trace.launchable`)
+    was first read, after the step's first graph, from storage `entry`."""
     trace.sources[ref] = weakref.ref(entry)
 
 
 def remember(trace, key: tuple, outputs: list) -> None:
-    """After `trace` (a Strict deferred step opened by a compiled graph) ran its fused
+    """After `trace` (a step opened by a compiled graph: `Trace.launchable`) ran its fused
     program: keeps where its arguments came from on its first graph, and starts the compile
     of its program without donation, so that the next step can be launched at that graph's
     call. A step whose plan is kept already (same key) changes nothing."""

@@ -98,7 +98,11 @@ class Trace:
         # Opened in Strict mode by a compiled training step's graphs (`deferring`), not by
         # FUSED mode: its fused program compiles the second time its key is seen.
         self.strict_graphs = False
-        # A Strict deferred step's externals first read after its first graph: external ->
+        # Opened by a compiled graph that starts a training step -- deferred in Strict mode, or
+        # a training forward in FUSED mode: once it runs as one program, the next such step is
+        # launched at that graph's call (`_early_launch`).
+        self.launchable = False
+        # A launchable step's externals first read after its first graph: external ->
         # a weak reference to the storage entry it was read from (`_early_launch.remember`).
         self.sources: dict[int, Any] = {}
         # (StepPlan, what it read, results) of the step's program launched at its first graph
@@ -315,7 +319,7 @@ class Trace:
         except RuntimeError as err:
             raise _program_failed(self, err) from err
         STATS["fused_runs"] += 1
-        if self.strict_graphs and self.plans[0].__class__ is GraphPlan:
+        if self.launchable:
             _early_launch.remember(self, key, outputs)
         return outs
 
@@ -562,15 +566,18 @@ class GraphPlan:
     and XLA fuses across them (the AdamW update into the gradient's matmul, as in a JAX
     step). `results`: (numel, size, stride, dtype) of each new tensor, row-major. `needs_rng`:
     the program takes an RNG key last (a graph with dropout): recording draws the device
-    generator's next key, as an eager random op's recording does (`_record`)."""
+    generator's next key, as an eager random op's recording does (`_record`). `starts_step`:
+    a training forward (AOTAutograd's forward of a graph with a backward), whose call in FUSED
+    mode starts a step that may be launched early (`_early_launch`)."""
 
     single = None
 
     def __init__(self, executable, module, fingerprint, written: list[int], results: list[tuple],
-                 needs_rng: bool = False) -> None:
+                 needs_rng: bool = False, starts_step: bool = False) -> None:
         from ..program.invoker import Invoker
 
         self.needs_rng = needs_rng
+        self.starts_step = starts_step
         self.executable = executable
         self.module = module
         self.fingerprint = ("graph", fingerprint)
@@ -600,8 +607,9 @@ def record_graph(plan: GraphPlan, operands: list, tensors, index: int, strict: b
             trace.flush()
         trace, position = _record(plan, operands, index, where)
         trace.graphs.add(id(plan))
-        if strict and position == 0:
-            trace.strict_graphs = True
+        if position == 0 and (strict or plan.starts_step):
+            trace.strict_graphs = strict
+            trace.launchable = True
             if plan.step_plan is not None:
                 _early_launch.launch(trace)  # the device starts while the host records the rest
         new_tensor = _storage.new_tensor
@@ -641,7 +649,7 @@ def _record(plan, operands, index: int, where: tuple[str, int]) -> tuple[Trace, 
             ref = known.get(id(buffer))
             if ref is None:
                 ref = trace.external_buffer(buffer)
-                if trace.strict_graphs:
+                if trace.launchable:
                     _early_launch.note_source(trace, ref, value)
             refs.append(ref)
         else:

@@ -332,7 +332,8 @@ def _fused_recorder(fusable: tuple | None, args, results, direct: dict[int, int]
             executable, module, fingerprint = fusable[:3]
             new = [(math.prod(shape), [int(s) for s in shape], contiguous_stride([int(s) for s in shape]), dtype)
                    for shape, dtype in results[: len(results) - count]]
-            plan.append(_fused.GraphPlan(executable, module, fingerprint, written, new, rng))
+            plan.append(_fused.GraphPlan(executable, module, fingerprint, written, new, rng,
+                                         starts_step=len(fusable) > 3 and fusable[3] == "forward"))
         return _fused.record_graph(plan[0], operands, tensors, index, strict)
 
     return record

@@ -98,6 +98,30 @@ def test_a_step_with_dropout_is_launched_with_the_key_its_forward_drew(without):
     _bitwise(early, late)
 
 
+def _fused_whole_step(model, opt):
+    """The compiled whole step, each call in FUSED mode (leaving the mode flushes)."""
+    from torch_tpu.device import EagerMode, set_eager_mode
+
+    compiled = compiled_whole_step(model, opt)
+
+    def step(x, y):
+        with set_eager_mode(EagerMode.FUSED):
+            return compiled(x, y)
+
+    return step
+
+
+def test_a_compiled_step_in_fused_mode_is_launched_at_its_forward(without):
+    """FUSED mode records the training forward as the trace's first op too: from the step
+    after its first fused run, the step is launched there."""
+    early = _train(_fused_whole_step)
+    late = without(_train, _fused_whole_step)
+    # FUSED compiles a trace at its first sighting: step 2 runs op by op while its program
+    # compiles, step 3 runs it, steps 4 to 7 are launched early.
+    assert early[2] == {"launches": 4, "hits": 4, "misses": 0}, early[2]
+    _bitwise(early, late)
+
+
 def test_a_state_written_between_forward_and_step_drops_the_launch(without):
     """The same program, but one optimizer state is another buffer than at the launch."""
     def halve_a_moment(model, opt, i):
