@@ -134,7 +134,9 @@ def test_flops_of_the_decoder():
 
 def test_step_timeline_marks_each_step_of_a_block(tmp_path):
     """bench/step_timeline.py: per block, each step's graphs, one flush and one launch of the
-    whole-step program, in order, then the sync."""
+    whole-step program, in order, then the sync. The program is launched inside the step's
+    first graph call (TORCH_TPU_EARLY_STEP_LAUNCH: the step ran as one program during the
+    warm-up), before the flush that then binds its results."""
     out = tmp_path / "timeline.json"
     env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
@@ -153,7 +155,8 @@ def test_step_timeline_marks_each_step_of_a_block(tmp_path):
         assert mine.count("flush") == 1, mine
         big = [n for n in mine if n.startswith("exec") and n != "exec_done" and int(n[4:]) > 1]
         assert len(big) == 1, mine  # the deferred step is one program
-        assert mine.index("flush") < mine.index(big[0]) and mine.count("graph") >= 3, mine
+        assert mine.index("graph") < mine.index(big[0]) < mine.index("graph_done") < mine.index("flush"), mine
+        assert mine.count("graph") >= 3, mine
 
 
 def test_hlo_layouts_counts_layout_copies_not_prefetches():
