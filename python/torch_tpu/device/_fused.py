@@ -585,8 +585,9 @@ class GraphPlan:
         self.results = results
         self.n_results = len(results)
         self.invoker = Invoker(executable, executable.signature.args)  # the op-by-op run
-        # Where the arguments of the last Strict deferred step this graph started came from
-        # (`_early_launch.StepPlan`): the next such step is launched at this graph's call.
+        # Where the arguments of the last launchable step this graph started came from
+        # (`_early_launch.StepPlan`, `Trace.launchable`): the next such step is launched at
+        # this graph's call.
         self.step_plan = None
 
 
