@@ -14,8 +14,9 @@ with the garbage collections of the last block.
 On the chip the device starts when the step's big execute call returns; the sync's return
 minus the steps' device time says the same (docs/explanation/performance.md, eleventh
 session). With TORCH_TPU_EARLY_STEP_LAUNCH (the default, thirteenth session) that call is made
-inside the step's first graph call; set it to 0 to see the launch at the step's end. `--small` runs the small config on XLA:CPU in seconds (the marks still mean what
-they say; the execute call there also runs part of the program).
+inside the step's first graph call; set it to 0 to see the launch at the step's end. `--small`
+runs the small config on XLA:CPU in seconds (the marks still mean what they say; the execute
+call there also runs part of the program).
 """
 
 from __future__ import annotations

@@ -881,6 +881,11 @@ def _jax_train_step(cfg: LlamaConfig, trainable: list[str], flatten_rows: bool =
     return jax.jit(step, donate_argnums=(0, 1, 2))
 
 
+# What case 7's contenders set to pick their variant (`case_train.run_ours`), unset after each.
+_TRAIN_VARIANT_VARIABLES = ("TORCH_TPU_FUSE_COMPILED_STEP", "TORCH_TPU_COMPILED_STEP_START",
+                            "TORCH_TPU_EARLY_STEP_LAUNCH")
+
+
 def case_train(small: bool, reps: dict, options: dict) -> dict:
     """The contenders run one after the other (ours compiled, ours FUSED, JAX), each with
     its own copy of the model and AdamW state, freed before the next: two sets of AdamW
@@ -945,7 +950,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         # Steps launched at their forward's call, and how many kept their launched results.
         rows[name]["early_launch"] = {k: v - launched[k] for k, v in _early_launch.STATS.items()}
         del model, step, c, call, ids, tgt
-        for variable in ("TORCH_TPU_FUSE_COMPILED_STEP", "TORCH_TPU_COMPILED_STEP_START", "TORCH_TPU_EARLY_STEP_LAUNCH"):
+        for variable in _TRAIN_VARIANT_VARIABLES:
             os.environ.pop(variable, None)
         release()
         rows[name]["live_arrays_after"] = live_arrays()
@@ -966,8 +971,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
             notes[name] = f"failed: {type(err).__name__}: {err}"
             losses[name] = [math.nan]
             traceback.print_exc()
-            for variable in ("TORCH_TPU_FUSE_COMPILED_STEP", "TORCH_TPU_COMPILED_STEP_START",
-                             "TORCH_TPU_EARLY_STEP_LAUNCH"):
+            for variable in _TRAIN_VARIANT_VARIABLES:
                 os.environ.pop(variable, None)
             release()
 

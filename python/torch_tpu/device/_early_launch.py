@@ -117,8 +117,7 @@ def remember(trace, key: tuple, outputs: list) -> None:
         if len(_PROGRAMS) >= _fused._MAX_PROGRAMS:
             del _PROGRAMS[next(iter(_PROGRAMS))]
         _PROGRAMS[key] = trace._compile(key, outputs, donate=False)
-    first.step_plan = StepPlan(key, sources, np.array([values[r] for r in floats], dtype=np.float64),
-                               np.array([values[r] for r in ints], dtype=np.int64), len(trace.plans))
+    first.step_plan = StepPlan(key, sources, *trace.packed_numbers(floats, ints), len(trace.plans))
 
 
 def _room(trace, key: tuple) -> bool:
@@ -166,7 +165,7 @@ def launch(trace) -> None:
             buffer = values[ref]
             if kinds[ref] == "key":
                 read.append(buffer)
-                args.append(_storage.client().to_device(buffer, trace.index, copy=True))
+                args.append(trace._external_argument(ref))  # uploaded, as the flush would
                 continue
         else:
             entry = source()
@@ -219,8 +218,8 @@ def _read_as_launched(trace, plan: StepPlan, read: list) -> bool:
     values = trace.values
     if len(own) != len(plan.sources) or any(values[ref] is not value for ref, value in zip(own, read)):
         return False
-    return (np.array([values[r] for r in floats], dtype=np.float64).tobytes() == plan.floats.tobytes()
-            and np.array([values[r] for r in ints], dtype=np.int64).tobytes() == plan.ints.tobytes())
+    packed_floats, packed_ints = trace.packed_numbers(floats, ints)
+    return packed_floats.tobytes() == plan.floats.tobytes() and packed_ints.tobytes() == plan.ints.tobytes()
 
 
 def compiling() -> list[Future]:

@@ -244,11 +244,17 @@ class Trace:
         # once, not once per donated buffer (~600 of them in a training step's trace).
         hooks = _ops.hook_references()
         args = [self._external_argument(ref, ref in donated, hooks) for ref in own]
-        values = self.values
-        for refs, dtype in ((floats, np.float64), (ints, np.int64)):
-            if refs:
-                args.append(_packed_numbers(np.array([values[r] for r in refs], dtype=dtype), self.index))
+        for packed in self.packed_numbers(floats, ints):
+            if packed.size:
+                args.append(_packed_numbers(packed, self.index))
         return args
+
+    def packed_numbers(self, floats: list[int], ints: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The float and int numbers' values (`layout`'s last two lists) as the float64 and
+        int64 arrays @main takes (`_arguments`; an early launch's, `_early_launch`)."""
+        values = self.values
+        return (np.array([values[r] for r in floats], dtype=np.float64),
+                np.array([values[r] for r in ints], dtype=np.int64))
 
     def _external_argument(self, ref: int, donated: bool = False, hooks: int | None = None):
         """One external as a device buffer: a storage's buffer (a copy where the program may
