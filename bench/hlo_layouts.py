@@ -1,6 +1,6 @@
-"""Our compiled training step's program against JAX's, as XLA optimized them: layout copies,
-fusions and device time (issue 28; how docs/explanation/performance.md's twelfth-session
-figures were taken).
+"""Our compiled training step's (or decode step's) program against JAX's, as XLA optimized
+them: layout copies, fusions and device time (issue 28; how docs/explanation/performance.md's
+twelfth- and fourteenth-session figures were taken).
 
 The step of bench/tpu.py case 7 at `--layers N` (full sizes; `--small` for XLA:CPU) runs
 three times under `TORCH_TPU_DUMP_DIR`, which writes the module its deferred trace compiles
@@ -11,8 +11,11 @@ XLA's optimized HLO grouped by result type (layout changes between producers and
 that disagree: the copies the `copy-start`/`copy-done` prefetches are not), the fusions by
 kind and, with `--profile N`, the device time of N calls (`bench/_xprof.py`). `--modules`
 adds `.mlir` files of other variants (another dump, a hand-edited module) to the comparison.
+`--case decode` compares case 8's greedy decode step instead (one token at batch 1 against a
+static KV cache: ours the module `torch.compile(model.decode)` compiles, JAX's `decode`), its
+caches written in place (donated) in both.
 
-    python bench/hlo_layouts.py [--small] [--layers 2] [--jax-flatten] [--profile 1]
+    python bench/hlo_layouts.py [--case train|decode] [--small] [--layers 2] [--jax-flatten] [--profile 1]
                                 [--modules A.mlir ...] [--hlo-dir DIR] [--json PATH]
 """
 
@@ -76,19 +79,76 @@ def dump_our_step(cfg: Any, batch: int, seq: int) -> str:
         return traces[-1].read_text()
 
 
+def decode_shapes(cfg: Any, small: bool) -> tuple[int, tuple[int, ...]]:
+    """(cache length, one layer's cache shape) of case 8's loop: batch 1, 32 + 96 tokens
+    (4 + 8 with --small)."""
+    total = 12 if small else 128
+    return total, (1, cfg.kv_heads, total, cfg.head_dim)
+
+
+def dump_our_decode(cfg: Any, small: bool) -> tuple[str, tuple[int, ...]]:
+    """The MLIR text of the program `torch.compile(model.decode)` runs per token (case 8),
+    and the arguments it donates (its caches: the dump's inputs.json marks them)."""
+    import torch
+
+    total, shape = decode_shapes(cfg, small)
+    with tempfile.TemporaryDirectory(prefix="hlo-layouts-") as folder:
+        with mock.patch.dict(os.environ, {"TORCH_TPU_DUMP_DIR": folder}), torch.no_grad():
+            model = copy.deepcopy(bench.base_llama(cfg)).to("tpu")
+            step = torch.compile(model.decode, backend="tpu")
+            caches = [[torch.zeros(shape, dtype=torch.bfloat16, device="tpu") for _ in range(cfg.layers)]
+                      for _ in range(2)]
+            tok = torch.zeros((1, 1), dtype=torch.int64).to("tpu")
+            for i in range(3):
+                _, tok = step(tok, torch.tensor([i]).to("tpu"), caches[0], caches[1])
+            tok.cpu()
+            del model, step, caches, tok
+            bench.release()
+        graphs = sorted(pathlib.Path(folder).glob("*decode*/final.mlir"), key=lambda p: p.stat().st_size)
+        if not graphs:
+            raise RuntimeError(f"the decode step wrote no graph under {folder}")
+        inputs = json.loads((graphs[-1].parent / "inputs.json").read_text())
+        return graphs[-1].read_text(), tuple(entry["index"] for entry in inputs if entry.get("donated"))
+
+
+def our_decode_program(cfg: Any, small: bool, positions: int) -> "Program":
+    """Our decode step's program, compiled as it ran (its caches donated)."""
+    text, donated = dump_our_decode(cfg, small)
+    return our_program(text, "ours", positions, donate=donated)
+
+
+def jax_decode_program(cfg: Any, small: bool) -> "Program":
+    """JAX's decode step (bench/tpu.py `jax_llama`), its caches donated as case 8 does."""
+    import jax
+    import jax.numpy as jnp
+
+    _, shape = decode_shapes(cfg, small)
+    params = bench.jax_params(bench.base_llama(cfg))
+    _, decode = bench.jax_llama(cfg)
+    step = jax.jit(decode, donate_argnums=(3, 4))
+
+    def arguments() -> tuple:
+        caches = [[jnp.zeros(shape, jnp.bfloat16) for _ in range(cfg.layers)] for _ in range(2)]
+        return params, jnp.zeros((1, 1), jnp.int32), jnp.array([3], jnp.int32), caches[0], caches[1]
+
+    compiled = step.lower(*arguments()).compile()
+    return compiled.as_text(), arguments, lambda args: compiled(*args), jax.block_until_ready
+
+
 # A contender: (optimized HLO text, arguments() -> fresh arguments, run(arguments) -> outputs,
 # sync(outputs)). Arguments are made before a profiled call: JAX makes them with programs of
 # its own, which would count as device time.
 Program = tuple[str, Callable[[], Any], Callable[[Any], Any], Callable[[Any], Any]]
 
 
-def our_program(text: str, name: str, vocab: int) -> Program:
-    """An MLIR module compiled by our runtime: integer arguments are token ids below `vocab`,
-    the rest zeros."""
-    from torch_tpu.runtime import get_client
+def our_program(text: str, name: str, vocab: int, donate: tuple[int, ...] = ()) -> Program:
+    """An MLIR module compiled by our runtime (`donate`: the arguments it donates, as when it
+    ran): integer arguments are token ids below `vocab` (or positions: `vocab` is then the
+    cache length), the rest zeros."""
+    from torch_tpu.runtime import CompileSpec, get_client
 
     client = get_client()
-    executable = client.compile(text, name=name)
+    executable = client.compile(text, name=name, options=CompileSpec(donate_argnums=donate) if donate else None)
     rng = np.random.default_rng(0)
 
     def arguments() -> list:
@@ -126,6 +186,8 @@ def jax_program(cfg: Any, batch: int, seq: int, flatten_rows: bool) -> Program:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=("train", "decode"), default="train",
+                        help="case 7's training step (default) or case 8's decode step")
     parser.add_argument("--small", action="store_true", help="the small config (XLA:CPU smoke runs)")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
     parser.add_argument("--jax-flatten", action="store_true", help="add JAX's step with PyTorch's flattening")
@@ -138,15 +200,24 @@ def main() -> None:
     platform = bench.share_jax_client()
     cfg = bench.llama_config(a.small, a.layers)
     batch, seq = (2, 16) if a.small else (4, 512)
-    contenders: dict[str, Callable[[], Program]] = {
-        "ours": lambda: our_program(dump_our_step(cfg, batch, seq), "ours", cfg.vocab),
-        "jax": lambda: jax_program(cfg, batch, seq, False),
-    }
-    if a.jax_flatten:
+    if a.case == "decode":
+        total, _ = decode_shapes(cfg, a.small)
+        batch, seq = 1, 1
+        contenders: dict[str, Callable[[], Program]] = {
+            "ours": lambda: our_decode_program(cfg, a.small, total),
+            "jax": lambda: jax_decode_program(cfg, a.small),
+        }
+    else:
+        contenders = {
+            "ours": lambda: our_program(dump_our_step(cfg, batch, seq), "ours", cfg.vocab),
+            "jax": lambda: jax_program(cfg, batch, seq, False),
+        }
+    if a.jax_flatten and a.case == "train":
         contenders["jax, rows flattened"] = lambda: jax_program(cfg, batch, seq, True)
     for path in a.modules:
         contenders[path] = lambda path=path: our_program(pathlib.Path(path).read_text(), path, cfg.vocab)
-    print(f"training step, {cfg.layers} layers, batch {batch} x {seq}, on {platform}")
+    what = "decode step" if a.case == "decode" else "training step"
+    print(f"{what}, {cfg.layers} layers, batch {batch} x {seq}, on {platform}")
     results = {}
     for name, build in contenders.items():
         hlo, arguments, run, sync = build()
@@ -165,7 +236,7 @@ def main() -> None:
         if "profile" in row:
             print("        " + brief(row["profile"]).replace("\n", "\n        "))
     if a.json:
-        pathlib.Path(a.json).write_text(json.dumps({"config": {**cfg.__dict__, "batch": batch, "seq": seq,
+        pathlib.Path(a.json).write_text(json.dumps({"config": {**cfg.__dict__, "case": a.case, "batch": batch, "seq": seq,
                                                                "platform": platform}, "contenders": results},
                                                    indent=1, default=str))
 

@@ -955,6 +955,22 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         release()
         rows[name]["live_arrays_after"] = live_arrays()
 
+    def run_cpu_eager(name: str) -> None:
+        """PyTorch's own eager step on the host's CPU: with --small (tiny tensors) its time is
+        PyTorch's per-op cost on this host (dispatch, autograd, the modules' and AdamW's
+        Python), the floor of any eager step that dispatches op by op, FUSED's included."""
+        model = copy.deepcopy(base).train()
+        step, _ = _torch_train_step(model, cfg, compile_step=False)
+        t0 = time.perf_counter()
+        losses[name] = [float(step(ids_cpu, tgt_cpu).item()) for _ in range(check_steps)]
+        notes[name] = "eager step on the host CPU (PyTorch's kernels; with --small: its per-op cost on this host)"
+        c = Contender(lambda: step(ids_cpu, tgt_cpu), lambda _r: None, "ours", flops,
+                      extra={"first_calls_s": time.perf_counter() - t0, "variant": notes[name]})
+        rows.update(time_blocks({name: c}, reps["calls_big"], reps["repeats_big"], warmup=1))
+        del model, step, c
+
+    if "cpu-eager" in options.get("train_variants", ()):
+        run_cpu_eager("PyTorch eager, CPU")
     variants = options.get("train_variants", {"compiled", "compiled-fused", "fused"})
     for variant, name, fused, compiled in (("compiled", "torch.compile", False, True),
                                            ("compiled-each", "torch.compile, each graph", False, True),
@@ -1200,7 +1216,8 @@ def main(argv: list[str] | None = None) -> int:
                          "when called), compiled-split (Strict with TORCH_TPU_COMPILED_STEP_START=backward: the "
                          "forward run when called, the backward and AdamW one program), compiled-late (Strict with "
                          "TORCH_TPU_EARLY_STEP_LAUNCH=0: the step launched at its end only), compiled-fused (the "
-                         "compiled step in FUSED mode), fused (the eager step in FUSED mode)")
+                         "compiled step in FUSED mode), fused (the eager step in FUSED mode), cpu-eager (PyTorch's eager "
+                         "step on the host CPU: with --small, PyTorch's per-op floor on this host)")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="skip the cases that would start after this many seconds of the run")
     ap.add_argument("--profile", type=int, default=0, metavar="N",

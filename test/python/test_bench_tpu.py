@@ -194,3 +194,45 @@ def test_hlo_layouts_compares_our_step_with_jax_on_one_client(tmp_path):
         assert row["layout_copies"] == sum(row["copies_by_type"].values()), name
         assert row["fusions"], name  # an optimized training step fuses
     assert data["config"]["layers"] == 1 and data["config"]["platform"] == "cpu"
+
+
+def test_hlo_layouts_compares_the_decode_step(tmp_path):
+    """`--case decode`: the program `torch.compile(model.decode)` runs per token (dumped) and
+    JAX's decode step, both writing their caches in place, compiled on one client; their
+    optimized HLO written out and their device time profiled."""
+    out, hlo = tmp_path / "decode.json", tmp_path / "hlo"
+    env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "hlo_layouts.py"), "--case", "decode", "--small", "--layers", "1",
+         "--profile", "1", "--hlo-dir", str(hlo), "--json", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["config"]["case"] == "decode" and data["config"]["batch"] == 1
+    assert set(data["contenders"]) == {"ours", "jax"}
+    for name, row in data["contenders"].items():
+        assert row["profile"]["device_ms_per_call"] > 0, name
+        text = (hlo / f"{name}.hlo.txt").read_text()
+        # One cache write per layer's key and value, in place: both programs alias the caches.
+        assert text.count("dynamic-update-slice(") >= 2, name
+        assert "input_output_alias" in text, name
+    assert "decode step, 1 layers" in proc.stdout
+
+
+def test_train_case_measures_pytorchs_eager_step_on_the_host(tmp_path):
+    """Case 7's `cpu-eager` variant: PyTorch's own eager step on CPU tensors (the per-op
+    floor of any eager step on the host), its losses checked against JAX's like ours."""
+    out = tmp_path / "train.json"
+    env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "tpu.py"), "--small", "--cases", "7", "--train-variants", "cpu-eager",
+         "--repeats", "2", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    case = json.loads(out.read_text())["cases"]["7-train"]
+    assert set(case["contenders"]) == {"PyTorch eager, CPU", "jax.jit"}
+    assert case["checks"]["PyTorch eager, CPU"]["ok"], case["checks"]
+    row = case["contenders"]["PyTorch eager, CPU"]
+    assert row["s_per_call"] > 0 and row["h2d_bytes_per_call"] == 0 and row["d2h_bytes_per_call"] == 0

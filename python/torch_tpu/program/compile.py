@@ -164,7 +164,8 @@ def compile_module(
                 building=building)
     start = time.perf_counter()
     timings: dict[str, float] = {}
-    dump = GraphDump(dump_name or f"{key.kind}-{_slug(name)}-{key.short_hash()}")
+    dump = GraphDump(dump_name or f"{key.kind}-{_slug(name)}-{key.short_hash()}",
+                     donated=getattr(options, "donate_argnums", None) or ())
     if dump.enabled:
         for filename, text in (dump_files or {}).items():
             dump.write(filename, text())

@@ -14,9 +14,12 @@ ops, fused traces, jax_ops, exports, tpu_dist graphs and collectives). Per progr
   --pass-pipeline="$(cat pipeline.txt)" --mlir-print-debuginfo` prints it byte for byte;
 * `inputs.json` — one entry per argument of the final module, in order (shape, dtype,
   role; the size arguments of bounded graphs included), with the Python source and the
-  parameter name (FQN) of the argument where it is a module's parameter or buffer;
+  parameter name (FQN) of the argument where it is a module's parameter or buffer, and
+  `"donated": true` for an argument compiled as donated (`CompileSpec.donate_argnums`: XLA
+  may reuse its buffer for a result, as a static KV cache's or an optimizer state's);
 * `error.txt` — when the module could not be built, a pass rejected it or XLA did;
-* `README.txt` — the commands that replay it.
+* `README.txt` — the commands that replay it (`torchtpu-run --donate` with the donated
+  arguments: the program compiled as it ran, its results written over those inputs).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from torch_tpu.core import config
 
@@ -53,10 +56,13 @@ def module_text(op) -> str:
 
 
 class GraphDump:
-    """Writes the stages of one graph's compilation under `<dir>/<name>/`."""
+    """Writes the stages of one graph's compilation under `<dir>/<name>/`. `donated`: the
+    arguments the program is compiled to donate (inputs.json and the README's run command
+    say so: without them a replay compiles another program, one that copies those inputs)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, donated: Sequence[int] = ()) -> None:
         root = config.get("TORCH_TPU_DUMP_DIR")
+        self.donated = tuple(sorted(donated))
         self.dir: Path | None = None
         if root:
             self.dir = Path(root) / name
@@ -121,6 +127,8 @@ class GraphDump:
                     entry["parameter"] = parameter_name(source)
             elif "torchtpu.size_of" in attrs:
                 entry.update(name=f"size of {attrs['torchtpu.size_of']}", role="size")
+            if index in self.donated:
+                entry["donated"] = True
             entries.append(entry)
         self.write("inputs.json", json.dumps(entries, indent=1))
 
@@ -133,10 +141,14 @@ class GraphDump:
             f"--pass-pipeline=\"$(cat {os.path.join(here, 'pipeline.txt')})\" --mlir-print-debuginfo",
         ]
         if ok:
+            donate = f" --donate {','.join(map(str, self.donated))}" if self.donated else ""
             lines += [
                 "Run the module (one --input FILE.npy per entry of inputs.json, in order):",
-                f"  torchtpu-run {os.path.join(here, 'final.mlir')} --input arg0.npy --input arg1.npy ...",
+                f"  torchtpu-run {os.path.join(here, 'final.mlir')}{donate} --input arg0.npy --input arg1.npy ...",
             ]
+            if donate:
+                lines.append("  (--donate: the arguments the program was compiled to donate, as it ran; "
+                             "inputs.json marks them)")
         else:
             lines.append("The pipeline failed: error.txt has the located diagnostics.")
         self.write("README.txt", "\n".join(lines) + "\n")

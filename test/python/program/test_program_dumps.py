@@ -263,3 +263,48 @@ def test_each_kind_compiles_once_and_then_hits_the_cache(kind, monkeypatch):
     hits = PROGRAMS.hits
     IN_PROCESS[kind]()
     assert compiles == [] and PROGRAMS.hits > hits
+
+
+def test_a_donated_argument_is_marked_and_replayed_donated(tmp_path, monkeypatch):
+    """A graph writing its tpu input in place (a static cache's `index_copy_`) compiles with
+    that input donated: inputs.json marks it, and the README's torchtpu-run command donates
+    it too, so the replay compiles the program that ran (not one that copies the cache)."""
+    import json
+
+    import numpy as np
+
+    monkeypatch.setenv("TORCH_TPU_DUMP_DIR", str(tmp_path))
+    PROGRAMS.clear()
+    torch._dynamo.reset()
+
+    def write(cache, pos, row):
+        cache.index_copy_(0, pos, row)
+        return cache.sum(dim=1)
+
+    fn = torch.compile(write, backend="tpu")
+    cache = torch.zeros(4, 3, device="tpu")
+    fn(cache, torch.tensor([2], device="tpu"), torch.ones(1, 3, device="tpu")).cpu()
+    folders = [f for f in _folders(tmp_path, "fx_graph") if (f / "inputs.json").exists()]
+    assert len(folders) == 1, sorted(p.name for p in tmp_path.iterdir())
+    folder = folders[0]
+    inputs = json.loads((folder / "inputs.json").read_text())
+    donated = [entry["index"] for entry in inputs if entry.get("donated")]
+    assert [(inputs[i]["shape"], inputs[i]["dtype"]) for i in donated] == [([4, 3], "f32")], inputs
+    assert f"--donate {donated[0]}" in (folder / "README.txt").read_text()
+
+    arrays = {"f32": np.float32, "i64": np.int64}
+    values = {((4, 3), "f32"): np.zeros((4, 3)), ((1,), "i64"): np.array([2]), ((1, 3), "f32"): np.ones((1, 3))}
+    files = []
+    for entry in inputs:
+        path = tmp_path / f"arg{entry['index']}.npy"
+        np.save(path, values[(tuple(entry["shape"]), entry["dtype"])].astype(arrays[entry["dtype"]]))
+        files += ["--input", str(path)]
+    out = tmp_path / "out.npz"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch_tpu.tools.run", str(folder / "final.mlir"), "--donate",
+         ",".join(map(str, donated)), *files, "-o", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    results = [np.load(out)[k] for k in sorted(np.load(out).files)]
+    assert any(r.shape == (4,) and r.tolist() == [0.0, 0.0, 3.0, 0.0] for r in results), results
