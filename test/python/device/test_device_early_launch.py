@@ -222,3 +222,109 @@ def test_the_early_launch_holds_no_buffer_after_the_step():
         step(x, y).item()
         counts.append(len(_jaxlib.live_arrays(get_client()._raw)))
     assert counts[-1] == counts[-3], counts
+
+
+# -- steps as users write them: each compared bit for bit with the step run at its end ------------
+def _train_on_batches(build, steps: int = 8):
+    """`_train` for a step `build()` -> (model, step) makes, on a new batch every step;
+    the model's whole state_dict compared (BatchNorm's running statistics included)."""
+    torch._dynamo.reset()
+    torch.tpu.manual_seed(7)
+    _fused._PROGRAMS.clear()
+    _fused._SEEN_ONCE.clear()
+    _early_launch._PROGRAMS.clear()
+    model, step = build()
+    torch.manual_seed(1)
+    batches = [(torch.randn(6, 8).to("tpu"), torch.arange(6).remainder(4).to("tpu")) for _ in range(steps)]
+    before = dict(_early_launch.STATS)
+    losses = [step(x, y).item() for x, y in batches]
+    counts = {k: v - before[k] for k, v in _early_launch.STATS.items()}
+    return losses, [t.detach().cpu() for t in model.state_dict().values()], counts
+
+
+def _whole_step_of(model, opt):
+    return model, compiled_whole_step(model, opt)
+
+
+def _new_batch_every_step():
+    model = tiny_classifier().to("tpu")
+    return _whole_step_of(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+
+
+def _batch_norm_step():
+    """A forward that writes buffers (BatchNorm's running statistics), SGD with momentum."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4)).to("tpu")
+    return _whole_step_of(model, torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9))
+
+
+def _scheduled_step():
+    """A learning rate that changes every step (a scheduler between the steps): the
+    optimizer graph reads a new number each time."""
+    model = tiny_classifier().to("tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-1)
+    forward, update = torch.compile(model, backend="tpu"), torch.compile(opt.step, backend="tpu")
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0 / (1 + i))
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(forward(x), y)
+        loss.backward()
+        update()
+        schedule.step()
+        return loss.detach()
+
+    return model, step
+
+
+def _accumulating_step():
+    """Two forwards and backwards (half batches) per optimizer step."""
+    model = tiny_classifier().to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    forward, update = torch.compile(model, backend="tpu"), torch.compile(opt.step, backend="tpu")
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        for half in (slice(0, 3), slice(3, 6)):
+            loss = nn.functional.cross_entropy(forward(x[half]), y[half]) / 2
+            loss.backward()
+        update()
+        return loss.detach()
+
+    return model, step
+
+
+def _evaluating_step():
+    """Each training step followed by an evaluation forward (model.eval(), no_grad,
+    dropout off) whose result is read."""
+    model = tiny_classifier(0.3).to("tpu")
+    _, train = _whole_step_of(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    evaluate = torch.compile(model, backend="tpu")
+
+    def step(x, y):
+        model.train()
+        loss = train(x, y)
+        model.eval()
+        with torch.no_grad():
+            evaluate(x).sum().item()
+        return loss
+
+    return model, step
+
+
+@pytest.mark.parametrize("build, counts", [
+    # Steps 5 to 8 launched early and kept: each launch reads that step's batch.
+    (_new_batch_every_step, {"launches": 4, "hits": 4, "misses": 0}),
+    (_batch_norm_step, {"launches": 3, "hits": 3, "misses": 0}),
+    # The launched step read the last learning rate: dropped twice, then not launched again.
+    (_scheduled_step, {"launches": 2, "hits": 0, "misses": 2}),
+    # Two forwards per step (a trace holds each compiled graph once): no launch is made.
+    (_accumulating_step, {"launches": 0, "hits": 0, "misses": 0}),
+    # The evaluation forward between the steps changes nothing the next step reads.
+    (_evaluating_step, {"launches": 4, "hits": 4, "misses": 0}),
+])
+def test_a_users_step_trains_as_when_run_at_its_end(build, counts, without):
+    early = _train_on_batches(build)
+    late = without(_train_on_batches, build)
+    assert early[2] == counts, early[2]
+    _bitwise(early, late)
