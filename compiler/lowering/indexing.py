@@ -836,20 +836,14 @@ def _local_scalar_dense(ctx, self):
 
 
 # -- searchsorted / bucketize ---------------------------------------------------------------------------
-def _searchsorted(ctx, sorted_sequence, values, *, out_int32: bool, right: bool, sorter=None):
+def _bisect(seq: ir.Value, vals: ir.Value, *, right: bool, sort_index: ir.Value | None = None) -> ir.Value:
     """Unrolled binary search (the exact comparisons of ATen's lower/upper bound, so NaNs
-    land where PyTorch puts them): bit_length(M) rounds of one gather each."""
-    out_dtype = torch.int32 if out_int32 else torch.int64
-    out_shape = ctx.result_shape()
-    sshape = shape_of(sorted_sequence)
+    land where PyTorch puts them): bit_length(M) rounds of one gather each. Returns the
+    insertion index of each of `vals` into the last dim of `seq` (M >= 1 entries, in the
+    values' dtype); a batched `seq` is searched row by row, each with the values of its
+    row. `sort_index` is searchsorted's `sorter`."""
+    sshape = shape_of(seq)
     m = sshape[-1] if sshape else 1
-    if m == 0 or 0 in out_shape:
-        return full(0, out_dtype, out_shape)
-    from .helpers import promote_dtypes
-
-    common = promote_dtypes(sorted_sequence, values)
-    seq = convert(sorted_sequence, common)
-    vals = convert(values, common)
     vshape = shape_of(vals)
     batched = len(sshape) > 1
     idt = _index_dtype(m + 1)
@@ -864,7 +858,7 @@ def _searchsorted(ctx, sorted_sequence, values, *, out_int32: bool, right: bool,
             slice_sizes=[1] * r, operand_batching_dims=lead, start_indices_batching_dims=lead,
         )
 
-    sort_index = convert(sorter, idt) if sorter is not None else None
+    sort_index = convert(sort_index, idt) if sort_index is not None else None
     lo = full(0, idt, vshape)
     hi = full(m, idt, vshape)
     one = full(1, idt, vshape)
@@ -881,7 +875,21 @@ def _searchsorted(ctx, sorted_sequence, values, *, out_int32: bool, right: bool,
         shrink = stablehlo.AndOp(active, stop).result
         lo = select(advance, stablehlo.AddOp(mid, one).result, lo)
         hi = select(shrink, mid, hi)
-    return reshape(convert(lo, out_dtype), out_shape)
+    return lo
+
+
+def _searchsorted(ctx, sorted_sequence, values, *, out_int32: bool, right: bool, sorter=None):
+    out_dtype = torch.int32 if out_int32 else torch.int64
+    out_shape = ctx.result_shape()
+    sshape = shape_of(sorted_sequence)
+    m = sshape[-1] if sshape else 1
+    if m == 0 or 0 in out_shape:
+        return full(0, out_dtype, out_shape)
+    from .helpers import promote_dtypes
+
+    common = promote_dtypes(sorted_sequence, values)
+    index = _bisect(convert(sorted_sequence, common), convert(values, common), right=right, sort_index=sorter)
+    return reshape(convert(index, out_dtype), out_shape)
 
 
 @lowers(
@@ -910,7 +918,7 @@ def _bucketize(ctx, self, boundaries, *, out_int32=False, right=False):
     return _searchsorted(ctx, boundaries, self, out_int32=out_int32, right=right)
 
 
-# -- isin / histc ------------------------------------------------------------------------------------------------
+# -- isin / histc / histogram -------------------------------------------------------------------------------------
 @lowers(
     aten.isin.Tensor_Tensor,
     aten.isin.Scalar_Tensor,
@@ -942,10 +950,109 @@ def _isin(ctx, elements, test_elements, *, assume_unique=False, invert=False):
     return reshape(found, out_shape)
 
 
+# ATen's histograms (aten/src/ATen/native/Histogram.cpp and its CPU kernel): an element
+# is counted when it lies in [first edge, last edge] in every dimension (NaN never is),
+# in the bin whose half-open [edge, next edge) holds it, the last bin closed on the right.
+# Evenly spaced bins (histc; histogram and histogramdd with a bin count) interpolate the
+# bin from the range; histogram corrects that estimate against the edges it returns.
+def _divide(a: ir.Value, b: ir.Value) -> ir.Value:
+    """a / b rounded as eager rounds it. XLA rewrites a division by a constant (the bin
+    count, a given range's width) as a multiplication by the rounded reciprocal, which
+    can be off in the last bit, and that bit decides the bin of a value near an edge: an
+    optimization barrier keeps the divisor opaque, so the division stays a division."""
+    (opaque,) = stablehlo.OptimizationBarrierOp([b]).results
+    return stablehlo.DivOp(a, opaque).result
+
+
+def _counted(x: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """lo <= x <= hi (0-d bounds): the elements a histogram counts; NaN is not."""
+    shape = shape_of(x)
+    above = compare(x, broadcast_to(lo, shape), "GE")
+    return stablehlo.AndOp(above, compare(x, broadcast_to(hi, shape), "LE")).result
+
+
+def _interpolated_bin(
+    x: ir.Value, lo: ir.Value, hi: ir.Value, bins: int, counted: ir.Value, idt: torch.dtype
+) -> ir.Value:
+    """trunc((x - lo) * bins / (hi - lo)) in x's dtype, as the kernel computes it; the
+    elements not counted read 0, so NaN and infinities never reach the conversion."""
+    shape, dt = shape_of(x), dtype(x)
+    lo, hi = broadcast_to(lo, shape), broadcast_to(hi, shape)
+    scaled = _divide(
+        stablehlo.MulOp(stablehlo.SubtractOp(x, lo).result, full(bins, dt, shape)).result,
+        stablehlo.SubtractOp(hi, lo).result,
+    )
+    return convert(select(counted, scaled, full(0, dt, shape)), idt)
+
+
+def _closed_last_bin(position: ir.Value, bins: int) -> ir.Value:
+    """An element on the last edge lands at `bins`: the last bin includes its right edge."""
+    return stablehlo.MinOp(position, full(bins - 1, dtype(position), shape_of(position))).result
+
+
+def _searched_near(x: ir.Value, edges: ir.Value, estimate: ir.Value) -> ir.Value:
+    """The kernel's local search after the interpolated estimate p, so that histogram's
+    bins agree with the edges it returns: upper_bound of x in edges[max(p - 1, 0) : p + 2],
+    minus one. The edges are sorted, so that is the window's start, minus one, plus the
+    number of its edges <= x."""
+    shape, idt = shape_of(x), dtype(estimate)
+    (num_edges,) = shape_of(edges)
+    estimate = _clamp_index(estimate, 0, num_edges - 1)
+    window_start = stablehlo.MaxOp(_add_scalar(estimate, -1), full(0, idt, shape)).result
+    position = _add_scalar(window_start, -1)
+    for offset in (-1, 0, 1):
+        k = _add_scalar(estimate, offset)
+        in_window = stablehlo.AndOp(
+            compare(k, full(0, idt, shape), "GE"), compare(k, full(num_edges, idt, shape), "LT")
+        ).result
+        edge = _take_1d(edges, _clamp_index(k, 0, num_edges - 1))
+        at_or_below = stablehlo.AndOp(in_window, compare(edge, x, "LE")).result
+        position = stablehlo.AddOp(position, convert(at_or_below, idt)).result
+    return position
+
+
+def _extremes(x: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """min(x) and max(x) of a 1-D tensor, as 0-d values."""
+    dt = dtype(x)
+
+    def extreme(op, init):
+        (value,) = reduce([x], [full(init, dt, [])], [0], lambda acc, new: [op(acc[0], new[0]).result])
+        return value
+
+    return extreme(stablehlo.MinOp, float("inf")), extreme(stablehlo.MaxOp, float("-inf"))
+
+
+def _widened(lo: ir.Value, hi: ir.Value, by: float) -> tuple[ir.Value, ir.Value]:
+    """A range holding a single value v as [v - by, v + by], so that its bins have a width
+    (histc widens by 1, histogram by 0.5 as NumPy does)."""
+    same = compare(lo, hi, "EQ")
+    by = full(by, dtype(lo), [])
+    return select(same, stablehlo.SubtractOp(lo, by).result, lo), select(same, stablehlo.AddOp(hi, by).result, hi)
+
+
+def _accumulate(
+    positions: Sequence[ir.Value], counted: ir.Value, weight: ir.Value | None, bins: Sequence[int],
+    out_dtype: torch.dtype,
+) -> ir.Value:
+    """The histogram of shape `bins`: each counted element adds its weight (1 without
+    weights) to the bin at its `positions` (one per dimension), through one scatter-add
+    at the flattened bin; the elements not counted are sent past the end, where the
+    scatter drops them."""
+    total = math.prod(bins)
+    (n,) = shape_of(counted)
+    idt = _index_dtype(total + 1)
+    flat = full(0, idt, [n])
+    for position, size in zip(positions, bins):  # row-major: flat * size + position
+        flat = stablehlo.AddOp(stablehlo.MulOp(flat, full(size, idt, [n])).result, convert(position, idt)).result
+    target = select(counted, flat, full(total, idt, [n]))
+    updates = convert(weight, out_dtype) if weight is not None else full(1, out_dtype, [n])
+    hist = ScatterSpec(reshape(target, [n, 1]), (), (0,), (0,), 1).apply(full(0, out_dtype, [total]), updates, "add")
+    return reshape(hist, list(bins))
+
+
 @lowers(aten.histc.default, dynamic=Padding.INDEX)
 def _histc(ctx, self, bins=100, min=0, max=0):
-    """ATen's histc: bin = (x - lo) * bins / (hi - lo) truncated, x == hi in the last bin,
-    values outside [lo, hi] (and NaN) not counted; min == max takes the data's range
+    """ATen's histc: interpolated bins over [min, max]; min == max takes the data's range
     (widened by 1 on each side if that is a single value)."""
     out_dtype = ctx.result_dtype()
     dt = dtype(self)
@@ -954,28 +1061,179 @@ def _histc(ctx, self, bins=100, min=0, max=0):
         return full(0, out_dtype, [bins])
     x = reshape(self, [n])
     if min == max:
-        def extreme(op, init):
-            (value,) = reduce([x], [full(init, dt, [])], [0], lambda acc, new: [op(acc[0], new[0]).result])
-            return value
-
-        lo = extreme(stablehlo.MinOp, float("inf"))
-        hi = extreme(stablehlo.MaxOp, float("-inf"))
-        same = compare(lo, hi, "EQ")
-        lo = select(same, stablehlo.SubtractOp(lo, full(1, dt, [])).result, lo)
-        hi = select(same, stablehlo.AddOp(hi, full(1, dt, [])).result, hi)
+        lo, hi = _widened(*_extremes(x), 1)
     else:
         lo, hi = full(min, dt, []), full(max, dt, [])
-    lo_b, hi_b = broadcast_to(lo, [n]), broadcast_to(hi, [n])
-    inside = stablehlo.AndOp(compare(x, lo_b, "GE"), compare(x, hi_b, "LE")).result
-    scaled = stablehlo.DivOp(
-        stablehlo.MulOp(stablehlo.SubtractOp(x, lo_b).result, full(bins, dt, [n])).result,
-        stablehlo.SubtractOp(hi_b, lo_b).result,
-    ).result
-    idt = _index_dtype(bins + 1)
-    position = stablehlo.MinOp(convert(select(inside, scaled, full(0, dt, [n])), idt), full(bins - 1, idt, [n])).result
-    target = select(inside, position, full(bins, idt, [n]))  # out of range: dropped by the scatter
-    counts = ScatterSpec(reshape(target, [n, 1]), (), (0,), (0,), 1).apply(full(0, out_dtype, [bins]), full(1, out_dtype, [n]), "add")
-    return counts
+    counted = _counted(x, lo, hi)
+    position = _closed_last_bin(_interpolated_bin(x, lo, hi, bins, counted, _index_dtype(bins + 1)), bins)
+    return _accumulate([position], counted, None, [bins], out_dtype)
+
+
+@dataclass(frozen=True)
+class _HistogramAxis:
+    """One dimension of a histogram: its bin edges, and whether they are evenly spaced
+    (the kernel then interpolates the bin and corrects it against the edges; given edges
+    are binary searched)."""
+
+    edges: ir.Value
+    evenly_spaced: bool
+
+    @property
+    def bins(self) -> int:
+        return shape_of(self.edges)[0] - 1
+
+    def bin_of(self, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The bin of each element of the 1-D `x`, and whether it is counted."""
+        lo = reshape(hlo.slice_in_dim(self.edges, 0, 0, 1), [])
+        hi = reshape(hlo.slice_in_dim(self.edges, 0, self.bins, self.bins + 1), [])
+        counted = _counted(x, lo, hi)
+        idt = _index_dtype(self.bins + 2)
+        if self.evenly_spaced:
+            position = _searched_near(x, self.edges, _interpolated_bin(x, lo, hi, self.bins, counted, idt))
+        else:
+            position = _add_scalar(convert(_bisect(self.edges, x, right=True), idt), -1)
+        return _closed_last_bin(position, self.bins), counted
+
+
+def _evenly_spaced_edges(lo: ir.Value, hi: ir.Value, bins: int) -> ir.Value:
+    """linspace(lo, hi, bins + 1) for 0-d bounds computed in the program, as ATen's CPU
+    linspace computes it: step = (hi - lo) / bins in the bounds' dtype, then lo + step * i
+    for the first half and hi - step * (bins - i) for the rest. The kernel is compiled
+    with those multiply-adds fused (one rounding each), and the edges decide bins
+    (histogram corrects its bins against them), so they run in float64 (only bins + 1
+    elements) and are rounded once to the bounds' dtype: a float32 product is exact in
+    float64, so float32 edges are eager's (measured: all of them over random ranges and
+    bin counts). For float64 bounds an edge can differ from eager's in its last bit."""
+    dt = dtype(lo)
+    steps = bins + 1
+    step = _divide(stablehlo.SubtractOp(hi, lo).result, full(bins, dt, []))
+
+    def wide(value: ir.Value) -> ir.Value:
+        return broadcast_to(convert(value, torch.float64), [steps])
+
+    i = iota([steps], 0, torch.float64)
+    head = stablehlo.AddOp(wide(lo), stablehlo.MulOp(wide(step), i).result).result
+    steps_from_end = stablehlo.SubtractOp(full(bins, torch.float64, [steps]), i).result
+    tail = stablehlo.SubtractOp(wide(hi), stablehlo.MulOp(wide(step), steps_from_end).result).result
+    return convert(select(compare(i, full(steps // 2, torch.float64, [steps]), "LT"), head, tail), dt)
+
+
+def _as_samples(self: ir.Value) -> ir.Value:
+    """histogramdd's input as [M, D]: M samples of D coordinates (the last dim)."""
+    shape = shape_of(self)
+    d = shape[-1]
+    return reshape(self, [math.prod(shape[:-1]), d])
+
+
+def _column(samples: ir.Value, j: int) -> ir.Value:
+    return reshape(hlo.slice_in_dim(samples, 1, j, j + 1), [shape_of(samples)[0]])
+
+
+def _outer_edges(ctx, samples: ir.Value, bounds) -> list[tuple[ir.Value, ir.Value]]:
+    """Each dimension's (first, last) edge as ATen chooses them: the given range (a flat
+    [lo0, hi0, lo1, hi1, ...]), else the data's min and max, [0, 1] for no data; a range
+    holding a single value is widened by 0.5 on each side."""
+    dt = dtype(samples)
+    m, d = shape_of(samples)
+    if bounds is None:
+        if m == 0:
+            return [(full(0.0, dt, []), full(1.0, dt, []))] * d
+        return [_widened(*_extremes(_column(samples, j)), 0.5) for j in range(d)]
+    if len(bounds) != 2 * d:
+        raise ctx.fail(
+            f"histogramdd: for a {d}-dimensional histogram range should have {2 * d} elements, "
+            f"but got {len(bounds)}"
+        )
+    edges = []
+    for lo, hi in zip(bounds[0::2], bounds[1::2]):
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            raise ctx.fail(f"histogram: range [{lo}, {hi}] must be finite with min <= max")
+        if lo == hi:  # compared and widened in double, as ATen does, before the cast
+            lo, hi = lo - 0.5, hi + 0.5
+        edges.append((full(lo, dt, []), full(hi, dt, [])))
+    return edges
+
+
+def _evenly_spaced_axes(ctx, samples: ir.Value, bins: Sequence[int], bounds) -> list[_HistogramAxis]:
+    d = shape_of(samples)[1]
+    if len(bins) != d:
+        raise ctx.fail("histogramdd: The size of bins must be equal to the innermost dimension of the input.")
+    outer = _outer_edges(ctx, samples, bounds)
+    return [_HistogramAxis(_evenly_spaced_edges(lo, hi, b), evenly_spaced=True) for (lo, hi), b in zip(outer, bins)]
+
+
+def _density(hist: ir.Value, edges: Sequence[ir.Value]) -> ir.Value:
+    """hist / (sum(hist) * bin volume), divided in ATen's order: by the total, then by
+    each dimension's bin widths."""
+    shape, dt = shape_of(hist), dtype(hist)
+    add = lambda acc, new: [stablehlo.AddOp(acc[0], new[0]).result]  # noqa: E731
+    (total,) = reduce([hist], [full(0, dt, [])], list(range(len(shape))), add)
+    hist = _divide(hist, broadcast_to(total, shape))
+    for j, e in enumerate(edges):
+        b = shape[j]
+        widths = stablehlo.SubtractOp(hlo.slice_in_dim(e, 0, 1, b + 1), hlo.slice_in_dim(e, 0, 0, b)).result
+        along_j = [b if k == j else 1 for k in range(len(shape))]
+        hist = _divide(hist, broadcast_to(reshape(convert(widths, dt), along_j), shape))
+    return hist
+
+
+def _histogramdd(
+    samples: ir.Value, axes: Sequence[_HistogramAxis], weight, density: bool, out_dtype: torch.dtype
+) -> ir.Value:
+    """The histogram of [M, D] samples over `axes` (one per coordinate); `weight` has
+    one entry per sample. An element out of range in any dimension is not counted."""
+    m = shape_of(samples)[0]
+    bins = [axis.bins for axis in axes]
+    if m == 0 or not axes or 0 in bins:
+        hist = full(0, out_dtype, bins)
+    else:
+        positions, counted = [], full(True, torch.bool, [m])
+        for j, axis in enumerate(axes):
+            position, inside = axis.bin_of(_column(samples, j))
+            positions.append(position)
+            counted = stablehlo.AndOp(counted, inside).result
+        weights = reshape(weight, [m]) if weight is not None else None
+        hist = _accumulate(positions, counted, weights, bins, out_dtype)
+    return _density(hist, [axis.edges for axis in axes]) if density else hist
+
+
+@lowers(aten.histogram.bin_ct, dynamic=Padding.INDEX)
+def _histogram_bin_ct(ctx, self, bins=100, *, range=None, weight=None, density=False):
+    """torch.histogram with a bin count: histogramdd of the flattened input in 1-D."""
+    samples = reshape(self, [math.prod(shape_of(self)), 1])
+    (axis,) = _evenly_spaced_axes(ctx, samples, [bins], range)
+    return _histogramdd(samples, [axis], weight, density, ctx.result_dtype(0)), axis.edges
+
+
+@lowers(aten.histogram.bins_tensor, dynamic=Padding.INDEX)
+def _histogram_bins_tensor(ctx, self, bins, *, weight=None, density=False):
+    """torch.histogram with given edges, which it also returns."""
+    samples = reshape(self, [math.prod(shape_of(self)), 1])
+    axis = _HistogramAxis(bins, evenly_spaced=False)
+    return _histogramdd(samples, [axis], weight, density, ctx.result_dtype(0)), bins
+
+
+@lowers(aten._histogramdd_bin_edges.default, dynamic=Padding.INDEX)
+def _histogramdd_bin_edges(ctx, self, bins, *, range=None, weight=None, density=False):
+    """The edges torch.histogramdd returns for bin counts (its histogram is
+    `_histogramdd_from_bin_cts`, which computes the same edges)."""
+    return tuple(axis.edges for axis in _evenly_spaced_axes(ctx, _as_samples(self), bins, range))
+
+
+@lowers(aten._histogramdd_from_bin_cts.default, dynamic=Padding.INDEX)
+def _histogramdd_from_bin_cts(ctx, self, bins, *, range=None, weight=None, density=False):
+    samples = _as_samples(self)
+    axes = _evenly_spaced_axes(ctx, samples, bins, range)
+    return _histogramdd(samples, axes, weight, density, ctx.result_dtype())
+
+
+@lowers(aten._histogramdd_from_bin_tensors.default, dynamic=Padding.INDEX)
+def _histogramdd_from_bin_tensors(ctx, self, bins, *, weight=None, density=False):
+    samples = _as_samples(self)
+    if len(bins) != shape_of(samples)[1]:
+        raise ctx.fail("histogramdd: The size of bins must be equal to the innermost dimension of the input.")
+    axes = [_HistogramAxis(edges, evenly_spaced=False) for edges in bins]
+    return _histogramdd(samples, axes, weight, density, ctx.result_dtype())
 
 
 # -- _embedding_bag ------------------------------------------------------------------------------------------

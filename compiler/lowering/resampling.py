@@ -1,5 +1,5 @@
 """Resampling: upsampling (nearest, nearest-exact, linear, bilinear, trilinear, bicubic,
-anti-aliased, and their backward) and grid_sampler_2d (and its backward).
+anti-aliased, and their backward) and grid_sampler_2d/3d (and their backward).
 
 Static index arithmetic (source pixels, interpolation weights) is done here in NumPy with
 the float type PyTorch's CPU kernels use, so indices and weights match eager bit for bit;
@@ -9,7 +9,9 @@ the graph only gathers, weights and reduces. Gathers and interpolation never mul
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -372,11 +374,23 @@ for _mode, _nd, _name, _align in [
     _register_upsample(_mode, _nd, _packet.default, _packet.vec, _backward.default if _backward else None, _align)
 
 
-# -- grid_sampler_2d --------------------------------------------------------------------------------
-# Follows PyTorch's vectorized CPU kernel (GridSamplerKernel.cpp), which is what eager runs
-# for f32/f64: clipping maps NaN to 0, out-of-bounds taps read 0 but keep their weight
-# (so a NaN/inf coordinate gives NaN with zeros padding), and taps are addressed with
+# -- grid_sampler_2d, grid_sampler_3d --------------------------------------------------------------
+# Eager runs a different CPU kernel for each, and each is followed in its own arithmetic
+# (a _Kernel below); gathering the taps, blending them and scattering gradients are shared
+# and work over any number of spatial dims. Coordinates are listed innermost first (x, y[, z]),
+# as the grid holds them; sizes likewise (W, H[, D]).
+#
+# grid_sampler_2d: the vectorized kernel (GridSamplerKernel.cpp), what eager runs for f32/f64.
+# It computes in opmath; clipping maps NaN to 0, out-of-bounds taps read 0 but keep their
+# weight (so a NaN/inf coordinate gives NaN with zeros padding), and taps are addressed with
 # truncating float->int conversion.
+#
+# grid_sampler_3d: the scalar kernel (grid_sampler_3d_cpu_impl in GridSampler.cpp). It computes
+# in the tensor's own type (f16/bf16 round after every operation); clipping is
+# std::min(size - 1, std::max(coord, 0)), which sends NaN to size - 1; reflection uses fmod; a
+# corner's weight is its distance to the opposite corner ((x0 + 1) - x, not 1 - (x - x0)); and
+# out-of-bounds taps are skipped, weight and all (so a NaN/inf coordinate gives 0 with zeros
+# padding). It has no bicubic mode: PyTorch refuses bicubic on 5-D input.
 _BILINEAR, _NEAREST, _BICUBIC = 0, 1, 2
 _ZEROS, _BORDER, _REFLECTION = 0, 1, 2
 
@@ -385,12 +399,14 @@ def _f(value, like: ir.Value) -> ir.Value:
     return full(value, dtype(like), shape_of(like))
 
 
-def _unnormalize(coord: ir.Value, size: int, align_corners: bool) -> ir.Value:
-    np_t = _np_type(dtype(coord))
-    if align_corners:  # (coord + 1) * ((size - 1) / 2)
-        return hlo.mul(hlo.add(coord, _f(1, coord)), _f(np_t(size - 1) / np_t(2), coord))
-    # (coord + 1) * (size / 2) - 0.5
-    return hlo.sub(hlo.mul(hlo.add(coord, _f(1, coord)), _f(np_t(size) / np_t(2), coord)), _f(0.5, coord))
+def _both(p: ir.Value, q: ir.Value) -> ir.Value:
+    return stablehlo.AndOp(p, q).result
+
+
+def _unnormalize_scale(size: int, align_corners: bool) -> float:
+    """d coord / d grid. Halving is exact, so rounding it once to the coordinate's type gives
+    the value both kernels compute ((size - 1) / 2 or size / 2 in that type)."""
+    return (size - 1) / 2 if align_corners else size / 2
 
 
 def _clip(coord: ir.Value, size: int) -> ir.Value:
@@ -400,30 +416,13 @@ def _clip(coord: ir.Value, size: int) -> ir.Value:
     return stablehlo.MinOp(coord, _f(size - 1, coord)).result
 
 
-def _reflect(coord: ir.Value, size: int, align_corners: bool) -> ir.Value:
-    if align_corners:
-        if size <= 1:
-            return _f(0, coord)
-        low, twice_span = 0.0, 2.0 * (size - 1)
-    else:
-        low, twice_span = -0.5, 2.0 * size
-    c = stablehlo.AbsOp(hlo.sub(coord, _f(low, coord))).result
-    flips = _trunc(stablehlo.DivOp(c, _f(twice_span, coord)).result)
-    extra = hlo.sub(c, hlo.mul(flips, _f(twice_span, coord)))
-    out = stablehlo.MinOp(extra, hlo.sub(_f(twice_span, coord), extra)).result
-    return hlo.add(out, _f(low, coord)) if low else out
-
-
-def _apply_padding(coord: ir.Value, size: int, padding_mode: int, align_corners: bool) -> ir.Value:
-    if padding_mode == _BORDER:
-        return _clip(coord, size)
-    if padding_mode == _REFLECTION:
-        return _clip(_reflect(coord, size, align_corners), size)
-    return coord
-
-
 def _trunc(v: ir.Value) -> ir.Value:
     return select(compare(v, _f(0, v), "LT"), stablehlo.CeilOp(v).result, stablehlo.FloorOp(v).result)
+
+
+def _odd(v: ir.Value) -> ir.Value:
+    """Whether the integer-valued float v is odd (false for NaN and inf)."""
+    return compare(stablehlo.RemOp(v, _f(2, v)).result, _f(1, v), "EQ")
 
 
 def _in_range(v: ir.Value, size: int) -> ir.Value:
@@ -431,39 +430,328 @@ def _in_range(v: ir.Value, size: int) -> ir.Value:
     return stablehlo.AndOp(compare(v, _f(-1, v), "GT"), compare(v, _f(size, v), "LT")).result
 
 
-def _flat_pixel_indices(ix: ir.Value, iy: ir.Value, h: int, w: int) -> ir.Value:
-    """(N, P) float pixel coordinates -> (N, P, 2) [batch, y * W + x] gather/scatter
-    indices (clamped; callers mask the out-of-bounds taps)."""
-    n, p = shape_of(ix)
-    xi = convert(_clip(ix, w), torch.int64)
-    yi = convert(_clip(iy, h), torch.int64)
-    flat = hlo.add(hlo.mul(yi, full(w, torch.int64, [n, p])), xi)
+def _reflection_bounds(size: int, align_corners: bool) -> tuple[float, int]:
+    """The low end and the length of the interval coordinates reflect into."""
+    return (0.0, size - 1) if align_corners else (-0.5, size)
+
+
+class _Corner(NamedTuple):
+    """One corner of the cell around a coordinate, for linear interpolation."""
+
+    sides: tuple[int, ...]  # per dim (x first): 0 on floor(coord), 1 on floor(coord) + 1
+    coords: list[ir.Value]
+    mask: ir.Value  # inside the input along every dim
+    weight: ir.Value
+
+
+class _Kernel(ABC):
+    """The coordinate arithmetic of one of PyTorch's grid_sampler CPU kernels."""
+
+    # Whether an out-of-bounds tap is left out entirely rather than read as 0 with its weight.
+    skips_out_of_bounds_taps: bool
+
+    @abstractmethod
+    def compute_dtype(self, dt: torch.dtype) -> torch.dtype:
+        """The type the kernel computes a `dt` input in."""
+
+    @abstractmethod
+    def unnormalize(self, coord: ir.Value, size: int, align_corners: bool) -> ir.Value:
+        """Grid coordinate in [-1, 1] -> pixel coordinate."""
+
+    @abstractmethod
+    def clip(self, coord: ir.Value, size: int) -> ir.Value:
+        """The coordinate clamped to [0, size - 1] (border padding)."""
+
+    @abstractmethod
+    def reflect(self, coord: ir.Value, size: int, align_corners: bool) -> ir.Value:
+        """The coordinate mirrored into the input's extent (reflection padding, before the clip)."""
+
+    @abstractmethod
+    def clip_with_grad(self, coord: ir.Value, size: int) -> tuple[ir.Value, ir.Value]:
+        """The clipped coordinate and its derivative."""
+
+    @abstractmethod
+    def reflect_with_grad(self, coord: ir.Value, size: int, align_corners: bool) -> tuple[ir.Value, ir.Value]:
+        """The reflected coordinate and its derivative."""
+
+    @abstractmethod
+    def linear_weights(self, coord: ir.Value, low: ir.Value, high: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The weights of the taps at floor(coord) = low and low + 1 = high."""
+
+    @abstractmethod
+    def corner_weight(self, factors: list[ir.Value]) -> ir.Value:
+        """A corner's weight from its per-dim (x first) weights, multiplied in the kernel's
+        order: XLA:CPU fuses products into the sums that follow as multiply-adds, and the
+        other order moves results by an ulp."""
+
+    @abstractmethod
+    def linear_grid_grads(self, values: list[ir.Value], corners: list[_Corner], weights,
+                          go: ir.Value) -> list[ir.Value]:
+        """d loss / d pixel coordinate, per dim, from the corners' values (N, P, C), their
+        per-dim (low, high) weights and the output gradient (N, P, C)."""
+
+    def apply_padding(self, coord: ir.Value, size: int, padding_mode: int, align_corners: bool) -> ir.Value:
+        if padding_mode == _BORDER:
+            return self.clip(coord, size)
+        if padding_mode == _REFLECTION:
+            return self.clip(self.reflect(coord, size, align_corners), size)
+        return coord
+
+    def source_coordinate(self, grid_coord: ir.Value, size: int, padding_mode: int,
+                          align_corners: bool) -> ir.Value:
+        """grid_sampler_compute_source_index: the padded pixel coordinate."""
+        coord = self.unnormalize(grid_coord, size, align_corners)
+        return self.apply_padding(coord, size, padding_mode, align_corners)
+
+    @abstractmethod
+    def backward_source_coordinate(self, grid_coord: ir.Value, size: int, padding_mode: int,
+                                   align_corners: bool) -> ir.Value:
+        """Where the backward pass places a nearest-neighbour sample."""
+
+    def coords_with_grad(self, grid_coord: ir.Value, size: int, padding_mode: int,
+                         align_corners: bool) -> tuple[ir.Value, ir.Value]:
+        """The padded pixel coordinate and d coord / d grid."""
+        coord = self.unnormalize(grid_coord, size, align_corners)
+        mult = _f(_unnormalize_scale(size, align_corners), coord)
+        if padding_mode == _BORDER:
+            coord, g = self.clip_with_grad(coord, size)
+            mult = hlo.mul(mult, g)
+        elif padding_mode == _REFLECTION:
+            coord, g = self.reflect_with_grad(coord, size, align_corners)
+            mult = hlo.mul(mult, g)
+            coord, g = self.clip_with_grad(coord, size)
+            mult = hlo.mul(mult, g)
+        return coord, mult
+
+
+class _VectorizedKernel(_Kernel):
+    """grid_sampler_2d's kernel (GridSamplerKernel.cpp)."""
+
+    skips_out_of_bounds_taps = False
+
+    def compute_dtype(self, dt):
+        return opmath_dtype(dt)
+
+    def unnormalize(self, coord, size, align_corners):
+        scale = _f(_unnormalize_scale(size, align_corners), coord)
+        if align_corners:  # (coord + 1) * ((size - 1) / 2)
+            return hlo.mul(hlo.add(coord, _f(1, coord)), scale)
+        # (coord + 1) * (size / 2) - 0.5
+        return hlo.sub(hlo.mul(hlo.add(coord, _f(1, coord)), scale), _f(0.5, coord))
+
+    def clip(self, coord, size):
+        return _clip(coord, size)
+
+    def reflect(self, coord, size, align_corners):
+        if align_corners and size <= 1:
+            return _f(0, coord)
+        low, span = _reflection_bounds(size, align_corners)
+        twice_span = 2.0 * span
+        c = stablehlo.AbsOp(hlo.sub(coord, _f(low, coord))).result
+        flips = _trunc(stablehlo.DivOp(c, _f(twice_span, coord)).result)
+        extra = hlo.sub(c, hlo.mul(flips, _f(twice_span, coord)))
+        out = stablehlo.MinOp(extra, hlo.sub(_f(twice_span, coord), extra)).result
+        return hlo.add(out, _f(low, coord)) if low else out
+
+    def clip_with_grad(self, coord, size):
+        """clip_coordinates_get_grad: a 0/1 multiplier that is 0 on and beyond the borders."""
+        clipped = _clip(coord, size)
+        lo = stablehlo.MaxOp(coord, _f(0, coord)).result
+        inside = _both(compare(lo, _f(0, coord), "NE"), compare(clipped, _f(size - 1, coord), "NE"))
+        return clipped, select(inside, _f(1, coord), _f(0, coord))
+
+    def reflect_with_grad(self, coord, size, align_corners):
+        """reflect_coordinates_get_grad: the derivative is +-1."""
+        if align_corners and size <= 1:
+            return _f(0, coord), _f(0, coord)
+        low, span = _reflection_bounds(size, align_corners)
+        twice_span = 2.0 * span
+        shifted = hlo.sub(coord, _f(low, coord))
+        negative = compare(shifted, _f(0, coord), "LT")
+        c = stablehlo.AbsOp(shifted).result
+        flips = _trunc(stablehlo.DivOp(c, _f(twice_span, coord)).result)
+        extra = hlo.sub(c, hlo.mul(flips, _f(twice_span, coord)))
+        reflected = hlo.sub(_f(twice_span, coord), extra)
+        one_more = compare(extra, reflected, "GT")
+        out = hlo.add(select(one_more, reflected, extra), _f(low, coord))
+        flip = stablehlo.XorOp(one_more, negative).result
+        return out, select(flip, _f(-1, coord), _f(1, coord))
+
+    def backward_source_coordinate(self, grid_coord, size, padding_mode, align_corners):
+        return self.source_coordinate(grid_coord, size, padding_mode, align_corners)
+
+    def linear_weights(self, coord, low, high):
+        above = hlo.sub(coord, low)  # the distance to the low tap is the high tap's weight
+        return hlo.sub(_f(1, coord), above), above
+
+    def corner_weight(self, factors):
+        return _product(factors[::-1])  # nw = s * e: the y distance times the x distance
+
+    def linear_grid_grads(self, values, corners, weights, go):
+        # The kernel's formulation: differences of neighbouring corners (out-of-bounds ones
+        # read 0), each weighted by the other dim's distances. 2-D only, as the kernel is.
+        nw, ne, sw, se = values
+        (ea, we), (so, no) = weights
+        dx = hlo.add(_times(hlo.sub(ne, nw), so), _times(hlo.sub(se, sw), no))
+        dy = hlo.add(_times(hlo.sub(sw, nw), ea), _times(hlo.sub(se, ne), we))
+        return [_channel_sum(hlo.mul(dx, go)), _channel_sum(hlo.mul(dy, go))]
+
+
+class _ScalarKernel(_Kernel):
+    """grid_sampler_3d's kernel (grid_sampler_3d_cpu_impl and its backward, GridSampler.cpp,
+    with the coordinate helpers of GridSampler.h)."""
+
+    skips_out_of_bounds_taps = True
+
+    def compute_dtype(self, dt):
+        return dt
+
+    def unnormalize(self, coord, size, align_corners):
+        plus_one = hlo.add(coord, _f(1, coord))
+        if align_corners:  # ((coord + 1) / 2) * (size - 1)
+            return hlo.mul(hlo.div(plus_one, _f(2, coord)), _f(size - 1, coord))
+        # ((coord + 1) * size - 1) / 2
+        return hlo.div(hlo.sub(hlo.mul(plus_one, _f(size, coord)), _f(1, coord)), _f(2, coord))
+
+    def clip(self, coord, size):
+        """std::min(size - 1, std::max(coord, 0)): each keeps its first argument unless the
+        comparison holds, so NaN becomes size - 1."""
+        zero, last = _f(0, coord), _f(size - 1, coord)
+        at_least_zero = select(compare(coord, zero, "LT"), zero, coord)
+        return select(compare(at_least_zero, last, "LT"), at_least_zero, last)
+
+    def _fold(self, c: ir.Value, size: int, align_corners: bool) -> tuple[ir.Value, ir.Value]:
+        """A distance c >= 0 from the low end folded into the interval (fmod, then mirrored
+        on an odd number of flips), and whether it was mirrored."""
+        low, span = _reflection_bounds(size, align_corners)
+        extra = stablehlo.RemOp(c, _f(span, c)).result
+        mirrored = _odd(stablehlo.FloorOp(stablehlo.DivOp(c, _f(span, c)).result).result)
+        out = select(mirrored, hlo.sub(_f(span, c), extra), extra)
+        return (hlo.add(out, _f(low, c)) if low else out), mirrored
+
+    def reflect(self, coord, size, align_corners):
+        if align_corners and size <= 1:  # a one-pixel interval: every coordinate lands on 0
+            return _f(0, coord)
+        low, _ = _reflection_bounds(size, align_corners)
+        c = stablehlo.AbsOp(hlo.sub(coord, _f(low, coord))).result
+        return self._fold(c, size, align_corners)[0]
+
+    def clip_with_grad(self, coord, size):
+        """clip_coordinates_set_grad: borders count as outside (derivative 0); NaN fails both
+        comparisons and passes through with derivative 1."""
+        below = compare(coord, _f(0, coord), "LE")
+        above = compare(coord, _f(size - 1, coord), "GE")
+        out = select(below, _f(0, coord), select(above, _f(size - 1, coord), coord))
+        outside = stablehlo.OrOp(below, above).result
+        return out, select(outside, _f(0, coord), _f(1, coord))
+
+    def reflect_with_grad(self, coord, size, align_corners):
+        """reflect_coordinates_set_grad: the derivative is -1 when exactly one of (below the
+        low end, mirrored) holds, else 1."""
+        if align_corners and size <= 1:
+            return _f(0, coord), _f(0, coord)
+        low, _ = _reflection_bounds(size, align_corners)
+        shifted = hlo.sub(coord, _f(low, coord))
+        negative = compare(shifted, _f(0, coord), "LT")
+        out, mirrored = self._fold(stablehlo.AbsOp(shifted).result, size, align_corners)
+        flip = stablehlo.XorOp(mirrored, negative).result
+        return out, select(flip, _f(-1, coord), _f(1, coord))
+
+    def backward_source_coordinate(self, grid_coord, size, padding_mode, align_corners):
+        # The backward places every sample with the _set_grad helpers, whose clip lets NaN
+        # through (out of bounds) where the forward's sends it to the border.
+        return self.coords_with_grad(grid_coord, size, padding_mode, align_corners)[0]
+
+    def linear_weights(self, coord, low, high):
+        return hlo.sub(high, coord), hlo.sub(coord, low)
+
+    def corner_weight(self, factors):
+        return _product(factors)  # tnw = (x distance) * (y distance) * (z distance)
+
+    def linear_grid_grads(self, values, corners, weights, go):
+        # Each in-bounds corner adds -/+ (its value . go) times the other dims' weights: minus
+        # on the low side of the dim, plus on the high side. A skipped corner adds nothing
+        # (not 0 times a NaN weight).
+        dots = [_channel_sum(hlo.mul(v, go)) for v in values]
+        grads = []
+        for d in range(len(weights)):
+            total = _f(0, dots[0])
+            for corner, dot in zip(corners, dots):
+                others = [weights[e][side] for e, side in enumerate(corner.sides) if e != d]
+                term = select(corner.mask, hlo.mul(dot, _product(others)), _f(0, dot))
+                total = hlo.add(total, term) if corner.sides[d] else hlo.sub(total, term)
+            grads.append(total)
+        return grads
+
+
+_VECTORIZED = _VectorizedKernel()
+_SCALAR = _ScalarKernel()
+
+
+def _product(factors: list[ir.Value]) -> ir.Value:
+    """The factors multiplied left to right, as the kernels write them."""
+    out = factors[0]
+    for factor in factors[1:]:
+        out = hlo.mul(out, factor)
+    return out
+
+
+# -- taps -----------------------------------------------------------------------------------------
+def _per_dim(place, grid_coords: list[ir.Value], sizes: Sequence[int], padding_mode: int,
+             align_corners: bool) -> list:
+    """place(grid coordinate, size, padding_mode, align_corners) for every dim."""
+    return [place(g, size, padding_mode, align_corners) for g, size in zip(grid_coords, sizes)]
+
+
+def _grid_coordinates(grid: ir.Value, dt: torch.dtype) -> list[ir.Value]:
+    """(N, *out, nd) grid -> its nd coordinates (x first), each (N, P) in `dt`."""
+    n, *out, nd = shape_of(grid)
+    p = math.prod(out)
+    g = reshape(convert(grid, dt), [n, p, nd])
+    return [reshape(stablehlo.SliceOp(g, [0, 0, d], [n, p, d + 1], [1, 1, 1]).result, [n, p])
+            for d in range(nd)]
+
+
+def _flat_pixel_indices(coords: list[ir.Value], sizes: Sequence[int]) -> ir.Value:
+    """(N, P) float pixel coordinates (x first) -> (N, P, 2) [batch, row-major pixel offset]
+    gather/scatter indices (clamped; callers mask the out-of-bounds taps)."""
+    n, p = shape_of(coords[0])
+    ints = [convert(_clip(c, size), torch.int64) for c, size in zip(coords, sizes)]
+    flat = ints[-1]
+    for i, size in zip(ints[-2::-1], sizes[-2::-1]):
+        flat = hlo.add(hlo.mul(flat, full(size, torch.int64, [n, p])), i)
     return stablehlo.ConcatenateOp([iota([n, p, 1], 0, torch.int64), reshape(flat, [n, p, 1])], 2).result
 
 
-def _concat_taps(taps) -> tuple[ir.Value, ir.Value]:
-    """[(ix, iy, mask)] over (N, P) -> ((N, T*P) x, (N, T*P) y) plus the mask."""
-    ix = stablehlo.ConcatenateOp([t[0] for t in taps], 1).result if len(taps) > 1 else taps[0][0]
-    iy = stablehlo.ConcatenateOp([t[1] for t in taps], 1).result if len(taps) > 1 else taps[0][1]
-    mask = stablehlo.ConcatenateOp([t[2] for t in taps], 1).result if len(taps) > 1 else taps[0][2]
-    return ix, iy, mask
+def _join(values: list[ir.Value]) -> ir.Value:
+    """(N, P, ...) values side by side along dim 1."""
+    return stablehlo.ConcatenateOp(values, 1).result if len(values) > 1 else values[0]
+
+
+def _concat_taps(taps) -> tuple[list[ir.Value], ir.Value]:
+    """[(coords, mask)] over (N, P) -> the (N, T*P) coordinates of all taps, per dim, and
+    their mask."""
+    nd = len(taps[0][0])
+    return [_join([coords[d] for coords, _ in taps]) for d in range(nd)], _join([mask for _, mask in taps])
 
 
 class _Sampler:
-    """Reads input pixels (N, C, H, W) at integer-valued float coordinates (N, P),
+    """Reads input pixels (N, C, *spatial) at integer-valued float coordinates (N, P),
     yielding (N, P, C) with 0 where the tap's mask is false. All taps of one call are
     one gather."""
 
     def __init__(self, x: ir.Value):
-        self.n, self.c, self.h, self.w = shape_of(x)
+        self.n, self.c, *spatial = shape_of(x)
+        self.sizes = spatial[::-1]
         self.dt = dtype(x)
-        self.table = transpose(reshape(x, [self.n, self.c, self.h * self.w]), [0, 2, 1])
+        self.table = transpose(reshape(x, [self.n, self.c, math.prod(spatial)]), [0, 2, 1])
 
     def many(self, taps) -> list[ir.Value]:
-        n, p = shape_of(taps[0][0])
-        ix, iy, mask = _concat_taps(taps)
+        """taps: [(coords, mask)]."""
+        n, p = shape_of(taps[0][1])
+        coords, mask = _concat_taps(taps)
         tp = len(taps) * p
-        idx = _flat_pixel_indices(ix, iy, self.h, self.w)
+        idx = _flat_pixel_indices(coords, self.sizes)
         attr = ir.Attribute.parse(
             "#stablehlo.gather<offset_dims = [2], collapsed_slice_dims = [0, 1], start_index_map = [0, 1], "
             "index_vector_dim = 2>"
@@ -475,8 +763,40 @@ class _Sampler:
             return [vals]
         return [stablehlo.SliceOp(vals, [0, t * p, 0], [n, (t + 1) * p, self.c], [1, 1, 1]).result for t in range(len(taps))]
 
-    def __call__(self, ix: ir.Value, iy: ir.Value, mask: ir.Value) -> ir.Value:
-        return self.many([(ix, iy, mask)])[0]
+    def __call__(self, coords: list[ir.Value], mask: ir.Value) -> ir.Value:
+        return self.many([(coords, mask)])[0]
+
+
+class _Scatterer:
+    """Accumulates (N, P, C) contributions at integer-valued float coordinates (N, P)
+    into an (N, C, *spatial) gradient, skipping taps whose mask is false; every `add`
+    joins one scatter."""
+
+    def __init__(self, n: int, c: int, spatial: Sequence[int], dt: torch.dtype):
+        self.n, self.c, self.spatial, self.dt = n, c, list(spatial), dt
+        self.taps: list = []
+        self.values: list[ir.Value] = []
+
+    def add(self, coords: list[ir.Value], mask: ir.Value, values: ir.Value) -> None:
+        self.taps.append((coords, mask))
+        self.values.append(values)
+
+    def result(self) -> ir.Value:
+        n, c, dt = self.n, self.c, self.dt
+        pixels = math.prod(self.spatial)
+        coords, mask = _concat_taps(self.taps)
+        values = _join(self.values)
+        tp = shape_of(values)[1]
+        mask = stablehlo.BroadcastInDimOp(tensor_type([n, tp, c], torch.bool), mask, [0, 1]).result
+        values = select(mask, values, full(0, dt, [n, tp, c]))
+        attr = ir.Attribute.parse(
+            "#stablehlo.scatter<update_window_dims = [2], inserted_window_dims = [0, 1], "
+            "scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 2>"
+        )
+        op = stablehlo.ScatterOp([tensor_type([n, pixels, c], dt)], [full(0, dt, [n, pixels, c])],
+                                 _flat_pixel_indices(coords, self.spatial[::-1]), [values], attr)
+        scalar_region(op.update_computation, [dt, dt], lambda a: [hlo.add(a[0], a[1])])
+        return reshape(transpose(op.results[0], [0, 2, 1]), [n, c, *self.spatial])
 
 
 def _times(vals: ir.Value, weight: ir.Value) -> ir.Value:
@@ -485,6 +805,74 @@ def _times(vals: ir.Value, weight: ir.Value) -> ir.Value:
     return hlo.mul(vals, w)
 
 
+def _channel_sum(x: ir.Value) -> ir.Value:
+    """(N, P, C) -> (N, P)."""
+    (out,) = reduce([x], [full(0, dtype(x), [])], [2], lambda a, b: [hlo.add(a[0], b[0])])
+    return out
+
+
+# -- linear (bilinear, trilinear) ---------------------------------------------------------------------
+def _linear_corners(kernel: _Kernel, coords: list[ir.Value], sizes: Sequence[int]):
+    """The 2**nd corners around each coordinate, x varying fastest (the kernels' nw, ne,
+    sw, se and tnw, tne, ..., bse order), and the per-dim (low, high) weights."""
+    ends, inside, weights = [], [], []
+    for coord, size in zip(coords, sizes):
+        low = stablehlo.FloorOp(coord).result
+        high = hlo.add(low, _f(1, low))
+        ends.append((low, high))
+        inside.append((_in_range(low, size), _in_range(high, size)))
+        weights.append(kernel.linear_weights(coord, low, high))
+    corners = []
+    for k in range(2 ** len(coords)):
+        sides = tuple((k >> d) & 1 for d in range(len(coords)))
+        mask = inside[0][sides[0]]
+        for d in range(1, len(coords)):
+            mask = _both(mask, inside[d][sides[d]])
+        weight = kernel.corner_weight([weights[d][side] for d, side in enumerate(sides)])
+        if kernel.skips_out_of_bounds_taps:
+            weight = select(mask, weight, _f(0, weight))
+        corners.append(_Corner(sides, [ends[d][side] for d, side in enumerate(sides)], mask, weight))
+    return corners, weights
+
+
+def _sum_weighted(values: list[ir.Value], weights: list[ir.Value]) -> ir.Value:
+    """sum_t values_t * weights_t in order: (N, P, C) values, (N, P) weights."""
+    out = _times(values[0], weights[0])
+    for vals, weight in zip(values[1:], weights[1:]):
+        out = hlo.add(out, _times(vals, weight))
+    return out
+
+
+def _linear_sample(kernel, sample, grid_coords, sizes, padding_mode, align_corners):
+    coords = _per_dim(kernel.source_coordinate, grid_coords, sizes, padding_mode, align_corners)
+    corners, _ = _linear_corners(kernel, coords, sizes)
+    values = sample.many([(corner.coords, corner.mask) for corner in corners])
+    return _sum_weighted(values, [corner.weight for corner in corners])
+
+
+def _linear_backward(kernel, sample, scatter, grid_coords, sizes, go, padding_mode, align_corners):
+    located = _per_dim(kernel.coords_with_grad, grid_coords, sizes, padding_mode, align_corners)
+    corners, weights = _linear_corners(kernel, [coord for coord, _ in located], sizes)
+    if scatter is not None:
+        for corner in corners:
+            scatter.add(corner.coords, corner.mask, _times(go, corner.weight))
+    values = sample.many([(corner.coords, corner.mask) for corner in corners])
+    grads = kernel.linear_grid_grads(values, corners, weights, go)
+    return [hlo.mul(grad, mult) for grad, (_, mult) in zip(grads, located)]
+
+
+# -- nearest -----------------------------------------------------------------------------------------
+def _nearest_pixels(coords: list[ir.Value], sizes: Sequence[int]) -> tuple[list[ir.Value], ir.Value]:
+    """The pixels nearest the padded coordinates (std::nearbyint: ties to even) and whether
+    they are inside the input."""
+    pixels = [stablehlo.RoundNearestEvenOp(coord).result for coord in coords]
+    mask = _in_range(pixels[0], sizes[0])
+    for pixel, size in zip(pixels[1:], sizes[1:]):
+        mask = _both(mask, _in_range(pixel, size))
+    return pixels, mask
+
+
+# -- bicubic (2-D only) ------------------------------------------------------------------------------
 def _cubic_weights(t: ir.Value) -> list[ir.Value]:
     a = -0.75
 
@@ -496,156 +884,6 @@ def _cubic_weights(t: ir.Value) -> list[ir.Value]:
 
     one = _f(1, t)
     return [conv2(hlo.add(t, one)), conv1(t), conv1(hlo.sub(one, t)), conv2(hlo.add(hlo.sub(one, t), one))]
-
-
-@lowers(
-    aten.grid_sampler_2d.default,
-    dynamic=Padding.SIZE,
-    dynamic_rule=reject_spatial_dynamic(aten.grid_sampler_2d.default),
-)
-def _grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
-    n, c, h, w = shape_of(x)
-    _, ho, wo, _ = shape_of(grid)
-    dt = dtype(x)
-    acc = opmath_dtype(dt)
-    g = reshape(convert(grid, acc), [n, ho * wo, 2])
-    gx = reshape(stablehlo.SliceOp(g, [0, 0, 0], [n, ho * wo, 1], [1, 1, 1]).result, [n, ho * wo])
-    gy = reshape(stablehlo.SliceOp(g, [0, 0, 1], [n, ho * wo, 2], [1, 1, 1]).result, [n, ho * wo])
-    sample = _Sampler(convert(x, acc))
-    ix = _unnormalize(gx, w, align_corners)
-    iy = _unnormalize(gy, h, align_corners)
-    both = lambda p, q: stablehlo.AndOp(p, q).result
-    if interpolation_mode == _BILINEAR:
-        ix = _apply_padding(ix, w, padding_mode, align_corners)
-        iy = _apply_padding(iy, h, padding_mode, align_corners)
-        x0 = stablehlo.FloorOp(ix).result
-        y0 = stablehlo.FloorOp(iy).result
-        one = _f(1, ix)
-        x1, y1 = hlo.add(x0, one), hlo.add(y0, one)
-        we = hlo.sub(ix, x0)  # distance to the west column
-        ea = hlo.sub(one, we)
-        no = hlo.sub(iy, y0)  # distance to the north row
-        so = hlo.sub(one, no)
-        mw, me, mn, ms = _in_range(x0, w), _in_range(x1, w), _in_range(y0, h), _in_range(y1, h)
-        nw_v, ne_v, sw_v, se_v = sample.many(
-            [(x0, y0, both(mw, mn)), (x1, y0, both(me, mn)), (x0, y1, both(mw, ms)), (x1, y1, both(me, ms))]
-        )
-        out = _times(nw_v, hlo.mul(so, ea))
-        out = hlo.add(out, _times(ne_v, hlo.mul(so, we)))
-        out = hlo.add(out, _times(sw_v, hlo.mul(no, ea)))
-        out = hlo.add(out, _times(se_v, hlo.mul(no, we)))
-    elif interpolation_mode == _NEAREST:
-        ix = stablehlo.RoundNearestEvenOp(_apply_padding(ix, w, padding_mode, align_corners)).result
-        iy = stablehlo.RoundNearestEvenOp(_apply_padding(iy, h, padding_mode, align_corners)).result
-        out = sample(ix, iy, both(_in_range(ix, w), _in_range(iy, h)))
-    elif interpolation_mode == _BICUBIC:
-        x0 = stablehlo.FloorOp(ix).result
-        y0 = stablehlo.FloorOp(iy).result
-        wx = _cubic_weights(hlo.sub(ix, x0))
-        wy = _cubic_weights(hlo.sub(iy, y0))
-
-        def bounded(cx, cy):
-            cx = _trunc(_apply_padding(cx, w, padding_mode, align_corners))
-            cy = _trunc(_apply_padding(cy, h, padding_mode, align_corners))
-            return cx, cy, both(_in_range(cx, w), _in_range(cy, h))
-
-        taps = [bounded(hlo.add(x0, _f(j - 1, x0)), hlo.add(y0, _f(i - 1, y0))) for i in range(4) for j in range(4)]
-        vals = sample.many(taps)
-        out = None
-        for i in range(4):
-            row = None
-            for j in range(4):
-                term = _times(vals[4 * i + j], wx[j])
-                row = term if row is None else hlo.add(row, term)
-            term = _times(row, wy[i])
-            out = term if out is None else hlo.add(out, term)
-    else:
-        raise ctx.fail(f"unknown grid_sampler interpolation mode {interpolation_mode}")
-    out = transpose(reshape(out, [n, ho, wo, c]), [0, 3, 1, 2])
-    return convert(out, dt)
-
-
-def _clip_with_grad(coord: ir.Value, size: int) -> tuple[ir.Value, ir.Value]:
-    """clip_coordinates_get_grad: the clipped coordinate and a 0/1 multiplier that is 0
-    on and beyond the borders."""
-    clipped = _clip(coord, size)
-    lo = stablehlo.MaxOp(coord, _f(0, coord)).result
-    inside = stablehlo.AndOp(compare(lo, _f(0, coord), "NE"), compare(clipped, _f(size - 1, coord), "NE")).result
-    return clipped, select(inside, _f(1, coord), _f(0, coord))
-
-
-def _reflect_with_grad(coord: ir.Value, size: int, align_corners: bool) -> tuple[ir.Value, ir.Value]:
-    """reflect_coordinates_get_grad: the reflected coordinate and its derivative (+-1)."""
-    if align_corners:
-        if size <= 1:
-            return _f(0, coord), _f(0, coord)
-        low, twice_span = 0.0, 2.0 * (size - 1)
-    else:
-        low, twice_span = -0.5, 2.0 * size
-    shifted = hlo.sub(coord, _f(low, coord))
-    negative = compare(shifted, _f(0, coord), "LT")
-    c = stablehlo.AbsOp(shifted).result
-    flips = _trunc(stablehlo.DivOp(c, _f(twice_span, coord)).result)
-    extra = hlo.sub(c, hlo.mul(flips, _f(twice_span, coord)))
-    reflected = hlo.sub(_f(twice_span, coord), extra)
-    one_more = compare(extra, reflected, "GT")
-    out = hlo.add(select(one_more, reflected, extra), _f(low, coord))
-    flip = stablehlo.XorOp(one_more, negative).result
-    return out, select(flip, _f(-1, coord), _f(1, coord))
-
-
-def _coords_with_grad(grid_coord, size, padding_mode, align_corners):
-    """ComputeLocation::apply_get_grad: the source coordinate and d coord / d grid."""
-    np_t = _np_type(dtype(grid_coord))
-    scale = np_t(size - 1) / np_t(2) if align_corners else np_t(size) / np_t(2)
-    coord = _unnormalize(grid_coord, size, align_corners)
-    mult = _f(scale, coord)
-    if padding_mode == _BORDER:
-        coord, g = _clip_with_grad(coord, size)
-        mult = hlo.mul(mult, g)
-    elif padding_mode == _REFLECTION:
-        coord, g = _reflect_with_grad(coord, size, align_corners)
-        mult = hlo.mul(mult, g)
-        coord, g = _clip_with_grad(coord, size)
-        mult = hlo.mul(mult, g)
-    return coord, mult
-
-
-class _Scatterer:
-    """Accumulates (N, P, C) contributions at integer-valued float coordinates (N, P)
-    into an (N, C, H, W) gradient, skipping taps whose mask is false; every `add` joins
-    one scatter."""
-
-    def __init__(self, n: int, c: int, h: int, w: int, dt: torch.dtype):
-        self.n, self.c, self.h, self.w, self.dt = n, c, h, w, dt
-        self.taps: list = []
-        self.values: list[ir.Value] = []
-
-    def add(self, ix: ir.Value, iy: ir.Value, mask: ir.Value, values: ir.Value) -> None:
-        self.taps.append((ix, iy, mask))
-        self.values.append(values)
-
-    def result(self) -> ir.Value:
-        n, c, h, w, dt = self.n, self.c, self.h, self.w, self.dt
-        ix, iy, mask = _concat_taps(self.taps)
-        values = stablehlo.ConcatenateOp(self.values, 1).result if len(self.values) > 1 else self.values[0]
-        tp = shape_of(values)[1]
-        mask = stablehlo.BroadcastInDimOp(tensor_type([n, tp, c], torch.bool), mask, [0, 1]).result
-        values = select(mask, values, full(0, dt, [n, tp, c]))
-        attr = ir.Attribute.parse(
-            "#stablehlo.scatter<update_window_dims = [2], inserted_window_dims = [0, 1], "
-            "scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 2>"
-        )
-        op = stablehlo.ScatterOp([tensor_type([n, h * w, c], dt)], [full(0, dt, [n, h * w, c])],
-                                 _flat_pixel_indices(ix, iy, h, w), [values], attr)
-        scalar_region(op.update_computation, [dt, dt], lambda a: [hlo.add(a[0], a[1])])
-        return reshape(transpose(op.results[0], [0, 2, 1]), [n, c, h, w])
-
-
-def _channel_sum(x: ir.Value) -> ir.Value:
-    """(N, P, C) -> (N, P)."""
-    (out,) = reduce([x], [full(0, dtype(x), [])], [2], lambda a, b: [hlo.add(a[0], b[0])])
-    return out
 
 
 def _cubic_weight_grads(t: ir.Value) -> list[ir.Value]:
@@ -663,6 +901,136 @@ def _cubic_weight_grads(t: ir.Value) -> list[ir.Value]:
     ]
 
 
+def _cubic_tap(kernel, x, y, sizes, padding_mode, align_corners):
+    """get_value_bounded's addressing: pad, then truncate to a pixel."""
+    (w, h) = sizes
+    x = _trunc(kernel.apply_padding(x, w, padding_mode, align_corners))
+    y = _trunc(kernel.apply_padding(y, h, padding_mode, align_corners))
+    return [x, y], _both(_in_range(x, w), _in_range(y, h))
+
+
+def _bicubic_sample(kernel, sample, grid_coords, sizes, padding_mode, align_corners):
+    ix, iy = (kernel.unnormalize(g, size, align_corners) for g, size in zip(grid_coords, sizes))
+    x0 = stablehlo.FloorOp(ix).result
+    y0 = stablehlo.FloorOp(iy).result
+    wx = _cubic_weights(hlo.sub(ix, x0))
+    wy = _cubic_weights(hlo.sub(iy, y0))
+    taps = [_cubic_tap(kernel, hlo.add(x0, _f(j - 1, x0)), hlo.add(y0, _f(i - 1, y0)), sizes, padding_mode,
+                       align_corners)
+            for i in range(4) for j in range(4)]
+    vals = sample.many(taps)
+    out = None
+    for i in range(4):
+        row = _sum_weighted(vals[4 * i:4 * i + 4], wx)
+        term = _times(row, wy[i])
+        out = term if out is None else hlo.add(out, term)
+    return out
+
+
+def _bicubic_backward(kernel, sample, scatter, grid_coords, sizes, go, padding_mode, align_corners):
+    (gx, gy), (w, h) = grid_coords, sizes
+    mx = _f(_unnormalize_scale(w, align_corners), gx)
+    my = _f(_unnormalize_scale(h, align_corners), gy)
+    ix = kernel.unnormalize(gx, w, align_corners)
+    iy = kernel.unnormalize(gy, h, align_corners)
+    x0 = stablehlo.FloorOp(ix).result
+    y0 = stablehlo.FloorOp(iy).result
+    tx, ty = hlo.sub(ix, x0), hlo.sub(iy, y0)
+    cx, cy = _cubic_weights(tx), _cubic_weights(ty)
+    dcx, dcy = _cubic_weight_grads(tx), _cubic_weight_grads(ty)
+    taps = [_cubic_tap(kernel, hlo.add(x0, _f(i - 1, x0)), hlo.add(y0, _f(j - 1, y0)), sizes, padding_mode,
+                       align_corners)
+            for i in range(4) for j in range(4)]
+    vals = sample.many(taps)
+    acc_x = acc_y = None
+    for i in range(4):
+        for j in range(4):
+            coords, mask = taps[4 * i + j]
+            if scatter is not None:
+                scatter.add(coords, mask, _times(go, hlo.mul(cx[i], cy[j])))
+            vg = hlo.mul(vals[4 * i + j], go)
+            tx_term = _times(vg, hlo.mul(dcx[i], cy[j]))
+            ty_term = _times(vg, hlo.mul(dcy[j], cx[i]))
+            acc_x = tx_term if acc_x is None else hlo.add(acc_x, tx_term)
+            acc_y = ty_term if acc_y is None else hlo.add(acc_y, ty_term)
+    return [hlo.mul(stablehlo.NegOp(_channel_sum(acc_x)).result, mx),
+            hlo.mul(stablehlo.NegOp(_channel_sum(acc_y)).result, my)]
+
+
+# -- the ops -----------------------------------------------------------------------------------------
+def _check_interpolation(ctx, interpolation_mode: int, nd: int) -> None:
+    if interpolation_mode == _BICUBIC and nd != 2:
+        raise ctx.fail("grid_sampler: bicubic interpolation only supports 4-D input "
+                       "(PyTorch refuses 5-D as well)")
+    if interpolation_mode not in (_BILINEAR, _NEAREST, _BICUBIC):
+        raise ctx.fail(f"unknown grid_sampler interpolation mode {interpolation_mode}")
+
+
+def _channels_first(out: ir.Value, n: int, out_spatial: Sequence[int], c: int) -> ir.Value:
+    """(N, P, C) -> (N, C, *out_spatial)."""
+    nd = len(out_spatial)
+    return transpose(reshape(out, [n, *out_spatial, c]), [0, nd + 1, *range(1, nd + 1)])
+
+
+def _grid_sample(ctx, kernel: _Kernel, x, grid, interpolation_mode, padding_mode, align_corners):
+    n, c, *spatial = shape_of(x)
+    out_spatial = shape_of(grid)[1:-1]
+    _check_interpolation(ctx, interpolation_mode, len(spatial))
+    dt = dtype(x)
+    ct = kernel.compute_dtype(dt)
+    grid_coords = _grid_coordinates(grid, ct)
+    sizes = spatial[::-1]
+    sample = _Sampler(convert(x, ct))
+    if interpolation_mode == _BILINEAR:
+        out = _linear_sample(kernel, sample, grid_coords, sizes, padding_mode, align_corners)
+    elif interpolation_mode == _NEAREST:
+        coords = _per_dim(kernel.source_coordinate, grid_coords, sizes, padding_mode, align_corners)
+        out = sample(*_nearest_pixels(coords, sizes))
+    else:
+        out = _bicubic_sample(kernel, sample, grid_coords, sizes, padding_mode, align_corners)
+    return convert(_channels_first(out, n, out_spatial, c), dt)
+
+
+def _grid_sample_backward(ctx, kernel: _Kernel, grad_output, x, grid, interpolation_mode, padding_mode,
+                          align_corners, output_mask):
+    n, c, *spatial = shape_of(x)
+    out_spatial = shape_of(grid)[1:-1]
+    _check_interpolation(ctx, interpolation_mode, len(spatial))
+    p = math.prod(out_spatial)
+    dt = dtype(x)
+    ct = kernel.compute_dtype(dt)
+    grid_coords = _grid_coordinates(grid, ct)
+    sizes = spatial[::-1]
+    go = transpose(reshape(convert(grad_output, ct), [n, c, p]), [0, 2, 1])  # (N, P, C)
+    sample = _Sampler(convert(x, ct))
+    scatter = _Scatterer(n, c, spatial, ct) if output_mask[0] else None
+    if interpolation_mode == _BILINEAR:
+        grads = _linear_backward(kernel, sample, scatter, grid_coords, sizes, go, padding_mode, align_corners)
+    elif interpolation_mode == _NEAREST:
+        coords = _per_dim(kernel.backward_source_coordinate, grid_coords, sizes, padding_mode, align_corners)
+        pixels, mask = _nearest_pixels(coords, sizes)
+        if scatter is not None:
+            scatter.add(pixels, mask, go)
+        grads = [full(0, ct, [n, p])] * len(spatial)  # a step function: no gradient to the grid
+    else:
+        grads = _bicubic_backward(kernel, sample, scatter, grid_coords, sizes, go, padding_mode,
+                                  align_corners)
+    # Eager returns grad_grid whatever output_mask[1] says (its meta too); unused, XLA drops it.
+    grad_grid = stablehlo.ConcatenateOp([reshape(g, [n, p, 1]) for g in grads], 2).result
+    grad_grid = convert(reshape(grad_grid, [n, *out_spatial, len(spatial)]), dtype(grid))
+    grad_input = convert(scatter.result(), dt) if scatter is not None else None
+    return grad_input, grad_grid
+
+
+@lowers(
+    aten.grid_sampler_2d.default,
+    dynamic=Padding.SIZE,
+    dynamic_rule=reject_spatial_dynamic(aten.grid_sampler_2d.default),
+)
+def _grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sample(ctx, _VECTORIZED, x, grid, interpolation_mode, padding_mode, align_corners)
+
+
 @lowers(
     aten.grid_sampler_2d_backward.default,
     dynamic=Padding.SIZE,
@@ -670,84 +1038,25 @@ def _cubic_weight_grads(t: ir.Value) -> list[ir.Value]:
 )
 def _grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, padding_mode, align_corners,
                               output_mask):
-    n, c, h, w = shape_of(x)
-    _, ho, wo, _ = shape_of(grid)
-    p = ho * wo
-    dt = dtype(x)
-    acc = opmath_dtype(dt)
-    g = reshape(convert(grid, acc), [n, p, 2])
-    gx = reshape(stablehlo.SliceOp(g, [0, 0, 0], [n, p, 1], [1, 1, 1]).result, [n, p])
-    gy = reshape(stablehlo.SliceOp(g, [0, 0, 1], [n, p, 2], [1, 1, 1]).result, [n, p])
-    go = transpose(reshape(convert(grad_output, acc), [n, c, p]), [0, 2, 1])  # (N, P, C)
-    sample = _Sampler(convert(x, acc))
-    scatter = _Scatterer(n, c, h, w, acc) if output_mask[0] else None
-    both = lambda a, b: stablehlo.AndOp(a, b).result
-    bc = lambda v: stablehlo.BroadcastInDimOp(tensor_type([n, p, c], acc), v, [0, 1]).result
-    zero_np = full(0, acc, [n, p])
-    if interpolation_mode == _BILINEAR:
-        ix, mx = _coords_with_grad(gx, w, padding_mode, align_corners)
-        iy, my = _coords_with_grad(gy, h, padding_mode, align_corners)
-        x0 = stablehlo.FloorOp(ix).result
-        y0 = stablehlo.FloorOp(iy).result
-        one = _f(1, ix)
-        x1, y1 = hlo.add(x0, one), hlo.add(y0, one)
-        we = hlo.sub(ix, x0)
-        ea = hlo.sub(one, we)
-        no = hlo.sub(iy, y0)
-        so = hlo.sub(one, no)
-        mw, me, mn, ms = _in_range(x0, w), _in_range(x1, w), _in_range(y0, h), _in_range(y1, h)
-        corners = [(x0, y0, both(mw, mn), hlo.mul(so, ea)), (x1, y0, both(me, mn), hlo.mul(so, we)),
-                   (x0, y1, both(mw, ms), hlo.mul(no, ea)), (x1, y1, both(me, ms), hlo.mul(no, we))]
-        for cx, cy, mask, weight in corners:
-            if scatter is not None:
-                scatter.add(cx, cy, mask, hlo.mul(go, bc(weight)))
-        nw, ne, sw, se = sample.many([corner[:3] for corner in corners])
-        dx = hlo.add(hlo.mul(hlo.sub(ne, nw), bc(so)), hlo.mul(hlo.sub(se, sw), bc(no)))
-        dy = hlo.add(hlo.mul(hlo.sub(sw, nw), bc(ea)), hlo.mul(hlo.sub(se, ne), bc(we)))
-        grad_x = hlo.mul(_channel_sum(hlo.mul(dx, go)), mx)
-        grad_y = hlo.mul(_channel_sum(hlo.mul(dy, go)), my)
-    elif interpolation_mode == _NEAREST:
-        ix = stablehlo.RoundNearestEvenOp(_apply_padding(_unnormalize(gx, w, align_corners), w, padding_mode, align_corners)).result
-        iy = stablehlo.RoundNearestEvenOp(_apply_padding(_unnormalize(gy, h, align_corners), h, padding_mode, align_corners)).result
-        if scatter is not None:
-            scatter.add(ix, iy, both(_in_range(ix, w), _in_range(iy, h)), go)
-        grad_x = grad_y = zero_np
-    elif interpolation_mode == _BICUBIC:
-        np_t = _np_type(acc)
-        mx = _f(np_t(w - 1) / np_t(2) if align_corners else np_t(w) / np_t(2), gx)
-        my = _f(np_t(h - 1) / np_t(2) if align_corners else np_t(h) / np_t(2), gy)
-        ix = _unnormalize(gx, w, align_corners)
-        iy = _unnormalize(gy, h, align_corners)
-        x0 = stablehlo.FloorOp(ix).result
-        y0 = stablehlo.FloorOp(iy).result
-        tx, ty = hlo.sub(ix, x0), hlo.sub(iy, y0)
-        cx, cy = _cubic_weights(tx), _cubic_weights(ty)
-        dcx, dcy = _cubic_weight_grads(tx), _cubic_weight_grads(ty)
-        taps = []
-        for i in range(4):
-            for j in range(4):
-                xx = _trunc(_apply_padding(hlo.add(x0, _f(i - 1, x0)), w, padding_mode, align_corners))
-                yy = _trunc(_apply_padding(hlo.add(y0, _f(j - 1, y0)), h, padding_mode, align_corners))
-                taps.append((xx, yy, both(_in_range(xx, w), _in_range(yy, h))))
-        vals = sample.many(taps)
-        acc_x = acc_y = None
-        for i in range(4):
-            for j in range(4):
-                xx, yy, mask = taps[4 * i + j]
-                if scatter is not None:
-                    scatter.add(xx, yy, mask, hlo.mul(go, bc(hlo.mul(cx[i], cy[j]))))
-                vg = hlo.mul(vals[4 * i + j], go)
-                tx_term = hlo.mul(vg, bc(hlo.mul(dcx[i], cy[j])))
-                ty_term = hlo.mul(vg, bc(hlo.mul(dcy[j], cx[i])))
-                acc_x = tx_term if acc_x is None else hlo.add(acc_x, tx_term)
-                acc_y = ty_term if acc_y is None else hlo.add(acc_y, ty_term)
-        grad_x = hlo.mul(stablehlo.NegOp(_channel_sum(acc_x)).result, mx)
-        grad_y = hlo.mul(stablehlo.NegOp(_channel_sum(acc_y)).result, my)
-    else:
-        raise ctx.fail(f"unknown grid_sampler interpolation mode {interpolation_mode}")
-    grad_grid = None
-    if output_mask[1]:
-        grad_grid = stablehlo.ConcatenateOp([reshape(grad_x, [n, p, 1]), reshape(grad_y, [n, p, 1])], 2).result
-        grad_grid = convert(reshape(grad_grid, [n, ho, wo, 2]), dtype(grid))
-    grad_input = convert(scatter.result(), dt) if scatter is not None else None
-    return grad_input, grad_grid
+    return _grid_sample_backward(ctx, _VECTORIZED, grad_output, x, grid, interpolation_mode, padding_mode,
+                                 align_corners, output_mask)
+
+
+@lowers(
+    aten.grid_sampler_3d.default,
+    dynamic=Padding.SIZE,
+    dynamic_rule=reject_spatial_dynamic(aten.grid_sampler_3d.default),
+)
+def _grid_sampler_3d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sample(ctx, _SCALAR, x, grid, interpolation_mode, padding_mode, align_corners)
+
+
+@lowers(
+    aten.grid_sampler_3d_backward.default,
+    dynamic=Padding.SIZE,
+    dynamic_rule=reject_spatial_dynamic(aten.grid_sampler_3d_backward.default),
+)
+def _grid_sampler_3d_backward(ctx, grad_output, x, grid, interpolation_mode, padding_mode, align_corners,
+                              output_mask):
+    return _grid_sample_backward(ctx, _SCALAR, grad_output, x, grid, interpolation_mode, padding_mode,
+                                 align_corners, output_mask)

@@ -68,9 +68,6 @@ _LSTSQ = ("linalg_lstsq's out= form: its functional form returns sizes that depe
           "the rank (data-dependent), so it has no lowering; the CPU runs it")
 
 CPU_FALLBACK: dict[str, str] = {
-    "histogram": _NO_LOWERING.format("aten.histogram (bin_ct, bins_tensor)"),
-    "histogramdd": _NO_LOWERING.format("aten._histogramdd_bin_edges / _histogramdd_from_bin_cts"),
-    "grid_sampler_3d": _NO_LOWERING.format("aten.grid_sampler_3d"),
     "nn.functional.ctc_loss": _NO_LOWERING.format("aten._ctc_loss"),
     "_segment_reduce.lengths": _NO_LOWERING.format("aten.segment_reduce"),
     "_segment_reduce.offsets": _NO_LOWERING.format("aten.segment_reduce"),

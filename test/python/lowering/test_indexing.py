@@ -334,7 +334,7 @@ def test_bucketize(right):
     check(lambda b: torch.bucketize(0.0, b, right=right, out_int32=True), SEQ, ops=[aten.bucketize.Scalar])
 
 
-# -- isin / histc -------------------------------------------------------------------------------------------------------
+# -- isin / histc / histogram -------------------------------------------------------------------------------------------------------
 def test_isin():
     check(lambda a, b: torch.isin(a, b), torch.arange(12).reshape(3, 4), torch.tensor([3, 7, 7, 11, 20]), ops=[aten.isin.Tensor_Tensor])
     check(lambda a, b: torch.isin(a, b, invert=True), torch.tensor([1.0, float("nan"), -0.0]), torch.tensor([0.0, float("nan")]))
@@ -343,12 +343,84 @@ def test_isin():
     check(lambda a, b: torch.isin(a, b), torch.arange(4), torch.zeros(0, dtype=torch.long))
 
 
+# Values on the edges (exact for these ranges), on the rightmost edge, outside, NaN, infinite.
+ON_EDGES = torch.tensor([-2.0, -1.5, 0.0, 0.5, 2.0, 2.5, -3.0, float("nan"), float("inf"), float("-inf"), 1.75])
+
+
+def _edges_and_neighbours(edges: torch.Tensor) -> torch.Tensor:
+    """Each edge and the floats just below and above it: where the interpolated bin is
+    off by one and the kernel's search against the edges corrects it. Subnormals are left
+    out: XLA flushes them to zero."""
+    x = torch.cat([edges, torch.nextafter(edges, edges - 1), torch.nextafter(edges, edges + 1)])
+    return x[(x.abs() >= torch.finfo(x.dtype).tiny) | (x == 0)]
+
+
 def test_histc():
     x = torch.cat([torch.randn(50), torch.tensor([2.0, -2.0, 1.0, float("nan"), 5.0])])
     check(lambda x: torch.histc(x, bins=8, min=-2, max=2), x, ops=[aten.histc.default])
     check(lambda x: torch.histc(x, bins=5), torch.randn(40))  # the data's range
     check(lambda x: torch.histc(x, bins=3), torch.full((4,), 2.0))  # a single value: [v - 1, v + 1]
     check(lambda x: torch.histc(x, bins=4, min=0, max=1), torch.rand(30).double())
+    # Near the edges the bin hangs on the last bit of (x - min) * bins / (max - min).
+    edges = torch.histogram(torch.zeros(1), 6, range=(0.1, 0.7)).bin_edges
+    check(lambda x: torch.histc(x, bins=6, min=0.1, max=0.7), torch.cat([_edges_and_neighbours(edges), torch.rand(2000) * 0.6 + 0.1]))
+
+
+@pytest.mark.parametrize("density", [False, True])
+def test_histogram_bin_count(density):
+    x = torch.cat([torch.randn(60), ON_EDGES])
+    hist = lambda x: torch.histogram(x, bins=8, range=(-2.0, 2.0), density=density)
+    check(hist, x, ops=[aten.histogram.bin_ct])
+    check(lambda x: torch.histogram(x, bins=5, density=density), torch.randn(3, 4, 5))  # the data's range
+    check(lambda x, w: torch.histogram(x, bins=6, range=(-1.0, 3.0), weight=w, density=density), torch.randn(40), torch.rand(40))
+    check(lambda x: torch.histogram(x, bins=7, density=density), torch.randn(33).double())
+
+
+def test_histogram_bin_count_follows_the_edges():
+    for lo, hi, bins in [(-1.0, 1.0, 7), (0.1, 0.7, 6), (-3.3, 2.9, 13)]:
+        edges = torch.histogram(torch.zeros(1), bins, range=(lo, hi)).bin_edges
+        check(lambda x: torch.histogram(x, bins, range=(lo, hi)), _edges_and_neighbours(edges))
+        check(lambda x: torch.histogram(x, bins), _edges_and_neighbours(edges))  # the data's range: the same edges
+
+
+def test_histogram_degenerate_and_empty():
+    check(lambda x: torch.histogram(x, bins=3), torch.full((4,), 2.0))  # a single value: [v - 0.5, v + 0.5]
+    check(lambda x: torch.histogram(x, bins=4, range=(1.0, 1.0)), torch.tensor([0.5, 1.0, 1.2, 1.5, 2.0]))
+    check(lambda x: torch.histogram(x, bins=3), torch.zeros(0))  # no data: [0, 1]
+    check(lambda x: torch.histogram(x, bins=3, density=True), torch.zeros(0, 2))  # 0 / 0: NaN
+
+
+@pytest.mark.parametrize("density", [False, True])
+def test_histogram_bins_tensor(density):
+    edges = torch.tensor([-2.0, -1.5, -1.0, 0.0, 0.25, 2.0])  # not evenly spaced
+    x = torch.cat([torch.randn(66), ON_EDGES])
+    check(lambda x, e: torch.histogram(x, e, density=density), x, edges, ops=[aten.histogram.bins_tensor])
+    check(lambda x, e, w: torch.histogram(x, e, weight=w, density=density), x.reshape(7, 11), edges, torch.rand(7, 11))
+    check(lambda x, e: torch.histogram(x, e, density=density), x.double(), edges.double())
+
+
+@pytest.mark.parametrize("density", [False, True])
+def test_histogramdd_bin_counts(density):
+    ops = [aten._histogramdd_bin_edges.default, aten._histogramdd_from_bin_cts.default]
+    points = torch.randn(50, 2)
+    check(lambda x: torch.histogramdd(x, bins=4, density=density), points, ops=ops)
+    check(lambda x: torch.histogramdd(x, bins=[3, 5], range=[-1.0, 1.0, 0.0, 2.0], density=density), points)
+    on_edges = torch.stack([ON_EDGES, ON_EDGES.flip(0)], dim=1)
+    check(lambda x: torch.histogramdd(x, bins=[8, 4], range=[-2.0, 2.0, -2.0, 2.0], density=density), on_edges)
+    check(lambda x, w: torch.histogramdd(x, bins=[2, 3, 4], weight=w, density=density), torch.randn(6, 7, 3), torch.rand(6, 7))
+    check(lambda x: torch.histogramdd(x, bins=[3, 2, 2], density=density), torch.randn(30, 3).double())
+
+
+@pytest.mark.parametrize("density", [False, True])
+def test_histogramdd_bin_tensors(density):
+    e0 = torch.tensor([-2.0, -1.5, -1.0, 0.0, 0.25, 2.0])
+    e1 = torch.tensor([-1.0, 0.5, 2.0])
+    e2 = torch.tensor([-3.0, -0.5, 0.0, 1.0])
+    on_edges = torch.stack([ON_EDGES, ON_EDGES.flip(0)], dim=1)
+    fn = lambda x, a, b: torch.histogramdd(x, bins=[a, b], density=density)
+    check(fn, torch.cat([torch.randn(40, 2), on_edges]), e0, e1, ops=[aten._histogramdd_from_bin_tensors.default])
+    fn = lambda x, a, b, c, w: torch.histogramdd(x, bins=[a, b, c], weight=w, density=density)
+    check(fn, torch.randn(5, 8, 3), e0, e1, e2, torch.rand(5, 8))
 
 
 # -- _embedding_bag -------------------------------------------------------------------------------------------------------------

@@ -274,6 +274,71 @@ def test_grid_sampler_2d_misc():
     check(lambda x, g: aten.grid_sampler_2d(x, g, 0, 0, False), X4S, g, ops=[aten.grid_sampler_2d.default])
 
 
+# -- grid_sampler_3d -----------------------------------------------------------------------------
+X5S = torch.randn(2, 3, 4, 5, 6)
+GRID3 = torch.rand(2, 3, 4, 5, 3) * 2.6 - 1.3  # reaches outside [-1, 1]
+
+# (interpolation: 0 trilinear, 1 nearest; padding: 0 zeros, 1 border, 2 reflection; align_corners).
+# Bicubic is 2-D only: PyTorch refuses it on 5-D input.
+GRID3_MODES = [(interp, padding, align)
+               for interp in (0, 1) for padding in (0, 1, 2) for align in (False, True)]
+
+
+def _grid3_with_non_finite():
+    """GRID3 with NaN and +-inf coordinates, and points far outside [-1, 1]: eager's 3-D
+    kernel skips the out-of-bounds taps of a NaN/inf coordinate (0 with zeros padding) and
+    clips NaN to the far border (border, reflection)."""
+    g = GRID3.clone()
+    g[0, 0, 0, 0, 0] = float("nan")
+    g[0, 0, 1, 1, 1] = float("inf")
+    g[1, 2, 3, 0, 2] = float("-inf")
+    g[1, 1, 1, 1] = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    g[0, 2, 2, 2] = torch.tensor([7.3, -9.1, 13.7])
+    return g
+
+
+@pytest.mark.parametrize("interp,padding,align", GRID3_MODES)
+def test_grid_sampler_3d(interp, padding, align):
+    check(lambda x, g: aten.grid_sampler_3d(x, g, interp, padding, align), X5S, GRID3, rtol=1e-5, atol=1e-5,
+          ops=[aten.grid_sampler_3d.default])
+
+
+@pytest.mark.parametrize("interp,padding,align", GRID3_MODES)
+def test_grid_sampler_3d_non_finite_coordinates(interp, padding, align):
+    check(lambda x, g: aten.grid_sampler_3d(x, g, interp, padding, align), X5S, _grid3_with_non_finite(),
+          rtol=1e-5, atol=1e-5, ops=[aten.grid_sampler_3d.default])
+
+
+def test_grid_sampler_3d_dtypes():
+    F = torch.nn.functional
+    check(lambda x, g: F.grid_sample(x, g, align_corners=False), X5S.double(), GRID3.double(),
+          ops=[aten.grid_sampler_3d.default])
+    check(lambda x, g: F.grid_sample(x, g, mode="nearest", padding_mode="reflection", align_corners=True),
+          X5S.double(), GRID3.double(), ops=[aten.grid_sampler_3d.default])
+    # The kernel computes in bf16 itself, rounding after every operation, as the lowering does.
+    check(lambda x, g: aten.grid_sampler_3d(x, g, 0, 2, False), X5S.bfloat16(), GRID3.bfloat16(),
+          ops=[aten.grid_sampler_3d.default])
+    # In f16 as well, but XLA:CPU keeps f16 intermediates in f32: a few f16 ulps apart.
+    check(lambda x, g: aten.grid_sampler_3d(x, g, 0, 1, True), X5S.half(), GRID3.half(), rtol=1e-2, atol=1e-2,
+          ops=[aten.grid_sampler_3d.default])
+
+
+def test_grid_sampler_3d_refuses_bicubic():
+    """PyTorch has no bicubic mode for 5-D input (its meta refuses to trace one): a graph
+    that holds one anyway is refused by the lowering."""
+    from torch_tpu.compiler.importer import import_graph
+    from torch_tpu.compiler.lowering import LoweringError
+
+    graph = torch.fx.Graph()
+    x, grid = graph.placeholder("x"), graph.placeholder("grid")
+    x.meta["val"], grid.meta["val"] = X5S, GRID3
+    node = graph.call_function(aten.grid_sampler_3d.default, (x, grid, 2, 0, False))
+    node.meta["val"] = torch.empty(2, 3, 3, 4, 5)
+    graph.output(node)
+    with pytest.raises(LoweringError, match="bicubic"):
+        import_graph(torch.fx.GraphModule({}, graph))
+
+
 # -- embedding ----------------------------------------------------------------------------------
 def test_embedding():
     w = torch.randn(10, 4)
@@ -326,6 +391,39 @@ def test_grid_sampler_2d_backward(interp, padding, align):
     g = torch.randn(2, 3, 4, 5)
     check(lambda g, x, grid: aten.grid_sampler_2d_backward(g, x, grid, interp, padding, align, [True, True]),
           g, X4S, GRID, rtol=1e-4, atol=1e-4, ops=[aten.grid_sampler_2d_backward.default])
+
+
+@pytest.mark.parametrize("interp,padding,align", GRID3_MODES)
+def test_grid_sampler_3d_backward(interp, padding, align):
+    g = torch.randn(2, 3, 3, 4, 5)
+    check(lambda g, x, grid: aten.grid_sampler_3d_backward(g, x, grid, interp, padding, align, [True, True]),
+          g, X5S, GRID3, rtol=1e-4, atol=1e-4, ops=[aten.grid_sampler_3d_backward.default])
+
+
+@pytest.mark.parametrize("interp,padding,align", GRID3_MODES)
+def test_grid_sampler_3d_backward_non_finite_coordinates(interp, padding, align):
+    """The backward places samples with the _set_grad helpers, whose clip lets NaN through
+    (no gradient anywhere) where the forward's sends it to the border."""
+    g = torch.randn(2, 3, 3, 4, 5)
+    check(lambda g, x, grid: aten.grid_sampler_3d_backward(g, x, grid, interp, padding, align, [True, True]),
+          g, X5S, _grid3_with_non_finite(), rtol=1e-4, atol=1e-4, ops=[aten.grid_sampler_3d_backward.default])
+
+
+@pytest.mark.parametrize("output_mask", [[True, False], [False, True]])
+def test_grid_sampler_backward_output_mask(output_mask):
+    """Eager returns grad_grid whatever output_mask[1] says; grad_input only when asked."""
+    for op, g, x, grid in ((aten.grid_sampler_3d_backward, torch.randn(2, 3, 3, 4, 5), X5S, GRID3),
+                           (aten.grid_sampler_2d_backward, torch.randn(2, 3, 4, 5), X4S, GRID)):
+        check(lambda g, x, grid: op(g, x, grid, 0, 1, False, output_mask), g, x, grid, rtol=1e-4, atol=1e-4,
+              ops=[op.default])
+
+
+def test_grid_sampler_3d_backward_float64():
+    g = torch.randn(2, 3, 3, 4, 5, dtype=torch.float64)
+    for interp, padding, align in [(0, 0, False), (0, 2, True), (1, 1, False)]:
+        mode = (interp, padding, align, [True, True])
+        check(lambda g, x, grid: aten.grid_sampler_3d_backward(g, x, grid, *mode),
+              g, X5S.double(), GRID3.double(), ops=[aten.grid_sampler_3d_backward.default])
 
 
 AA_CASES = [([9, 11], False), ([40, 29], True), ([5, 5], True), ([17, 6], False)]

@@ -115,7 +115,9 @@ def test_a_class_declared_apart_needs_a_lowering(scratch):
 # the five unique overloads (index: unique only refuses, by name, as nonzero does).
 # 411 safe, 55 masked: the foreach family (#28): 73 elementwise _foreach_* overloads, and
 # _foreach_norm.Scalar / _foreach_max.default (reductions of each whole tensor).
-CLASS_COUNTS = {'count': 40, 'eager': 30, 'index': 53, 'masked': 54, 'movement': 74, 'prefix': 5, 'safe': 411, 'size': 51, 'window': 23}
+# 58 index, 53 size (#28, fourteenth session): histogram (bin_ct, bins_tensor) and the three _histogramdd
+# overloads (index, as histc); grid_sampler_3d and its backward (size, as grid_sampler_2d).
+CLASS_COUNTS = {'count': 40, 'eager': 30, 'index': 58, 'masked': 54, 'movement': 74, 'prefix': 5, 'safe': 411, 'size': 53, 'window': 23}
 OPS_WITH_A_RULE = {
     "count": """
         _batch_norm_with_update.default _batch_norm_with_update_functional.default
@@ -177,6 +179,7 @@ OPS_WITH_A_RULE = {
         _upsample_nearest_exact2d_backward.default _upsample_nearest_exact3d.default
         _upsample_nearest_exact3d.vec _upsample_nearest_exact3d_backward.default arange.start
         arange.start_step grid_sampler_2d.default grid_sampler_2d_backward.default
+        grid_sampler_3d.default grid_sampler_3d_backward.default
         upsample_bicubic2d.default upsample_bicubic2d.vec upsample_bicubic2d_backward.default
         upsample_bilinear2d.default upsample_bilinear2d.vec upsample_bilinear2d_backward.default
         upsample_linear1d.default upsample_linear1d.vec upsample_linear1d_backward.default
