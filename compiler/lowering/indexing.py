@@ -170,15 +170,20 @@ class ScatterSpec:
 
 
 def prefix_sum_1d(x: ir.Value) -> ir.Value:
-    """Inclusive prefix sum of a 1-D tensor in log2(n) shifted adds (Hillis-Steele):
+    """Inclusive prefix sum of a 1-D tensor (prefix_sum_last_axis)."""
+    return prefix_sum_last_axis(x)
+
+
+def prefix_sum_last_axis(x: ir.Value) -> ir.Value:
+    """Inclusive prefix sum along the last axis in log2(n) shifted adds (Hillis-Steele):
     O(n log n) work and no quadratic reduce_window on backends that lack a scan."""
-    (n,) = shape_of(x)
-    dt = dtype(x)
-    zero = full(0, dt, [])
+    shape = shape_of(x)
+    rank, n = len(shape), shape[-1]
+    zero = full(0, dtype(x), [])
     shift = 1
     while shift < n:
-        head = stablehlo.SliceOp(x, [0], [n - shift], [1]).result
-        shifted = stablehlo.PadOp(head, zero, [shift], [0], [0]).result
+        head = stablehlo.SliceOp(x, [0] * rank, shape[:-1] + [n - shift], [1] * rank).result
+        shifted = stablehlo.PadOp(head, zero, [0] * (rank - 1) + [shift], [0] * rank, [0] * rank).result
         x = stablehlo.AddOp(x, shifted).result
         shift *= 2
     return x
@@ -734,6 +739,221 @@ def _index_fill(ctx, self, dim, index, value):
         hit = stablehlo.BroadcastInDimOp(tensor_type(shape, torch.bool), hit, [dim]).result
     fill = convert(value, dtype(self)) if isinstance(value, ir.Value) else full(value, dtype(self), [])
     return select(hit, broadcast_to(fill, shape), self)
+
+
+# -- segment_reduce ---------------------------------------------------------------------------------
+# torch.segment_reduce reduces consecutive runs of `data` along `axis`: segment s of batch row b
+# covers positions offsets[b, s] <= k < offsets[b, s + 1] (offsets given, or the lengths' prefix
+# sums). Each element's segment id comes from marking the segment starts and prefix-summing the
+# marks; the reduction is then one scatter into [rows, segments + 1, inner], the extra segment
+# collecting the elements no segment covers (unsafe lengths that do not sum to the axis size,
+# offsets that do not start at 0).
+_SEGMENT_KIND = {"sum": "add", "mean": "add", "prod": "mul", "max": "max", "min": "min"}
+
+
+def _segment_identity(reduce: str):
+    """ATen's start value of a segment without `initial` (what an empty one returns)."""
+    return {"sum": 0, "mean": 0, "prod": 1, "max": float("-inf"), "min": float("inf")}[reduce]
+
+
+@dataclass(frozen=True)
+class _Segments:
+    """The segment layout of `data` viewed as [rows, n, inner]: `ids` [rows, n] is each
+    element's segment (`count` for elements outside every segment), `lengths` [rows, count]
+    the number of elements each segment covers."""
+
+    rows: int
+    n: int
+    inner: int
+    count: int
+    ids: ir.Value
+    lengths: ir.Value
+
+    @property
+    def scatter(self) -> ScatterSpec:
+        """Scatter of [rows, n, inner] updates into a [rows, count + 1, inner] operand."""
+        return ScatterSpec(reshape(self.ids, [self.rows, self.n, 1]), (2,), (1,), (1,), 2, (0,), (0,))
+
+    def per_element(self, per_segment: ir.Value) -> ir.Value:
+        """[rows, count(+1), inner] values read back at each element's segment: [rows, n, inner]
+        (elements outside every segment read the last real segment; callers mask them)."""
+        last = full(self.count - 1, dtype(self.ids), [self.rows, self.n])
+        ids = stablehlo.MinOp(self.ids, last).result
+        return gather(
+            per_segment, reshape(ids, [self.rows, self.n, 1]), offset_dims=[2], collapsed_slice_dims=[1],
+            start_index_map=[1], index_vector_dim=2, slice_sizes=[1, 1, self.inner],
+            operand_batching_dims=[0], start_indices_batching_dims=[0],
+        )
+
+    def covered(self) -> ir.Value:
+        """[rows, n, inner]: the elements that belong to a segment."""
+        inside = compare(self.ids, full(self.count, dtype(self.ids), [self.rows, self.n]), "LT")
+        return broadcast_to(reshape(inside, [self.rows, self.n, 1]), [self.rows, self.n, self.inner])
+
+    def reduce(self, updates: ir.Value, kind: str, start) -> ir.Value:
+        """Scatter-reduce of [rows, n, inner] `updates` per segment from `start`: [rows, count, inner]."""
+        dt = dtype(updates)
+        operand = full(start, dt, [self.rows, self.count + 1, self.inner])
+        if self.rows * self.n * self.inner:
+            operand = self.scatter.apply(operand, updates, kind)
+        return stablehlo.SliceOp(operand, [0, 0, 0], [self.rows, self.count, self.inner], [1, 1, 1]).result
+
+
+def _segment_layout(ctx, data: ir.Value, lengths, indices, offsets, axis: int) -> tuple[_Segments, list[int]]:
+    """The segments of `data` and the result's shape (data's, with `axis` holding the segments)."""
+    if indices is not None:
+        raise ctx.fail("segment_reduce with `indices` is not supported (ATen does not implement it either)")
+    if (lengths is None) == (offsets is None):
+        raise ctx.fail("segment_reduce needs exactly one of `lengths` and `offsets`")
+    shape = shape_of(data)
+    axis = axis % max(len(shape), 1)
+    bounds = lengths if lengths is not None else offsets
+    if rank_of(bounds) != axis + 1 or shape_of(bounds)[:axis] != shape[:axis]:
+        raise ctx.fail(f"segment_reduce: axis {axis} must be the last dim of lengths/offsets, whose leading dims "
+                       f"match data's (data {shape}, lengths/offsets {shape_of(bounds)})")
+    rows, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    count = shape_of(bounds)[-1] - (1 if offsets is not None else 0)
+    idt = _index_dtype(max(n, count) + 2)
+    starts = _segment_starts(bounds, rows, n, is_offsets=offsets is not None, idt=idt)
+    ids = _segment_ids(starts, rows, n, count, idt)
+    head = stablehlo.SliceOp(starts, [0, 0], [rows, count], [1, 1]).result
+    tail = stablehlo.SliceOp(starts, [0, 1], [rows, count + 1], [1, 1]).result
+    lengths_ = stablehlo.SubtractOp(tail, head).result
+    return _Segments(rows, n, inner, count, ids, lengths_), shape[:axis] + [count] + shape[axis + 1:]
+
+
+def _segment_starts(bounds: ir.Value, rows: int, n: int, *, is_offsets: bool, idt: torch.dtype) -> ir.Value:
+    """[rows, count + 1] segment boundaries clamped to [0, n]: the offsets, or 0 followed
+    by the lengths' prefix sums."""
+    bdt = dtype(bounds)
+    bounds = reshape(bounds, [rows, shape_of(bounds)[-1]])
+    if not is_offsets:
+        bounds = prefix_sum_last_axis(bounds)
+        bounds = stablehlo.PadOp(bounds, full(0, bdt, []), [0, 1], [0, 0], [0, 0]).result
+    # Clamped in the input's dtype: an int64 offset past n must not wrap when narrowed.
+    bounds = stablehlo.ClampOp(full(0, bdt, []), bounds, full(n, bdt, [])).result
+    return convert(bounds, idt)
+
+
+def _segment_ids(starts: ir.Value, rows: int, n: int, count: int, idt: torch.dtype) -> ir.Value:
+    """[rows, n]: the segment of each position, i.e. (#boundaries <= k) - 1, from a mark at
+    every boundary (a boundary at n marks the spare column) prefix-summed; positions before
+    the first boundary or past the last get `count`, the spare segment."""
+    marks = full(0, idt, [rows, n + 1])
+    if rows * (count + 1):
+        at = ScatterSpec(reshape(starts, [rows, count + 1, 1]), (), (1,), (1,), 2, (0,), (0,))
+        marks = at.apply(marks, full(1, idt, [rows, count + 1]), "add")
+    seen = stablehlo.SliceOp(prefix_sum_last_axis(marks), [0, 0], [rows, n], [1, 1]).result
+    ids = _add_scalar(seen, -1)
+    before_first = compare(ids, full(0, idt, [rows, n]), "LT")
+    return select(before_first, full(count, idt, [rows, n]), ids)
+
+
+def _check_reduce(ctx, reduce: str) -> None:
+    if reduce not in _SEGMENT_KIND:
+        raise ctx.fail(f"segment_reduce: unknown reduction {reduce!r} (sum, mean, max, min, prod)")
+
+
+def _segment_lengths_as(seg: _Segments, dt: torch.dtype) -> ir.Value:
+    """[rows, count, inner]: each segment's element count in `dt`."""
+    counts = reshape(convert(seg.lengths, dt), [seg.rows, seg.count, 1])
+    return broadcast_to(counts, [seg.rows, seg.count, seg.inner])
+
+
+@lowers(aten.segment_reduce.default, dynamic=Padding.INDEX)
+def _segment_reduce(ctx, data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    """ATen's CPU kernel: every segment starts from `initial` (else the identity: -inf/inf
+    for max/min), max/min propagate NaN (XLA's max/min do), mean divides the total by the
+    length and gives `initial`, else NaN, for an empty segment. `unsafe` only skips
+    eager's checks of the lengths, which a compiled program cannot raise."""
+    _check_reduce(ctx, reduce)
+    seg, out_shape = _segment_layout(ctx, data, lengths, indices, offsets, axis)
+    dt = dtype(data)
+    start = _segment_identity(reduce) if initial is None else initial
+    values = reshape(data, [seg.rows, seg.n, seg.inner])
+    reduced = seg.reduce(values, _SEGMENT_KIND[reduce], start)
+    if reduce == "mean":
+        counts = _segment_lengths_as(seg, dt)
+        shape = shape_of(counts)
+        empty = compare(counts, full(0, dt, shape), "EQ")
+        divided = stablehlo.DivOp(reduced, select(empty, full(1, dt, shape), counts)).result
+        reduced = select(empty, full(float("nan") if initial is None else initial, dt, shape), divided)
+    return reshape(reduced, out_shape)
+
+
+def _is_nan(x: ir.Value) -> ir.Value:
+    return compare(x, x, "NE")
+
+
+def _count_per_segment(seg: _Segments, flags: ir.Value) -> ir.Value:
+    """[rows, n, inner] booleans counted per segment and read back per element."""
+    idt = dtype(seg.ids)
+    return seg.per_element(seg.reduce(convert(flags, idt), "add", 0))
+
+
+def _extreme_grad(seg: _Segments, grad_each, output_each, values) -> ir.Value:
+    """max/min: the elements equal to their segment's result (or NaN) take its gradient;
+    where several do, ATen divides the positive gradients among them and leaves the
+    others whole (its kernel tests `grad > 0`), which is reproduced here."""
+    dt = dtype(values)
+    shape = shape_of(values)
+    hit = stablehlo.OrOp(_is_nan(values), compare(values, output_each, "EQ")).result
+    grad = select(hit, grad_each, full(0, dt, shape))
+    ties = _count_per_segment(seg, stablehlo.AndOp(hit, seg.covered()).result)
+    shared = stablehlo.AndOp(
+        compare(ties, full(2, dtype(ties), shape), "GE"), compare(grad, full(0, dt, shape), "GT")
+    ).result
+    return select(shared, stablehlo.DivOp(grad, convert(ties, dt)).result, grad)
+
+
+def _prod_grad(seg: _Segments, grad_each, output_each, values, initial) -> ir.Value:
+    """prod: grad * output / x, except at zeros and NaNs, where ATen multiplies out the
+    product of the other elements (times `initial`): the product of the segment's ordinary
+    elements, made NaN by another NaN or else 0 by another zero."""
+    dt = dtype(values)
+    shape = shape_of(values)
+    idt = dtype(seg.ids)
+    nan, zero = _is_nan(values), compare(values, full(0, dt, shape), "EQ")
+    special = stablehlo.OrOp(nan, zero).result
+    covered = seg.covered()
+    ordinary = select(special, full(1, dt, shape), values)
+    ordinary_prod = seg.per_element(seg.reduce(ordinary, "mul", 1 if initial is None else initial))
+    other_nans = stablehlo.SubtractOp(
+        _count_per_segment(seg, stablehlo.AndOp(nan, covered).result), convert(nan, idt)).result
+    other_zeros = stablehlo.SubtractOp(
+        _count_per_segment(seg, stablehlo.AndOp(zero, covered).result), convert(zero, idt)).result
+    none = full(0, idt, shape)
+    factor = select(compare(other_zeros, none, "GT"), full(0, dt, shape), full(1, dt, shape))
+    factor = select(compare(other_nans, none, "GT"), full(float("nan"), dt, shape), factor)
+    exclusive = stablehlo.MulOp(ordinary_prod, factor).result
+    through_output = stablehlo.DivOp(stablehlo.MulOp(grad_each, output_each).result, values).result
+    return select(special, stablehlo.MulOp(grad_each, exclusive).result, through_output)
+
+
+@lowers(aten._segment_reduce_backward.default, dynamic=Padding.INDEX)
+def _segment_reduce_backward(ctx, grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
+    """ATen's CPU backward: sum passes each segment's gradient to its elements, mean
+    divides it by the length, max/min and prod as `_extreme_grad`/`_prod_grad` say;
+    elements outside every segment get 0."""
+    _check_reduce(ctx, reduce)
+    seg, _ = _segment_layout(ctx, data, lengths, None, offsets, axis)
+    dt = dtype(data)
+    data_shape = shape_of(data)
+    if seg.rows * seg.n * seg.inner * seg.count == 0:
+        return full(0, dt, data_shape)
+    values = reshape(data, [seg.rows, seg.n, seg.inner])
+    grad_each = seg.per_element(reshape(convert(grad, dt), [seg.rows, seg.count, seg.inner]))
+    output_each = seg.per_element(reshape(convert(output, dt), [seg.rows, seg.count, seg.inner]))
+    if reduce == "sum":
+        result = grad_each
+    elif reduce == "mean":
+        result = stablehlo.DivOp(grad_each, seg.per_element(_segment_lengths_as(seg, dt))).result
+    elif reduce == "prod":
+        result = _prod_grad(seg, grad_each, output_each, values, initial)
+    else:
+        result = _extreme_grad(seg, grad_each, output_each, values)
+    result = select(seg.covered(), result, full(0, dt, shape_of(values)))
+    return reshape(result, data_shape)
 
 
 # -- masked ops -------------------------------------------------------------------------------------

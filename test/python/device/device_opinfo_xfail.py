@@ -68,9 +68,6 @@ _LSTSQ = ("linalg_lstsq's out= form: its functional form returns sizes that depe
           "the rank (data-dependent), so it has no lowering; the CPU runs it")
 
 CPU_FALLBACK: dict[str, str] = {
-    "nn.functional.ctc_loss": _NO_LOWERING.format("aten._ctc_loss"),
-    "_segment_reduce.lengths": _NO_LOWERING.format("aten.segment_reduce"),
-    "_segment_reduce.offsets": _NO_LOWERING.format("aten.segment_reduce"),
     "multinomial": _RANDOM_NO_LOWERING.format("aten.multinomial"),
     "nn.functional.fractional_max_pool2d": _RANDOM_NO_LOWERING.format("aten.fractional_max_pool2d"),
     "nn.functional.fractional_max_pool3d": _RANDOM_NO_LOWERING.format("aten.fractional_max_pool3d"),

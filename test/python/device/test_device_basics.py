@@ -350,14 +350,21 @@ def test_data_dependent_shapes(monkeypatch):
     torch.testing.assert_close(torch.unique(t).cpu(), torch.unique(c))
 
 
+@torch.library.custom_op("torchtpu_test::basics_halve", mutates_args=(), device_types="cpu")
+def _halve_on_cpu_only(x: torch.Tensor) -> torch.Tensor:
+    """An op no lowering table will ever cover: a CPU kernel and nothing else, so a tpu
+    tensor reaches the device's fallback (aten ops used as the example kept getting lowered)."""
+    return x / 2
+
+
 def test_unlowered_op_falls_back_and_strict_names_op_and_line(monkeypatch, caplog):
-    # segment_reduce has no lowering (aten.mode was the example until it got one).
-    c, lengths = torch.tensor([1.0, 2.0, 2.0, 3.0, 3.0, 1.0]), torch.tensor([2, 4])
-    summed = torch.segment_reduce(c.to("tpu"), "sum", lengths=lengths.to("tpu"))
-    torch.testing.assert_close(summed.cpu(), torch.segment_reduce(c, "sum", lengths=lengths))
+    c = torch.tensor([1.0, 2.0, -3.0, 8.0])
+    halved = _halve_on_cpu_only(c.to("tpu"))
+    assert halved.device.type == "tpu"
+    torch.testing.assert_close(halved.cpu(), c / 2)
     monkeypatch.setenv("TORCH_TPU_STRICT", "1")
-    with pytest.raises(RuntimeError, match=r"aten.segment_reduce.default at .*test_device_basics.py:\d+ .*TORCH_TPU_STRICT=1"):
-        torch.segment_reduce(c.to("tpu"), "sum", lengths=lengths.to("tpu"))
+    with pytest.raises(RuntimeError, match=r"torchtpu_test.basics_halve.default at .*test_device_basics.py:\d+ .*TORCH_TPU_STRICT=1"):
+        _halve_on_cpu_only(c.to("tpu"))
 
 
 def test_second_process_compiles_nothing(tmp_path):

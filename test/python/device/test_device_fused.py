@@ -94,6 +94,12 @@ def test_a_recorded_op_reads_the_value_of_its_time(fused):
     torch.testing.assert_close(a.cpu(), torch.zeros(3))
 
 
+@torch.library.custom_op("torchtpu_test::fused_halve", mutates_args=(), device_types="cpu")
+def _halve_on_cpu_only(x: torch.Tensor) -> torch.Tensor:
+    """An op no lowering table will ever cover (a CPU kernel only): the "fallback" flush point."""
+    return x / 2
+
+
 @pytest.mark.parametrize("point", ["item", "bool", "tolist", "print", "synchronize", "leave", "fallback",
                                    "data_dependent", "save"])
 def test_flush_points(fused, point, tmp_path, capsys):
@@ -113,9 +119,8 @@ def test_flush_points(fused, point, tmp_path, capsys):
         torch.tpu.synchronize()
     elif point == "leave":
         set_eager_mode(EagerMode.STRICT)
-    elif point == "fallback":  # segment_reduce has no lowering: it runs on CPU, reading z's value
-        lengths = torch.tensor([1, 2], device="tpu")
-        assert torch.segment_reduce(z, "sum", lengths=lengths).cpu().tolist() == [2.0, 2.0]
+    elif point == "fallback":  # a CPU-only custom op has no lowering: it runs on CPU, reading z's value
+        assert _halve_on_cpu_only(z).cpu().tolist() == [1.0, -2.0, 3.0]
     elif point == "data_dependent":
         assert torch.nonzero(z > 0).cpu().flatten().tolist() == [0, 2]
     elif point == "save":

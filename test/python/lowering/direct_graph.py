@@ -18,6 +18,14 @@ from torch_tpu.compiler.importer import import_graph
 def check_direct(op, *args, rtol=None, atol=None, **kwargs):
     """Lowers `op(*args, **kwargs)` as a one-node FX graph (tensor args, also those in
     lists, become inputs), runs it on XLA:CPU and compares every output with eager."""
+    actual, expected = run_direct(op, *args, **kwargs)
+    for a, e in zip(pytree.tree_leaves(actual), pytree.tree_leaves(expected)):
+        torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def run_direct(op, *args, **kwargs):
+    """(lowered results, eager results) of `op(*args, **kwargs)` as a one-node FX graph,
+    for a caller that compares only part of them (an output eager leaves uninitialized)."""
     graph = torch.fx.Graph()
     # Tensors, also inside lists (the `_foreach_*` ops' Tensor[] arguments), become inputs.
     tensors = [a for a in pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
@@ -40,6 +48,4 @@ def check_direct(op, *args, rtol=None, atol=None, **kwargs):
         graph.output(tuple(items))
     else:
         graph.output(node)
-    actual = execute(import_graph(torch.fx.GraphModule({}, graph)), tensors)
-    for a, e in zip(pytree.tree_leaves(actual), pytree.tree_leaves(expected)):
-        torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)
+    return execute(import_graph(torch.fx.GraphModule({}, graph)), tensors), expected

@@ -498,3 +498,92 @@ def test_embedding_bag_dense_backward(mode):
     _, offset2bag, bag_size, max_indices = aten._embedding_bag(W, BAG_IDX, BAG_OFF, False, mode)
     fn = lambda g, i, ob, bs, mi: aten._embedding_bag_dense_backward(g, i, ob, bs, mi, 10, False, mode, None)
     check(fn, torch.randn(4, 3), BAG_IDX, offset2bag, bag_size, max_indices, ops=[aten._embedding_bag_dense_backward.default])
+
+
+# -- segment_reduce -------------------------------------------------------------------------------
+SEG_REDUCTIONS = ["sum", "mean", "max", "min", "prod"]
+SEG_LENGTHS = torch.tensor([2, 0, 3, 1])  # an empty segment between full ones
+SEG_OFFSETS = torch.tensor([0, 2, 2, 5, 6])
+
+
+def _segment(reduce, by="lengths", **kwargs):
+    return lambda d, b: torch.segment_reduce(d, reduce, **{by: b}, **kwargs)
+
+
+@pytest.mark.parametrize("reduce", SEG_REDUCTIONS)
+@pytest.mark.parametrize("initial", [None, 2.5])
+def test_segment_reduce_lengths_and_offsets(reduce, initial):
+    data = torch.randn(6)
+    check(_segment(reduce, initial=initial), data, SEG_LENGTHS, ops=[aten.segment_reduce.default])
+    check(_segment(reduce, by="offsets", initial=initial), data, SEG_OFFSETS, ops=[aten.segment_reduce.default])
+    check(_segment(reduce, by="offsets", initial=initial), data, SEG_OFFSETS.int())
+
+
+@pytest.mark.parametrize("reduce", SEG_REDUCTIONS)
+def test_segment_reduce_axis0_with_inner_dims(reduce):
+    check(_segment(reduce), torch.randn(6, 3, 2), SEG_LENGTHS)
+    check(_segment(reduce, by="offsets", initial=-1.0), torch.randn(6, 4).double(), SEG_OFFSETS)
+
+
+@pytest.mark.parametrize("reduce", SEG_REDUCTIONS)
+def test_segment_reduce_nonzero_axis_batched_lengths(reduce):
+    # lengths batched over data's leading dims; axis is the lengths' last dim.
+    lengths = torch.tensor([[2, 0, 3, 1], [0, 6, 0, 0], [1, 1, 1, 3]])
+    check(_segment(reduce, axis=1), torch.randn(3, 6), lengths)
+    check(_segment(reduce, axis=1, initial=0.5), torch.randn(3, 6, 2), lengths)
+    offsets = torch.cat([torch.zeros(3, 1, dtype=torch.long), lengths.cumsum(1)], 1).reshape(3, 1, 5).expand(3, 2, 5)
+    check(_segment(reduce, by="offsets", axis=2), torch.randn(3, 2, 6).double(), offsets.contiguous())
+
+
+@pytest.mark.parametrize("reduce", SEG_REDUCTIONS)
+def test_segment_reduce_nan_and_partial_coverage(reduce):
+    data = torch.tensor([1.0, float("nan"), 3.0, -2.0, 0.0, 4.0, 7.0])
+    check(_segment(reduce), data, torch.tensor([2, 2, 0, 3]))
+    # unsafe lengths summing short of the axis, offsets not starting at 0: the rest is unused.
+    check(_segment(reduce, unsafe=True), data, torch.tensor([1, 2, 0]))
+    check(_segment(reduce, by="offsets"), data, torch.tensor([2, 4, 4, 6]))
+
+
+@pytest.mark.parametrize("reduce", SEG_REDUCTIONS)
+def test_segment_reduce_empty_data(reduce):
+    check(_segment(reduce), torch.randn(0, 3), torch.tensor([0, 0]))
+    check(_segment(reduce, initial=3.0), torch.randn(0), torch.tensor([0]))
+    check(_segment(reduce, by="offsets", axis=1), torch.randn(2, 4), torch.tensor([[0], [0]]))
+
+
+def _segment_grad(reduce, by="lengths", **kwargs):
+    def grad(d, b, g):
+        d = d.detach().requires_grad_()
+        out = torch.segment_reduce(d, reduce, **{by: b}, **kwargs)
+        return torch.autograd.grad(out, d, g)[0]
+
+    return grad
+
+
+@pytest.mark.parametrize("reduce", SEG_REDUCTIONS)
+def test_segment_reduce_backward(reduce):
+    # Ties (5, 5 and -1, -1), zeros and a NaN: max/min split positive gradients among ties,
+    # prod takes the exclusive product at zeros and NaNs.
+    data = torch.tensor([1.0, 5.0, 5.0, 2.0, -1.0, -1.0, 0.0, 0.0, 3.0, 0.0, 2.0, 4.0, float("nan"), 2.0, 1.0])
+    lengths = torch.tensor([3, 3, 3, 0, 3, 3])
+    g = torch.tensor([2.0, -4.0, 1.0, 9.0, 3.0, -2.0])
+    check(_segment_grad(reduce), data, lengths, g, ops=[aten._segment_reduce_backward.default])
+    check(_segment_grad(reduce, initial=1.5), data, lengths, g)
+    offsets = torch.tensor([1, 4, 7, 7, 10, 13, 15])
+    check(_segment_grad(reduce, by="offsets"), data, offsets, g)
+
+
+@pytest.mark.parametrize("reduce", SEG_REDUCTIONS)
+def test_segment_reduce_backward_axis1_float64(reduce):
+    data = torch.randn(2, 6, 3).double()
+    data[0, 1] = data[0, 0]  # a tie along the axis
+    data[1, 4, 1] = 0.0
+    lengths = torch.tensor([[2, 0, 4], [3, 3, 0]])
+    check(_segment_grad(reduce, axis=1), data, lengths, torch.randn(2, 3, 3).double())
+
+
+def test_segment_reduce_backward_direct():
+    data = torch.randn(6, 2)
+    out = torch.segment_reduce(data, "max", lengths=SEG_LENGTHS)
+    fn = lambda g, o, d, b: aten._segment_reduce_backward(g, o, d, "max", lengths=b)
+    check(fn, torch.randn(4, 2), out, data, SEG_LENGTHS, ops=[aten._segment_reduce_backward.default])

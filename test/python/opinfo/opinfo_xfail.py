@@ -13,8 +13,6 @@ JITERATOR = "jiterator ops exist only on CUDA/ROCm"
 FORWARD_XFAIL: dict[str, str] = {
     "_foreach_max": FOREACH_BUILTIN,
     "_foreach_mm": FOREACH_BUILTIN,
-    "_segment_reduce.lengths": "no lowering for aten.segment_reduce.default",
-    "_segment_reduce.offsets": "no lowering for aten.segment_reduce.default",
     "allclose": DATA_DEPENDENT,
     "argwhere": DATA_DEPENDENT,
     "as_strided.partial_views": "as_strided over a partial view reads outside the viewed elements; the lowering rebuilds storage from the value only for dense inputs (refused with a located error)",
@@ -86,8 +84,6 @@ BACKWARD_XFAIL: dict[str, str] = {
     "_foreach_max": FOREACH_BUILTIN,
     "_foreach_mm": FOREACH_BUILTIN,
     "_foreach_zero": "OpInfo calls the in-place _foreach_zero_ on leaves that require grad: eager itself raises",
-    "_segment_reduce.lengths": "no lowering for aten.segment_reduce.default",
-    "_segment_reduce.offsets": "no lowering for aten.segment_reduce.default",
     "bernoulli": RANDOM_OP,
     "chalf": "'sum_cpu' not implemented for 'ComplexHalf'",
     "combinations": DATA_DEPENDENT,
