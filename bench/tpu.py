@@ -956,8 +956,8 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         rows[name]["live_arrays_after"] = live_arrays()
 
     def run_cpu_eager(name: str) -> None:
-        """PyTorch's own eager step on the host's CPU: with --small (tiny tensors) its time is
-        PyTorch's per-op cost on this host (dispatch, autograd, the modules' and AdamW's
+        """PyTorch's own eager step on the host's CPU (--small only: tiny tensors), whose time
+        is PyTorch's per-op cost on this host (dispatch, autograd, the modules' and AdamW's
         Python), the floor of any eager step that dispatches op by op, FUSED's included."""
         model = copy.deepcopy(base).train()
         step, _ = _torch_train_step(model, cfg, compile_step=False)
@@ -970,7 +970,10 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         del model, step, c
 
     if "cpu-eager" in options.get("train_variants", ()):
-        run_cpu_eager("PyTorch eager, CPU")
+        if small:
+            run_cpu_eager("PyTorch eager, CPU")
+        else:  # the full model's step on the host's CPU measures its arithmetic, for minutes
+            print("    cpu-eager: skipped without --small (it measures PyTorch's per-op cost on tiny tensors)")
     variants = options.get("train_variants", {"compiled", "compiled-fused", "fused"})
     for variant, name, fused, compiled in (("compiled", "torch.compile", False, True),
                                            ("compiled-each", "torch.compile, each graph", False, True),
@@ -1217,7 +1220,7 @@ def main(argv: list[str] | None = None) -> int:
                          "forward run when called, the backward and AdamW one program), compiled-late (Strict with "
                          "TORCH_TPU_EARLY_STEP_LAUNCH=0: the step launched at its end only), compiled-fused (the "
                          "compiled step in FUSED mode), fused (the eager step in FUSED mode), cpu-eager (PyTorch's eager "
-                         "step on the host CPU: with --small, PyTorch's per-op floor on this host)")
+                         "step on the host CPU, --small only: PyTorch's per-op floor on this host)")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="skip the cases that would start after this many seconds of the run")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
