@@ -21,7 +21,7 @@ import torch
 from ..context import ir, stablehlo
 from .. import ir as hlo
 from .helpers import array_constant, compare, convert, dtype, full, iota, reduce, reshape, select, shape_of, transpose
-from .indexing import gather, prefix_sum_1d
+from .indexing import _clamp_index, gather, prefix_sum_1d
 from .registry import LoweringContext, Padding, lowers, metadata_rule
 
 aten = torch.ops.aten
@@ -39,11 +39,6 @@ def _lengths(lengths, batch: int) -> ir.Value:
     return array_constant(torch.tensor([int(n) for n in lengths], dtype=torch.int64), _INDEX)
 
 
-def _clamp(x: ir.Value, lo: int, hi: int) -> ir.Value:
-    shape = shape_of(x)
-    return stablehlo.ClampOp(full(lo, dtype(x), shape), x, full(hi, dtype(x), shape)).result
-
-
 def _target_labels(targets: ir.Value, target_lengths: ir.Value, batch: int, max_target: int, classes: int) -> ir.Value:
     """(batch, max_target) int32 labels of each element's target: rows of a padded 2-D
     targets tensor, or slices of a 1-D concatenation starting where the previous
@@ -51,19 +46,19 @@ def _target_labels(targets: ir.Value, target_lengths: ir.Value, batch: int, max_
     masked) are clamped into range so the gathers that read them stay in bounds."""
     labels = convert(targets, _INDEX)
     if len(shape_of(targets)) == 2:
-        return _clamp(labels, 0, classes - 1)
+        return _clamp_index(labels, 0, classes - 1)
     (total,) = shape_of(targets)
     if total == 0 or max_target == 0:
         return full(0, _INDEX, [batch, max_target])
     starts = hlo.sub(prefix_sum_1d(target_lengths), target_lengths)  # exclusive prefix sum
     positions = hlo.add(
-        _broadcast_per_element(starts, [batch, max_target]),
+        hlo.broadcast_in_dim(starts, [batch, max_target], [0]),
         iota([batch, max_target], 1, _INDEX),
     )
-    positions = _clamp(positions, 0, total - 1)
+    positions = _clamp_index(positions, 0, total - 1)
     picked = gather(labels, reshape(positions, [batch, max_target, 1]), collapsed_slice_dims=[0],
                     start_index_map=[0], index_vector_dim=2, slice_sizes=[1])
-    return _clamp(picked, 0, classes - 1)
+    return _clamp_index(picked, 0, classes - 1)
 
 
 def _extended_labels(labels: ir.Value, blank: int) -> ir.Value:
@@ -99,22 +94,22 @@ def _state_log_probs(log_probs: ir.Value, extended: ir.Value) -> ir.Value:
     """(T, batch, states): log_probs[t, b, l'[b, s]]."""
     steps, batch, _ = shape_of(log_probs)
     (_, states) = shape_of(extended)
-    index = stablehlo.BroadcastInDimOp(
-        ir.RankedTensorType.get([steps, batch, states, 1], extended.type.element_type), extended, [1, 2]
-    ).result
+    index = hlo.broadcast_in_dim(extended, [steps, batch, states, 1], [1, 2])
     return gather(log_probs, index, collapsed_slice_dims=[2], start_index_map=[2], index_vector_dim=3,
                   slice_sizes=[1, 1, 1], operand_batching_dims=[0, 1], start_indices_batching_dims=[0, 1])
 
 
-def _broadcast_per_element(lengths: ir.Value, shape: list[int]) -> ir.Value:
-    return stablehlo.BroadcastInDimOp(ir.RankedTensorType.get(shape, lengths.type.element_type), lengths, [0]).result
+def _final_blank_state(target_lengths: ir.Value, states: int) -> ir.Value:
+    """(batch, states): 2 * target_length, each element's last state (its final blank),
+    along every row."""
+    shape = [shape_of(target_lengths)[0], states]
+    return hlo.mul(hlo.broadcast_in_dim(target_lengths, shape, [0]), full(2, _INDEX, shape))
 
 
 def _states_in_target(target_lengths: ir.Value, states: int) -> ir.Value:
     """(batch, states) i1: s <= 2 * target_length, the states ATen visits."""
-    batch = shape_of(target_lengths)[0]
-    last = hlo.mul(_broadcast_per_element(target_lengths, [batch, states]), full(2, _INDEX, [batch, states]))
-    return compare(iota([batch, states], 1, _INDEX), last, "LE")
+    last = _final_blank_state(target_lengths, states)
+    return compare(iota(shape_of(last), 1, _INDEX), last, "LE")
 
 
 class _Problem:
@@ -149,19 +144,16 @@ class _Problem:
         """(batch, states) i1: `t <direction> input_length + offset` per element."""
         bound = hlo.add(self.input_lengths, full(offset, _INDEX, [self.batch]))
         return compare(
-            stablehlo.BroadcastInDimOp(ir.RankedTensorType.get(self.row_shape(), t.type.element_type), t, []).result,
-            _broadcast_per_element(bound, self.row_shape()),
+            hlo.broadcast_in_dim(t, self.row_shape(), []),
+            hlo.broadcast_in_dim(bound, self.row_shape(), [0]),
             direction,
         )
 
     def visited(self) -> ir.Value:
         """(T, batch, states) i1: t < input_length and s <= 2 * target_length."""
         shape = [self.steps, self.batch, self.states]
-        times = compare(iota(shape, 0, _INDEX),
-                        stablehlo.BroadcastInDimOp(ir.RankedTensorType.get(shape, self.input_lengths.type.element_type),
-                                                   self.input_lengths, [1]).result, "LT")
-        in_target = stablehlo.BroadcastInDimOp(ir.RankedTensorType.get(shape, self.in_target.type.element_type),
-                                               self.in_target, [1, 2]).result
+        times = compare(iota(shape, 0, _INDEX), hlo.broadcast_in_dim(self.input_lengths, shape, [1]), "LT")
+        in_target = hlo.broadcast_in_dim(self.in_target, shape, [1, 2])
         return hlo.logical_and(times, in_target)
 
 
@@ -220,7 +212,7 @@ def _neg_log_likelihood(problem: _Problem, last: ir.Value) -> ir.Value:
     target and 0 otherwise."""
     shape = problem.row_shape()
     states = iota(shape, 1, _INDEX)
-    last_state = hlo.mul(_broadcast_per_element(problem.target_lengths, shape), full(2, _INDEX, shape))
+    last_state = _final_blank_state(problem.target_lengths, problem.states)
     final_blank = _state_max(last, compare(states, last_state, "EQ"))
     final_label = _state_max(last, compare(states, hlo.sub(last_state, full(1, _INDEX, shape)), "EQ"))
     neg_inf = full(_NEG_INF, problem.dtype, [problem.batch])
@@ -257,7 +249,7 @@ def _beta(problem: _Problem) -> ir.Value:
     neg_inf = problem.neg_inf_row()
     shape = problem.row_shape()
     states = iota(shape, 1, _INDEX)
-    last_state = hlo.mul(_broadcast_per_element(problem.target_lengths, shape), full(2, _INDEX, shape))
+    last_state = _final_blank_state(problem.target_lengths, problem.states)
     final_states = hlo.logical_or(compare(states, last_state, "EQ"),
                                   compare(states, hlo.sub(last_state, full(1, _INDEX, shape)), "EQ"))
     skip_from_above = _shift_states(problem.skip, -2, False)
@@ -285,24 +277,16 @@ def _log_alpha_beta_per_class(log_alpha_beta: ir.Value, extended: ir.Value, clas
     steps, batch, states = shape_of(log_alpha_beta)
     shape = [steps, batch, states, classes]
     dt = dtype(log_alpha_beta)
-    values = stablehlo.BroadcastInDimOp(ir.RankedTensorType.get(shape, log_alpha_beta.type.element_type),
-                                        log_alpha_beta, [0, 1, 2]).result
-    labels = stablehlo.BroadcastInDimOp(
-        ir.RankedTensorType.get(shape, extended.type.element_type), extended, [1, 2]
-    ).result
+    values = hlo.broadcast_in_dim(log_alpha_beta, shape, [0, 1, 2])
+    labels = hlo.broadcast_in_dim(extended, shape, [1, 2])
     of_class = compare(labels, iota(shape, 3, _INDEX), "EQ")
     values = select(of_class, values, full(_NEG_INF, dt, shape))
     (top,) = reduce([values], [full(_NEG_INF, dt, [])], [2], lambda acc, new: [hlo.maximum(acc[0], new[0])])
     # A class without finite terms keeps -inf (and avoids -inf - -inf).
     finite_top = select(compare(top, full(_NEG_INF, dt, shape_of(top)), "EQ"), full(0, dt, shape_of(top)), top)
-    shifted = hlo.exp(hlo.sub(values, stablehlo.BroadcastInDimOp(values.type, finite_top, [0, 1, 3]).result))
+    shifted = hlo.exp(hlo.sub(values, hlo.broadcast_in_dim(finite_top, shape, [0, 1, 3])))
     (total,) = reduce([shifted], [full(0, dt, [])], [2], lambda acc, new: [hlo.add(acc[0], new[0])])
     return hlo.add(hlo.log(total), finite_top)
-
-
-def _per_time_element(x: ir.Value, shape: list[int]) -> ir.Value:
-    """Broadcasts a (batch,) value over (T, batch, classes)."""
-    return stablehlo.BroadcastInDimOp(ir.RankedTensorType.get(shape, x.type.element_type), x, [1]).result
 
 
 @lowers(aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor, dynamic=Padding.EAGER)
@@ -317,12 +301,12 @@ def _ctc_loss_backward(ctx, grad, log_probs, targets, input_lengths, target_leng
     visited = problem.visited()
     alpha = select(visited, transpose(log_alpha, [1, 0, 2]), full(_NEG_INF, dt, shape_of(visited)))
     log_collected = _log_alpha_beta_per_class(hlo.add(alpha, _beta(problem)), problem.extended, classes)
-    nll = _per_time_element(reshape(neg_log_likelihood, [batch]), shape)
+    nll = hlo.broadcast_in_dim(reshape(neg_log_likelihood, [batch]), shape, [1])
     gradient = hlo.mul(
         hlo.sub(hlo.exp(log_probs), hlo.exp(hlo.sub(hlo.add(log_collected, nll), log_probs))),
-        _per_time_element(reshape(grad, [batch]), shape),
+        hlo.broadcast_in_dim(reshape(grad, [batch]), shape, [1]),
     )
-    in_input = compare(iota(shape, 0, _INDEX), _per_time_element(problem.input_lengths, shape), "LT")
+    in_input = compare(iota(shape, 0, _INDEX), hlo.broadcast_in_dim(problem.input_lengths, shape, [1]), "LT")
     keep = in_input
     if zero_infinity:
         finite = compare(nll, full(float("inf"), dt, shape), "NE")

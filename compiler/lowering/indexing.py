@@ -831,8 +831,7 @@ def _segment_starts(bounds: ir.Value, rows: int, n: int, *, is_offsets: bool, id
         bounds = prefix_sum_last_axis(bounds)
         bounds = stablehlo.PadOp(bounds, full(0, bdt, []), [0, 1], [0, 0], [0, 0]).result
     # Clamped in the input's dtype: an int64 offset past n must not wrap when narrowed.
-    bounds = stablehlo.ClampOp(full(0, bdt, []), bounds, full(n, bdt, [])).result
-    return convert(bounds, idt)
+    return convert(_clamp_index(bounds, 0, n), idt)
 
 
 def _segment_ids(starts: ir.Value, rows: int, n: int, count: int, idt: torch.dtype) -> ir.Value:

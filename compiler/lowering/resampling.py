@@ -399,10 +399,6 @@ def _f(value, like: ir.Value) -> ir.Value:
     return full(value, dtype(like), shape_of(like))
 
 
-def _both(p: ir.Value, q: ir.Value) -> ir.Value:
-    return stablehlo.AndOp(p, q).result
-
-
 def _unnormalize_scale(size: int, align_corners: bool) -> float:
     """d coord / d grid. Halving is exact, so rounding it once to the coordinate's type gives
     the value both kernels compute ((size - 1) / 2 or size / 2 in that type)."""
@@ -427,7 +423,7 @@ def _odd(v: ir.Value) -> ir.Value:
 
 def _in_range(v: ir.Value, size: int) -> ir.Value:
     """-1 < v < size for integer-valued float coordinates (false for NaN)."""
-    return stablehlo.AndOp(compare(v, _f(-1, v), "GT"), compare(v, _f(size, v), "LT")).result
+    return hlo.logical_and(compare(v, _f(-1, v), "GT"), compare(v, _f(size, v), "LT"))
 
 
 def _reflection_bounds(size: int, align_corners: bool) -> tuple[float, int]:
@@ -557,7 +553,7 @@ class _VectorizedKernel(_Kernel):
         """clip_coordinates_get_grad: a 0/1 multiplier that is 0 on and beyond the borders."""
         clipped = _clip(coord, size)
         lo = stablehlo.MaxOp(coord, _f(0, coord)).result
-        inside = _both(compare(lo, _f(0, coord), "NE"), compare(clipped, _f(size - 1, coord), "NE"))
+        inside = hlo.logical_and(compare(lo, _f(0, coord), "NE"), compare(clipped, _f(size - 1, coord), "NE"))
         return clipped, select(inside, _f(1, coord), _f(0, coord))
 
     def reflect_with_grad(self, coord, size, align_corners):
@@ -827,7 +823,7 @@ def _linear_corners(kernel: _Kernel, coords: list[ir.Value], sizes: Sequence[int
         sides = tuple((k >> d) & 1 for d in range(len(coords)))
         mask = inside[0][sides[0]]
         for d in range(1, len(coords)):
-            mask = _both(mask, inside[d][sides[d]])
+            mask = hlo.logical_and(mask, inside[d][sides[d]])
         weight = kernel.corner_weight([weights[d][side] for d, side in enumerate(sides)])
         if kernel.skips_out_of_bounds_taps:
             weight = select(mask, weight, _f(0, weight))
@@ -868,7 +864,7 @@ def _nearest_pixels(coords: list[ir.Value], sizes: Sequence[int]) -> tuple[list[
     pixels = [stablehlo.RoundNearestEvenOp(coord).result for coord in coords]
     mask = _in_range(pixels[0], sizes[0])
     for pixel, size in zip(pixels[1:], sizes[1:]):
-        mask = _both(mask, _in_range(pixel, size))
+        mask = hlo.logical_and(mask, _in_range(pixel, size))
     return pixels, mask
 
 
@@ -906,7 +902,7 @@ def _cubic_tap(kernel, x, y, sizes, padding_mode, align_corners):
     (w, h) = sizes
     x = _trunc(kernel.apply_padding(x, w, padding_mode, align_corners))
     y = _trunc(kernel.apply_padding(y, h, padding_mode, align_corners))
-    return [x, y], _both(_in_range(x, w), _in_range(y, h))
+    return [x, y], hlo.logical_and(_in_range(x, w), _in_range(y, h))
 
 
 def _bicubic_sample(kernel, sample, grid_coords, sizes, padding_mode, align_corners):

@@ -221,7 +221,7 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     record = _fused_recorder(fusable, args, results, direct, donated, host, index, rng)
     # A training step's forward or backward (the role TORCH_TPU_COMPILED_STEP_START names)
     # opens a deferred trace in Strict mode (`_fused.deferring`).
-    step_role = fusable[3] if record is not None and len(fusable) > 3 else None
+    step_role = _step_role(fusable) if record is not None else None
 
     def call(tensors: Sequence[Any]) -> list | None:
         if record is not None and not dispatch_modes() and not function_modes():
@@ -298,6 +298,12 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     return call
 
 
+def _step_role(fusable: tuple) -> str | None:
+    """The graph's role in a training step (`fusable`'s fourth field: "forward",
+    "backward"), None for a graph outside one."""
+    return fusable[3] if len(fusable) > 3 else None
+
+
 def _fused_recorder(fusable: tuple | None, args, results, direct: dict[int, int], donated: Sequence[int],
                     host: frozenset[int], index: int, rng: bool = False) -> Callable[[Sequence[Any]], list | None] | None:
     """`graph_caller`'s FUSED path: `record(tensors)` records the call on the trace
@@ -333,7 +339,7 @@ def _fused_recorder(fusable: tuple | None, args, results, direct: dict[int, int]
             new = [(math.prod(shape), [int(s) for s in shape], contiguous_stride([int(s) for s in shape]), dtype)
                    for shape, dtype in results[: len(results) - count]]
             plan.append(_fused.GraphPlan(executable, module, fingerprint, written, new, rng,
-                                         starts_step=len(fusable) > 3 and fusable[3] == "forward"))
+                                         starts_step=_step_role(fusable) == "forward"))
         return _fused.record_graph(plan[0], operands, tensors, index, strict)
 
     return record
