@@ -21,7 +21,7 @@ import torch
 from ..context import ir, stablehlo
 from .. import ir as hlo
 from .helpers import array_constant, compare, convert, dtype, full, iota, reduce, reshape, select, shape_of, transpose
-from .indexing import _clamp_index, gather, prefix_sum_1d
+from .indexing import clamp_index, gather, prefix_sum_1d
 from .registry import LoweringContext, Padding, lowers, metadata_rule
 
 aten = torch.ops.aten
@@ -46,7 +46,7 @@ def _target_labels(targets: ir.Value, target_lengths: ir.Value, batch: int, max_
     masked) are clamped into range so the gathers that read them stay in bounds."""
     labels = convert(targets, _INDEX)
     if len(shape_of(targets)) == 2:
-        return _clamp_index(labels, 0, classes - 1)
+        return clamp_index(labels, 0, classes - 1)
     (total,) = shape_of(targets)
     if total == 0 or max_target == 0:
         return full(0, _INDEX, [batch, max_target])
@@ -55,10 +55,10 @@ def _target_labels(targets: ir.Value, target_lengths: ir.Value, batch: int, max_
         hlo.broadcast_in_dim(starts, [batch, max_target], [0]),
         iota([batch, max_target], 1, _INDEX),
     )
-    positions = _clamp_index(positions, 0, total - 1)
+    positions = clamp_index(positions, 0, total - 1)
     picked = gather(labels, reshape(positions, [batch, max_target, 1]), collapsed_slice_dims=[0],
                     start_index_map=[0], index_vector_dim=2, slice_sizes=[1])
-    return _clamp_index(picked, 0, classes - 1)
+    return clamp_index(picked, 0, classes - 1)
 
 
 def _extended_labels(labels: ir.Value, blank: int) -> ir.Value:

@@ -67,7 +67,8 @@ def _as_index(index: ir.Value, size: int, *, wrap: bool, dt: torch.dtype | None 
     return index
 
 
-def _clamp_index(index: ir.Value, lo: int, hi: int) -> ir.Value:
+def clamp_index(index: ir.Value, lo: int, hi: int) -> ir.Value:
+    """`index` clamped to [lo, hi] in its own dtype (shared with ctc.py)."""
     dt = dtype(index)
     return stablehlo.ClampOp(full(lo, dt, []), index, full(hi, dt, [])).result
 
@@ -250,7 +251,7 @@ def _advanced_index(ctx: LoweringContext, self: ir.Value, indices, *, wrap: bool
     for d, t in zip(dims, tensors):
         t = convert(t, idt)
         if clamp is not None:
-            t = _clamp_index(t, clamp[0](shape[d]), clamp[1](shape[d]))
+            t = clamp_index(t, clamp[0](shape[d]), clamp[1](shape[d]))
         if wrap:
             t = _as_index(t, shape[d], wrap=True, dt=idt)
         columns.append(reshape(broadcast_to(t, batch), batch + [1]))
@@ -831,7 +832,7 @@ def _segment_starts(bounds: ir.Value, rows: int, n: int, *, is_offsets: bool, id
         bounds = prefix_sum_last_axis(bounds)
         bounds = stablehlo.PadOp(bounds, full(0, bdt, []), [0, 1], [0, 0], [0, 0]).result
     # Clamped in the input's dtype: an int64 offset past n must not wrap when narrowed.
-    return convert(_clamp_index(bounds, 0, n), idt)
+    return convert(clamp_index(bounds, 0, n), idt)
 
 
 def _segment_ids(starts: ir.Value, rows: int, n: int, count: int, idt: torch.dtype) -> ir.Value:
@@ -1216,7 +1217,7 @@ def _searched_near(x: ir.Value, edges: ir.Value, estimate: ir.Value) -> ir.Value
     number of its edges <= x."""
     shape, idt = shape_of(x), dtype(estimate)
     (num_edges,) = shape_of(edges)
-    estimate = _clamp_index(estimate, 0, num_edges - 1)
+    estimate = clamp_index(estimate, 0, num_edges - 1)
     window_start = stablehlo.MaxOp(_add_scalar(estimate, -1), full(0, idt, shape)).result
     position = _add_scalar(window_start, -1)
     for offset in (-1, 0, 1):
@@ -1224,7 +1225,7 @@ def _searched_near(x: ir.Value, edges: ir.Value, estimate: ir.Value) -> ir.Value
         in_window = stablehlo.AndOp(
             compare(k, full(0, idt, shape), "GE"), compare(k, full(num_edges, idt, shape), "LT")
         ).result
-        edge = _take_1d(edges, _clamp_index(k, 0, num_edges - 1))
+        edge = _take_1d(edges, clamp_index(k, 0, num_edges - 1))
         at_or_below = stablehlo.AndOp(in_window, compare(edge, x, "LE")).result
         position = stablehlo.AddOp(position, convert(at_or_below, idt)).result
     return position
