@@ -16,6 +16,8 @@ import threading
 
 from torch_tpu.core import config
 
+from . import _gc_policy
+
 
 class EagerMode(enum.Enum):
     """How the eager tpu device runs ops: STRICT (asynchronous, the default), DEBUG (each
@@ -50,15 +52,21 @@ def get_eager_mode() -> EagerMode:
         return mode
     if _global[0] is None:
         _global[0] = _default()
+        if _global[0] is EagerMode.FUSED:
+            _gc_policy.fused_mode_entered()
     return _global[0]
 
 
-def _leaving(previous: EagerMode, new: EagerMode | None) -> None:
-    """Leaving FUSED mode is a flush point: recorded ops run before ops of the new mode."""
+def _switching(previous: EagerMode, new: EagerMode | None) -> None:
+    """Leaving FUSED mode is a flush point: recorded ops run before ops of the new mode.
+    While FUSED mode is on, the collector's young generation waits longer (`_gc_policy`)."""
     if previous is EagerMode.FUSED and new is not EagerMode.FUSED:
         from ._fused import flush_all
 
         flush_all()
+        _gc_policy.fused_mode_left()
+    elif new is EagerMode.FUSED:
+        _gc_policy.fused_mode_entered()
 
 
 class _ModeScope(contextlib.AbstractContextManager):
@@ -72,7 +80,7 @@ class _ModeScope(contextlib.AbstractContextManager):
     def __exit__(self, *exc) -> None:
         previous = get_eager_mode()
         restored = self._thread if self._thread is not None else (self._global or _default())
-        _leaving(previous, restored)
+        _switching(previous, restored)
         _state.mode = self._thread
         _global[0] = self._global
 
@@ -81,7 +89,7 @@ def set_eager_mode(mode: EagerMode) -> _ModeScope:
     """Sets the eager mode of the process (`set_eager_mode(EagerMode.DEBUG)`), or of a
     block (`with set_eager_mode(EagerMode.DEBUG): ...`)."""
     mode = EagerMode(mode)
-    _leaving(get_eager_mode(), mode)
+    _switching(get_eager_mode(), mode)
     scope = _ModeScope(getattr(_state, "mode", None), _global[0])
     _state.mode = None
     _global[0] = mode

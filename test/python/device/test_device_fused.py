@@ -604,3 +604,66 @@ def test_kept_number_arrays_tell_zero_from_negative_zero(fused, monkeypatch):
         got = (y * zero * 1.0).cpu()  # two floats: one packed array per run
         assert torch.equal(torch.signbit(got), torch.signbit(y.cpu() * zero))
     assert len(_fused._PACKS) == 2
+
+
+# -- the garbage collector while FUSED mode is on (`_gc_policy`) ----------------------------------
+
+
+@pytest.fixture
+def default_gc_threshold():
+    import gc
+
+    saved = gc.get_threshold()
+    gc.set_threshold(700, *saved[1:])  # Python's default, as a fresh process has it
+    yield saved[1:]
+    gc.set_threshold(*saved)
+
+
+def test_fused_mode_raises_the_young_threshold_and_leaving_it_puts_it_back(default_gc_threshold, monkeypatch):
+    import gc
+
+    monkeypatch.setenv("TORCH_TPU_FUSED_GC_THRESHOLD", "12345")
+    with set_eager_mode(EagerMode.FUSED):
+        assert gc.get_threshold() == (12345, *default_gc_threshold)
+        with set_eager_mode(EagerMode.FUSED):  # nested: still raised, put back by the outer scope only
+            pass
+        assert gc.get_threshold()[0] == 12345
+        with set_eager_mode(EagerMode.STRICT):  # a Strict block inside: Python's default there
+            assert gc.get_threshold()[0] == 700
+        assert gc.get_threshold()[0] == 12345
+    assert gc.get_threshold() == (700, *default_gc_threshold)
+
+
+def test_fused_mode_keeps_a_threshold_the_application_set(default_gc_threshold, monkeypatch):
+    import gc
+
+    monkeypatch.setenv("TORCH_TPU_FUSED_GC_THRESHOLD", "12345")
+    gc.set_threshold(2000, *default_gc_threshold)
+    with set_eager_mode(EagerMode.FUSED):
+        assert gc.get_threshold()[0] == 2000  # not Python's default: the application's, kept
+    assert gc.get_threshold()[0] == 2000
+    gc.set_threshold(700, *default_gc_threshold)
+    with set_eager_mode(EagerMode.FUSED):
+        gc.set_threshold(3000, *default_gc_threshold)  # set inside the FUSED block: kept on leaving
+    assert gc.get_threshold()[0] == 3000
+
+
+def test_fused_gc_threshold_zero_leaves_the_collector_alone(default_gc_threshold, monkeypatch):
+    import gc
+
+    monkeypatch.setenv("TORCH_TPU_FUSED_GC_THRESHOLD", "0")
+    with set_eager_mode(EagerMode.FUSED):
+        assert gc.get_threshold()[0] == 700
+
+
+def test_fused_mode_from_the_environment_raises_the_threshold_for_the_process():
+    import subprocess
+    import sys
+
+    code = ("import gc, torch, torch_tpu.device; from torch_tpu.device import get_eager_mode; "
+            "before = gc.get_threshold()[0]; mode = get_eager_mode(); "
+            "x = (torch.ones(3).to('tpu') + 1).cpu(); print(before, mode.name, gc.get_threshold()[0], x.tolist())")
+    env = {**__import__("os").environ, "TORCH_TPU_DEFER_AND_FUSE": "1", "TORCH_TPU_FUSED_GC_THRESHOLD": "4321"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[:4] == ["700", "FUSED", "4321", "[2.0,"]
