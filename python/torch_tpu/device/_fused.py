@@ -651,10 +651,13 @@ def _record(plan, operands, index: int, where: tuple[str, int]) -> tuple[Trace, 
                 continue
             if buffer.__class__ is not DeviceBuffer:
                 buffer = _storage.buffer_of(value)  # flushes another trace; zeros for `empty`
-            if buffer.is_deleted:
-                check_alive(value, name_line=False)  # raises; the op's error names the line
             ref = known.get(id(buffer))
             if ref is None:
+                # A new external is checked here, so that the op's error names its line; one the
+                # trace holds already was alive then, and the flush checks every external again
+                # (`_external_argument`): a buffer deleted in between fails there.
+                if buffer.is_deleted:
+                    check_alive(value, name_line=False)  # raises; the op's error names the line
                 ref = trace.external_buffer(buffer)
                 if trace.launchable:
                     _early_launch.note_source(trace, ref, value)

@@ -667,3 +667,21 @@ def test_fused_mode_from_the_environment_raises_the_threshold_for_the_process():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[:4] == ["700", "FUSED", "4321", "[2.0,"]
+
+
+def test_a_buffer_deleted_after_the_trace_read_it_fails_at_the_flush_with_a_clear_error(fused):
+    """A trace checks an external buffer when it first reads it (the op's error names the
+    op's line); one deleted after that is caught when the flush gathers the trace's inputs:
+    an error naming the flush's line, no crash and no stale value."""
+    from torch_tpu.device._buffers import entry_of
+    from torch_tpu.runtime.errors import BufferDeletedError
+
+    x = torch.arange(6.0).to("tpu")
+    y = x + 1  # the trace reads x's buffer
+    entry_of(x)._buffer.delete()
+    z = x * 2  # the same buffer, known to the trace: recorded
+    line = _next_line()
+    with pytest.raises(BufferDeletedError, match=rf"at {__file__}:{line + 1}, a tpu tensor's device buffer"):
+        (y + z).cpu()
+    with pytest.raises(BufferDeletedError):  # a new trace reading it fails at the op
+        x - 1
