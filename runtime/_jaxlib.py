@@ -212,6 +212,18 @@ def device_memory_stats(device: RawDevice) -> dict[str, int] | None:
     return {str(k): int(v) for k, v in stats.items()} if stats else None
 
 
+def compiled_memory(executable: RawExecutable) -> dict[str, int] | None:
+    """XLA's memory analysis of a compiled program, in bytes: `argument`, `output`, `alias`
+    (outputs written over donated arguments) and `temp` (its temporaries); None where the
+    platform gives none."""
+    try:
+        stats = executable.get_compiled_memory_stats()
+        return {"argument": int(stats.argument_size_in_bytes), "output": int(stats.output_size_in_bytes),
+                "alias": int(stats.alias_size_in_bytes), "temp": int(stats.temp_size_in_bytes)}
+    except Exception:  # noqa: BLE001 - a platform without the analysis raises
+        return None
+
+
 def live_arrays(client: RawClient) -> list[RawArray]:
     return client.live_arrays()
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _torch_state: dict[str, Any] = {}
 _array_of = operator.attrgetter("_array")  # a DeviceBuffer's jaxlib array
+_UNREAD = object()  # a lazily read figure not read yet
 
 
 def _tensor_type() -> Any:
@@ -210,6 +211,7 @@ class Executable:
         self.origin = origin  # where it was first obtained: "compile", "l1", "l2", "l3"
         self.name = name
         self._raw = raw
+        self._memory: Any = _UNREAD  # `memory_analysis`, read on first use
         self._nargs = len(signature.args)
         donated = set(signature.donated)
         cpu = client.platform == "cpu"
@@ -535,6 +537,14 @@ class Executable:
         specs = self.signature.results
         rows = self._out_rows
         return [DeviceBuffer(o, specs[k].shape, rows[k], device) for k, o in enumerate(outs)]
+
+    def memory_analysis(self) -> dict[str, int] | None:
+        """XLA's figures of what a run of this program allocates, in bytes (`argument`,
+        `output`, `alias`: outputs written over donated arguments, `temp`); None where the
+        platform gives none. A run needs `output - alias + temp` beside its arguments."""
+        if self._memory is _UNREAD:
+            self._memory = _jaxlib.compiled_memory(self._raw)
+        return self._memory
 
     def buffer_launcher(self) -> Callable[[Sequence[DeviceBuffer]], list[DeviceBuffer]]:
         """`execute` for a caller whose arguments are live DeviceBuffers made for this

@@ -240,3 +240,33 @@ def test_a_repeating_compiled_step_is_launched_at_its_forward_on_the_chip(chip, 
     assert results["1"][0] == results["0"][0]
     for a, b in zip(results["1"][1], results["0"][1]):
         assert torch.equal(a, b)
+
+
+def test_a_step_after_a_large_allocation_is_still_launched_early_on_the_chip(chip):
+    """The early launch's room check is against the memory in use at the launch, not the
+    process's peak (which only grows): a step trained after a tensor of most of the chip's
+    memory was made and freed is still launched early (a compiled step in FUSED mode run
+    after a Strict one had 0 launches on the chip when the check read the peak)."""
+    from tpu_support import tpu_only
+
+    from torch_tpu.device import _early_launch, _fused
+
+    tpu_only(chip, "XLA:CPU reports no memory limit: every step fits there")
+    stats = torch.tpu.memory_stats()
+    room = int(0.8 * stats["bytes_limit"]) - stats["bytes_in_use"]
+    big = torch.ones(room // 4, device="tpu")  # the peak is now ~80 % of the chip
+    torch.tpu.synchronize()
+    del big
+    assert torch.tpu.memory_stats()["peak_bytes_in_use"] >= 0.8 * stats["bytes_limit"] - 2**20
+    x, y = torch.randn(8, 16, 64).to("tpu"), torch.randint(0, 10, (8,)).to("tpu")
+    torch._dynamo.reset()
+    _fused._PROGRAMS.clear()
+    _fused._SEEN_ONCE.clear()
+    _early_launch._PROGRAMS.clear()
+    _early_launch._NO_ROOM.clear()
+    model = _model().to("tpu")
+    step = _whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    before = dict(_early_launch.STATS)
+    for _ in range(7):
+        step(x, y).item()
+    assert _early_launch.STATS["hits"] - before["hits"] == 3  # as in the test above, with no large allocation

@@ -285,9 +285,10 @@ declare(
     "step while the host records it. At the step's end the launched results are kept when the "
     "step turned out to be that program reading those very buffers, else dropped and the step "
     "runs as recorded. The launch does not donate (a second compile of the step, without "
-    "donation): it is made only where the device's peak memory plus what the step writes stays "
-    "under 90 % of the device's memory, and a step that turns out different twice in a row is no "
-    "longer launched early. 0: the step runs at its end only.",
+    "donation): it is made only where the memory the device holds at the launch plus what that "
+    "program allocates (its outputs and temporaries, from XLA's memory analysis) stays under 90 % "
+    "of the device's memory, checked at each launch, and a step that turns out different twice "
+    "in a row is no longer launched early. 0: the step runs at its end only.",
     "frontend",
 )
 declare(

@@ -26,9 +26,13 @@ buffer objects are the same values: a hit computes what the flush's launch would
 
 The early launch cannot donate (a step that turns out different still needs its inputs),
 so it runs the step's program compiled a second time, without donation: its outputs take
-new memory beside the inputs until the flush binds them. It is launched only where the
-device's peak so far plus the bytes the program would have written in place stays under
-`ROOM` of the device's memory, and two misses in a row stop the early launches of a step.
+new memory beside the inputs until the flush binds them. It is launched only where what the
+device holds at the launch plus what that program allocates (its outputs and temporaries,
+from XLA's memory analysis of it) stays under `ROOM` of the device's memory -- checked at
+each launch against the memory in use then, not against the process's peak, which only ever
+grows (a step run earlier, an evaluation at a larger batch, another model) and would stop
+every later step's launches for good -- and two misses in a row stop the early launches of a
+step.
 Which program a step runs depends only on how often its trace was seen and on what it read
 (a launch waits for the second compile, as a fused run waits for its first), so runs repeat
 bit for bit, as `_fused.Trace._run` requires.
@@ -51,8 +55,8 @@ log = logging.getLogger("torch_tpu")
 # Trace key -> Future of the program compiled without donation, then its `_fused._Launch`,
 # or `_fused._INTERPRET` when it could not be built (that step is not launched early).
 _PROGRAMS: dict = {}
-_NO_ROOM: set = set()  # keys whose undonated run would not fit beside the device's peak
-ROOM = 0.9  # of the device's memory (`bytes_limit`) an early launch may bring the peak to
+_NO_ROOM: set = set()  # keys whose undonated run could not fit beside what the device held at the flush
+ROOM = 0.9  # of the device's memory (`bytes_limit`) an early launch may bring its use to
 MAX_MISSES = 2  # misses in a row after which a step is no longer launched early
 STATS = {"launches": 0, "hits": 0, "misses": 0}
 
@@ -63,15 +67,18 @@ class StepPlan:
     an int -- that operand of the first graph -- or a weak reference to the storage entry a
     later graph read it from; `floats`, `ints`: the packed Python numbers of that run."""
 
-    __slots__ = ("key", "sources", "floats", "ints", "misses", "n_ops")
+    __slots__ = ("key", "sources", "floats", "ints", "misses", "n_ops", "written_bytes", "told_no_room")
 
-    def __init__(self, key: tuple, sources: list, floats: np.ndarray, ints: np.ndarray, n_ops: int) -> None:
+    def __init__(self, key: tuple, sources: list, floats: np.ndarray, ints: np.ndarray, n_ops: int,
+                 written_bytes: int) -> None:
         self.key = key
         self.sources = sources
         self.floats = floats
         self.ints = ints
         self.misses = 0
         self.n_ops = n_ops
+        self.written_bytes = written_bytes  # what the step writes in place (its new values' bytes)
+        self.told_no_room = False  # the launch-time refusal is logged once per step
 
 
 def enabled() -> bool:
@@ -111,33 +118,56 @@ def remember(trace, key: tuple, outputs: list) -> None:
         if source is None or not (kinds[ref] == "buffer" or (kinds[ref] == "key" and source.__class__ is int)):
             return
         sources.append(source)
-    if not _room(trace, key):
+    written = sum(trace.values[ref].nbytes for ref in trace.written_externals())
+    if not _may_fit(trace, key, written):
         return
     if key not in _PROGRAMS:
         if len(_PROGRAMS) >= _fused._MAX_PROGRAMS:
             del _PROGRAMS[next(iter(_PROGRAMS))]
         _PROGRAMS[key] = trace._compile(key, outputs, donate=False)
-    first.step_plan = StepPlan(key, sources, *trace.packed_numbers(floats, ints), len(trace.plans))
+    first.step_plan = StepPlan(key, sources, *trace.packed_numbers(floats, ints), len(trace.plans), written)
 
 
-def _room(trace, key: tuple) -> bool:
-    """Whether the step's undonated run fits: the device's peak so far (a donated run of this
-    step among it) plus the bytes the program writes in place, under `ROOM` of its memory.
-    Always where the platform reports no limit (XLA:CPU)."""
+def _may_fit(trace, key: tuple, written: int) -> bool:
+    """At the flush, before the undonated program is compiled: whether its run could fit at
+    all -- what the device holds now plus the new copies of what the step writes in place,
+    under `ROOM` of its memory (the launch checks the program's own figures, `_fits`). Always
+    where the platform reports no limit (XLA:CPU)."""
     stats = _storage.client().device(trace.index).memory_stats()
     limit = stats.get("bytes_limit")
-    if not limit:
-        return True
-    extra = sum(trace.values[ref].nbytes for ref in trace.written_externals())
-    if stats.get("peak_bytes_in_use", 0) + extra <= ROOM * limit:
+    in_use = stats.get("bytes_in_use", 0)
+    if not limit or in_use + written <= ROOM * limit:
         return True
     if len(_NO_ROOM) >= 4 * _fused._MAX_PROGRAMS:
         _NO_ROOM.clear()  # keys of steps that never repeat: keep the set small
     _NO_ROOM.add(key)
     log.info("torch_tpu: a compiled training step of %d ops is not launched early: without donation it would "
-             "need %.2f GB more than the device's peak of %.2f GB, over %d%% of its %.2f GB "
-             "(TORCH_TPU_EARLY_STEP_LAUNCH)", len(trace.plans), extra / 1e9,
-             stats.get("peak_bytes_in_use", 0) / 1e9, int(ROOM * 100), limit / 1e9)
+             "need %.2f GB beside the %.2f GB the device holds, over %d%% of its %.2f GB "
+             "(TORCH_TPU_EARLY_STEP_LAUNCH)", len(trace.plans), written / 1e9, in_use / 1e9, int(ROOM * 100),
+             limit / 1e9)
+    return False
+
+
+def _fits(plan: StepPlan, program, index: int) -> bool:
+    """At the launch: whether the undonated program's run fits beside what the device holds
+    now -- its outputs and temporaries (XLA's memory analysis; where there is none, the new
+    copies of what the step writes) under `ROOM` of the device's memory. Checked at every
+    launch: memory freed since (an evaluation model dropped) lets a refused step launch again."""
+    stats = _storage.client().device(index).memory_stats()
+    limit = stats.get("bytes_limit")
+    if not limit:
+        return True
+    analysis = program.executable.memory_analysis()
+    need = (analysis["output"] - analysis["alias"] + analysis["temp"]) if analysis else plan.written_bytes
+    in_use = stats.get("bytes_in_use", 0)
+    if in_use + need <= ROOM * limit:
+        return True
+    if not plan.told_no_room:
+        plan.told_no_room = True
+        log.info("torch_tpu: a compiled training step of %d ops is not launched early: without donation it would "
+                 "need %.2f GB (its outputs and temporaries) beside the %.2f GB the device holds, over %d%% of "
+                 "its %.2f GB; it is checked again at each step (TORCH_TPU_EARLY_STEP_LAUNCH)", plan.n_ops,
+                 need / 1e9, in_use / 1e9, int(ROOM * 100), limit / 1e9)
     return False
 
 
@@ -154,7 +184,7 @@ def launch(trace) -> None:
         # Waited for, as a fused run waits for its program: whether a step is launched early
         # must not depend on how fast its compile was.
         program = _PROGRAMS[plan.key] = _fused._loaded(program, plan.n_ops)
-    if program is _fused._INTERPRET:
+    if program is _fused._INTERPRET or not _fits(plan, program, trace.index):
         return
     first_refs, values, kinds = trace.refs[0], trace.values, trace.kinds
     args = []

@@ -183,14 +183,58 @@ def test_reading_a_result_mid_step_drops_the_launch(without):
 def test_no_early_launch_where_the_undonated_step_would_not_fit(monkeypatch, without, caplog):
     from torch_tpu.runtime.client import Device
 
-    monkeypatch.setattr(Device, "memory_stats", lambda self: {"bytes_limit": 1000, "peak_bytes_in_use": 900})
+    monkeypatch.setattr(Device, "memory_stats", lambda self: {"bytes_limit": 1000, "bytes_in_use": 900})
     _early_launch._NO_ROOM.clear()
     with caplog.at_level(logging.INFO, logger="torch_tpu"):
         early = _train(compiled_whole_step)
     _early_launch._NO_ROOM.clear()
     assert early[2]["launches"] == 0, early[2]
     assert "is not launched early: without donation it would need" in caplog.text
+    assert "beside the 0.00 GB the device holds" in caplog.text
     _bitwise(early, without(_train, compiled_whole_step))
+
+
+def test_a_high_peak_from_earlier_work_does_not_stop_the_launch(monkeypatch, without):
+    """The check is against the memory in use now: the process's peak only ever grows (an
+    earlier step, an evaluation at a larger batch, another model), and a room rule on it
+    stopped every later step's launches for good (on the chip: a compiled step in FUSED
+    mode run after the Strict one, 0 launches)."""
+    from torch_tpu.runtime.client import Device
+
+    monkeypatch.setattr(Device, "memory_stats", lambda self: {
+        "bytes_limit": 10**9, "bytes_in_use": 10**6, "peak_bytes_in_use": 10**9})
+    _early_launch._NO_ROOM.clear()
+    early = _train(compiled_whole_step)
+    assert early[2] == {"launches": 3, "hits": 3, "misses": 0}, early[2]  # as with no limit at all
+    _bitwise(early, without(_train, compiled_whole_step))
+
+
+def test_the_launch_checks_the_programs_own_memory_each_step(monkeypatch, without, caplog):
+    """At the launch, what the undonated program allocates (XLA's analysis: outputs and
+    temporaries) must fit beside what the device holds; a refused step is checked again at
+    the next one, so memory freed since lets it launch."""
+    from torch_tpu.runtime.client import Device
+    from torch_tpu.runtime.executable import Executable
+
+    monkeypatch.setattr(Device, "memory_stats", lambda self: {"bytes_limit": 10**8, "bytes_in_use": 0})
+    temp = [10**9]  # more than the device: refused
+    real = Executable.memory_analysis
+    monkeypatch.setattr(Executable, "memory_analysis",
+                        lambda self: {**(real(self) or {"output": 0, "alias": 0, "argument": 0}), "temp": temp[0]})
+    _early_launch._NO_ROOM.clear()
+
+    def freed_at_step_4(model, opt, i):
+        if i == 4:
+            temp[0] = 0
+
+    with caplog.at_level(logging.INFO, logger="torch_tpu"):
+        early = _train(_split_step, steps=8, between=freed_at_step_4)
+    assert caplog.text.count("(its outputs and temporaries)") == 1  # logged once, checked each step
+    assert "1.00 GB (its outputs and temporaries) beside the 0.00 GB the device holds" in caplog.text
+    # Refused at steps 2-4 (step 4's launch comes before its `between`), launched from step 5 on.
+    assert early[2] == {"launches": 3, "hits": 3, "misses": 0}, early[2]
+    temp[0] = 0
+    _bitwise(early, without(_train, _split_step, steps=8, between=freed_at_step_4))
 
 
 def test_a_launch_that_fails_leaves_the_step_to_its_end(monkeypatch, without, caplog):
