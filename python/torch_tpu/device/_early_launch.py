@@ -55,7 +55,9 @@ log = logging.getLogger("torch_tpu")
 # Trace key -> Future of the program compiled without donation, then its `_fused._Launch`,
 # or `_fused._INTERPRET` when it could not be built (that step is not launched early).
 _PROGRAMS: dict = {}
-_NO_ROOM: set = set()  # keys whose undonated run could not fit beside what the device held at the flush
+# Keys whose undonated run could not fit beside what the device held at their last flush
+# (logged once; checked again at each flush).
+_NO_ROOM: set = set()
 ROOM = 0.9  # of the device's memory (`bytes_limit`) an early launch may bring its use to
 MAX_MISSES = 2  # misses in a row after which a step is no longer launched early
 STATS = {"launches": 0, "hits": 0, "misses": 0}
@@ -101,7 +103,7 @@ def remember(trace, key: tuple, outputs: list) -> None:
     if plan is not None and plan.key == key:
         return
     first.step_plan = None
-    if key in _NO_ROOM or not enabled():
+    if not enabled():
         return
     own, floats, ints = trace.layout()
     kinds, values = trace.kinds, trace.values
@@ -132,12 +134,16 @@ def _may_fit(trace, key: tuple, written: int) -> bool:
     """At the flush, before the undonated program is compiled: whether its run could fit at
     all -- what the device holds now plus the new copies of what the step writes in place,
     under `ROOM` of its memory (the launch checks the program's own figures, `_fits`). Always
-    where the platform reports no limit (XLA:CPU)."""
+    where the platform reports no limit (XLA:CPU). Logged once per step; a step refused here
+    is checked again at its next flush."""
     stats = _storage.client().device(trace.index).memory_stats()
     limit = stats.get("bytes_limit")
     in_use = stats.get("bytes_in_use", 0)
     if not limit or in_use + written <= ROOM * limit:
+        _NO_ROOM.discard(key)  # (memory freed since an earlier flush of this step)
         return True
+    if key in _NO_ROOM:
+        return False  # said already; checked again at the step's next flush
     if len(_NO_ROOM) >= 4 * _fused._MAX_PROGRAMS:
         _NO_ROOM.clear()  # keys of steps that never repeat: keep the set small
     _NO_ROOM.add(key)

@@ -191,7 +191,29 @@ def test_no_early_launch_where_the_undonated_step_would_not_fit(monkeypatch, wit
     assert early[2]["launches"] == 0, early[2]
     assert "is not launched early: without donation it would need" in caplog.text
     assert "beside the 0.00 GB the device holds" in caplog.text
+    assert caplog.text.count("is not launched early") == 1  # checked at each flush, said once
     _bitwise(early, without(_train, compiled_whole_step))
+
+
+def test_a_step_refused_at_its_flush_is_planned_once_memory_is_freed(monkeypatch, without):
+    from torch_tpu.runtime.client import Device
+
+    in_use = [10**9]  # the device full: refused at the flush
+    monkeypatch.setattr(Device, "memory_stats", lambda self: {"bytes_limit": 10**9, "bytes_in_use": in_use[0]})
+    _early_launch._NO_ROOM.clear()
+
+    def freed_at_step_5(model, opt, i):
+        if i == 5:
+            in_use[0] = 0
+
+    early = _train(_split_step, steps=8, between=freed_at_step_5)
+    _early_launch._NO_ROOM.clear()
+    # Refused at the flushes before, planned at step 5's (the memory freed just before it),
+    # launched at steps 6 and 7; with the memory free from the start the same training
+    # launches 4 times.
+    assert early[2] == {"launches": 2, "hits": 2, "misses": 0}, early[2]
+    in_use[0] = 10**9
+    _bitwise(early, without(_train, _split_step, steps=8, between=freed_at_step_5))
 
 
 def test_a_high_peak_from_earlier_work_does_not_stop_the_launch(monkeypatch, without):
