@@ -1179,6 +1179,10 @@ def print_case(num: int, result: dict) -> None:
             extra += f"  host {100 * row['host_s_per_call'] / row['s_per_call']:.0f}%"
         if row["side"] == "ours" and row.get("xla_compiles_in_timed_blocks"):
             extra += f"  ({row['xla_compiles_in_timed_blocks']} compiles while timed)"
+        early = row.get("early_launch")
+        if early and (early["launches"] or cname.startswith("torch.compile")):
+            # A compiled step's launches at its forward (kept / launched): 0/0, it ran at its end.
+            extra += f"  early {early['hits']}/{early['launches']}"
         print(f"    {cname:<32} {fmt_s(row['s_per_call']):>10} {ratio:>7} {tflops:>8} {mfu:>7} "
               f"{_fmt_bytes(row['h2d_bytes_per_call']):>9} {_fmt_bytes(row['d2h_bytes_per_call']):>9}{extra}")
         if "profile" in row:

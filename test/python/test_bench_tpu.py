@@ -222,17 +222,21 @@ def test_hlo_layouts_compares_the_decode_step(tmp_path):
 
 def test_train_case_measures_pytorchs_eager_step_on_the_host(tmp_path):
     """Case 7's `cpu-eager` variant: PyTorch's own eager step on CPU tensors (the per-op
-    floor of any eager step on the host), its losses checked against JAX's like ours."""
+    floor of any eager step on the host), its losses checked against JAX's like ours; and the
+    compiled step's row says how many of its timed steps were launched at their forward."""
     out = tmp_path / "train.json"
     env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, os.path.join(BENCH, "tpu.py"), "--small", "--cases", "7", "--train-variants", "cpu-eager",
+        [sys.executable, os.path.join(BENCH, "tpu.py"), "--small", "--cases", "7", "--train-variants", "cpu-eager,compiled",
          "--repeats", "2", "--json", str(out)],
         capture_output=True, text=True, timeout=300, env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     case = json.loads(out.read_text())["cases"]["7-train"]
-    assert set(case["contenders"]) == {"PyTorch eager, CPU", "jax.jit"}
-    assert case["checks"]["PyTorch eager, CPU"]["ok"], case["checks"]
+    assert set(case["contenders"]) == {"PyTorch eager, CPU", "torch.compile", "jax.jit"}
+    assert case["checks"]["PyTorch eager, CPU"]["ok"] and case["checks"]["torch.compile"]["ok"], case["checks"]
     row = case["contenders"]["PyTorch eager, CPU"]
     assert row["s_per_call"] > 0 and row["h2d_bytes_per_call"] == 0 and row["d2h_bytes_per_call"] == 0
+    early = case["contenders"]["torch.compile"]["early_launch"]
+    assert early["launches"] > 0 and early["hits"] == early["launches"], early
+    assert f"early {early['hits']}/{early['launches']}" in proc.stdout
