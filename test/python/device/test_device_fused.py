@@ -13,6 +13,7 @@ import torch_tpu.device  # noqa: F401 - registers the device where autoload is o
 from torch_tpu.device import EagerMode, set_eager_mode
 from torch_tpu.device import _fused
 from torch_tpu.device._buffers import Pending, entry_of
+from torch_tpu.device._gc_policy import PYTHON_DEFAULT_THRESHOLD0
 from torch_tpu.runtime import _jaxlib, get_client
 from torch_tpu.runtime.errors import ExecutionError
 
@@ -614,7 +615,7 @@ def default_gc_threshold():
     import gc
 
     saved = gc.get_threshold()
-    gc.set_threshold(700, *saved[1:])  # Python's default, as a fresh process has it
+    gc.set_threshold(PYTHON_DEFAULT_THRESHOLD0, *saved[1:])  # Python's default, as a fresh process has it
     yield saved[1:]
     gc.set_threshold(*saved)
 
@@ -629,20 +630,20 @@ def test_fused_mode_raises_the_young_threshold_and_leaving_it_puts_it_back(defau
             pass
         assert gc.get_threshold()[0] == 12345
         with set_eager_mode(EagerMode.STRICT):  # a Strict block inside: Python's default there
-            assert gc.get_threshold()[0] == 700
+            assert gc.get_threshold()[0] == PYTHON_DEFAULT_THRESHOLD0
         assert gc.get_threshold()[0] == 12345
-    assert gc.get_threshold() == (700, *default_gc_threshold)
+    assert gc.get_threshold() == (PYTHON_DEFAULT_THRESHOLD0, *default_gc_threshold)
 
 
 def test_fused_mode_keeps_a_threshold_the_application_set(default_gc_threshold, monkeypatch):
     import gc
 
     monkeypatch.setenv("TORCH_TPU_FUSED_GC_THRESHOLD", "12345")
-    gc.set_threshold(2000, *default_gc_threshold)
+    gc.set_threshold(1500, *default_gc_threshold)
     with set_eager_mode(EagerMode.FUSED):
-        assert gc.get_threshold()[0] == 2000  # not Python's default: the application's, kept
-    assert gc.get_threshold()[0] == 2000
-    gc.set_threshold(700, *default_gc_threshold)
+        assert gc.get_threshold()[0] == 1500  # not Python's default: the application's, kept
+    assert gc.get_threshold()[0] == 1500
+    gc.set_threshold(PYTHON_DEFAULT_THRESHOLD0, *default_gc_threshold)
     with set_eager_mode(EagerMode.FUSED):
         gc.set_threshold(3000, *default_gc_threshold)  # set inside the FUSED block: kept on leaving
     assert gc.get_threshold()[0] == 3000
@@ -653,7 +654,7 @@ def test_fused_gc_threshold_zero_leaves_the_collector_alone(default_gc_threshold
 
     monkeypatch.setenv("TORCH_TPU_FUSED_GC_THRESHOLD", "0")
     with set_eager_mode(EagerMode.FUSED):
-        assert gc.get_threshold()[0] == 700
+        assert gc.get_threshold()[0] == PYTHON_DEFAULT_THRESHOLD0
 
 
 def test_fused_mode_from_the_environment_raises_the_threshold_for_the_process():
@@ -666,7 +667,7 @@ def test_fused_mode_from_the_environment_raises_the_threshold_for_the_process():
     env = {**__import__("os").environ, "TORCH_TPU_DEFER_AND_FUSE": "1", "TORCH_TPU_FUSED_GC_THRESHOLD": "4321"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[:4] == ["700", "FUSED", "4321", "[2.0,"]
+    assert out.stdout.split()[:4] == [str(PYTHON_DEFAULT_THRESHOLD0), "FUSED", "4321", "[2.0,"]
 
 
 def test_a_buffer_deleted_after_the_trace_read_it_fails_at_the_flush_with_a_clear_error(fused):
