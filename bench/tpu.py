@@ -156,11 +156,42 @@ def jax_sync(result: Any) -> Any:
     return jax.block_until_ready(result)
 
 
+class _CollectorClock:
+    """The seconds and collections (per generation) of Python's cyclic garbage collector
+    since `reset()`, from `gc.callbacks`: how much of a host-bound contender's time is the
+    collector (a FUSED step's was ~13 % before `TORCH_TPU_FUSED_GC_THRESHOLD`)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.collections[min(info.get("generation", 0), 2)] += 1
+
+
+_COLLECTOR: list = []  # the one `_CollectorClock`, made by the first timed block
+
+
 def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warmup: int) -> dict[str, dict]:
     """Per contender: the median over `repeats` blocks of the per-call seconds of a block of
     `calls` calls ended by one sync, the blocks' samples, ours' transfer bytes per call, and
     the host's share: the seconds until the block's last call returned, before the sync
-    (`host_s_per_call`; near `s_per_call`, the host is what the calls wait for)."""
+    (`host_s_per_call`; near `s_per_call`, the host is what the calls wait for), and the
+    garbage collector's seconds per call and collections per generation in the timed blocks
+    (`gc_s_per_call`, `gc_collections`)."""
+    if not _COLLECTOR:
+        _COLLECTOR.append(_CollectorClock())
+    clock = _COLLECTOR[0]
     for c in contenders.values():
         for _ in range(warmup):
             c.sync(c.fn())
@@ -170,10 +201,12 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     host: dict[str, list[float]] = {name: [] for name in contenders}
     moved = {name: [0] * 6 for name in contenders}
+    collected = {name: [0.0, [0, 0, 0]] for name in contenders}
     for _ in range(repeats):
         for name, c in contenders.items():
             wait_for_idle_threads()
             before = COUNTER.snapshot()
+            clock.reset()
             t0 = time.perf_counter()
             out = None
             for _ in range(calls):
@@ -182,6 +215,8 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
             c.sync(out)
             samples[name].append((time.perf_counter() - t0) / calls)
             host[name].append((returned - t0) / calls)
+            collected[name][0] += clock.seconds
+            collected[name][1] = [a + b for a, b in zip(collected[name][1], clock.collections)]
             del out
             for i, (a, b) in enumerate(zip(before, COUNTER.snapshot())):
                 moved[name][i] += b - a
@@ -189,6 +224,8 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
     rows = {name: _summary(contenders[name], samples[name], moved[name], calls * repeats) for name in contenders}
     for name, row in rows.items():
         row["host_s_per_call"] = statistics.median(host[name])
+        row["gc_s_per_call"] = collected[name][0] / (calls * repeats)
+        row["gc_collections"] = collected[name][1]
         if PROFILE_CALLS[0]:
             from _xprof import profile_calls
 
@@ -1179,6 +1216,8 @@ def print_case(num: int, result: dict) -> None:
             extra += f"  host {100 * row['host_s_per_call'] / row['s_per_call']:.0f}%"
         if row["side"] == "ours" and row.get("xla_compiles_in_timed_blocks"):
             extra += f"  ({row['xla_compiles_in_timed_blocks']} compiles while timed)"
+        if row.get("gc_s_per_call") and row["s_per_call"] > 0 and row["gc_s_per_call"] >= 0.01 * row["s_per_call"]:
+            extra += f"  gc {100 * row['gc_s_per_call'] / row['s_per_call']:.0f}%"
         early = row.get("early_launch")
         if early and (early["launches"] or cname.startswith("torch.compile")):
             # A compiled step's launches at its forward (kept / launched): 0/0, it ran at its end.

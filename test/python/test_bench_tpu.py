@@ -56,6 +56,8 @@ def test_small_run_writes_every_field(small_run):
     assert matmul["torch.compile"]["flops_per_call"] == 2 * n**3
     assert matmul["torch.compile"]["mfu"] == pytest.approx(matmul["torch.compile"]["tflops"] / 197.0)
     assert "[1] matmul" in stdout and "[5] transfer" in stdout
+    for row in matmul.values():  # the collector's share of the timed blocks
+        assert row["gc_s_per_call"] >= 0 and len(row["gc_collections"]) == 3, row
     # --profile: each contender's device time by program, ours named after its graph or op.
     profiles = {cname: row["profile"] for cname, row in matmul.items()}
     assert all(p["device_ms_per_call"] > 0 and p["categories"] for p in profiles.values()), profiles
@@ -96,6 +98,20 @@ def test_profile_reads_an_hlo_instruction_for_its_kind_and_type():
                               "calls=%fused_computation") == ("fusion.3", "fusion:kOutput", "(f32[2], bf16[2,4])")
     assert _parse_instruction("%copy.1 = bf16[8]{0} copy(%p)") == ("copy.1", "copy", "bf16[8]")
     assert _parse_instruction("slice-done.4") == ("slice-done.4", "slice-done", "")
+
+
+def test_collector_clock_counts_collections_and_their_time():
+    import gc
+
+    clock = tpu._CollectorClock()
+    try:
+        gc.collect()
+        gc.collect(0)
+        assert clock.collections[2] >= 1 and clock.collections[0] >= 1 and clock.seconds > 0, clock.collections
+        clock.reset()
+        assert clock.collections == [0, 0, 0] and clock.seconds == 0.0
+    finally:
+        gc.callbacks.remove(clock._on_gc)
 
 
 def test_compare_rejects_a_wrong_answer():
@@ -237,6 +253,7 @@ def test_train_case_measures_pytorchs_eager_step_on_the_host(tmp_path):
     assert case["checks"]["PyTorch eager, CPU"]["ok"] and case["checks"]["torch.compile"]["ok"], case["checks"]
     row = case["contenders"]["PyTorch eager, CPU"]
     assert row["s_per_call"] > 0 and row["h2d_bytes_per_call"] == 0 and row["d2h_bytes_per_call"] == 0
+    assert row["gc_s_per_call"] >= 0 and len(row["gc_collections"]) == 3, row
     early = case["contenders"]["torch.compile"]["early_launch"]
     assert early["launches"] > 0 and early["hits"] == early["launches"], early
     assert f"early {early['hits']}/{early['launches']}" in proc.stdout
