@@ -20,8 +20,9 @@ import torch
 
 from ..context import ir, stablehlo
 from .. import ir as hlo
-from .helpers import array_constant, compare, convert, dtype, full, iota, reduce, reshape, select, shape_of, transpose
-from .indexing import clamp_index, gather, prefix_sum_1d
+from .helpers import array_constant, compare, convert, dtype, full, iota, reshape, select, shape_of, transpose
+from .indexing import clamp_index, gather, prefix_sum_last_axis
+from .reduction import reduce_max, reduce_sum
 from .registry import LoweringContext, Padding, lowers, metadata_rule
 
 aten = torch.ops.aten
@@ -50,7 +51,7 @@ def _target_labels(targets: ir.Value, target_lengths: ir.Value, batch: int, max_
     (total,) = shape_of(targets)
     if total == 0 or max_target == 0:
         return full(0, _INDEX, [batch, max_target])
-    starts = hlo.sub(prefix_sum_1d(target_lengths), target_lengths)  # exclusive prefix sum
+    starts = hlo.sub(prefix_sum_last_axis(target_lengths), target_lengths)  # exclusive prefix sum
     positions = hlo.add(
         hlo.broadcast_in_dim(starts, [batch, max_target], [0]),
         iota([batch, max_target], 1, _INDEX),
@@ -201,9 +202,7 @@ def _alpha(problem: _Problem) -> tuple[ir.Value, ir.Value]:
 
 def _state_max(row: ir.Value, wanted: ir.Value) -> ir.Value:
     """max over s of row[b, s] where wanted[b, s]: (batch,); -inf where none is."""
-    masked = select(wanted, row, full(_NEG_INF, dtype(row), shape_of(row)))
-    (result,) = reduce([masked], [full(_NEG_INF, dtype(row), [])], [1], lambda acc, new: [hlo.maximum(acc[0], new[0])])
-    return result
+    return reduce_max(select(wanted, row, full(_NEG_INF, dtype(row), shape_of(row))), [1])
 
 
 def _neg_log_likelihood(problem: _Problem, last: ir.Value) -> ir.Value:
@@ -281,11 +280,11 @@ def _log_alpha_beta_per_class(log_alpha_beta: ir.Value, extended: ir.Value, clas
     labels = hlo.broadcast_in_dim(extended, shape, [1, 2])
     of_class = compare(labels, iota(shape, 3, _INDEX), "EQ")
     values = select(of_class, values, full(_NEG_INF, dt, shape))
-    (top,) = reduce([values], [full(_NEG_INF, dt, [])], [2], lambda acc, new: [hlo.maximum(acc[0], new[0])])
+    top = reduce_max(values, [2])
     # A class without finite terms keeps -inf (and avoids -inf - -inf).
     finite_top = select(compare(top, full(_NEG_INF, dt, shape_of(top)), "EQ"), full(0, dt, shape_of(top)), top)
     shifted = hlo.exp(hlo.sub(values, hlo.broadcast_in_dim(finite_top, shape, [0, 1, 3])))
-    (total,) = reduce([shifted], [full(0, dt, [])], [2], lambda acc, new: [hlo.add(acc[0], new[0])])
+    total = reduce_sum(shifted, [2])
     return hlo.add(hlo.log(total), finite_top)
 
 

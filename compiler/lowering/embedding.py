@@ -21,7 +21,7 @@ from .helpers import (
     select,
     shape_of,
 )
-from .indexing import prefix_sum_1d
+from .indexing import prefix_sum_last_axis
 from .opmath import opmath_dtype
 from .reduction import sort_with_indices
 from .registry import declare_padding, lowers, Padding
@@ -83,7 +83,7 @@ def _scatter_rows_summed_first(g: ir.Value, idx: ir.Value, num: int, dt: torch.d
                              [1], [0], [0]).result
     first = compare(stablehlo.IotaOp(tensor_type([m], torch.int32), 0).result, full(0, torch.int32, [m]), "EQ")
     starts = stablehlo.OrOp(compare(keys, before, "NE"), first).result
-    run = stablehlo.SubtractOp(prefix_sum_1d(convert(starts, torch.int32)), full(1, torch.int32, [m])).result
+    run = stablehlo.SubtractOp(prefix_sum_last_axis(convert(starts, torch.int32)), full(1, torch.int32, [m])).result
     sums = _scatter_rows(rows, run, m)
     # Each run's key (its elements agree); a slot no run reaches keeps row 0 and a zero
     # sum, which adds nothing to row 0.

@@ -207,6 +207,11 @@ def compare(lhs: ir.Value, rhs: ir.Value, direction: str) -> ir.Value:
     return hlo.compare(lhs, rhs, direction)
 
 
+def is_nan(x: ir.Value) -> ir.Value:
+    """Elementwise x != x: true exactly at NaNs."""
+    return compare(x, x, "NE")
+
+
 def iota(shape: Sequence[int], dim: int, dtype_: torch.dtype) -> ir.Value:
     """Each element's index along `dim`, as `dtype_`."""
     return hlo.iota(shape, dim, element_type(dtype_))

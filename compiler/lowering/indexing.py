@@ -28,6 +28,7 @@ from .helpers import (
     dtype,
     full,
     iota,
+    is_nan,
     max_value,
     min_value,
     rank_of,
@@ -168,11 +169,6 @@ class ScatterSpec:
         combine = _combiner(kind, dt)
         scalar_region(op.update_computation, [dt, dt], lambda args: [combine(args[0], args[1])])
         return op.results[0]
-
-
-def prefix_sum_1d(x: ir.Value) -> ir.Value:
-    """Inclusive prefix sum of a 1-D tensor (prefix_sum_last_axis)."""
-    return prefix_sum_last_axis(x)
 
 
 def prefix_sum_last_axis(x: ir.Value) -> ir.Value:
@@ -881,10 +877,6 @@ def _segment_reduce(ctx, data, reduce, *, lengths=None, indices=None, offsets=No
     return reshape(reduced, out_shape)
 
 
-def _is_nan(x: ir.Value) -> ir.Value:
-    return compare(x, x, "NE")
-
-
 def _count_per_segment(seg: _Segments, flags: ir.Value) -> ir.Value:
     """[rows, n, inner] booleans counted per segment and read back per element."""
     idt = dtype(seg.ids)
@@ -897,7 +889,7 @@ def _extreme_grad(seg: _Segments, grad_each, output_each, values) -> ir.Value:
     others whole (its kernel tests `grad > 0`), which is reproduced here."""
     dt = dtype(values)
     shape = shape_of(values)
-    hit = stablehlo.OrOp(_is_nan(values), compare(values, output_each, "EQ")).result
+    hit = stablehlo.OrOp(is_nan(values), compare(values, output_each, "EQ")).result
     grad = select(hit, grad_each, full(0, dt, shape))
     ties = _count_per_segment(seg, stablehlo.AndOp(hit, seg.covered()).result)
     shared = stablehlo.AndOp(
@@ -913,7 +905,7 @@ def _prod_grad(seg: _Segments, grad_each, output_each, values, initial) -> ir.Va
     dt = dtype(values)
     shape = shape_of(values)
     idt = dtype(seg.ids)
-    nan, zero = _is_nan(values), compare(values, full(0, dt, shape), "EQ")
+    nan, zero = is_nan(values), compare(values, full(0, dt, shape), "EQ")
     special = stablehlo.OrOp(nan, zero).result
     covered = seg.covered()
     ordinary = select(special, full(1, dt, shape), values)
@@ -970,7 +962,7 @@ def _mask_positions(mask: ir.Value) -> tuple[ir.Value, ir.Value]:
     n = math.prod(shape_of(mask))
     flat = reshape(convert(mask, torch.bool), [n])
     idt = _index_dtype(n + 1)
-    positions = _add_scalar(prefix_sum_1d(convert(flat, idt)), -1)
+    positions = _add_scalar(prefix_sum_last_axis(convert(flat, idt)), -1)
     return flat, positions
 
 
@@ -1467,7 +1459,7 @@ def _bag_of_each_index(offsets: ir.Value, n: int, num_bags: int, idt: torch.dtyp
     if num_bags > 1:
         starts = reshape(stablehlo.SliceOp(convert(offsets, idt), [1], [num_bags], [1]).result, [num_bags - 1, 1])
         marks = ScatterSpec(starts, (), (0,), (0,), 1).apply(marks, full(1, idt, [num_bags - 1]), "add")
-    return prefix_sum_1d(marks)
+    return prefix_sum_last_axis(marks)
 
 
 def _not_padding(ids: ir.Value, padding_idx: int) -> ir.Value:

@@ -31,6 +31,7 @@ from .helpers import (
     convert,
     dtype,
     full,
+    is_nan,
     max_value,
     min_value,
     normalize_dim,
@@ -137,10 +138,6 @@ def _binop(op_class, a: ir.Value, b: ir.Value) -> ir.Value:
     return op_class(a, b).result
 
 
-def _is_nan(x: ir.Value) -> ir.Value:
-    return compare(x, x, "NE")
-
-
 def _is_float(dt: torch.dtype) -> bool:
     return dt.is_floating_point
 
@@ -159,7 +156,7 @@ def _nansum(ctx: LoweringContext, x, dim=None, keepdim=False, *, dtype=None):
     out = ctx.result_dtype()
     x = convert(convert(x, out), opmath_dtype(out))
     if _is_float(out) or out.is_complex:
-        x = select(_is_nan(x), full_via_real(0, dtype_of_value(x), shape_of(x)), x)
+        x = select(is_nan(x), full_via_real(0, dtype_of_value(x), shape_of(x)), x)
     dims = reduction_dims(dim, len(shape_of(x)))
     return _finish(ctx, reduce_sum(x, dims))
 
@@ -263,7 +260,7 @@ def _better(a: ir.Value, b: ir.Value, largest: bool) -> ir.Value:
     """Whether `a` strictly beats `b` (NaN beats every number, in both directions)."""
     beats = compare(a, b, "GT" if largest else "LT")
     if _is_float(dtype(a)):
-        a_nan_only = stablehlo.AndOp(_is_nan(a), stablehlo.NotOp(_is_nan(b)).result).result
+        a_nan_only = stablehlo.AndOp(is_nan(a), stablehlo.NotOp(is_nan(b)).result).result
         beats = stablehlo.OrOp(beats, a_nan_only).result
     return beats
 
@@ -271,7 +268,7 @@ def _better(a: ir.Value, b: ir.Value, largest: bool) -> ir.Value:
 def _ties(a: ir.Value, b: ir.Value) -> ir.Value:
     equal = compare(a, b, "EQ")
     if _is_float(dtype(a)):
-        equal = stablehlo.OrOp(equal, stablehlo.AndOp(_is_nan(a), _is_nan(b)).result).result
+        equal = stablehlo.OrOp(equal, stablehlo.AndOp(is_nan(a), is_nan(b)).result).result
     return equal
 
 
@@ -395,11 +392,11 @@ def _mode(ctx: LoweringContext, x, dim=-1, keepdim=False):
     floating = dtype(work).is_floating_point
     same = compare(rows, cols, "EQ")
     if floating:
-        same = stablehlo.OrOp(same, stablehlo.AndOp(_is_nan(rows), _is_nan(cols)).result).result
+        same = stablehlo.OrOp(same, stablehlo.AndOp(is_nan(rows), is_nan(cols)).result).result
     counts = reduce_sum(convert(same, torch.int64), [len(pair) - 1])  # [..., n]
     best = reduce_with(stablehlo.MaxOp, counts, 0, [len(shape) - 1])
     candidate = compare(counts, broadcast_to(reshape(best, shape[:-1] + [1]), shape), "EQ")
-    number = stablehlo.AndOp(candidate, stablehlo.NotOp(_is_nan(work)).result).result if floating else candidate
+    number = stablehlo.AndOp(candidate, stablehlo.NotOp(is_nan(work)).result).result if floating else candidate
     lowest = reduce_with(stablehlo.MinOp, select(number, work, full(max_value(dtype(work)), dtype(work), shape)),
                          max_value(dtype(work)), [len(shape) - 1])
     if floating:  # every candidate is NaN: the mode is NaN
@@ -408,7 +405,7 @@ def _mode(ctx: LoweringContext, x, dim=-1, keepdim=False):
     target = broadcast_to(reshape(lowest, shape[:-1] + [1]), shape)
     at = compare(work, target, "EQ")
     if floating:
-        at = stablehlo.OrOp(at, stablehlo.AndOp(_is_nan(work), _is_nan(target)).result).result
+        at = stablehlo.OrOp(at, stablehlo.AndOp(is_nan(work), is_nan(target)).result).result
     positions = stablehlo.IotaOp(tensor_type(shape, torch.int64), len(shape) - 1).result
     index = reduce_with(stablehlo.MaxOp, select(at, positions, full(-1, torch.int64, shape)), -1, [len(shape) - 1])
     return (reshape(convert(lowest, ctx.result_dtype(0)), ctx.result_shape(0)),
@@ -743,7 +740,7 @@ def _cumulative_extreme(largest: bool, ctx: LoweringContext, x, dim):
     values = _running(op_class, x, init, dim)
     marked = compare(x, values, "EQ")
     if _is_float(dtype(x)):
-        marked = stablehlo.OrOp(marked, _is_nan(x)).result
+        marked = stablehlo.OrOp(marked, is_nan(x)).result
     iota = stablehlo.IotaOp(tensor_type(shape_of(x), torch.int64), dim).result
     positions = select(marked, iota, full_via_real(-1, torch.int64, shape_of(x)))
     indices = _running(stablehlo.MaxOp, positions, -1, dim)
@@ -786,7 +783,7 @@ def _sort_less(a: ir.Value, b: ir.Value, descending: bool) -> ir.Value:
         a, b = b, a
     less = compare(a, b, "LT")
     if _is_float(dtype(a)):
-        b_nan_only = stablehlo.AndOp(stablehlo.NotOp(_is_nan(a)).result, _is_nan(b)).result
+        b_nan_only = stablehlo.AndOp(stablehlo.NotOp(is_nan(a)).result, is_nan(b)).result
         less = stablehlo.OrOp(less, b_nan_only).result
     return less
 
@@ -885,7 +882,7 @@ def _count_nan(x: ir.Value, dim: int) -> ir.Value:
     """Number of NaNs along `dim`, int64, keepdim shape."""
     if not _is_float(dtype(x)):
         return full_via_real(0, torch.int64, keepdim_shape(shape_of(x), [dim]))
-    return reduce_sum(convert(_is_nan(x), torch.int64), [dim], keepdim=True)
+    return reduce_sum(convert(is_nan(x), torch.int64), [dim], keepdim=True)
 
 
 def _median(ignore_nan: bool, ctx: LoweringContext, x, dim=None, keepdim=False):
