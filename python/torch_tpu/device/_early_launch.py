@@ -136,10 +136,8 @@ def _may_fit(trace, key: tuple, written: int) -> bool:
     under `ROOM` of its memory (the launch checks the program's own figures, `_fits`). Always
     where the platform reports no limit (XLA:CPU). Logged once per step; a step refused here
     is checked again at its next flush."""
-    stats = _storage.client().device(trace.index).memory_stats()
-    limit = stats.get("bytes_limit")
-    in_use = stats.get("bytes_in_use", 0)
-    if not limit or in_use + written <= ROOM * limit:
+    memory = _device_memory(trace.index)
+    if memory is None or memory[0] + written <= ROOM * memory[1]:
         _NO_ROOM.discard(key)  # (memory freed since an earlier flush of this step)
         return True
     if key in _NO_ROOM:
@@ -147,10 +145,7 @@ def _may_fit(trace, key: tuple, written: int) -> bool:
     if len(_NO_ROOM) >= 4 * _fused._MAX_PROGRAMS:
         _NO_ROOM.clear()  # keys of steps that never repeat: keep the set small
     _NO_ROOM.add(key)
-    log.info("torch_tpu: a compiled training step of %d ops is not launched early: without donation it would "
-             "need %.2f GB beside the %.2f GB the device holds, over %d%% of its %.2f GB "
-             "(TORCH_TPU_EARLY_STEP_LAUNCH)", len(trace.plans), written / 1e9, in_use / 1e9, int(ROOM * 100),
-             limit / 1e9)
+    _tell_no_room(len(trace.plans), written, "", memory)
     return False
 
 
@@ -159,22 +154,33 @@ def _fits(plan: StepPlan, program, index: int) -> bool:
     now -- its outputs and temporaries (XLA's memory analysis; where there is none, the new
     copies of what the step writes) under `ROOM` of the device's memory. Checked at every
     launch: memory freed since (an evaluation model dropped) lets a refused step launch again."""
-    stats = _storage.client().device(index).memory_stats()
-    limit = stats.get("bytes_limit")
-    if not limit:
+    memory = _device_memory(index)
+    if memory is None:
         return True
     analysis = program.executable.memory_analysis()
     need = (analysis["output"] - analysis["alias"] + analysis["temp"]) if analysis else plan.written_bytes
-    in_use = stats.get("bytes_in_use", 0)
-    if in_use + need <= ROOM * limit:
+    if memory[0] + need <= ROOM * memory[1]:
         return True
     if not plan.told_no_room:
         plan.told_no_room = True
-        log.info("torch_tpu: a compiled training step of %d ops is not launched early: without donation it would "
-                 "need %.2f GB (its outputs and temporaries) beside the %.2f GB the device holds, over %d%% of "
-                 "its %.2f GB; it is checked again at each step (TORCH_TPU_EARLY_STEP_LAUNCH)", plan.n_ops,
-                 need / 1e9, in_use / 1e9, int(ROOM * 100), limit / 1e9)
+        _tell_no_room(plan.n_ops, need, " (its outputs and temporaries)", memory)
     return False
+
+
+def _device_memory(index: int) -> tuple[int, int] | None:
+    """(bytes in use, bytes limit) of the device, None where the platform reports no limit
+    (XLA:CPU: every step fits)."""
+    stats = _storage.client().device(index).memory_stats()
+    limit = stats.get("bytes_limit")
+    return (stats.get("bytes_in_use", 0), limit) if limit else None
+
+
+def _tell_no_room(n_ops: int, need: int, what: str, memory: tuple[int, int]) -> None:
+    in_use, limit = memory
+    log.info("torch_tpu: a compiled training step of %d ops is not launched early: without donation it would "
+             "need %.2f GB%s beside the %.2f GB the device holds, over %d%% of its %.2f GB; it is checked again "
+             "at each step (TORCH_TPU_EARLY_STEP_LAUNCH)", n_ops, need / 1e9, what, in_use / 1e9, int(ROOM * 100),
+             limit / 1e9)
 
 
 def launch(trace) -> None:
