@@ -13,6 +13,8 @@ import torch
 import torch_tpu
 import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
 from torch_tpu.device import EagerMode, get_eager_mode, set_eager_mode
+
+from cpu_only_ops import halve_on_cpu_only
 from torch_tpu.device import _ops
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -350,21 +352,14 @@ def test_data_dependent_shapes(monkeypatch):
     torch.testing.assert_close(torch.unique(t).cpu(), torch.unique(c))
 
 
-@torch.library.custom_op("torchtpu_test::basics_halve", mutates_args=(), device_types="cpu")
-def _halve_on_cpu_only(x: torch.Tensor) -> torch.Tensor:
-    """An op no lowering table will ever cover: a CPU kernel and nothing else, so a tpu
-    tensor reaches the device's fallback (aten ops used as the example kept getting lowered)."""
-    return x / 2
-
-
 def test_unlowered_op_falls_back_and_strict_names_op_and_line(monkeypatch, caplog):
     c = torch.tensor([1.0, 2.0, -3.0, 8.0])
-    halved = _halve_on_cpu_only(c.to("tpu"))
+    halved = halve_on_cpu_only(c.to("tpu"))
     assert halved.device.type == "tpu"
     torch.testing.assert_close(halved.cpu(), c / 2)
     monkeypatch.setenv("TORCH_TPU_STRICT", "1")
-    with pytest.raises(RuntimeError, match=r"torchtpu_test.basics_halve.default at .*test_device_basics.py:\d+ .*TORCH_TPU_STRICT=1"):
-        _halve_on_cpu_only(c.to("tpu"))
+    with pytest.raises(RuntimeError, match=r"torchtpu_test.halve_on_cpu_only.default at .*test_device_basics.py:\d+ .*TORCH_TPU_STRICT=1"):
+        halve_on_cpu_only(c.to("tpu"))
 
 
 def test_second_process_compiles_nothing(tmp_path):

@@ -17,6 +17,8 @@ from torch_tpu.device._gc_policy import PYTHON_DEFAULT_THRESHOLD0
 from torch_tpu.runtime import _jaxlib, get_client
 from torch_tpu.runtime.errors import ExecutionError
 
+from cpu_only_ops import halve_on_cpu_only
+
 
 def _pending(t: torch.Tensor) -> bool:
     return type(entry_of(t)._buffer) is Pending
@@ -95,12 +97,6 @@ def test_a_recorded_op_reads_the_value_of_its_time(fused):
     torch.testing.assert_close(a.cpu(), torch.zeros(3))
 
 
-@torch.library.custom_op("torchtpu_test::fused_halve", mutates_args=(), device_types="cpu")
-def _halve_on_cpu_only(x: torch.Tensor) -> torch.Tensor:
-    """An op no lowering table will ever cover (a CPU kernel only): the "fallback" flush point."""
-    return x / 2
-
-
 @pytest.mark.parametrize("point", ["item", "bool", "tolist", "print", "synchronize", "leave", "fallback",
                                    "data_dependent", "save"])
 def test_flush_points(fused, point, tmp_path, capsys):
@@ -121,7 +117,7 @@ def test_flush_points(fused, point, tmp_path, capsys):
     elif point == "leave":
         set_eager_mode(EagerMode.STRICT)
     elif point == "fallback":  # a CPU-only custom op has no lowering: it runs on CPU, reading z's value
-        assert _halve_on_cpu_only(z).cpu().tolist() == [1.0, -2.0, 3.0]
+        assert halve_on_cpu_only(z).cpu().tolist() == [1.0, -2.0, 3.0]
     elif point == "data_dependent":
         assert torch.nonzero(z > 0).cpu().flatten().tolist() == [0, 2]
     elif point == "save":
