@@ -15,6 +15,15 @@ MATRIX_OPS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution")
 # in reduced-precision passes) marks the op with this unit attribute; the pass keeps
 # that op's precision_config even with override=true, and removes the marker.
 FIXED_PRECISION = attributes.FIXED_PRECISION
+# The mode is PyTorch's *float32* matmul precision (`torch.set_float32_matmul_precision`):
+# it governs products of f32 (and complex64) operands only; a bf16, f16 or integer
+# product keeps the precision it has (unset: the backend's default, as in JAX).
+_MODE_ELEMENT_TYPES = ("f32", "complex<f32>")
+
+
+def _takes_the_mode(op: ir.Operation) -> bool:
+    """Whether the precision mode governs `op`: one of its operands holds f32 or complex64."""
+    return any(str(ir.ShapedType(v.type).element_type) in _MODE_ELEMENT_TYPES for v in op.operands)
 
 
 def _has_explicit_precision(op: ir.Operation) -> bool:
@@ -34,7 +43,8 @@ class SetPrecisionPass(Pass):
         "Implements `torch.set_float32_matmul_precision` for XLA: each "
         "`stablehlo.dot_general`, `stablehlo.dot` and `stablehlo.convolution` gets "
         "`precision_config` = [P, P] with P = DEFAULT (medium), HIGH (high) or HIGHEST "
-        "(highest). A precision_config that is all DEFAULT (\"the backend's choice\", "
+        "(highest) when an operand is f32 or complex64: the mode is PyTorch's float32 matmul "
+        "precision, and bf16, f16 or integer products keep the precision they have. A precision_config that is all DEFAULT (\"the backend's choice\", "
         "which JAX writes on every dot and convolution) counts as unset. Ops that already "
         "carry an explicit HIGH or HIGHEST keep it unless `override=true`; ops marked `torchtpu.fixed_precision` (set by lowerings whose "
         "algorithm needs its own precision, such as linear algebra) always keep it, and "
@@ -55,7 +65,7 @@ class SetPrecisionPass(Pass):
             if inner.name in MATRIX_OPS:
                 if FIXED_PRECISION in inner.attributes:
                     del inner.attributes[FIXED_PRECISION]
-                elif self.override or not _has_explicit_precision(inner):
+                elif _takes_the_mode(inner) and (self.override or not _has_explicit_precision(inner)):
                     inner.attributes["precision_config"] = config
             return ir.WalkResult.ADVANCE
 
@@ -63,13 +73,14 @@ class SetPrecisionPass(Pass):
 
 
 def has_matrix_ops(op: ir.Operation) -> bool:
-    """Whether `op` holds an op whose result depends on the precision mode: callers that
-    cache compiled programs key only those programs by the mode."""
+    """Whether `op` holds an op whose result depends on the precision mode (a matrix op
+    on f32 or complex64 operands): callers that cache compiled programs key only those
+    programs by the mode."""
     found = False
 
     def visit(inner: ir.Operation) -> ir.WalkResult:
         nonlocal found
-        if inner.operation.name in MATRIX_OPS:
+        if inner.operation.name in MATRIX_OPS and _takes_the_mode(inner.operation):
             found = True
             return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE

@@ -136,3 +136,29 @@ func.func @explicit_high_kept(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {
   %1 = stablehlo.dot_general %0, %a, contracting_dims = [1] x [0], precision = [HIGH, HIGH] : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
   return %1 : tensor<2x2xf32>
 }
+
+// -----
+
+// The mode is the float32 matmul precision: bf16, f16 and integer products are left as
+// they are, even with override=true; one f32 operand is enough to take the mode.
+// HIGHEST-LABEL:  func.func @only_float32_products
+// HIGHEST:        stablehlo.dot_general %arg0, %arg0,{{.*}} precision = [HIGH, DEFAULT]
+// HIGHEST:        stablehlo.dot_general %arg1, %arg1,
+// HIGHEST-NOT:    precision
+// HIGHEST-SAME:   -> tensor<2x2xf16>
+// HIGHEST:        stablehlo.dot_general %arg2, %arg2,
+// HIGHEST-NOT:    precision
+// HIGHEST-SAME:   -> tensor<2x2xi32>
+// HIGHEST:        stablehlo.dot_general %arg3, %arg4,{{.*}} precision = [HIGHEST, HIGHEST]
+// HIGHEST:        stablehlo.dot_general %arg5, %arg5,{{.*}} precision = [HIGHEST, HIGHEST]
+// OVERRIDE-LABEL: func.func @only_float32_products
+// OVERRIDE:       stablehlo.dot_general %arg0, %arg0,{{.*}} precision = [HIGH, DEFAULT]
+// OVERRIDE-COUNT-2: precision = [HIGHEST, HIGHEST]
+func.func @only_float32_products(%b: tensor<2x2xbf16>, %h: tensor<2x2xf16>, %i: tensor<2x2xi32>, %f: tensor<2x2xf32>, %fb: tensor<2x2xbf16>, %c: tensor<2x2xcomplex<f32>>) -> (tensor<2x2xbf16>, tensor<2x2xf16>, tensor<2x2xi32>, tensor<2x2xf32>, tensor<2x2xcomplex<f32>>) {
+  %0 = stablehlo.dot_general %b, %b, contracting_dims = [1] x [0], precision = [HIGH, DEFAULT] : (tensor<2x2xbf16>, tensor<2x2xbf16>) -> tensor<2x2xbf16>
+  %1 = stablehlo.dot_general %h, %h, contracting_dims = [1] x [0] : (tensor<2x2xf16>, tensor<2x2xf16>) -> tensor<2x2xf16>
+  %2 = stablehlo.dot_general %i, %i, contracting_dims = [1] x [0] : (tensor<2x2xi32>, tensor<2x2xi32>) -> tensor<2x2xi32>
+  %3 = stablehlo.dot_general %f, %fb, contracting_dims = [1] x [0] : (tensor<2x2xf32>, tensor<2x2xbf16>) -> tensor<2x2xf32>
+  %4 = stablehlo.dot_general %c, %c, contracting_dims = [1] x [0] : (tensor<2x2xcomplex<f32>>, tensor<2x2xcomplex<f32>>) -> tensor<2x2xcomplex<f32>>
+  return %0, %1, %2, %3, %4 : tensor<2x2xbf16>, tensor<2x2xf16>, tensor<2x2xi32>, tensor<2x2xf32>, tensor<2x2xcomplex<f32>>
+}
