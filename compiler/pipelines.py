@@ -98,7 +98,7 @@ def _unflatten_step(bounds: str) -> list[str]:
 
 
 def _precision_step(precision: str) -> str:
-    # PyTorch's precision setting is authoritative for every matrix op of a graph, so it
+    # PyTorch's precision setting is authoritative for every float32 matrix op of a graph, so it
     # overrides what a lowering chose (ops marked torchtpu.fixed_precision keep theirs).
     return f"torchtpu-set-precision{{mode={precision} override=true}}"
 
@@ -107,8 +107,8 @@ def _precision_step(precision: str) -> str:
     "torchtpu-compile-pipeline",
     "What torch.compile(backend=\"tpu\") runs on an imported graph",
     "Verifies the `torchtpu` ops, gives the matrix products of static graphs the dims PyTorch "
-    "flattened for `mm` back (`torchtpu-unflatten-dots`), applies PyTorch's matmul precision to "
-    "every matrix op (`torchtpu-set-precision{override=true}`) and, for graphs with dynamic dimensions, "
+    "flattened for `mm` back (`torchtpu-unflatten-dots`), applies PyTorch's float32 matmul precision to "
+    "every float32 matrix op (`torchtpu-set-precision{override=true}`) and, for graphs with dynamic dimensions, "
     "makes the bounds explicit (`torchtpu-annotate-bounds`, and `torchtpu-materialize-bounds` "
     "for runtimes without bounded-dynamic parameters). The output keeps CHLO: XLA expands "
     "ops such as `chlo.top_k` better than the generic legalization.",
