@@ -100,6 +100,27 @@ def test_profile_reads_an_hlo_instruction_for_its_kind_and_type():
     assert _parse_instruction("slice-done.4") == ("slice-done.4", "slice-done", "")
 
 
+def test_profile_measures_the_device_idle_between_programs():
+    from types import SimpleNamespace as NS
+
+    from _xprof import summarize
+
+    def event(name, start, end, stats=()):
+        return NS(name=name, start_ns=start, end_ns=end, duration_ns=end - start, stats=list(stats))
+
+    # Three calls of one program: 1000 ns each, idle 40 and 60 ns between them.
+    modules = [event("jit_f(1)", 0, 1000), event("jit_f(2)", 1040, 2040), event("jit_f(3)", 2100, 3100)]
+    ops = [event("%fusion.1 = f32[2]{0} fusion(%p), kind=kLoop", m.start_ns, m.end_ns) for m in modules]
+    plane = NS(name="/device:TPU:0", lines=[NS(name="XLA Modules", events=modules), NS(name="XLA Ops", events=ops)])
+    summary = summarize(NS(planes=[plane]), calls=3)
+    assert summary["programs"] == {"jit_f": pytest.approx(1e-3)}  # ms per call
+    assert summary["gap_us_median"] == pytest.approx(0.05)
+    assert summary["idle_ms_per_call"] == pytest.approx(100e-6 / 3)
+    # Overlapping programs are not idle time.
+    modules[1] = event("jit_f(2)", 900, 1900)
+    assert summarize(NS(planes=[plane]), calls=3)["gap_us_median"] == pytest.approx(0.1)
+
+
 def test_collector_clock_counts_collections_and_their_time():
     import gc
 
