@@ -278,3 +278,16 @@ def test_train_case_measures_pytorchs_eager_step_on_the_host(tmp_path):
     early = case["contenders"]["torch.compile"]["early_launch"]
     assert early["launches"] > 0 and early["hits"] == early["launches"], early
     assert f"early {early['hits']}/{early['launches']}" in proc.stdout
+
+
+def test_eager_overhead_runs_every_row():
+    """bench/eager_overhead.py (the per-op and small-transfer rows, and the back-to-back
+    reads that split a `.cpu()` between our side and jaxlib's) runs and prints each row."""
+    env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "eager_overhead.py"), "--rounds", "1", "--ops", "5",
+                           "--calls", "2"], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {line.rsplit(None, 2)[0]: float(line.rsplit(None, 2)[1]) for line in proc.stdout.splitlines()[2:]}
+    assert set(rows) >= {"eager tpu x + y", "d2h 1 MB t.cpu()", "d2h 1 MB (src * one).cpu(), loop",
+                         "d2h 1 MB jaxlib read of ours, loop", "d2h 1 MB jaxlib read of JAX's, loop"}, rows
+    assert all(v > 0 for v in rows.values()), rows
