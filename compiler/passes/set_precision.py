@@ -72,15 +72,31 @@ class SetPrecisionPass(Pass):
         op.walk(visit)
 
 
-def has_matrix_ops(op: ir.Operation) -> bool:
-    """Whether `op` holds an op whose result depends on the precision mode (a matrix op
-    on f32 or complex64 operands): callers that cache compiled programs key only those
-    programs by the mode."""
+# Custom calls that run a kernel compiled from its own source (Pallas' Mosaic kernels on the
+# TPU, Triton and Mosaic GPU kernels): the products inside were traced under the precision
+# mode in effect (`jax_op`, the flash-attention kernels) and no pass reaches them, so a
+# program holding one depends on the mode as a program with a float32 product does.
+_KERNEL_CALL_TARGETS = ("tpu_custom_call", "__gpu$xla.gpu.triton", "triton_kernel_call_ffi")
+_KERNEL_CALL_PREFIXES = ("mosaic_gpu",)
+
+
+def _is_kernel_call(op: ir.Operation) -> bool:
+    if op.name != "stablehlo.custom_call" or "call_target_name" not in op.attributes:
+        return False
+    target = ir.StringAttr(op.attributes["call_target_name"]).value
+    return target in _KERNEL_CALL_TARGETS or target.startswith(_KERNEL_CALL_PREFIXES)
+
+
+def precision_dependent(op: ir.Operation) -> bool:
+    """Whether what `op` computes depends on the precision mode: it holds a matrix op on
+    f32 or complex64 operands, or a compiled kernel's custom call (traced under the mode).
+    Callers that cache compiled programs key only those programs by the mode."""
     found = False
 
     def visit(inner: ir.Operation) -> ir.WalkResult:
         nonlocal found
-        if inner.operation.name in MATRIX_OPS and _takes_the_mode(inner.operation):
+        inner = inner.operation
+        if (inner.name in MATRIX_OPS and _takes_the_mode(inner)) or _is_kernel_call(inner):
             found = True
             return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE

@@ -19,7 +19,7 @@ from torch_tpu.compiler.fx_locations import describe_node, op_name
 from torch_tpu.compiler.importer.storage_views import rebase_storage_views
 from torch_tpu.compiler.lowering import LoweringError
 from torch_tpu.compiler.lowering.collectives import is_collective_node
-from torch_tpu.compiler.passes.set_precision import has_matrix_ops
+from torch_tpu.compiler.passes.set_precision import precision_dependent
 
 from torch_tpu.runtime.errors import CompileError
 
@@ -231,7 +231,7 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     )
     imported = program.lowered
     # Everything but the executable is read now, while XLA compiles (when deferred).
-    precision_sensitive = has_matrix_ops(imported.module.operation)
+    precision_sensitive = precision_dependent(imported.module.operation)
     resident, host = resident_inputs(gm, imported), host_results(gm, imported)
     layouts = output_layouts(gm, len(imported.outputs)) if symbol_bounds is None else None
 

@@ -159,7 +159,7 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds
     wraps in a `_dynamic.DynamicCompiledGraph` as `compile_whole_graph` does."""
     from torch_tpu.compiler.importer import import_graph
     from torch_tpu.compiler.outlined import functions_by_name, split_outlined
-    from torch_tpu.compiler.passes.set_precision import has_matrix_ops
+    from torch_tpu.compiler.passes.set_precision import precision_dependent
     from torch_tpu.runtime import distributed
 
     from ._compile import fx_graph, host_results, resident_inputs, tpu_index
@@ -247,7 +247,7 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds
         building="importing the graph",
     )
     imported = compiled.lowered
-    return fx_graph(compiled.executable, imported, has_matrix_ops(compiled.module.operation),
+    return fx_graph(compiled.executable, imported, precision_dependent(compiled.module.operation),
                     resident_inputs(gm, imported), host_results(gm, imported), tpu_index(gm),
                     output_layouts(gm, len(imported.outputs)) if symbol_bounds is None else None)
 

@@ -438,7 +438,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     from torch_tpu.compiler.lowering import LOWERINGS, LoweringError
     from torch_tpu.compiler.lowering.helpers import convert
     from torch_tpu.compiler.lowering.registry import METADATA_RULES, OpRecord, lowering_identity
-    from torch_tpu.compiler.passes.set_precision import has_matrix_ops
+    from torch_tpu.compiler.passes.set_precision import precision_dependent
     from torch_tpu.runtime import CompileSpec
 
     from ..program import Lowered, ProgramKey, compile_module, shared_context
@@ -627,7 +627,7 @@ def _build_plan(op, sig, operands, index: int, bake: bool) -> Plan:
     module, needs_rng, executable, fingerprint = program.module, program.lowered, program.executable, \
         program.key.fingerprint()
     with module.context:
-        precision_sensitive = has_matrix_ops(module.operation)
+        precision_sensitive = precision_dependent(module.operation)
     # (sizes, strides, dtype, storage numel, row-major, buffer shape) of each result tensor,
     # ready for new_tensor.
     results = [] if written and returning_writer is None else [
