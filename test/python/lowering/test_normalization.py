@@ -299,6 +299,15 @@ def test_native_batch_norm_backward_bf16():
 
 
 # -- group norm --------------------------------------------------------------------------------
+def _few_values_per_group(c: int, hxw: int, group: int) -> dict:
+    """float32 tolerance of a group norm (forward or backward) whose groups hold a few
+    values: their mean and variance round differently in XLA's reduction order and
+    PyTorch's, and 1/std amplifies that (the backward's gradients are of the size of
+    1/std: ~90 for a group of 3 close values, 6e-4 apart, 7e-6 relative, in one CI run).
+    Which inputs a test gets depends on the order pytest-xdist runs the tests in."""
+    return {"rtol": 2e-5, "atol": 1e-4} if c * hxw // group <= 4 else {}
+
+
 @pytest.mark.parametrize(
     "shape,group,affine,dtype",
     [
@@ -318,11 +327,8 @@ def test_native_group_norm(shape, group, affine, dtype):
     w = randn(c, dtype=dtype) if affine else None
     b = randn(c, dtype=dtype) if affine else None
     tol = BF16 if dtype is torch.bfloat16 else {}
-    if dtype is torch.float32 and c * hxw // group <= 2:
-        # Groups of two values: the output is +-1 scaled by w, and the rounding of their
-        # mean and variance (XLA's reduction order vs PyTorch's) is amplified by 1/std;
-        # which inputs a test gets depends on the order pytest-xdist runs them in.
-        tol = {"rtol": 2e-5, "atol": 1e-4}
+    if dtype is torch.float32:
+        tol = _few_values_per_group(c, hxw, group)
     check(
         with_optional(
             lambda x, w, b: aten.native_group_norm(x, w, b, n, c, hxw, group, 1e-5), w, b
@@ -365,6 +371,7 @@ def test_native_group_norm_backward(shape, group, mask, affine):
         rstd,
         *present(w),
         ops=[aten.native_group_norm_backward.default],
+        **_few_values_per_group(c, hxw, group),
     )
 
 
