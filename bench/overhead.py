@@ -379,10 +379,18 @@ def _decode_stages(flat: tuple, ours) -> dict:
         except _NotLaunched:
             pass
         buffers = launched.pop()
-        call = device.graph_caller(arg_specs, result_specs, executable.devices[0], index, launch,
-                                   invoker.host_results, writes)
+        # The program donates the caches it writes: a launch outside the call would take
+        # their storages' own buffers, so each launch here gets fresh copies of those.
+        donated = tuple(executable.donated_args)
+
+        def launch_copies():
+            given = list(buffers)
+            for p in donated:
+                given[p] = given[p].copy()
+            return launch(given)
+
         fast = invoker.device_caller(list, writes)
-        outs = launch(buffers)
+        outs = launch_copies()
         relaunched = device.graph_caller(arg_specs, result_specs, executable.devices[0], index, lambda _: outs,
                                          invoker.host_results, writes)
 
@@ -396,7 +404,7 @@ def _decode_stages(flat: tuple, ours) -> dict:
 
         return {
             "  arguments (buffers read in one loop)": read_only,
-            "  launch (buffer_launcher: PjRT execute)": lambda: launch(buffers),
+            f"  launch (buffer_launcher: PjRT execute; {len(donated)} donated copied first)": launch_copies,
             f"  arguments + results + {len(writes)} writes (no launch)": without_launch,
             f"  whole fast call (+ results, {len(writes)} writes)": whole_call,
         }

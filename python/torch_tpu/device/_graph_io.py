@@ -33,6 +33,7 @@ from torch_tpu.runtime.buffer import DeviceBuffer
 
 from . import _storage
 from ._buffers import TABLE, entry_of
+from ._graph_args import argument_reader
 from ._fused import deferring
 from ._modes import EagerMode, get_eager_mode, is_blocking
 from ._ops import TensorArg, _donation_safe as donation_safe
@@ -162,11 +163,12 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     raise their errors).
 
     What the per-argument path does for each of a decode step's ~180 parameters and
-    caches (~1.3 us each, measured), in one loop: a tensor passes when it is its
-    storage's buffer as it is (`argument`'s common case: same dtype, offset 0, row-major,
-    the buffer's shape) and the buffer is what the converter accepts without a word (the
-    parameter's shape and element type, this device). A deleted buffer is seen when the
-    launch fails, and the per-argument path then raises its error.
+    caches (~1.3 us each, measured), for all of them at once (`_graph_args`: PyTorch's
+    C++ tensor check and an identity test per position on a repeated call): a tensor
+    passes when it is its storage's buffer as it is (`argument`'s common case: same dtype,
+    offset 0, row-major, the buffer's shape) and the buffer is what the converter accepts
+    without a word (the parameter's shape and element type, this device). A deleted
+    buffer is seen when the launch fails, and the per-argument path then raises its error.
 
     `writes` maps results that are new values of the call's inputs to those inputs'
     positions (a compiled graph's writes into its inputs, `backend/_input_writes.py`).
@@ -200,8 +202,7 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
     `rng`: the program takes an RNG key after its tensors (dropout in a training step): a
     call here draws the device generator's next key (`_random.key_buffer`, as eager random
     ops do), a recorded call draws it when recorded (`GraphPlan.needs_rng`)."""
-    entries = TABLE._entries
-    checks = tuple((shape, dtype, row, dtype.is_complex) for shape, dtype, row in args)
+    read_arguments = argument_reader(args, device, TABLE._entries)
     plan = []
     direct = {}
     for k, (shape, dtype) in enumerate(results):
@@ -234,28 +235,13 @@ def graph_caller(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]],
                 out = record(tensors, True)
                 if out is not None:
                     return out
-        buffers = []
-        read = []
-        append = buffers.append
-        get = entries.get
-        for t, (shape, dtype, row, complex_) in zip(tensors, checks):
-            # A storage's own address is its key: a tensor at another offset points inside its
-            # storage, where no storage starts (each has its own address range), and an empty
-            # one reports 0, so a hit means offset 0.
-            entry = get(t.data_ptr())
-            if entry is None:
-                return None
-            buffer = entry._buffer
-            if (buffer.__class__ is not DeviceBuffer or t.dtype is not dtype or entry.dtype is not dtype
-                    or buffer._row is not row or buffer.device is not device or buffer.shape != shape
-                    or t.shape != shape or not t.is_contiguous() or t.is_neg() or (complex_ and t.is_conj())):
-                return None
-            append(buffer)
-            read.append(entry)
+        got = read_arguments(tensors)
+        if got is None:
+            return None
+        buffers, read = got
         writing = bool(direct) and get_eager_mode() is not fused and not dispatch_modes() and not function_modes()
         consumed = []  # inputs whose own buffer the program takes
         if donors:
-            buffer = None  # (the loop's last one: its reference would count as a reader)
             for position, written_here in donors:
                 # Held by its storage's entry and `buffers` alone: eager in-place ops' rule.
                 if writing and written_here and donation_safe(buffers[position]):
