@@ -118,12 +118,21 @@ def main(argv: list[str] | None = None) -> int:
     from torch_tpu.runtime import _jaxlib
 
     def jaxlib_read_of_ours():
+        # (the tensor kept alive through the read, as `.cpu()` does: a temporary's storage
+        # would die between the clone and the read)
+        t = src * one
+        out = _jaxlib.host_value(_jaxlib.array_clone(buffer_of(entry_of(t))._array), fresh=True)
+        del t
+        return out
+
+    def jaxlib_read_of_dying_temporary():
         return _jaxlib.host_value(_jaxlib.array_clone(buffer_of(entry_of(src * one))._array), fresh=True)
 
     back_to_back = {
         "d2h 1 MB np.asarray(a * s), loop": lambda: np.asarray(scale(src_j, one_j)),
         "d2h 1 MB (src * one).cpu(), loop": lambda: (src * one).cpu(),
         "d2h 1 MB jaxlib read of ours, loop": jaxlib_read_of_ours,
+        "d2h 1 MB same, temporary dies first": jaxlib_read_of_dying_temporary,
         "d2h 1 MB jaxlib read of JAX's, loop": lambda: _jaxlib.host_value(scale(src_j, one_j)),
     }
     rows.update(measure(back_to_back, args.rounds, lambda fn, clock: _per_call(fn, lambda _r: None, args.calls, clock)))

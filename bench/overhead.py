@@ -16,8 +16,9 @@
   decode step of bench/tpu.py's Llama (`--small`, `--layers`, 16 by default: ~180 tpu
   tensor arguments, 32 KV caches written in place), split into Dynamo's frame, its
   guards, its disable wrapper, and our graph callable's stages (arguments, launch,
-  results, write-back), each timed alone on the calling thread's CPU clock: XLA:CPU's
-  worker threads run the program, so this is host time, not device time.
+  results, write-back), each timed alone on the calling thread's CPU clock (wall time
+  where that clock is coarse: `_common.host_clock`): XLA:CPU's worker threads run the
+  program, so this is host time, not device time.
 
     .venv/bin/python bench/overhead.py [--rounds 9] [--calls 40] [--skip-inductor]
     .venv/bin/python bench/overhead.py --cases decode [--layers 16] [--profile]
@@ -40,7 +41,7 @@ from functools import partial
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TORCH_TPU_CACHE_L2", "0")
 
-from _common import wait_for_idle_threads  # noqa: E402
+from _common import host_clock, wait_for_idle_threads  # noqa: E402
 
 
 def _round_medians(contenders: dict, rounds: int, calls: int, settle=None) -> dict[str, float]:
@@ -311,16 +312,18 @@ def decode_case(rounds: int, calls: int, layers: int, profile: bool) -> dict[str
                 decode()
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        clock, clock_name = host_clock()
         per_round: dict[str, list[float]] = {k: [] for k in contenders}
         for _ in range(rounds):
             for key, fn in contenders.items():
-                t0 = time.thread_time()
+                t0 = clock()
                 for _ in range(calls):
                     fn()
-                per_round[key].append((time.thread_time() - t0) / calls)
+                per_round[key].append((clock() - t0) / calls)
         torch.tpu.synchronize()
     return {k: statistics.median(v) for k, v in per_round.items()} | {
-        "arguments": len(flat), "spread": {k: (min(v), max(v)) for k, v in per_round.items()}}
+        "arguments": len(flat), "clock": clock_name,
+        "spread": {k: (min(v), max(v)) for k, v in per_round.items()}}
 
 
 class _NotLaunched(Exception):
@@ -478,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         t = decode_case(args.rounds, args.calls, args.layers, args.profile)
         spread = t.pop("spread")
         print(f"decode step, --small --layers {args.layers}: {t.pop('arguments')} arguments; "
-              "thread CPU µs per call (median of rounds, [min, max])")
+              f"µs per call on the {t.pop('clock')} clock (median of rounds, [min, max])")
         for k, v in t.items():
             lo, hi = spread[k]
             print(f"  {k:42s} {v * 1e6:8.1f}  [{lo * 1e6:.1f}, {hi * 1e6:.1f}]")

@@ -78,3 +78,15 @@ def test_interleaved_timings_settles_before_each_block():
     assert order == ["|", "a", "a", "|", "b", "|", "a", "a", "|", "b"]
     assert len(timings["a"].wall) == 4 and len(timings["b"].cpu) == 2 and len(timings["b"].thread) == 2
     assert all(t >= 0 for t in timings["a"].thread)
+
+
+def test_host_clock_is_the_thread_clock_where_it_ticks_finely_and_wall_time_where_it_is_coarse(monkeypatch):
+    fine = iter(range(10**7))
+    monkeypatch.setattr(time, "thread_time", lambda: next(fine) * 1e-6)  # 1 us steps
+    clock, name = _common.host_clock()
+    assert clock is time.thread_time and "CPU" in name
+
+    ticks = iter(range(10**7))
+    monkeypatch.setattr(time, "thread_time", lambda: next(ticks) // 1000 * 500e-6)  # 0.5 ms steps
+    clock, name = _common.host_clock()
+    assert clock is time.perf_counter and "500 us" in name
