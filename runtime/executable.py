@@ -286,11 +286,13 @@ class Executable:
         view = row.torch_view_as
         # Off XLA:CPU, zero-copy semantics do not alias: PjRT reads the host memory until the
         # transfer completes, with no staging copy (what jax.device_put does). A call that
-        # waits for its results outlasts the transfer, so it may use them; `execute` (returns
-        # at once) copies during the call. No array is reused across calls there: it would
-        # hold the tensor's old value.
+        # waits for its results outlasts the transfer, so it may use them for an argument
+        # too large to stage (`_jaxlib.upload_semantics`: staging is faster up to 64 MB);
+        # `execute` (returns at once) copies during the call. No array is reused across
+        # calls there: it would hold the tensor's old value.
         shares_host = self.client.platform == "cpu"
-        host_semantics = zero_copy if waits else copy
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(row.numpy).itemsize
+        host_semantics = _jaxlib.upload_semantics(nbytes) if waits else copy
         # torch.Tensor and this parameter's torch dtype, set on the first tensor seen (this
         # module never imports torch): a plain tensor, the common host argument, is then
         # recognised by one identity check before any other kind is considered.

@@ -253,9 +253,9 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
 def upload(host: torch.Tensor, index: int, wait: bool = True, shape: tuple | None = None):
     """A device buffer with `host`'s elements in row-major order, of `shape` (flat when
     None), a copy: the host tensor stays free.
-    `wait=False` (a non_blocking copy): off XLA:CPU, the bytes are staged during the call
-    and the transfer is not waited for; else the transfer reads `host` directly and is
-    done on return (Client.to_device)."""
+    Off XLA:CPU the bytes are staged during the call and the transfer is not waited for,
+    except that with `wait=True` (not a non_blocking copy) more than 64 MB are read by the
+    transfer from `host` directly and are on the device on return (Client.to_device)."""
     flat = host.detach().contiguous().reshape(-1 if shape is None else shape)
     return client().to_device(flat, index, copy=True, wait=wait)
 

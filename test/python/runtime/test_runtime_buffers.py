@@ -196,3 +196,13 @@ def test_copy_is_a_device_copy_with_its_own_memory(client):
     original.delete()
     with pytest.raises(BufferDeletedError):
         original.copy()
+
+
+def test_uploads_up_to_64_megabytes_are_staged_larger_ones_read_in_place():
+    """Off XLA:CPU (`_jaxlib.upload_semantics`): staging was ~2x faster up to 64 MB on a TPU
+    v5e, reading the host memory in place ~3x faster at 256 MB."""
+    from torch_tpu.runtime import _jaxlib
+
+    assert _jaxlib.upload_semantics(0) is _jaxlib.COPY_DURING_CALL
+    assert _jaxlib.upload_semantics(64 << 20) is _jaxlib.COPY_DURING_CALL
+    assert _jaxlib.upload_semantics((64 << 20) + 1) is _jaxlib.ZERO_COPY
