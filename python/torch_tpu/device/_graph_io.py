@@ -33,8 +33,8 @@ from torch_tpu.runtime.buffer import DeviceBuffer
 
 from . import _storage
 from ._buffers import TABLE, entry_of
-from ._graph_args import argument_reader
 from ._fused import deferring
+from ._graph_args import argument_reader
 from ._modes import EagerMode, get_eager_mode, is_blocking
 from ._ops import TensorArg, _donation_safe as donation_safe
 from ._random import key_buffer
