@@ -154,11 +154,13 @@ def tiny_case(rounds: int, calls: int, inductor: bool) -> tuple[dict[str, float]
 def _floor_contenders(executable, x) -> dict:
     """What torch and jaxlib cost whoever the backend is, for the x + 1 graph: Dynamo's
     frame with a backend that computes nothing (returns a ready tuple) or runs eager
-    (`gm.forward`), bare jaxlib (the input aliased, execute, the result to torch by DLPack,
-    outside Dynamo), and the floor: that bare jaxlib call as the backend's callable, i.e.
-    Dynamo's frame + execute + the cheapest host->device->host round trip. `ours` minus
+    (`gm.forward`), bare jaxlib (the input aliased, execute, the result to torch by DLPack
+    -- off XLA:CPU by its host copy -- outside Dynamo), and the floor: that bare jaxlib
+    call as the backend's callable, i.e. Dynamo's frame + execute + the cheapest
+    host->device->host round trip. `ours` minus
     the floor is ours to cut; the floor minus `dynamo: returns a tuple` is what running
     jaxlib inside a compiled frame costs (measured: several times its cost outside one)."""
+    import numpy as np
     import torch
 
     from torch_tpu.runtime import _jaxlib
@@ -172,9 +174,16 @@ def _floor_contenders(executable, x) -> dict:
     put = _jaxlib.batched_device_put
     array = put(aval, device._sharding, [host], device._raw_list, True, False, _jaxlib.ZERO_COPY, True)
 
+    if device.platform == "cpu":
+        def to_torch(out):
+            return from_dlpack(to_dlpack(out))
+    else:  # a TPU or GPU array is no DLPack device here: its host copy, as ours reads it
+        def to_torch(out):
+            return torch.from_numpy(np.array(_jaxlib.host_value(out, True)))
+
     def bare_jaxlib(*_):
         (out,) = execute_sharded([array]).consume_with_handlers(handlers)
-        return (from_dlpack(to_dlpack(out)),)
+        return (to_torch(out),)
 
     ready = (torch.randn(8),)
     backends = {
