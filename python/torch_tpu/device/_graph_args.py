@@ -21,9 +21,14 @@ wrote (a decode step's caches). So after one call has passed the full check:
   device memory and would count as a reader, stopping the donation of a written input
   (`_ops._donation_safe`).
 
-A call the fast check rejects takes the full check; if that passes, its tensors are the
-new record (a tensor that changed requires_grad, or the first call under another
-dispatch state). Without `TensorGuards` (another PyTorch) every call takes the full check.
+A call the fast check rejects takes the full check. Its tensors become the new record
+when the record served no call since the last rejection (the calls have moved on: a
+tensor that changed requires_grad, another dispatch state); a record that still serves
+calls is kept (calls alternating between two kinds of tensors: one kind takes the fast
+check, the other the full one). Building a record costs about one full check (PyTorch's
+check is made per tensor), so while records serve fewer than two calls each, the next
+one is built after 1, 2, 4, ... up to 64 full checks, not on each. Without `TensorGuards` (another PyTorch) every
+call takes the full check.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ except ImportError:  # a PyTorch without Dynamo's C++ guards: the full check eve
 _data_ptr = torch.Tensor.data_ptr
 _buffer_of_entry = attrgetter("_buffer")
 _referent = ref.__call__
+_MAX_BUILD_WAIT = 64  # full checks between two builds of records that serve nothing
 
 
 def argument_reader(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]], device: Any,
@@ -61,6 +67,26 @@ def argument_reader(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]], de
     # (TensorGuards of the last fully checked call, its entries, weak references to their
     # buffers): replaced whole, so a call on another thread reads one consistent record.
     record: list[tuple[Any, list, list] | None] = [None]
+    # Calls the record served since the last rejected one; full checks to let pass before
+    # the next build, and how many passed (a race between threads only shifts when a
+    # record is built).
+    served = [0]
+    backoff = [0, 0]
+
+    def build_now() -> bool:
+        if record[0] is None:
+            return True
+        if served[0]:  # still serving calls: kept
+            if served[0] > 1:  # it paid for its build (a fast check saves ~2/3 of a full one)
+                backoff[0] = backoff[1] = 0
+            served[0] = 0
+            return False
+        wait, waited = backoff
+        if waited < wait:
+            backoff[1] = waited + 1
+            return False
+        backoff[0], backoff[1] = min(max(1, 2 * wait), _MAX_BUILD_WAIT), 0
+        return True
 
     def buffer_passes(entry: Any, buffer: Any, k: int) -> bool:
         shape, dtype, row, _ = checks[k]
@@ -84,8 +110,9 @@ def argument_reader(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]], de
                 return None
             buffers.append(buffer)
             found.append(entry)
-        if TensorGuards is not None and len(tensors) == count:
+        if TensorGuards is not None and len(tensors) == count and build_now():
             record[0] = (_tensor_guards(tensors), found, list(map(ref, buffers)))
+            served[0] = 0
         return buffers, found
 
     def read(tensors: Sequence[Any]) -> tuple[list, list] | None:
@@ -107,6 +134,7 @@ def argument_reader(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]], de
                     return None
                 refs[k] = ref(buffer)
             record[0] = (guards, found, refs)
+        served[0] += 1
         return buffers, found
 
     return read

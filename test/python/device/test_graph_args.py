@@ -113,3 +113,35 @@ def test_the_reader_holds_no_buffer_so_donation_and_freeing_see_the_real_holders
     del tensors[0]
     gc.collect()
     assert gone() is None
+
+
+def test_calls_alternating_between_two_kinds_of_tensors_keep_the_record_and_build_rarely(monkeypatch):
+    """A record that serves every other call is kept (the other calls take the full check);
+    while records serve fewer than two calls, the next is built after 1, 2, 4, ... up to 64
+    full checks, not on every call: building costs about one full check."""
+    builds = []
+    real = _graph_args._tensor_guards
+    monkeypatch.setattr(_graph_args, "_tensor_guards", lambda ts: builds.append(1) or real(ts))
+    tensors = _tensors()
+    other = list(tensors)
+    other[0] = torch.randn(4, 3, device="tpu").requires_grad_(True)  # passes; another record
+    read = _reader(tensors)
+    for _ in range(20):
+        assert read(tensors)[0][0] is entry_of(tensors[0]).buffer
+        assert read(other)[0][0] is entry_of(other[0]).buffer
+    assert len(builds) <= 2  # the first record, and at most one of the other kind
+
+    builds.clear()
+    kinds = [list(tensors) for _ in range(4)]
+    for k, kind in enumerate(kinds):
+        kind[1] = torch.randn(5, device="tpu").requires_grad_(k % 2 == 0)
+        kind[2] = torch.randn(2, 2, dtype=torch.complex64, device="tpu").requires_grad_(k >= 2)
+    for _ in range(16):  # four kinds in turn: no record serves any call
+        for kind in kinds:
+            assert read(kind)[0][1] is entry_of(kind[1]).buffer
+    assert 3 <= len(builds) <= 10, builds
+
+    builds.clear()
+    for _ in range(70):  # the calls settle on one kind: within 64 full checks, its record
+        assert read(other) is not None
+    assert len(builds) == 1
