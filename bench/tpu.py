@@ -54,7 +54,9 @@ Conventions:
   * "host N%": how much of a block's time passed before its last call returned (JSON:
     host_s_per_call). Near 100 %, the calls wait for the host (Python, dispatch); well
     below, for the device (the decode loop was host-bound at 99 % before its written
-    inputs were donated, 77 % after, as JAX's).
+    inputs were donated, 77 % after, as JAX's). "first call": the host time of a block's
+    first call (JSON: first_call_s): the device is idle until that call launches, so each
+    block pays it once.
   * The JSON file is rewritten after every case, so a run cut short keeps what it measured;
     `--deadline-s` skips the cases that would start after it.
 """
@@ -186,7 +188,9 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
     """Per contender: the median over `repeats` blocks of the per-call seconds of a block of
     `calls` calls ended by one sync, the blocks' samples, ours' transfer bytes per call, and
     the host's share: the seconds until the block's last call returned, before the sync
-    (`host_s_per_call`; near `s_per_call`, the host is what the calls wait for), and the
+    (`host_s_per_call`; near `s_per_call`, the host is what the calls wait for), the
+    seconds until the block's first call returned (`first_call_s`: the device idles until
+    that call launched, so a block pays it once), and the
     garbage collector's seconds per call and collections per generation in the timed blocks
     (`gc_s_per_call`, `gc_collections`)."""
     if not _COLLECTOR:
@@ -200,6 +204,7 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
         gc.freeze()
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     host: dict[str, list[float]] = {name: [] for name in contenders}
+    first: dict[str, list[float]] = {name: [] for name in contenders}
     moved = {name: [0] * 6 for name in contenders}
     collected = {name: [0.0, [0, 0, 0]] for name in contenders}
     for _ in range(repeats):
@@ -208,13 +213,15 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
             before = COUNTER.snapshot()
             clock.reset()
             t0 = time.perf_counter()
-            out = None
-            for _ in range(calls):
+            out = c.fn()
+            first_returned = time.perf_counter()
+            for _ in range(calls - 1):
                 out = c.fn()
             returned = time.perf_counter()
             c.sync(out)
             samples[name].append((time.perf_counter() - t0) / calls)
             host[name].append((returned - t0) / calls)
+            first[name].append(first_returned - t0)
             collected[name][0] += clock.seconds
             collected[name][1] = [a + b for a, b in zip(collected[name][1], clock.collections)]
             del out
@@ -224,6 +231,7 @@ def time_blocks(contenders: dict[str, Contender], calls: int, repeats: int, warm
     rows = {name: _summary(contenders[name], samples[name], moved[name], calls * repeats) for name in contenders}
     for name, row in rows.items():
         row["host_s_per_call"] = statistics.median(host[name])
+        row["first_call_s"] = statistics.median(first[name])
         row["gc_s_per_call"] = collected[name][0] / (calls * repeats)
         row["gc_collections"] = collected[name][1]
         if PROFILE_CALLS[0]:
@@ -1214,6 +1222,8 @@ def print_case(num: int, result: dict) -> None:
             extra += f"  ({row['programs_per_call']:.1f} programs per call)"
         if row.get("host_s_per_call") is not None and row["s_per_call"] > 0:
             extra += f"  host {100 * row['host_s_per_call'] / row['s_per_call']:.0f}%"
+            if row.get("first_call_s") is not None:
+                extra += f", first call {fmt_s(row['first_call_s'])}"
         if row["side"] == "ours" and row.get("xla_compiles_in_timed_blocks"):
             extra += f"  ({row['xla_compiles_in_timed_blocks']} compiles while timed)"
         if row.get("gc_s_per_call") and row["s_per_call"] > 0 and row["gc_s_per_call"] >= 0.01 * row["s_per_call"]:
