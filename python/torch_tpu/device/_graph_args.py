@@ -6,8 +6,8 @@ the tensor's data pointer (offset 0), the tensor has the program parameter's dty
 shape, is contiguous, carries no negative or conjugate bit, and the entry's buffer is a
 `DeviceBuffer` of that element type and shape on the program's device. Checked one tensor
 at a time in Python that is ~0.8 us an argument on the development machine: ~145 us of a
-decode step's 183 (parameters and caches), ~10x more on a TPU VM's host, where a decode
-step's host time is within 10 % of its device time.
+decode step's 183 (parameters and caches), more on a TPU VM's host, where a decode step's
+host time was within 10 % of its device time (88 % of the wall time, 75 % after this).
 
 A repeated call passes the same tensors, with the same buffers except those the program
 wrote (a decode step's caches). So after one call has passed the full check:
@@ -27,8 +27,8 @@ tensor that changed requires_grad, another dispatch state); a record that still 
 calls is kept (calls alternating between two kinds of tensors: one kind takes the fast
 check, the other the full one). Building a record costs about one full check (PyTorch's
 check is made per tensor), so while records serve fewer than two calls each, the next
-one is built after 1, 2, 4, ... up to 64 full checks, not on each. Without `TensorGuards` (another PyTorch) every
-call takes the full check.
+one is built after 1, 2, 4, ... up to 64 full checks, not on each. Without `TensorGuards`
+(another PyTorch) every call takes the full check.
 """
 
 from __future__ import annotations
@@ -104,9 +104,10 @@ def argument_reader(args: Sequence[tuple[tuple[int, ...], torch.dtype, Any]], de
             if entry is None:
                 return None
             buffer = entry._buffer
-            if (buffer.__class__ is not DeviceBuffer or t.dtype is not dtype or entry.dtype is not dtype
-                    or buffer._row is not row or buffer.device is not device or buffer.shape != shape
-                    or t.shape != shape or not t.is_contiguous() or t.is_neg() or (complex_ and t.is_conj())):
+            if (buffer.__class__ is not DeviceBuffer or t.dtype is not dtype
+                    or entry.dtype is not dtype or buffer._row is not row
+                    or buffer.device is not device or buffer.shape != shape or t.shape != shape
+                    or not t.is_contiguous() or t.is_neg() or (complex_ and t.is_conj())):
                 return None
             buffers.append(buffer)
             found.append(entry)

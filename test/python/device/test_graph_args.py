@@ -64,9 +64,10 @@ def test_a_tensor_that_is_not_its_storage_s_buffer_is_refused_after_fast_calls(r
     for position in range(3):
         other = list(tensors)
         changed = make(tensors[position])
-        if (changed.dtype == tensors[position].dtype and changed.device == tensors[position].device
-                and changed.shape == tensors[position].shape and changed.is_contiguous()
-                and not changed.is_neg() and not changed.is_conj() and changed.storage_offset() == 0):
+        same = tensors[position]
+        if (changed.dtype == same.dtype and changed.device == same.device
+                and changed.shape == same.shape and changed.is_contiguous() and not changed.is_neg()
+                and not changed.is_conj() and changed.storage_offset() == 0):
             continue  # (the conjugate of a real tensor is itself)
         other[position] = changed
         assert read(other) is None
@@ -115,7 +116,7 @@ def test_the_reader_holds_no_buffer_so_donation_and_freeing_see_the_real_holders
     assert gone() is None
 
 
-def test_calls_alternating_between_two_kinds_of_tensors_keep_the_record_and_build_rarely(monkeypatch):
+def test_alternating_kinds_of_tensors_keep_the_record_and_build_rarely(monkeypatch):
     """A record that serves every other call is kept (the other calls take the full check);
     while records serve fewer than two calls, the next is built after 1, 2, 4, ... up to 64
     full checks, not on every call: building costs about one full check."""
