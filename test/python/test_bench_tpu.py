@@ -291,3 +291,17 @@ def test_eager_overhead_runs_every_row():
     assert set(rows) >= {"eager tpu x + y", "d2h 1 MB t.cpu()", "d2h 1 MB (src * one).cpu(), loop",
                          "d2h 1 MB jaxlib read of ours, loop", "d2h 1 MB jaxlib read of JAX's, loop"}, rows
     assert all(v > 0 for v in rows.values()), rows
+
+
+def test_launch_overlap_runs_every_row():
+    """bench/launch_overlap.py (one launch's host cost, after Python work, on a launch
+    thread, jaxlib's tracebacks on and off) runs and prints each row with a figure."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "launch_overlap.py"), "--calls", "3", "--rounds", "1",
+                           "--work", "10"], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line.strip() for line in proc.stdout.splitlines()[1:]]
+    labels = {row.rsplit(None, 2)[0] for row in rows}
+    assert labels >= {"execute_sharded alone, back to back", "+ execute inline", "+ execute on a launch thread",
+                      "jax.jit(a + b), jaxlib tracebacks off"}, rows
+    assert all(float(row.rsplit(None, 2)[1]) > 0 for row in rows), rows
