@@ -12,6 +12,10 @@ included, and the importer's check against the metadata cannot see it, so these 
 are rewritten while tracing: operands cast to their promoted dtype (where meta and eager
 agree), the op, the result cast to eager's dtype. Equal operand dtypes leave the op as
 it is (`NotImplemented`).
+
+PyTorch's recurrent cells hand an accelerator's gates to fused kernels that exist for CUDA
+only (`_thnn_fused_lstm_cell`, `_thnn_fused_gru_cell` and their backward ops): those are
+decomposed too (`rnn_cells.py`), so `nn.LSTM` and `nn.GRU` run on the tpu device.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 import torch
 
 from .registry import LOWERINGS
+from .rnn_cells import DECOMPOSITIONS as RNN_CELL_DECOMPOSITIONS
 
 aten = torch.ops.aten
 
@@ -78,9 +83,11 @@ def decomposition_table() -> dict:
 
 
 def _ours(core: dict) -> dict:
-    """`core` minus every op that has a lowering of its own, plus the eager-dtype rewrites."""
+    """`core` minus every op that has a lowering of its own, plus the eager-dtype rewrites
+    and the fused recurrent cells (unless a lowering was registered for one)."""
     table = {op: fn for op, fn in core.items() if op not in LOWERINGS}
     table.update({op: _with_eager_dtype(op, *rule) for op, rule in EAGER_RESULT_DTYPE.items()})
+    table.update({op: fn for op, fn in RNN_CELL_DECOMPOSITIONS.items() if op not in LOWERINGS})
     return table
 
 

@@ -325,8 +325,21 @@ def ensure_op_kernels() -> None:
         # Subscribed before the table is read: a lowering registered meanwhile is seen.
         LOWERINGS.subscribe(_lowering_changed)
         _register_kernels(list(LOWERINGS))
+        _register_missing_meta_kernels(_libraries_by_namespace["aten"])
         _op_kernels.append(_libraries_by_namespace["aten"])
         _dynamo_skip.keep_dynamo_out()  # modules the lowering table and the runtime brought in
+
+
+def _register_missing_meta_kernels(library) -> None:
+    """Shape kernels (the Meta key) for the accelerator-only ops the device decomposes
+    that PyTorch has none for (`_thnn_fused_gru_cell` and its backward: CUDA kernels
+    without a meta function). Tracing a graph on tpu tensors (Dynamo's fake tensors) runs
+    them; their decomposition on meta tensors gives the shapes and dtypes."""
+    from torch_tpu.compiler.lowering.rnn_cells import DECOMPOSITIONS
+
+    for op, decomposition in DECOMPOSITIONS.items():
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"):
+            library.impl(op, decomposition, "Meta")
 
 
 def _register_kernels(ops) -> None:
