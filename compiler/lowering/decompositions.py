@@ -15,7 +15,9 @@ it is (`NotImplemented`).
 
 PyTorch's recurrent cells hand an accelerator's gates to fused kernels that exist for CUDA
 only (`_thnn_fused_lstm_cell`, `_thnn_fused_gru_cell` and their backward ops): those are
-decomposed too (`rnn_cells.py`), so `nn.LSTM` and `nn.GRU` run on the tpu device.
+decomposed too (`rnn_cells.py`), so `nn.LSTM` and `nn.GRU` run on the tpu device; and so
+are the inference fast path's fused ops of `nn.TransformerEncoderLayer` and
+`nn.MultiheadAttention` (`transformer_fast_path.py`), whose kernels are CPU's and CUDA's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ import torch
 
 from .registry import LOWERINGS
 from .rnn_cells import DECOMPOSITIONS as RNN_CELL_DECOMPOSITIONS
+from .transformer_fast_path import DECOMPOSITIONS as FAST_PATH_DECOMPOSITIONS
+
+# Ops PyTorch runs for an accelerator through kernels of other devices only.
+ACCELERATOR_OPS = {**RNN_CELL_DECOMPOSITIONS, **FAST_PATH_DECOMPOSITIONS}
 
 aten = torch.ops.aten
 
@@ -84,10 +90,10 @@ def decomposition_table() -> dict:
 
 def _ours(core: dict) -> dict:
     """`core` minus every op that has a lowering of its own, plus the eager-dtype rewrites
-    and the fused recurrent cells (unless a lowering was registered for one)."""
+    and the accelerator-only ops (unless a lowering was registered for one)."""
     table = {op: fn for op, fn in core.items() if op not in LOWERINGS}
     table.update({op: _with_eager_dtype(op, *rule) for op, rule in EAGER_RESULT_DTYPE.items()})
-    table.update({op: fn for op, fn in RNN_CELL_DECOMPOSITIONS.items() if op not in LOWERINGS})
+    table.update({op: fn for op, fn in ACCELERATOR_OPS.items() if op not in LOWERINGS})
     return table
 
 

@@ -19,6 +19,12 @@ the user's line. Where a move does not cross tpu, or
 the user asked for new objects (`torch.__future__.set_overwrite_module_params_on_conversion`),
 nothing changes. Buffers are replaced on CUDA too, and are here.
 
+An `nn.TransformerEncoder` moved to the tpu device stops converting its input to a nested
+tensor (`use_nested_tensor`, the padding-mask fast path of eval mode: nested tensors do not
+exist on the device; moved back, it converts again). Its outputs at padded positions are
+then those of PyTorch's path without nested tensors (unspecified values, as under
+`torch.compile`, where the nested path is off too), its other outputs the same.
+
 Optimizer state is not moved, as on CUDA: Adam's `exp_avg` made before a move stays on the
 old device, and the next step fails with PyTorch's device-mismatch error.
 """
@@ -131,11 +137,24 @@ def _apply(self: torch.nn.Module, fn, recurse: bool = True):
             why = _keep(self, key, old, new)
             if why is not None:
                 _state.failures.append(f"{self._get_name()}.{key} ({why})")
+        if isinstance(self, torch.nn.TransformerEncoder):
+            _nested_path_for_device(self)
         return result
     finally:
         _state.depth = depth
         if depth == 0 and _state.failures:
             _report(_state.failures)
+
+
+def _nested_path_for_device(encoder: torch.nn.TransformerEncoder) -> None:
+    """Turns the encoder's nested-tensor fast path off while its parameters are on the tpu
+    device, and back on (where it was on) once they leave it."""
+    on_tpu = any(p.device.type == "tpu" for p in encoder.parameters())
+    if on_tpu and getattr(encoder, "use_nested_tensor", False):
+        encoder.use_nested_tensor = False
+        encoder._torch_tpu_nested_off = True
+    elif not on_tpu and encoder.__dict__.pop("_torch_tpu_nested_off", False):
+        encoder.use_nested_tensor = True
 
 
 def _report(failures: list[str]) -> None:

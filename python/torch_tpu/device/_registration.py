@@ -208,6 +208,19 @@ def _decompositions() -> dict:
     return decomposition_table()
 
 
+def _no_nested_tensors(*args, **kwargs):
+    """Nested tensors do not exist on the device: `nn.TransformerEncoder` makes one in eval
+    mode with a padding mask unless its nested path is off (a move to the device turns it
+    off, `_module_apply`; an encoder built from layers already there keeps it on)."""
+    from ._fallback import user_line
+
+    raise RuntimeError(
+        f"torch_tpu: aten._nested_tensor_from_mask at {user_line()}: nested tensors do not exist on the tpu "
+        "device. nn.TransformerEncoder makes one in eval mode with a src_key_padding_mask: build it with "
+        "enable_nested_tensor=False, set `encoder.use_nested_tensor = False`, or move it with .to('tpu') "
+        "after building it (the move turns the nested path off)")
+
+
 def _boxed_fallback(op, *args, **kwargs):
     return execute(op, *args, **kwargs)
 
@@ -294,6 +307,7 @@ def register() -> None:
             aten._local_scalar_dense.default: _copy._local_scalar_dense,
             aten.equal.default: _copy.equal,
             aten.resize_.default: _copy.resize_,
+            aten._nested_tensor_from_mask.default: _no_nested_tensors,
         }
         for op, kernel in own.items():
             impl.impl(op, kernel, "PrivateUse1")
