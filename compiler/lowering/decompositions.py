@@ -17,7 +17,8 @@ PyTorch's recurrent cells hand an accelerator's gates to fused kernels that exis
 only (`_thnn_fused_lstm_cell`, `_thnn_fused_gru_cell` and their backward ops): those are
 decomposed too (`rnn_cells.py`), so `nn.LSTM` and `nn.GRU` run on the tpu device; and so
 are the inference fast path's fused ops of `nn.TransformerEncoderLayer` and
-`nn.MultiheadAttention` (`transformer_fast_path.py`), whose kernels are CPU's and CUDA's.
+`nn.MultiheadAttention` (`transformer_fast_path.py`), whose kernels are CPU's and CUDA's,
+and `nn.SyncBatchNorm`'s statistics kernels (`sync_batch_norm.py`, CUDA's only).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ import torch
 
 from .registry import LOWERINGS
 from .rnn_cells import DECOMPOSITIONS as RNN_CELL_DECOMPOSITIONS
+from .sync_batch_norm import DECOMPOSITIONS as SYNC_BATCH_NORM_DECOMPOSITIONS
 from .transformer_fast_path import DECOMPOSITIONS as FAST_PATH_DECOMPOSITIONS
 
 # Ops PyTorch runs for an accelerator through kernels of other devices only.
-ACCELERATOR_OPS = {**RNN_CELL_DECOMPOSITIONS, **FAST_PATH_DECOMPOSITIONS}
+ACCELERATOR_OPS = {**RNN_CELL_DECOMPOSITIONS, **FAST_PATH_DECOMPOSITIONS, **SYNC_BATCH_NORM_DECOMPOSITIONS}
 
 aten = torch.ops.aten
 

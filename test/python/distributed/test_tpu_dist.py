@@ -50,10 +50,10 @@ def _expect_phases(output: str, ranks, phases) -> None:
 
 
 def test_two_ranks_collectives_ddp_fsdp_tp_handshake():
-    out = torchrun(2, "--dtypes", "float32,int32,bfloat16", "--ddp", "--compiled-ddp", "--fsdp",
+    out = torchrun(2, "--dtypes", "float32,int32,bfloat16", "--ddp", "--compiled-ddp", "--sync-bn", "--fsdp",
                    "--compiled-collectives", "--tp", "--handshake")
-    _expect_phases(out, range(2), ["collectives", "DDP", "compiled DDP", "FSDP2", "compiled collectives", "TP",
-                                   "handshake", "JOB"])
+    _expect_phases(out, range(2), ["collectives", "DDP", "compiled DDP", "SyncBatchNorm", "FSDP2",
+                                   "compiled collectives", "TP", "handshake", "JOB"])
     # the divergence names both ranks' lines on each rank
     assert out.count("diverged at collective") == 4  # two scenarios x two ranks
 

@@ -41,3 +41,37 @@ def check_ddp(compiled=False):
         if not torch.allclose(got, q.detach(), rtol=1e-5, atol=1e-6):
             raise AssertionError(f"{name}: max diff {(got - q).abs().max()}")
     print(f"rank {r}: {'compiled ' if compiled else ''}DDP OK", flush=True)
+
+
+def check_sync_batch_norm():
+    """DDP with nn.SyncBatchNorm on tpu tensors (its statistics kernels are CUDA-only in
+    PyTorch; the device decomposes them) for 3 steps: every rank's parameters and running
+    statistics equal single-process training with BatchNorm on the full batch, computed on
+    CPU here, with unequal batches per rank (the counts weigh each rank's statistics)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Conv1d(3, 4, 3), torch.nn.BatchNorm1d(4), torch.nn.ReLU(),
+                                    torch.nn.Flatten(), torch.nn.Linear(4 * 6, 2))
+    model = DDP(torch.nn.SyncBatchNorm.convert_sync_batchnorm(copy.deepcopy(reference)).to("tpu"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    sizes = [2 + k for k in range(n)]  # rank k holds 2 + k samples
+    start = sum(sizes[:r])
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = torch.randn(sum(sizes), 3, 8, generator=gen)
+        y = torch.randn(sum(sizes), 2, generator=gen)
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y, reduction="sum").backward()
+        ref_opt.step()
+        opt.zero_grad()
+        mine = slice(start, start + sizes[r])
+        # summed over the batch: DDP averages the ranks' gradients, so scale by n
+        loss = torch.nn.functional.mse_loss(model(x[mine].to("tpu")), y[mine].to("tpu"), reduction="sum") * n
+        loss.backward()
+        opt.step()
+    got_state = {k: v.cpu() for k, v in model.module.state_dict().items()}
+    for name, want in reference.state_dict().items():
+        if not torch.allclose(got_state[name].to(want.dtype), want, rtol=1e-4, atol=1e-5):
+            raise AssertionError(f"{name}: max diff {(got_state[name].to(want.dtype) - want).abs().max()}")
+    print(f"rank {r}: SyncBatchNorm OK", flush=True)

@@ -4,6 +4,7 @@ Launched by test/python/distributed/test_tpu_dist.py; prints "rank R: <phase> OK
 argv: --dtypes float32,int32,bfloat16   collectives x these dtypes
       --ddp                              DDP 5 steps == single-process full batch
       --compiled-ddp                     the same with torch.compile(backend="tpu")
+      --sync-bn                          DDP with nn.SyncBatchNorm, unequal batches == single process
       --fsdp                             FSDP2 tiny GPT 5 steps == single process
       --compiled-collectives             compiled graphs with _c10d_functional collectives: one program
       --compiled-embedded                the same under torch_tpu.spmd_safe (embedded); subgroup collectives
@@ -34,7 +35,7 @@ from compiled_collectives import (  # noqa: E402
     check_compiled_collectives, check_compiled_divergence, check_compiled_embedded_and_subgroups,
     check_compiled_dynamic, check_compiled_mesh,
 )
-from ddp import check_ddp  # noqa: E402
+from ddp import check_ddp, check_sync_batch_norm  # noqa: E402
 from fsdp import check_fsdp  # noqa: E402
 from tp import check_tp  # noqa: E402
 
@@ -170,6 +171,7 @@ def main():
     parser.add_argument("--dtypes", default="")
     parser.add_argument("--ddp", action="store_true")
     parser.add_argument("--compiled-ddp", action="store_true")
+    parser.add_argument("--sync-bn", action="store_true")
     parser.add_argument("--fsdp", action="store_true")
     parser.add_argument("--compiled-collectives", action="store_true")
     parser.add_argument("--compiled-embedded", action="store_true")
@@ -190,6 +192,8 @@ def main():
         check_ddp()
     if args.compiled_ddp:
         check_ddp(compiled=True)
+    if args.sync_bn:
+        check_sync_batch_norm()
     if args.fsdp:
         check_fsdp()
     if args.compiled_collectives:
