@@ -103,15 +103,19 @@ def run_on_cpu(op, args, kwargs, reason: str):
     cpu_bound.update(cpu_kwargs)
     rebound = set()
     for name in written:
-        t = bound.get(name)
-        if isinstance(t, torch.Tensor) and t.device.type == "tpu":
+        # A written argument is a tensor or (`Tensor(a!)[]`: `_foreach_*_`, `_fused_adam_`) a
+        # list of them, each written in place.
+        t, cpu_t = bound.get(name), cpu_bound.get(name)
+        pairs = zip(t, cpu_t) if isinstance(t, (list, tuple)) else [(t, cpu_t)]
+        for t, cpu_t in pairs:
+            if not isinstance(t, torch.Tensor) or t.device.type != "tpu":
+                continue
             key = t.untyped_storage().data_ptr()
             if key in rebound:
                 continue
             rebound.add(key)
             entry = _storage.entry_of(t)
             host = host_of[key]
-            cpu_t = cpu_bound[name]
             if cpu_t.untyped_storage().data_ptr() != host.untyped_storage().data_ptr() or cpu_t.shape != t.shape:
                 # The CPU kernel resized the output: give the tpu tensor the new storage.
                 _resize_to(t, cpu_t)
@@ -127,6 +131,8 @@ def run_on_cpu(op, args, kwargs, reason: str):
         frozenset(a.alias_info.before_set): bound[a.name]
         for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write and a.name in bound
     }
+    if not schema.returns:  # (an in-place op on lists: `_fused_adamw_(...) -> ()`)
+        return None
     results = result if len(schema.returns) > 1 else (result,)
     outs = []
     for ret, value in zip(schema.returns, results):

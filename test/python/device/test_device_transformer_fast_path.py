@@ -36,6 +36,16 @@ MASKS = {
 }
 
 
+def _compiled(module):
+    """torch.compile of `module` in a fresh Dynamo state: the parametrized cases share the
+    modules' code objects, and other cases' recompiles would otherwise mark dimensions
+    dynamic (automatic dynamic shapes), which is not what a case here checks."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    return torch.compile(module, backend="tpu")
+
+
 def _no_cpu_fallback(caplog):
     return not [r for r in caplog.records if "runs on CPU" in r.getMessage() or "runs in PyTorch eager" in r.getMessage()]
 
@@ -48,7 +58,7 @@ def test_encoder_layer_fast_path_matches_cpu(masks, activation, norm_first, comp
     torch.manual_seed(0)
     cpu = nn.TransformerEncoderLayer(D, H, 32, activation=activation, norm_first=norm_first, batch_first=True).eval()
     tpu = copy.deepcopy(cpu).to("tpu")
-    run = torch.compile(tpu, backend="tpu") if compiled else tpu
+    run = _compiled(tpu) if compiled else tpu
     x = torch.randn(B, T, D)
     kwargs = MASKS[masks]
     caplog.set_level(logging.INFO, logger="torch_tpu")
@@ -70,7 +80,7 @@ def test_multi_head_attention_fast_path_matches_cpu(masks, need_weights, average
     torch.manual_seed(0)
     cpu = nn.MultiheadAttention(D, H, batch_first=True).eval()
     tpu = copy.deepcopy(cpu).to("tpu")
-    run = torch.compile(tpu, backend="tpu") if compiled else tpu
+    run = _compiled(tpu) if compiled else tpu
     x = torch.randn(B, T, D)
     kwargs = {"key_padding_mask": _padding()} if masks == "key-padding" else (
         {"attn_mask": _causal()} if masks == "causal-bool" else {})
