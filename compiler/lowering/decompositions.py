@@ -19,6 +19,8 @@ decomposed too (`rnn_cells.py`), so `nn.LSTM` and `nn.GRU` run on the tpu device
 are the inference fast path's fused ops of `nn.TransformerEncoderLayer` and
 `nn.MultiheadAttention` (`transformer_fast_path.py`), whose kernels are CPU's and CUDA's,
 and `nn.SyncBatchNorm`'s statistics kernels (`sync_batch_norm.py`, CUDA's only).
+`torch.amp.GradScaler`'s ops have CPU kernels, but run there they move every gradient
+through the host at each step: they are decomposed too (`grad_scaling.py`).
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ from collections.abc import Callable
 import torch
 
 from .registry import LOWERINGS
+from .grad_scaling import DECOMPOSITIONS as GRAD_SCALING_DECOMPOSITIONS
 from .rnn_cells import DECOMPOSITIONS as RNN_CELL_DECOMPOSITIONS
 from .sync_batch_norm import DECOMPOSITIONS as SYNC_BATCH_NORM_DECOMPOSITIONS
 from .transformer_fast_path import DECOMPOSITIONS as FAST_PATH_DECOMPOSITIONS
 
-# Ops PyTorch runs for an accelerator through kernels of other devices only.
-ACCELERATOR_OPS = {**RNN_CELL_DECOMPOSITIONS, **FAST_PATH_DECOMPOSITIONS, **SYNC_BATCH_NORM_DECOMPOSITIONS}
+# Ops PyTorch runs for an accelerator through kernels of other devices only, and
+# GradScaler's, whose CPU kernels would move every gradient through the host.
+DEVICE_DECOMPOSITIONS = {**RNN_CELL_DECOMPOSITIONS, **FAST_PATH_DECOMPOSITIONS, **SYNC_BATCH_NORM_DECOMPOSITIONS,
+                         **GRAD_SCALING_DECOMPOSITIONS}
 
 aten = torch.ops.aten
 
@@ -92,10 +97,10 @@ def decomposition_table() -> dict:
 
 def _ours(core: dict) -> dict:
     """`core` minus every op that has a lowering of its own, plus the eager-dtype rewrites
-    and the accelerator-only ops (unless a lowering was registered for one)."""
+    and the device's own decompositions (unless a lowering was registered for an op)."""
     table = {op: fn for op, fn in core.items() if op not in LOWERINGS}
     table.update({op: _with_eager_dtype(op, *rule) for op, rule in EAGER_RESULT_DTYPE.items()})
-    table.update({op: fn for op, fn in ACCELERATOR_OPS.items() if op not in LOWERINGS})
+    table.update({op: fn for op, fn in DEVICE_DECOMPOSITIONS.items() if op not in LOWERINGS})
     return table
 
 

@@ -1,12 +1,14 @@
 """Optimizer variants that reach ops without a lowering, which run through the CPU fallback
 (`_fallback.run_on_cpu`): the `fused=True` optimizers (`_fused_adamw_`, `_fused_adam_`,
 `_fused_sgd_`, `_fused_adagrad_`: PyTorch allows them on a PrivateUse1 device) and
-`torch.amp.GradScaler` (`_amp_foreach_non_finite_check_and_unscale_`, `_amp_update_scale_`).
-These ops write lists of tensors in place and return nothing: the fallback must write every
-element back and return None (it raised IndexError before). Each case trains a CPU copy and a
-tpu copy of one model and compares the parameters."""
+`torch.amp.GradScaler`, whose two ops the device decomposes (compiler/lowering/grad_scaling.py)
+so that no gradient goes through the host. The fused ops write lists of tensors in place and
+return nothing: the fallback must write every element back and return None (it raised
+IndexError before). Each case trains a CPU copy and a tpu copy of one model and compares the
+parameters."""
 
 import copy
+import logging
 
 import pytest
 import torch
@@ -46,9 +48,10 @@ def test_fused_optimizer_steps_like_cpu(name):
         assert all(v.device.type == "tpu" for v in state.values() if isinstance(v, torch.Tensor))
 
 
-def test_grad_scaler_unscales_steps_and_skips_like_cpu():
+def test_grad_scaler_unscales_steps_and_skips_like_cpu(caplog):
     """GradScaler: scaled steps equal CPU's; a step whose gradients hold an inf is skipped
-    and the scale halves, as on CPU."""
+    and the scale halves, as on CPU; its ops run on the device."""
+    caplog.set_level(logging.INFO, logger="torch_tpu")
     torch.manual_seed(0)
     cpu = torch.nn.Linear(4, 3)
     tpu = copy.deepcopy(cpu).to("tpu")
@@ -67,6 +70,43 @@ def test_grad_scaler_unscales_steps_and_skips_like_cpu():
             scaler.update()
         scales[device] = scaler.get_scale()
     assert scales["tpu"] == scales["cpu"] == 512.0
+    assert not [r for r in caplog.records if "_amp_" in r.getMessage()], [r.getMessage() for r in caplog.records]
     for (pname, want), got in zip(cpu.named_parameters(), tpu.parameters()):
         assert torch.isfinite(got.detach().cpu()).all()
         torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6, msg=pname)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_unscale_matches_pytorchs_kernel(dtype):
+    """Unscaling on the device against PyTorch's CPU kernel: the values (reduced precision
+    multiplied in float32), and `found_inf` set by a non-finite value and kept across calls."""
+    gen = torch.Generator().manual_seed(5)
+    grads = [(torch.randn(7, generator=gen) * 300).to(dtype) for _ in range(3)]
+    inv_scale = torch.tensor(1 / 1024.0)
+    for poisoned in (None, 1):
+        cpu = [g.clone() for g in grads]
+        if poisoned is not None:
+            cpu[poisoned][2] = float("nan")
+        tpu = [g.to("tpu") for g in cpu]
+        found_cpu, found_tpu = torch.zeros(1), torch.zeros(1).to("tpu")
+        torch._amp_foreach_non_finite_check_and_unscale_(cpu, found_cpu, inv_scale)
+        torch._amp_foreach_non_finite_check_and_unscale_(tpu, found_tpu, inv_scale.to("tpu"))
+        assert found_tpu.item() == found_cpu.item() == (0.0 if poisoned is None else 1.0)
+        for got, want in zip(tpu, cpu):
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+    clean = [g.to("tpu") for g in grads]
+    found = torch.ones(1).to("tpu")  # an earlier call found one: it stays set
+    torch._amp_foreach_non_finite_check_and_unscale_(clean, found, inv_scale.to("tpu"))
+    assert found.item() == 1.0
+
+
+@pytest.mark.parametrize("found,tracker,scale", [(0.0, 0, 8.0), (0.0, 2, 8.0), (1.0, 2, 8.0), (0.0, 2, 3e38)])
+def test_update_scale_matches_pytorchs_kernel(found, tracker, scale):
+    """Back-off on an inf, growth after `growth_interval` clean steps, no growth to inf."""
+    args = (2.0, 0.5, 3)  # growth factor, backoff factor, growth interval
+    s_cpu, t_cpu = torch.tensor([scale]), torch.tensor([tracker], dtype=torch.int32)
+    s_tpu, t_tpu = s_cpu.clone().to("tpu"), t_cpu.clone().to("tpu")
+    torch._amp_update_scale_(s_cpu, t_cpu, torch.tensor([found]), *args)
+    out = torch._amp_update_scale_(s_tpu, t_tpu, torch.tensor([found]).to("tpu"), *args)
+    assert out.device.type == "tpu"
+    assert torch.equal(s_tpu.cpu(), s_cpu) and torch.equal(t_tpu.cpu(), t_cpu), (s_tpu, s_cpu, t_tpu, t_cpu)

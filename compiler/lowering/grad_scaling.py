@@ -1,0 +1,54 @@
+"""`torch.amp.GradScaler`'s two ops, on the device: unscaling the gradients while looking
+for non-finite values, and updating the scale.
+
+Run through the CPU fallback they copied every gradient to the host and back at each
+`scaler.step` (and `scaler.update` waited for the device). Here they are elementwise ops on
+the device, with no read of a value on the host: a step with an inf or NaN gradient is
+still skipped by the optimizer wrapper, which reads `found_inf` itself.
+
+Semantics are PyTorch's kernels' (aten/src/ATen/native/cuda/AmpKernels.cu): every gradient
+is multiplied by `inv_scale`; `found_inf` becomes 1 when any gradient held a non-finite
+value before unscaling, and is left as it was otherwise (it accumulates across calls). The
+scale update backs off on `found_inf` and resets the growth tracker; otherwise, after
+`growth_interval` clean steps in a row, it grows (only to a finite value).
+"""
+
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+
+def non_finite_check_and_unscale(grads, found_inf, inv_scale):
+    """`_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale) -> ()`."""
+    if not grads:
+        return None
+    non_finite = torch.stack([~torch.isfinite(g).all() for g in grads]).any()
+    found_inf.copy_(torch.where(non_finite, torch.ones_like(found_inf), found_inf))
+    for g in grads:
+        if g.dtype in (torch.float16, torch.bfloat16):  # multiplied in float32, rounded once
+            g.copy_((g.float() * inv_scale).to(g.dtype))
+        else:
+            g.mul_(inv_scale.to(g.dtype))
+    return None
+
+
+def update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """`_amp_update_scale_(scale, growth_tracker, found_inf, ...) -> scale` (in place)."""
+    found = found_inf.reshape(()) != 0
+    successful = growth_tracker + 1
+    grows = (~found) & (successful == growth_interval)
+    grown = scale * growth_factor
+    new_scale = torch.where(found, scale * backoff_factor,
+                            torch.where(grows & torch.isfinite(grown), grown, scale))
+    new_tracker = torch.where(found | grows, torch.zeros_like(growth_tracker), successful)
+    scale.copy_(new_scale)
+    growth_tracker.copy_(new_tracker)
+    return scale
+
+
+DECOMPOSITIONS = {
+    aten._amp_foreach_non_finite_check_and_unscale_.default: non_finite_check_and_unscale,
+    aten._amp_update_scale_.default: update_scale,
+}
