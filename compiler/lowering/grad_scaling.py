@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from .opmath import to_opmath
+
 aten = torch.ops.aten
 
 
@@ -26,11 +28,8 @@ def non_finite_check_and_unscale(grads, found_inf, inv_scale):
         return None
     non_finite = torch.stack([~torch.isfinite(g).all() for g in grads]).any()
     found_inf.copy_(torch.where(non_finite, torch.ones_like(found_inf), found_inf))
-    for g in grads:
-        if g.dtype in (torch.float16, torch.bfloat16):  # multiplied in float32, rounded once
-            g.copy_((g.float() * inv_scale).to(g.dtype))
-        else:
-            g.mul_(inv_scale.to(g.dtype))
+    for g in grads:  # 16-bit floats multiplied in float32 and rounded once, as the kernels do
+        g.copy_((to_opmath(g) * inv_scale).to(g.dtype))
     return None
 
 

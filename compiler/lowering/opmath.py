@@ -18,6 +18,12 @@ def opmath_dtype(dt: torch.dtype) -> torch.dtype:
     return torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
 
 
+def to_opmath(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A torch tensor in its opmath dtype (for decompositions written with torch ops; None
+    stays None)."""
+    return t if t is None else t.to(opmath_dtype(t.dtype))
+
+
 def opmath_operands(ctx: LoweringContext, *args, compute: torch.dtype | None = None):
     """The tensor/scalar arguments as values of the compute dtype (opmath of the result
     dtype, or `compute`) broadcast to the result shape; returns (values, result dtype)."""

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import torch
 
+from .opmath import to_opmath
+
 aten = torch.ops.aten
 
 
 def _opmath(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
-    """Reduced-precision floats in float32 (None stays None)."""
-    return [t if t is None or t.dtype not in (torch.float16, torch.bfloat16) else t.float() for t in tensors]
+    return [to_opmath(t) for t in tensors]
 
 
 def _gates_with_bias(gates: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import torch
 
+from .opmath import to_opmath
+
 aten = torch.ops.aten
-
-
-def _acc(t: torch.Tensor) -> torch.Tensor:
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 def _per_channel(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -37,7 +35,7 @@ def _reduced_dims(t: torch.Tensor) -> list[int]:
 
 def batch_norm_stats(input, eps):
     """-> (mean, invstd), per channel."""
-    x = _acc(input)
+    x = to_opmath(input)
     var, mean = torch.var_mean(x, _reduced_dims(x), correction=0)
     return mean, torch.rsqrt(var + eps)
 
@@ -58,19 +56,19 @@ def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, runni
 
 
 def batch_norm_elemt(input, weight, bias, mean, invstd, eps):
-    x = _acc(input)
+    x = to_opmath(input)
     out = (x - _per_channel(mean, x)) * _per_channel(invstd, x)
     if weight is not None:
-        out = out * _per_channel(_acc(weight), x)
+        out = out * _per_channel(to_opmath(weight), x)
     if bias is not None:
-        out = out + _per_channel(_acc(bias), x)
+        out = out + _per_channel(to_opmath(bias), x)
     return out.to(input.dtype)
 
 
 def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g):
     """-> (sum_dy, sum_dy_xmu, grad_weight, grad_bias); each None where its flag is off
     (`input_g` for the two sums), as PyTorch's kernel leaves them undefined."""
-    dy, x = _acc(grad_out), _acc(input)
+    dy, x = to_opmath(grad_out), to_opmath(input)
     dims = _reduced_dims(x)
     sum_dy = dy.sum(dims)
     sum_dy_xmu = (dy * (x - _per_channel(mean, x))).sum(dims)
@@ -84,12 +82,12 @@ def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, w
 
 def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
     """The input's gradient from the group's sums (`count`: each rank's element count)."""
-    dy, x = _acc(grad_out), _acc(input)
+    dy, x = to_opmath(grad_out), to_opmath(input)
     total = count.sum().to(sum_dy.dtype)
     mean_dy = _per_channel(sum_dy / total, x)
     mean_dy_xmu = _per_channel(sum_dy_xmu / total, x)
     istd = _per_channel(invstd, x)
-    scale = istd if weight is None else istd * _per_channel(_acc(weight), x)
+    scale = istd if weight is None else istd * _per_channel(to_opmath(weight), x)
     grad = (dy - mean_dy - (x - _per_channel(mean, x)) * istd.square() * mean_dy_xmu) * scale
     return grad.to(grad_out.dtype)
 

@@ -21,18 +21,22 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .opmath import to_opmath
+
 aten = torch.ops.aten
 
 
 def masked_softmax(input, mask, dim=None, mask_type=None):
     """`_masked_softmax`: softmax over `dim` (the last by default) with the `True` entries of
-    `mask` left out (NaN where a whole row is masked, as PyTorch's kernel gives)."""
+    `mask` left out (NaN where a whole row is masked, as PyTorch's kernel gives); no mask
+    (None, from `native_multi_head_attention`): a plain softmax, in opmath likewise."""
     dim = input.dim() - 1 if dim is None else dim
-    if mask_type == 1 and input.dim() == 4 and mask.dim() == 2:
-        mask = mask.view(mask.size(0), 1, 1, mask.size(1))
-    mask = mask.expand(input.shape)
-    x = input.float() if input.dtype in (torch.float16, torch.bfloat16) else input
-    return torch.softmax(x.masked_fill(mask, float("-inf")), dim).to(input.dtype)
+    x = to_opmath(input)
+    if mask is not None:
+        if mask_type == 1 and input.dim() == 4 and mask.dim() == 2:
+            mask = mask.view(mask.size(0), 1, 1, mask.size(1))
+        x = x.masked_fill(mask.expand(input.shape), float("-inf"))
+    return torch.softmax(x, dim).to(input.dtype)
 
 
 def native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
@@ -49,11 +53,7 @@ def native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weig
 
     q = heads(F.linear(query, wq, bq)) * (1.0 / math.sqrt(head_dim))
     scores = q @ heads(F.linear(key, wk, bk)).transpose(-2, -1)
-    if mask is None:
-        x = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
-        weights = torch.softmax(x, -1).to(scores.dtype)
-    else:
-        weights = masked_softmax(scores, mask if mask.dtype == torch.bool else mask.to(torch.bool), -1, mask_type)
+    weights = masked_softmax(scores, None if mask is None else mask.to(torch.bool), -1, mask_type)
     context = weights @ heads(F.linear(value, wv, bv))
     out = F.linear(context.transpose(1, 2).reshape(batch, target, embed_dim), proj_weight, proj_bias)
     if not need_weights:
