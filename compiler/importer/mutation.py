@@ -173,18 +173,22 @@ def functional_counterpart(target) -> Any:
         packet, overload = renamed.split(".")
         return getattr(getattr(aten, packet), overload)
     name = schema.name.split("::", 1)[-1]
-    overload = target._overloadname
     if name.endswith("_"):
-        packet = getattr(aten, name[:-1], None)
-        return getattr(packet, overload, None) if packet is not None else None
-    outs = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-    if not outs:
-        return None
+        # In place: the overload taking the same arguments without writing `self`. ATen
+        # mostly gives it the same overload name, but not always: `pow_.Scalar` is
+        # `pow.Tensor_Scalar` (`pow.Scalar` takes a number as its base), `floor_divide_.Tensor`
+        # is `floor_divide.default`.
+        name, outs = name[:-1], []
+    else:
+        outs = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        if not outs:
+            return None
     wanted = [(a.name, str(a.type)) for a in schema.arguments if a.name not in outs]
     packet = getattr(aten, name, None)
     if packet is None:
         return None
-    for candidate in packet.overloads():
+    same_name = [target._overloadname] if target._overloadname in packet.overloads() else []
+    for candidate in same_name + packet.overloads():
         op = getattr(packet, candidate)
         args = [(a.name, str(a.type)) for a in op._schema.arguments]
         if args == wanted and not written_args(op):

@@ -18,7 +18,8 @@ import threading
 import torch
 
 from . import (
-    _attention, _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _program_adapter, _resize_storage, _serialization,
+    _attention, _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _out_decomposition, _program_adapter,
+    _resize_storage, _serialization,
 )
 from ._buffers import StorageEntry
 
@@ -98,9 +99,14 @@ def execute(op, *args, **kwargs):
         return _fallback.run_on_cpu(op, args, kwargs, str(err))
     except _ops.Unlowerable as err:
         reason = str(err)
-    decomposition = _decompositions().get(op)
+    table = _decompositions()
+    decomposition = table.get(op)
     if decomposition is not None:
-        result = decomposition(*args, **kwargs)
+        outs = _out_decomposition.out_names(op)
+        if _out_decomposition.takes_out_arguments(decomposition, outs):
+            result = decomposition(*args, **kwargs)
+        else:
+            result = _out_decomposition.run_through_functional(op, table, args, kwargs)
         if result is not NotImplemented:
             return result
     return _fallback.run_on_cpu(op, args, kwargs, reason)

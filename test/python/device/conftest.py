@@ -15,7 +15,7 @@ FUSED_MODULES = {
     "test_device_basics", "test_device_training", "test_device_training_models", "test_device_random",
     "test_device_compile", "test_device_serialization", "test_device_autocast", "test_device_result_shapes",
     "test_device_storage_layout", "test_device_recurrent", "test_device_transformer_fast_path",
-    "test_device_optimizer_variants",
+    "test_device_optimizer_variants", "test_device_kernel_gaps",
 }
 
 

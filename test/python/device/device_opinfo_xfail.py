@@ -71,7 +71,6 @@ CPU_FALLBACK: dict[str, str] = {
     "multinomial": _RANDOM_NO_LOWERING.format("aten.multinomial"),
     "nn.functional.fractional_max_pool2d": _RANDOM_NO_LOWERING.format("aten.fractional_max_pool2d"),
     "nn.functional.fractional_max_pool3d": _RANDOM_NO_LOWERING.format("aten.fractional_max_pool3d"),
-    "nn.functional.rrelu": _RANDOM_NO_LOWERING.format("aten.rrelu_with_noise (which writes its noise)"),
     "linalg.eig": _EIG.format("aten.linalg_eig"),
     "linalg.eigvals": _EIG.format("aten._linalg_eigvals"),
     "linalg.lstsq": _LSTSQ,

@@ -74,6 +74,10 @@ DEVICE_STREAM = {
     # Its mask comes from `bernoulli_(p)` on the device (it ran on CPU's generator while
     # bernoulli_'s default p kept it off the device).
     "nn.functional.feature_alpha_dropout.with_train",
+    # Its training slopes are drawn on the device (compiler/lowering/randomized_relu.py; they
+    # came from CPU's generator while the op ran there); test_device_kernel_gaps.py checks
+    # their range and that the backward reads them.
+    "nn.functional.rrelu",
 }
 
 
