@@ -23,6 +23,46 @@ def test_precision_context_is_scoped_and_thread_local():
             pass
 
 
+def test_precision_block_is_not_seen_by_other_threads():
+    import threading
+
+    seen = []
+    with torch_tpu.precision("medium"):
+        worker = threading.Thread(target=lambda: seen.append(current_mode()))
+        worker.start()
+        worker.join()
+    assert seen == [torch.get_float32_matmul_precision()]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_precision_block_reaches_the_backward_on_autograd_s_thread(compiled):
+    """Autograd runs the backward of tpu tensors on its device thread: the caller's block
+    must hold there, for the eager backward ops and for a compiled graph's backward."""
+    import threading
+
+    import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
+
+    seen = []
+    lin = torch.nn.Linear(4, 3).to("tpu")
+
+    def forward(x):
+        y = lin(x)
+        y.register_hook(lambda g: seen.append((threading.current_thread() is threading.main_thread(), current_mode())))
+        return y
+
+    if compiled:
+        torch._dynamo.reset()
+        forward = torch.compile(forward, backend="tpu")
+    base = torch.get_float32_matmul_precision()
+    mode = "medium" if base != "medium" else "high"
+    with torch_tpu.precision(mode):
+        forward(torch.randn(2, 4).to("tpu")).sum().backward()
+    assert seen and all(mode_seen == mode for _, mode_seen in seen), seen
+    assert not seen[0][0], "the backward ran on the calling thread: the test shows nothing"
+    forward(torch.randn(2, 4).to("tpu")).sum().backward()
+    assert seen[-1][1] == base
+
+
 def test_precision_reaches_the_module():
     m = torch.nn.Linear(4, 3)
     x = torch.randn(2, 4)
