@@ -19,8 +19,9 @@ decomposed too (`rnn_cells.py`), so `nn.LSTM` and `nn.GRU` run on the tpu device
 are the inference fast path's fused ops of `nn.TransformerEncoderLayer` and
 `nn.MultiheadAttention` (`transformer_fast_path.py`), whose kernels are CPU's and CUDA's,
 and `nn.SyncBatchNorm`'s statistics kernels (`sync_batch_norm.py`, CUDA's only).
-`torch.amp.GradScaler`'s ops have CPU kernels, but run there they move every gradient
-through the host at each step: they are decomposed too (`grad_scaling.py`). So are the
+`torch.amp.GradScaler`'s ops and the `fused=True` optimizers' update ops have CPU kernels,
+but run there they move every gradient (and parameter and state) through the host at each
+step: they are decomposed too (`grad_scaling.py`, `fused_optimizers.py`). So are the
 backward ops of the margin losses, the weight-norm backward, `nn.Embedding(max_norm=)`'s
 row renormalization and `F.rrelu` (CPU and CUDA kernels only: `margin_losses.py`,
 `parameter_norms.py`, `randomized_relu.py`), and `multilabel_margin_loss_forward`, whose
@@ -35,6 +36,7 @@ from collections.abc import Callable
 import torch
 
 from .registry import LOWERINGS
+from .fused_optimizers import DECOMPOSITIONS as FUSED_OPTIMIZER_DECOMPOSITIONS
 from .grad_scaling import DECOMPOSITIONS as GRAD_SCALING_DECOMPOSITIONS
 from .margin_losses import DECOMPOSITIONS as MARGIN_LOSS_DECOMPOSITIONS
 from .parameter_norms import DECOMPOSITIONS as PARAMETER_NORM_DECOMPOSITIONS
@@ -43,12 +45,13 @@ from .rnn_cells import DECOMPOSITIONS as RNN_CELL_DECOMPOSITIONS
 from .sync_batch_norm import DECOMPOSITIONS as SYNC_BATCH_NORM_DECOMPOSITIONS
 from .transformer_fast_path import DECOMPOSITIONS as FAST_PATH_DECOMPOSITIONS
 
-# Ops PyTorch runs for an accelerator through kernels of other devices only, GradScaler's,
-# whose CPU kernels would move every gradient through the host, and one PyTorch decomposes
+# Ops PyTorch runs for an accelerator through kernels of other devices only, GradScaler's
+# and the fused optimizers', whose CPU kernels would move every gradient through the host,
+# and one PyTorch decomposes
 # wrongly (`multilabel_margin_loss_forward`, margin_losses.py).
 DEVICE_DECOMPOSITIONS = {**RNN_CELL_DECOMPOSITIONS, **FAST_PATH_DECOMPOSITIONS, **SYNC_BATCH_NORM_DECOMPOSITIONS,
                          **GRAD_SCALING_DECOMPOSITIONS, **MARGIN_LOSS_DECOMPOSITIONS,
-                         **PARAMETER_NORM_DECOMPOSITIONS, **RRELU_DECOMPOSITIONS}
+                         **PARAMETER_NORM_DECOMPOSITIONS, **RRELU_DECOMPOSITIONS, **FUSED_OPTIMIZER_DECOMPOSITIONS}
 
 aten = torch.ops.aten
 
