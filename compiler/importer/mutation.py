@@ -160,6 +160,11 @@ def _as_stored(value: ir.Value, target: ir.RankedTensorType) -> ir.Value:
 _RENAMED_COUNTERPARTS = {
     "aten::normal_.default": "normal_functional.default",
     "aten::bernoulli_.float": "bernoulli.p",
+    # Python's in-place shift operators (`t <<= 2`).
+    "aten::__ilshift__.Scalar": "__lshift__.Scalar",
+    "aten::__ilshift__.Tensor": "__lshift__.Tensor",
+    "aten::__irshift__.Scalar": "__rshift__.Scalar",
+    "aten::__irshift__.Tensor": "__rshift__.Tensor",
 }
 
 

@@ -327,6 +327,32 @@ def _bitwise_not(ctx, x):
     return stablehlo.NotOp(x).result
 
 
+_UNSIGNED = (torch.uint8, torch.uint16, torch.uint32, torch.uint64)
+
+
+def _shift(direction: str, ctx: LoweringContext, a, b):
+    """`a << b` / `a >> b` in the promoted integer dtype. PyTorch's kernels give 0 for a
+    shift amount outside [0, bits) (the sign, -1 or 0, for a right shift of a signed
+    integer), and so do XLA's shifts, which read the amount as unsigned: a negative one
+    is out of range too. A right shift is arithmetic for signed dtypes, logical for
+    unsigned ones."""
+    out = ctx.result_dtype()
+    if out.is_floating_point or out.is_complex or out == torch.bool:
+        raise ctx.fail(f"shifts are not implemented for {out} (PyTorch's kernels take integers only)")
+    lhs, rhs = promote(a, b, to=out)
+    if direction == "left":
+        return stablehlo.ShiftLeftOp(lhs, rhs).result
+    if out in _UNSIGNED:
+        return stablehlo.ShiftRightLogicalOp(lhs, rhs).result
+    return stablehlo.ShiftRightArithmeticOp(lhs, rhs).result
+
+
+lowers(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor,
+       aten.__lshift__.Tensor, aten.__lshift__.Scalar)(partial(_shift, "left"))
+lowers(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+       aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)(partial(_shift, "right"))
+
+
 # -- selection ---------------------------------------------------------------------------------------
 @lowers(aten.where.self)
 def _where(ctx, cond, a, b):

@@ -90,7 +90,7 @@ def run_on_cpu(op, args, kwargs, reason: str):
             return torch.device("cpu")
         return x
 
-    cpu_args, cpu_kwargs = pytree.tree_map(to_cpu, (args, kwargs))
+    cpu_args, cpu_kwargs = pytree.tree_map(to_cpu, _numbers_as_tensors(op, args, kwargs))
     result = op(*cpu_args, **cpu_kwargs)
     index = 0 if index is None else index
     # Written arguments: their host storages changed; write them back.
@@ -142,6 +142,38 @@ def run_on_cpu(op, args, kwargs, reason: str):
         else:
             outs.append(pytree.tree_map(to_tpu, value))
     return tuple(outs) if len(schema.returns) > 1 else outs[0]
+
+
+def _numbers_as_tensors(op, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments with each Python number in a `Tensor` slot made a 0-dim CPU tensor.
+    PyTorch hands a Python kernel the wrapped number of `x >> 2` (a Scalar overload's
+    argument, wrapped by its composite kernel) as the number, and calling the op with it
+    fails ("Expected a value of type 'Tensor'") outside the few ops PyTorch's argument
+    parser lets take numbers. The tensor's dtype is the one type promotion gives the
+    number beside the op's first dimensioned tensor, so the result's dtype is unchanged."""
+    slots = [a for a in op._schema.arguments if _takes_tensor(a.type)]
+    numbers = {a.name for a in slots}
+    if not numbers:
+        return args, kwargs
+    tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    beside = next((t for t in tensors if t.dim() > 0), tensors[0] if tensors else None)
+
+    def as_tensor(value):
+        if not isinstance(value, (bool, int, float, complex)):
+            return value
+        dtype = torch.result_type(beside, value) if beside is not None else None
+        return torch.tensor(value).to(dtype) if dtype is not None else torch.tensor(value)
+
+    names = [a.name for a in op._schema.arguments]
+    new_args = tuple(as_tensor(v) if i < len(names) and names[i] in numbers else v for i, v in enumerate(args))
+    new_kwargs = {k: as_tensor(v) if k in numbers else v for k, v in kwargs.items()}
+    return new_args, new_kwargs
+
+
+def _takes_tensor(kind) -> bool:
+    if isinstance(kind, torch._C.OptionalType):
+        kind = kind.getElementType()
+    return isinstance(kind, torch._C.TensorType)
 
 
 def _resize_to(t: torch.Tensor, cpu_value: torch.Tensor) -> None:

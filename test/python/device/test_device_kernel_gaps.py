@@ -238,3 +238,63 @@ def test_out_form_without_an_out_decomposition_resizes_its_out_tensor():
     with pytest.warns(UserWarning, match="was resized"):
         aten.reflection_pad1d_backward.grad_input(grad.to("tpu"), x.to("tpu"), [3, 4], grad_input=stale)
     torch.testing.assert_close(stale.cpu(), want)
+
+
+SHIFT_DTYPES = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+
+
+@pytest.mark.parametrize("dtype", SHIFT_DTYPES, ids=str)
+@pytest.mark.parametrize("op", [
+    lambda a, b: a << b, lambda a, b: a >> b, lambda a, b: a << 3, lambda a, b: a >> 2,
+    lambda a, b: torch.bitwise_left_shift(a, b), lambda a, b: torch.bitwise_right_shift(a, 70),
+    lambda a, b: torch.bitwise_left_shift(5, b), lambda a, b: torch.bitwise_right_shift(-100, b),
+], ids=["<<", ">>", "<<-scalar", ">>-scalar", "left_shift", "right_shift-too-far", "left_shift-of-number",
+        "right_shift-of-number"])
+def test_shifts(op, dtype):
+    """Shift amounts in range, negative and past the width (0, or the sign for a signed
+    right shift, as PyTorch's kernels give), in the promoted dtype."""
+    a = torch.tensor([7, -12, 5, 3, -1, 100, 0, 1]).to(dtype)
+    b = torch.tensor([0, 1, 3, 7, 8, 15, -1, 64]).to(dtype if dtype != torch.uint8 else torch.int16)
+    want = op(a, b)
+    got = op(a.to("tpu"), b.to("tpu"))
+    assert got.dtype == want.dtype
+    assert torch.equal(got.cpu(), want), (got, want)
+
+
+@pytest.mark.parametrize("op", [
+    lambda a, b: a.__ilshift__(2), lambda a, b: a.__irshift__(b), lambda a, b: a.bitwise_left_shift_(b),
+    lambda a, b: a.bitwise_right_shift_(1),
+], ids=["<<=", ">>=", "bitwise_left_shift_", "bitwise_right_shift_"])
+def test_in_place_shifts(op):
+    a, b = torch.tensor([7, -12, 5, 3], dtype=torch.int32), torch.tensor([1, 2, 0, 40], dtype=torch.int32)
+    t = a.to("tpu")
+    assert op(t, b.to("tpu")) is t
+    assert torch.equal(t.cpu(), op(a.clone(), b))
+
+
+def test_shifts_of_floats_raise_as_on_cpu(monkeypatch):
+    monkeypatch.delenv("TORCH_TPU_STRICT")
+    with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+        torch.tensor([1.0]) << 1
+    with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+        torch.tensor([1.0]).to("tpu") << 1
+
+
+def test_cpu_fallback_takes_a_number_in_a_tensor_argument(monkeypatch):
+    """PyTorch hands a Python kernel a wrapped number as the number; the CPU fallback gives
+    the CPU kernel a tensor of the dtype promotion gives it (it raised "Expected a value of
+    type 'Tensor'" for every op outside the few that take numbers)."""
+    from torch_tpu.device import _fallback
+
+    monkeypatch.delenv("TORCH_TPU_STRICT")
+    cases = [
+        (aten.bitwise_right_shift.Tensor, torch.tensor([7, -12, 5], dtype=torch.int32), 70),
+        (aten.xlogy.Tensor, torch.tensor([1.5, 2.0], dtype=torch.float16), 3.0),
+        (aten.xlogy.Tensor, torch.tensor([1, 2]), 3.0),
+        (aten.xlogy.Tensor, torch.tensor(2.0, dtype=torch.bfloat16), 3),
+    ]
+    for op, x, number in cases:
+        want = op(x, torch.tensor(number)) if op is aten.bitwise_right_shift.Tensor else torch.xlogy(x, number)
+        got = _fallback.run_on_cpu(op, (x.to("tpu"), number), {}, "a test")
+        assert got.device.type == "tpu" and got.dtype == want.dtype, (op, got.dtype, want.dtype)
+        torch.testing.assert_close(got.cpu(), want)
