@@ -116,7 +116,7 @@ def _glu(ctx, self, dim=-1):
     out = ctx.result_dtype()
     x = convert(self, opmath_dtype(out))
     a, b = _halves(x, normalize_dim(dim, rank_of(x)))
-    return convert(hlo.mul(a, stablehlo.LogisticOp(b).result), out)
+    return convert(hlo.mul(a, hlo.logistic(b)), out)
 
 
 def _reject_glu_backward_along_dynamic(ctx: LoweringContext, grad, x, dim):
@@ -134,7 +134,7 @@ def _glu_backward(ctx, grad_output, self, dim):
     d = normalize_dim(dim, rank_of(x))
     g = convert(grad_output, cdt)
     a, b = _halves(x, d)
-    s = stablehlo.LogisticOp(b).result
+    s = hlo.logistic(b)
     second = hlo.mul(hlo.mul(hlo.mul(hlo.sub(constant_like(1.0, s), s), s), a), g)
     return convert(stablehlo.ConcatenateOp([hlo.mul(s, g), second], d).result, out)
 
@@ -245,7 +245,7 @@ def _gelu_backward(ctx, grad_output, self, *, approximate="none"):
 @lowers(aten.silu_backward.default)
 def _silu_backward(ctx, grad_output, self):
     (g, x), out = opmath_operands(ctx, grad_output, self)
-    s = stablehlo.LogisticOp(x).result
+    s = hlo.logistic(x)
     return convert(hlo.mul(hlo.mul(g, s), hlo.add(constant_like(1, x), hlo.mul(x, hlo.sub(constant_like(1, s), s)))), out)
 
 
@@ -301,7 +301,7 @@ def _hardswish_backward(ctx, grad_output, self):
 def _mish_backward(ctx, grad_output, self):
     (g, x), out = opmath_operands(ctx, grad_output, self)
     t = stablehlo.TanhOp(hlo.log1p(hlo.exp(x))).result  # the kernel's tanh(log1p(exp(x)))
-    s = stablehlo.LogisticOp(x).result
+    s = hlo.logistic(x)
     rest = hlo.mul(hlo.mul(x, s), hlo.sub(constant_like(1, t), hlo.mul(t, t)))
     return convert(hlo.mul(g, hlo.add(t, rest)), out)
 

@@ -12,6 +12,7 @@ from functools import partial
 
 import torch
 
+from .. import ir as hlo
 from ..context import chlo, ir, stablehlo
 from .helpers import (
     coerce,
@@ -24,6 +25,7 @@ from .helpers import (
     select,
     shape_of,
 )
+from .opmath import opmath_dtype
 from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
@@ -61,7 +63,6 @@ _UNARY_FLOAT = {
     aten.cos.default: stablehlo.CosineOp,
     aten.tan.default: stablehlo.TanOp,
     aten.tanh.default: stablehlo.TanhOp,
-    aten.sigmoid.default: stablehlo.LogisticOp,
     aten.asin.default: chlo.AsinOp,
     aten.acos.default: chlo.AcosOp,
     aten.atan.default: chlo.AtanOp,
@@ -76,6 +77,14 @@ _UNARY_FLOAT = {
 }
 for _op, _cls in _UNARY_FLOAT.items():
     lowers(_op)(partial(_unary_float, _cls))
+
+
+@lowers(aten.sigmoid.default)
+def _sigmoid(ctx: LoweringContext, x):
+    """In the opmath dtype (16-bit floats in float32, rounded once), as PyTorch's kernel:
+    the form's three ops would round between them."""
+    out = ctx.result_dtype()
+    return convert(hlo.logistic(convert(x, opmath_dtype(out))), out)
 
 
 @lowers(aten.neg.default, aten._neg_view.default)  # _neg_view: the negative bit, as a value
@@ -433,7 +442,9 @@ def _gelu(ctx, x, *, approximate="none"):
 
 @lowers(aten.silu.default)
 def _silu(ctx, x):
-    return stablehlo.MulOp(x, stablehlo.LogisticOp(x).result).result
+    out = dtype(x)
+    wide = convert(x, opmath_dtype(out))
+    return convert(stablehlo.MulOp(wide, hlo.logistic(wide)).result, out)
 
 
 # Bounded dynamism: every op here reads only the same position of its operands.

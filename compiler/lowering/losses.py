@@ -202,7 +202,7 @@ def _soft_margin_loss(ctx, self, target, reduction=_REDUCTION_MEAN):
 @lowers(aten.soft_margin_loss_backward.default, **_MEAN_LOSS)
 def _soft_margin_loss_backward(ctx, grad_output, self, target, reduction=_REDUCTION_MEAN):
     (g, x, t), out = opmath_operands(ctx, grad_output, self, target)
-    result = hlo.mul(hlo.mul(t, g), hlo.sub(stablehlo.LogisticOp(hlo.mul(t, x)).result, constant_like(1, x)))
+    result = hlo.mul(hlo.mul(t, g), hlo.sub(hlo.logistic(hlo.mul(t, x)), constant_like(1, x)))
     if reduction == _REDUCTION_MEAN:
         result = hlo.div(result, constant_like(math.prod(shape_of(x)), result))
     return convert(result, out)

@@ -41,8 +41,6 @@ _POLYGAMMA_POLES = (
 TPU_XFAIL: dict[str, str] = {
     "cdouble": "complex128 has no element type on the TPU: the conversion raises UnsupportedDtypeError naming "
     "the op and the platform (as intended; CPU converts)",
-    "nn.functional.silu": "x*sigmoid(x) for a large negative x: 1.02e-4 absolute from CPU at one element, just over "
-    "the TPU policy's 1e-4 (XLA:TPU's float32 exp is a polynomial approximation)",
     "polygamma.polygamma_n_0": _POLYGAMMA_POLES,
     "polygamma.polygamma_n_1": _POLYGAMMA_POLES,
     "polygamma.polygamma_n_2": _POLYGAMMA_POLES,
