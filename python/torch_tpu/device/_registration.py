@@ -18,8 +18,8 @@ import threading
 import torch
 
 from . import (
-    _attention, _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _out_decomposition, _program_adapter,
-    _resize_storage, _serialization,
+    _accelerator_api, _attention, _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _out_decomposition,
+    _pinned, _program_adapter, _resize_storage, _serialization,
 )
 from ._buffers import StorageEntry
 
@@ -304,6 +304,8 @@ def register() -> None:
         _program_adapter.install()  # compiled programs reach tpu tensors through it
         _resize_storage.install()
         _module_apply.install()
+        _pinned.install(impl)  # pin_memory() for the tpu device, on CPU tensors
+        _accelerator_api.install()
         own = {
             aten.empty.memory_format: _copy.empty_memory_format,
             aten.empty_strided.default: _copy.empty_strided,

@@ -1,0 +1,88 @@
+"""PyTorch's device-generic host APIs with the tpu device as the current accelerator:
+`tensor.pin_memory()` / `is_pinned()` and `DataLoader(pin_memory=True)` (they raised
+NotImplementedError for every process that imported torch with torch_tpu installed, a
+CPU-only script too: device/_pinned.py) and `torch.accelerator.synchronize()` (it raised
+"Backend doesn't support synchronizing all streams on device": device/_accelerator_api.py)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_tpu.device  # noqa: F401 - registers the device where autoload is off
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.arange(12.0).reshape(3, 4),
+    lambda: torch.arange(12.0).reshape(3, 4)[:, ::2],  # a view with gaps: its strides kept
+    lambda: torch.arange(6, dtype=torch.int32).reshape(2, 3).t(),
+    lambda: torch.tensor(3.5),
+], ids=["dense", "strided-view", "transposed-int", "0-dim"])
+def test_pin_memory_copies_into_a_pinned_storage(make):
+    x = make()
+    pinned = x.pin_memory()
+    assert pinned.device.type == "cpu" and pinned.is_pinned() and not x.is_pinned()
+    assert pinned.stride() == x.stride() and pinned.dtype == x.dtype
+    assert pinned.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert torch.equal(pinned, x)
+    assert pinned.pin_memory() is pinned  # pinned already: PyTorch returns it as it is
+    assert pinned.as_strided((1,), (1,)).is_pinned()  # a view of pinned memory is pinned
+    assert torch.equal(pinned.to("tpu", non_blocking=True).cpu(), x)
+
+
+def test_pin_memory_keeps_autograd():
+    x = torch.ones(3, requires_grad=True)
+    pinned = x.pin_memory()
+    pinned.sum().backward()
+    assert pinned.is_pinned() and torch.equal(x.grad, torch.ones(3))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_data_loader_pins_batches(workers):
+    data = torch.utils.data.TensorDataset(torch.arange(16.0).reshape(8, 2), torch.arange(8))
+    loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True, num_workers=workers)
+    total = 0.0
+    for x, y in loader:
+        assert x.is_pinned() and y.is_pinned()
+        total += x.to("tpu", non_blocking=True).sum().item()
+    assert total == sum(range(16))
+    nested = torch.utils.data.DataLoader([{"a": torch.ones(2), "b": [torch.zeros(1)]}] * 2, batch_size=2,
+                                         pin_memory=True)
+    batch = next(iter(nested))
+    assert batch["a"].is_pinned() and batch["b"][0].is_pinned()
+
+
+def test_pinning_works_without_importing_torch_tpu():
+    """The autoloaded device makes tpu the current accelerator of every process: a CPU-only
+    script's `DataLoader(pin_memory=True)` goes through these kernels too."""
+    code = """
+        import torch
+        data = torch.utils.data.TensorDataset(torch.ones(4, 2))
+        batch = next(iter(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)))[0]
+        print(torch.accelerator.current_accelerator().type, batch.is_pinned(), torch.ones(2).pin_memory().is_pinned())
+    """
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["tpu", "True", "True"]
+
+
+@pytest.mark.parametrize("device", [None, 0, "tpu", torch.device("tpu:0")], ids=str)
+def test_accelerator_synchronize_waits_for_the_device(device):
+    host = (torch.ones(1000, device="tpu") * 3).to("cpu", non_blocking=True)
+    torch.accelerator.synchronize(device)
+    assert host.sum().item() == 3000.0
+
+
+def test_accelerator_synchronize_keeps_pytorchs_function_for_other_devices():
+    from torch_tpu.device import _accelerator_api
+
+    assert torch.accelerator.synchronize is _accelerator_api.synchronize
+    assert torch.accelerator.synchronize.__doc__ == _accelerator_api._original.__doc__
+    with pytest.raises((RuntimeError, ValueError)):
+        torch.accelerator.synchronize("cpu")  # PyTorch's own check: not the accelerator's type
