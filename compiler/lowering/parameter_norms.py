@@ -32,22 +32,36 @@ def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     return grad_v.to(saved_v.dtype), grad_g.reshape(saved_g.shape).to(saved_g.dtype)
 
 
-def embedding_renorm_(weight, indices, max_norm, norm_type):
-    """`embedding_renorm_(self, indices, max_norm, norm_type) -> self`: each row named by
-    `indices` whose `norm_type`-norm exceeds `max_norm` is scaled by
-    max_norm / (norm + 1e-7). Only the named rows are read and written (a repeated index
-    writes its row's one new value again), never the whole table."""
-    rows = indices.reshape(-1)
-    if rows.numel() == 0:
-        return weight
+def _renormalized_rows(weight, rows, max_norm, norm_type):
+    """The rows of `weight` named by `rows`, each scaled by max_norm / (norm + 1e-7) where
+    its `norm_type`-norm exceeds `max_norm`."""
     selected = weight.index_select(0, rows)
     norms = torch.linalg.vector_norm(to_opmath(selected), ord=norm_type, dim=-1, keepdim=True)
     scale = torch.where(norms > max_norm, max_norm / (norms + 1e-7), torch.ones_like(norms))
-    weight.index_put_((rows,), (to_opmath(selected) * scale).to(weight.dtype))
-    return weight
+    return (to_opmath(selected) * scale).to(weight.dtype)
+
+
+def embedding_renorm_(weight, indices, max_norm, norm_type):
+    """`embedding_renorm_(self, indices, max_norm, norm_type) -> self`: the rows named by
+    `indices` renormalized in place. Only those rows are read and written (a repeated
+    index writes its row's one new value again), never the whole table."""
+    rows = indices.reshape(-1)
+    if rows.numel() == 0:
+        return weight
+    return weight.index_put_((rows,), _renormalized_rows(weight, rows, max_norm, norm_type))
+
+
+def embedding_renorm(weight, indices, max_norm, norm_type):
+    """`embedding_renorm(self, indices, max_norm, norm_type) -> Tensor`: the functional
+    form, which a compiled graph holds (functionalization's rewrite of the in-place op)."""
+    rows = indices.reshape(-1)
+    if rows.numel() == 0:
+        return weight.clone()
+    return weight.index_put((rows,), _renormalized_rows(weight, rows, max_norm, norm_type))
 
 
 DECOMPOSITIONS = {
     aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
     aten.embedding_renorm_.default: embedding_renorm_,
+    aten.embedding_renorm.default: embedding_renorm,
 }

@@ -161,6 +161,20 @@ def test_embedding_max_norm_renormalizes_the_looked_up_rows_in_place(norm_type):
     torch.testing.assert_close(tpu_table.weight.grad.cpu(), table.weight.grad)
 
 
+def test_embedding_max_norm_compiled_renormalizes_the_weight():
+    """Under torch.compile the graph holds the functional `embedding_renorm`, whose result
+    is written back into the weight."""
+    torch.manual_seed(0)
+    table = nn.Embedding(10, 4, max_norm=1.2)
+    tpu_table = copy.deepcopy(table).to("tpu")
+    torch._dynamo.reset()
+    compiled = torch.compile(tpu_table, backend="tpu", fullgraph=True)
+    indices = torch.tensor([[1, 2, 7], [2, 9, 1]])
+    want, got = table(indices), compiled(indices.to("tpu"))
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(tpu_table.weight.detach().cpu(), table.weight.detach(), atol=1e-6, rtol=1e-6)
+
+
 def test_embedding_renorm_with_no_indices_changes_nothing():
     weight = torch.randn(4, 3).to("tpu")
     before = weight.cpu()
