@@ -19,16 +19,27 @@ from .opmath import to_opmath
 aten = torch.ops.aten
 
 
+def rrelu_with_noise_functional(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    """`rrelu_with_noise_functional(self, noise, lower, upper, training, generator) ->
+    (Tensor, Tensor noise_out)`: the functional form, which a compiled graph holds."""
+    if not training:
+        return aten.leaky_relu.default(x, (lower + upper) / 2), noise.clone()
+    value = to_opmath(x)
+    # The functional `uniform`: in a traced graph this runs after functionalization.
+    slopes = aten.uniform.default(torch.empty_like(value), lower, upper, generator=generator)
+    negative = value <= 0
+    new_noise = torch.where(negative, slopes, torch.ones_like(slopes)).to(noise.dtype)
+    return torch.where(negative, value * slopes, value).to(x.dtype), new_noise
+
+
 def rrelu_with_noise(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
     """`rrelu_with_noise(self, noise, lower, upper, training, generator) -> Tensor`, which
     writes `noise` in training."""
     if not training:
         return aten.leaky_relu.default(x, (lower + upper) / 2)
-    value = to_opmath(x)
-    slopes = torch.empty_like(value).uniform_(lower, upper, generator=generator)
-    negative = value <= 0
-    noise.copy_(torch.where(negative, slopes, torch.ones_like(slopes)))
-    return torch.where(negative, value * slopes, value).to(x.dtype)
+    out, new_noise = rrelu_with_noise_functional(x, noise, lower, upper, training, generator)
+    noise.copy_(new_noise)
+    return out
 
 
 def rrelu_with_noise_(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
@@ -36,6 +47,7 @@ def rrelu_with_noise_(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, ge
 
 
 DECOMPOSITIONS = {
+    aten.rrelu_with_noise_functional.default: rrelu_with_noise_functional,
     aten.rrelu_with_noise.default: rrelu_with_noise,
     aten.rrelu_with_noise_.default: rrelu_with_noise_,
 }

@@ -203,6 +203,22 @@ def test_rrelu_in_training_draws_slopes_in_range(inplace):
     assert torch.all(grad[~negative] == 1)
 
 
+def test_rrelu_in_training_compiled():
+    """A compiled graph holds `rrelu_with_noise_functional` (slopes and noise as results):
+    decomposed with the functional `uniform`, as the graph is already functional there."""
+    torch._dynamo.reset()
+    compiled = torch.compile(nn.RReLU(0.1, 0.3).train(), backend="tpu", fullgraph=True)
+    x = torch.randn(2000, generator=torch.Generator().manual_seed(13)).to("tpu").requires_grad_()
+    out = compiled(x)
+    out.sum().backward()
+    value, ref = out.detach().cpu(), x.detach().cpu()
+    negative = ref <= 0
+    slopes = value[negative] / ref[negative]
+    assert slopes.min() >= 0.1 - 1e-6 and slopes.max() <= 0.3 + 1e-6 and slopes.std() > 0.03
+    torch.testing.assert_close(x.grad.cpu()[negative], slopes)
+    torch.testing.assert_close(value[~negative], ref[~negative])
+
+
 @pytest.mark.parametrize("op", [
     lambda t, e: t.pow_(2), lambda t, e: t.pow_(e), lambda t, e: t.pow_(torch.tensor(2.0, device=t.device)),
     lambda t, e: t.floor_divide_(e), lambda t, e: t.floor_divide_(0.3), lambda t, e: t.ldexp_(e.round()),
