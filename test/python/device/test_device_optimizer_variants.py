@@ -240,3 +240,29 @@ def test_update_scale_matches_pytorchs_kernel(found, tracker, scale):
     out = torch._amp_update_scale_(s_tpu, t_tpu, torch.tensor([found]).to("tpu"), *args)
     assert out.device.type == "tpu"
     assert torch.equal(s_tpu.cpu(), s_cpu) and torch.equal(t_tpu.cpu(), t_cpu), (s_tpu, s_cpu, t_tpu, t_cpu)
+
+
+def test_grad_scaler_ops_compiled(monkeypatch):
+    """A compiled graph holds the functional `_amp_foreach_non_finite_check_and_unscale` and
+    `_amp_update_scale` (they ran in PyTorch eager inside the graph)."""
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    torch._dynamo.reset()
+
+    @torch.compile(backend="tpu", fullgraph=True)
+    def unscale_and_update(grads, found, inv_scale, scale, tracker):
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv_scale)
+        torch._amp_update_scale_(scale, tracker, found, 2.0, 0.5, 2)
+
+    gen = torch.Generator().manual_seed(6)
+    for poisoned in (False, True):
+        grads = [torch.randn(5, generator=gen) * 100, torch.randn(2, 3, generator=gen)]
+        if poisoned:
+            grads[1][0, 1] = float("inf")
+        state = [torch.zeros(1), torch.tensor(1 / 64.0), torch.tensor([64.0]), torch.tensor([1], dtype=torch.int32)]
+        cpu_grads, cpu_state = [g.clone() for g in grads], [t.clone() for t in state]
+        torch._amp_foreach_non_finite_check_and_unscale_(cpu_grads, cpu_state[0], cpu_state[1])
+        torch._amp_update_scale_(cpu_state[2], cpu_state[3], cpu_state[0], 2.0, 0.5, 2)
+        tpu_grads, tpu_state = [g.to("tpu") for g in grads], [t.to("tpu") for t in state]
+        unscale_and_update(tpu_grads, *tpu_state)
+        for got, want in zip(tpu_grads + tpu_state, cpu_grads + cpu_state):
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
