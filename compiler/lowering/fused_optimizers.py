@@ -28,21 +28,27 @@ def _opmath(tensors) -> list[torch.Tensor]:
     return [to_opmath(t) for t in tensors]
 
 
-def _gradients(grads, grad_scale, maximize: bool) -> tuple[list, list | None]:
-    """(the gradients the update uses, the unscaled gradients to write back or None)."""
-    g = _opmath(grads)
+def _operands(params, grads, grad_scale, maximize: bool, weight_decay: float = 0.0):
+    """(the parameters in opmath, the gradients the update uses -- unscaled, negated for
+    `maximize`, plus `weight_decay` times the parameter --, the unscaled gradients to
+    write back or None)."""
+    p, g = _opmath(params), _opmath(grads)
     unscaled = None
     if grad_scale is not None:
         g = unscaled = torch._foreach_div(g, to_opmath(grad_scale.reshape(())))
     if maximize:
         g = torch._foreach_neg(g)
-    return g, unscaled
+    if weight_decay != 0:
+        g = torch._foreach_add(g, p, alpha=weight_decay)
+    return p, g, unscaled
 
 
-def _store(writes: list[tuple[list, list]], found_inf) -> None:
-    """Each (targets, new values) pair written, in the targets' dtypes; with a `found_inf`
-    of 1 every target keeps its value (a per-tensor select: only GradScaler's steps pass
-    `found_inf`)."""
+def _store(writes: list[tuple[list, list]], found_inf, grads, unscaled) -> None:
+    """Each (targets, new values) pair written, in the targets' dtypes, and the unscaled
+    gradients when there are; with a `found_inf` of 1 every target keeps its value (a
+    per-tensor select: only GradScaler's steps pass `found_inf`)."""
+    if unscaled is not None:
+        writes = [*writes, (grads, unscaled)]
     if found_inf is not None:
         skip = found_inf.reshape(()) == 1
         writes = [(targets, [torch.where(skip, t, v.to(t.dtype)) for t, v in zip(targets, values)])
@@ -60,13 +66,10 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *,
           weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None, decoupled: bool):
     if not params:
         return None
-    p = _opmath(params)
-    g, unscaled = _gradients(grads, grad_scale, maximize)
-    if weight_decay != 0:
-        if decoupled:  # AdamW: param -= lr * weight_decay * param
-            p = torch._foreach_sub(p, _times_lr(torch._foreach_mul(p, weight_decay), lr))
-        else:  # Adam: grad += weight_decay * param
-            g = torch._foreach_add(g, p, alpha=weight_decay)
+    # Adam: grad += weight_decay * param; AdamW: param -= lr * weight_decay * param.
+    p, g, unscaled = _operands(params, grads, grad_scale, maximize, 0.0 if decoupled else weight_decay)
+    if decoupled and weight_decay != 0:
+        p = torch._foreach_sub(p, _times_lr(torch._foreach_mul(p, weight_decay), lr))
     m = torch._foreach_lerp(_opmath(exp_avgs), g, 1 - beta1)
     v = torch._foreach_addcmul(torch._foreach_mul(_opmath(exp_avg_sqs), beta2), g, g, value=1 - beta2)
     steps = _opmath(state_steps)
@@ -82,9 +85,7 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *,
                                eps)
     p = torch._foreach_sub(p, torch._foreach_div(torch._foreach_mul(m, step_size), denom))
     writes.append((params, p))
-    if unscaled is not None:
-        writes.append((grads, unscaled))
-    _store(writes, found_inf)
+    _store(writes, found_inf, grads, unscaled)
     return None
 
 
@@ -106,10 +107,7 @@ def fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay, momentum, l
     step's momentum buffer is the gradient itself."""
     if not params:
         return None
-    p = _opmath(params)
-    g, unscaled = _gradients(grads, grad_scale, maximize)
-    if weight_decay != 0:
-        g = torch._foreach_add(g, p, alpha=weight_decay)
+    p, g, unscaled = _operands(params, grads, grad_scale, maximize, weight_decay)
     writes = []
     if momentum != 0:
         if is_first_step:
@@ -120,9 +118,7 @@ def fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay, momentum, l
         writes.append((momentum_buffer_list, buf))
         g = torch._foreach_add(g, buf, alpha=momentum) if nesterov else buf
     writes.append((params, torch._foreach_sub(p, _times_lr(g, lr))))
-    if unscaled is not None:
-        writes.append((grads, unscaled))
-    _store(writes, found_inf)
+    _store(writes, found_inf, grads, unscaled)
     return None
 
 
@@ -133,18 +129,13 @@ def fused_adagrad_(params, grads, state_sums, state_steps, *, lr, lr_decay, weig
     lr / (1 + (step - 1) * lr_decay)."""
     if not params:
         return None
-    p = _opmath(params)
-    g, unscaled = _gradients(grads, grad_scale, maximize)
-    if weight_decay != 0:
-        g = torch._foreach_add(g, p, alpha=weight_decay)
+    p, g, unscaled = _operands(params, grads, grad_scale, maximize, weight_decay)
     sums = torch._foreach_addcmul(_opmath(state_sums), g, g)
     decay = torch._foreach_add(torch._foreach_mul(torch._foreach_add(_opmath(state_steps), -1), lr_decay), 1)
     step_size = _times_lr(torch._foreach_reciprocal(decay), lr)
     std = torch._foreach_add(torch._foreach_sqrt(sums), eps)
-    writes = [(state_sums, sums), (params, torch._foreach_sub(p, torch._foreach_div(torch._foreach_mul(g, step_size), std)))]
-    if unscaled is not None:
-        writes.append((grads, unscaled))
-    _store(writes, found_inf)
+    update = torch._foreach_div(torch._foreach_mul(g, step_size), std)
+    _store([(state_sums, sums), (params, torch._foreach_sub(p, update))], found_inf, grads, unscaled)
     return None
 
 
