@@ -12,6 +12,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from .. import ir as hlo
 from ..context import func, ir, make_context, stablehlo
 from ..lowering import LOWERINGS, DynamicFallback, LoweringContext, LoweringError, UnsupportedOpError, dynamic_lowering
 from ..lowering.helpers import array_constant
@@ -101,6 +102,10 @@ def is_supported(node: torch.fx.Node) -> bool:
         return True
     if node.target is torch.ops.higher_order.with_effects:
         return node.args[1] in LOWERINGS
+    if node.target is torch.ops.higher_order.cond:
+        owner = node.graph.owning_module
+        branches = [_fetch_attr(owner, b.target) for b in node.args[1:3]] if owner is not None else []
+        return len(branches) == 2 and all(is_supported(n) for b in branches for n in b.graph.nodes)
     return node.target in LOWERINGS or node.target is operator.getitem or node.target in _PYTHON_OPERATORS
 
 
@@ -396,6 +401,8 @@ class FxImporter:
             return args[0][args[1]]
         if target is torch.ops.higher_order.with_effects:
             return self._lower_with_effects(node, args, kwargs)
+        if target is torch.ops.higher_order.cond:
+            return self._lower_cond(node, *args)
         lowering = LOWERINGS.get(target)
         if lowering is None:
             if target in _PYTHON_OPERATORS and not any(isinstance(a, ir.Value) for a in pytree.tree_leaves((args, kwargs))):
@@ -446,6 +453,45 @@ class FxImporter:
                 require_padding_as_is(lowering, ctx)
             result = lowering.fn(ctx, *inner_args, **kwargs)
         return (token, _normalize_result(result))
+
+    def _lower_cond(self, node: torch.fx.Node, pred, true_branch, false_branch, operands):
+        """`torch.cond(pred, true_fn, false_fn, operands)`: a `stablehlo.if` whose regions
+        hold the two branch graphs, each imported over the same operands (regions see the
+        enclosing values, so the operands pass as they are). A predicate known while
+        tracing (a Python bool) imports its branch alone."""
+        if not isinstance(pred, ir.Value):
+            return self._import_branch(true_branch if pred else false_branch, operands)
+        vals = node.meta.get("val")
+        with node_location(node):
+            if self.dynamic is not None:
+                raise DynamicFallback("torch.cond over bounded-dynamic sizes is not lowered", node)
+            result_types = [tensor_type(v.shape, v.dtype) for v in vals]
+            flag = hlo.reshape(hlo.convert(pred, ir.IntegerType.get_signless(1)), [])
+            branch_op = stablehlo.IfOp(result_types, flag)
+            for region, graph_module in ((branch_op.true_branch, true_branch), (branch_op.false_branch, false_branch)):
+                block = region.blocks.append()
+                with ir.InsertionPoint(block):
+                    outputs = self._import_branch(graph_module, operands)
+                    stablehlo.ReturnOp(outputs)
+        return list(branch_op.results)
+
+    def _import_branch(self, graph_module: torch.fx.GraphModule, operands) -> list:
+        """The values of a branch graph's outputs, its nodes lowered at the current insertion
+        point with its placeholders bound to `operands` (its own attributes read from it)."""
+        outer, self.gm = self.gm, graph_module
+        try:
+            placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+            for placeholder, value in zip(placeholders, operands):
+                self.env[placeholder] = value
+            for sub in graph_module.graph.nodes:
+                if sub.op == "placeholder":
+                    continue
+                if sub.op == "output":
+                    return [self._read(n) for n in pytree.tree_leaves(sub.args[0])]
+                self.env[sub] = self.lower_functional(sub)
+        finally:
+            self.gm = outer
+        raise LoweringError("torch.cond branch graph has no output", None)
 
     def _check_against_meta(self, node: torch.fx.Node, result) -> None:
         """A lowering must produce exactly the shapes and dtypes PyTorch computed;
