@@ -227,6 +227,14 @@ def _no_nested_tensors(*args, **kwargs):
         "after building it (the move turns the nested path off)")
 
 
+def _record_stream(self, stream):
+    """`tensor.record_stream(stream)` (`torch.Stream("tpu")`, `torch.accelerator.current_stream()`):
+    nothing to record. The device runs one in-order queue, and a freed storage's buffer
+    stays alive in PjRT until the work enqueued on it is done -- what CUDA's caching
+    allocator needs the call for. (It reached the CPU fallback, which has no kernel.)"""
+    return None
+
+
 def _boxed_fallback(op, *args, **kwargs):
     return execute(op, *args, **kwargs)
 
@@ -316,6 +324,7 @@ def register() -> None:
             aten.equal.default: _copy.equal,
             aten.resize_.default: _copy.resize_,
             aten._nested_tensor_from_mask.default: _no_nested_tensors,
+            aten.record_stream.default: _record_stream,
         }
         for op, kernel in own.items():
             impl.impl(op, kernel, "PrivateUse1")

@@ -86,3 +86,14 @@ def test_accelerator_synchronize_keeps_pytorchs_function_for_other_devices():
     assert torch.accelerator.synchronize.__doc__ == _accelerator_api._original.__doc__
     with pytest.raises((RuntimeError, ValueError)):
         torch.accelerator.synchronize("cpu")  # PyTorch's own check: not the accelerator's type
+
+
+def test_record_stream_is_accepted(monkeypatch):
+    """`tensor.record_stream(stream)` with a `torch.Stream` of the device (device-generic
+    code's `torch.accelerator.current_stream()`): nothing to record on one in-order queue
+    (it reached the CPU fallback, which has no kernel, and raised)."""
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    x = torch.arange(3.0).to("tpu")
+    x.record_stream(torch.accelerator.current_stream())
+    x.record_stream(torch.Stream("tpu"))
+    assert torch.equal(x.cpu(), torch.arange(3.0))
