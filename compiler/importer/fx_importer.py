@@ -96,6 +96,13 @@ def _fetch_attr(gm: torch.fx.GraphModule, target: str):
     return obj
 
 
+def cond_branches(node: torch.fx.Node) -> dict[str, torch.fx.GraphModule]:
+    """A `higher_order.cond` node's two branch graphs by attribute name (none when the
+    graph has no owning module to read them from)."""
+    owner = node.graph.owning_module
+    return {} if owner is None else {b.target: _fetch_attr(owner, b.target) for b in node.args[1:3]}
+
+
 def is_supported(node: torch.fx.Node) -> bool:
     """Whether the importer can lower `node` (used to partition graphs)."""
     if node.op != "call_function":
@@ -103,9 +110,8 @@ def is_supported(node: torch.fx.Node) -> bool:
     if node.target is torch.ops.higher_order.with_effects:
         return node.args[1] in LOWERINGS
     if node.target is torch.ops.higher_order.cond:
-        owner = node.graph.owning_module
-        branches = [_fetch_attr(owner, b.target) for b in node.args[1:3]] if owner is not None else []
-        return len(branches) == 2 and all(is_supported(n) for b in branches for n in b.graph.nodes)
+        branches = cond_branches(node)
+        return len(branches) == 2 and all(is_supported(n) for b in branches.values() for n in b.graph.nodes)
     return node.target in LOWERINGS or node.target is operator.getitem or node.target in _PYTHON_OPERATORS
 
 

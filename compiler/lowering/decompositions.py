@@ -47,8 +47,7 @@ from .transformer_fast_path import DECOMPOSITIONS as FAST_PATH_DECOMPOSITIONS
 
 # Ops PyTorch runs for an accelerator through kernels of other devices only, GradScaler's
 # and the fused optimizers', whose CPU kernels would move every gradient through the host,
-# and one PyTorch decomposes
-# wrongly (`multilabel_margin_loss_forward`, margin_losses.py).
+# and one PyTorch decomposes wrongly (`multilabel_margin_loss_forward`, margin_losses.py).
 DEVICE_DECOMPOSITIONS = {**RNN_CELL_DECOMPOSITIONS, **FAST_PATH_DECOMPOSITIONS, **SYNC_BATCH_NORM_DECOMPOSITIONS,
                          **GRAD_SCALING_DECOMPOSITIONS, **MARGIN_LOSS_DECOMPOSITIONS,
                          **PARAMETER_NORM_DECOMPOSITIONS, **RRELU_DECOMPOSITIONS, **FUSED_OPTIMIZER_DECOMPOSITIONS}

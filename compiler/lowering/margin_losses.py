@@ -61,6 +61,21 @@ def multilabel_margin_loss_forward(x, target, reduction):
     return loss.to(x.dtype), is_target.to(x.dtype).reshape(target.shape)
 
 
+def _unit(rows, reduction) -> float:
+    """The gradient of one active hinge term: 1 / classes (1 / (classes * samples) under
+    'mean'), as both kernels weigh it."""
+    return 1.0 / (rows.shape[-1] * (rows.shape[0] if reduction == _MEAN else 1))
+
+
+def _times_grad_output(grad, grad_output, x, reduction):
+    """`grad` (rows of the 2-D view of `x`) times the loss's incoming gradient -- one per
+    sample under 'none' with a batch, one for all otherwise -- in `x`'s shape and dtype."""
+    scale = to_opmath(grad_output)
+    if reduction not in (_MEAN, _SUM) and x.dim() == 2:
+        scale = scale.unsqueeze(-1)
+    return (grad * scale).reshape(x.shape).to(x.dtype)
+
+
 def multilabel_margin_loss_backward(grad_output, x, target, reduction, is_target):
     """`multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target)`:
     each active hinge term adds g to its class's gradient and takes g from its label's,
@@ -68,13 +83,10 @@ def multilabel_margin_loss_backward(grad_output, x, target, reduction, is_target
     rows, labels = to_opmath(torch.atleast_2d(x)), torch.atleast_2d(target)
     label, valid, _ = _labels(rows, labels)
     active = (_hinge(rows, label, valid, torch.atleast_2d(is_target) != 0) > 0).to(rows.dtype)
-    g = 1.0 / (rows.shape[-1] * (rows.shape[0] if reduction == _MEAN else 1))
+    g = _unit(rows, reduction)
     grad = active.sum(dim=-2) * g
     grad = grad.scatter_add(-1, label, -g * active.sum(dim=-1))
-    scale = to_opmath(grad_output)
-    if reduction not in (_MEAN, _SUM) and x.dim() == 2:
-        scale = scale.unsqueeze(-1)
-    return (grad * scale).reshape(x.shape).to(x.dtype)
+    return _times_grad_output(grad, grad_output, x, reduction)
 
 
 def multi_margin_loss_backward(grad_output, x, target, p, margin, weight=None, reduction=_MEAN):
@@ -84,17 +96,14 @@ def multi_margin_loss_backward(grad_output, x, target, p, margin, weight=None, r
     rows = to_opmath(torch.atleast_2d(x))
     t = torch.atleast_1d(target).unsqueeze(-1)
     classes = rows.shape[-1]
-    g = 1.0 / (classes * (rows.shape[0] if reduction == _MEAN else 1))
+    g = _unit(rows, reduction)
     z = margin - torch.gather(rows, -1, t) + rows
     other = torch.arange(classes, device=rows.device) != t
     h = torch.where((z > 0) & other, g if p == 1 else 2 * g * z, torch.zeros_like(z))
     if weight is not None:
         h = h * to_opmath(weight)[t]
     grad = h.scatter_add(-1, t, -h.sum(dim=-1, keepdim=True))
-    scale = to_opmath(grad_output)
-    if reduction not in (_MEAN, _SUM) and x.dim() == 2:
-        scale = scale.unsqueeze(-1)
-    return (grad * scale).reshape(x.shape).to(x.dtype)
+    return _times_grad_output(grad, grad_output, x, reduction)
 
 
 DECOMPOSITIONS = {

@@ -24,11 +24,11 @@ def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     (0 or the last, the only ones the forward kernel takes): with s = sum(grad_w * v) over
     those dimensions, grad_g = s / norm and grad_v = (g / norm) * (grad_w - v * s / norm²).
     16-bit floats compute in float32, as the kernels do."""
-    v, g, norms = to_opmath(saved_v), to_opmath(saved_g), to_opmath(saved_norms)
+    grad, v, g, norms = (to_opmath(t) for t in (grad_w, saved_v, saved_g, saved_norms))
     reduced = [d for d in range(v.dim()) if d != dim % max(v.dim(), 1)]
-    s = (to_opmath(grad_w) * v).sum(dim=reduced, keepdim=True) if reduced else to_opmath(grad_w) * v
+    s = (grad * v).sum(dim=reduced, keepdim=True) if reduced else grad * v
     grad_g = s / norms
-    grad_v = (g / norms) * (to_opmath(grad_w) - v * (s / (norms * norms)))
+    grad_v = (g / norms) * (grad - v * (s / (norms * norms)))
     return grad_v.to(saved_v.dtype), grad_g.reshape(saved_g.shape).to(saved_g.dtype)
 
 

@@ -75,15 +75,13 @@ class FallbackReason:
 def unsupported(node: torch.fx.Node) -> FallbackReason:
     """A node whose target has no lowering (for `torch.cond`, which has one: the op in
     one of its branches that has none)."""
-    if node.target is torch.ops.higher_order.cond and node.graph.owning_module is not None:
-        from torch_tpu.compiler.importer.fx_importer import is_supported
+    if node.target is torch.ops.higher_order.cond:
+        from torch_tpu.compiler.importer.fx_importer import cond_branches, is_supported
 
-        for branch in node.args[1:3]:
-            graph = getattr(node.graph.owning_module, branch.target).graph
-            inner = next((n for n in graph.nodes if n.op == "call_function" and not is_supported(n)), None)
+        for name, branch in cond_branches(node).items():
+            inner = next((n for n in branch.graph.nodes if n.op == "call_function" and not is_supported(n)), None)
             if inner is not None:
-                return FallbackReason(LOWERING_ERROR, f"its branch {branch.target} holds {inner.target}, which has "
-                                                      "no lowering")
+                return FallbackReason(LOWERING_ERROR, f"its branch {name} holds {inner.target}, which has no lowering")
     return FallbackReason(NO_LOWERING)
 
 

@@ -18,7 +18,8 @@ import torch
 _original = None
 
 
-def _is_tpu(device) -> bool:
+def is_tpu(device) -> bool:
+    """Whether `device` names the tpu device (None or an index: the current accelerator)."""
     if device is None or isinstance(device, int):
         accelerator = torch.accelerator.current_accelerator()
         return accelerator is not None and accelerator.type == "tpu"
@@ -26,7 +27,7 @@ def _is_tpu(device) -> bool:
 
 
 def synchronize(device=None, /) -> None:
-    if _is_tpu(device):
+    if is_tpu(device):
         from . import module
 
         return module.synchronize(device)

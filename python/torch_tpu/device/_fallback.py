@@ -151,8 +151,7 @@ def _numbers_as_tensors(op, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     fails ("Expected a value of type 'Tensor'") outside the few ops PyTorch's argument
     parser lets take numbers. The tensor's dtype is the one type promotion gives the
     number beside the op's first dimensioned tensor, so the result's dtype is unchanged."""
-    slots = [a for a in op._schema.arguments if _takes_tensor(a.type)]
-    numbers = {a.name for a in slots}
+    numbers = {a.name for a in op._schema.arguments if _takes_tensor(a.type)}
     if not numbers:
         return args, kwargs
     tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]

@@ -40,11 +40,10 @@ def takes_out_arguments(decomposition: Callable, names: list[str]) -> bool:
     return all(name in parameters for name in names)
 
 
-def run_through_functional(op, table: dict, args: tuple, kwargs: dict):
-    """The out= op computed by its functional form's decomposition, its results written
-    into the out tensors (returned as the out= op returns them); NotImplemented when the
-    functional form has no decomposition."""
-    names = out_names(op)
+def run_through_functional(op, names: list[str], table: dict, args: tuple, kwargs: dict):
+    """The out= op (its out= arguments `names`, `out_names(op)`) computed by its functional
+    form's decomposition, its results written into the out tensors (returned as the out=
+    op returns them); NotImplemented when the functional form has no decomposition."""
     functional = _functional(op)
     decomposition = table.get(functional) if functional is not None else None
     if decomposition is None or not names:

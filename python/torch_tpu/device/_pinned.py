@@ -22,26 +22,20 @@ import weakref
 
 import torch
 
+from ._accelerator_api import is_tpu
+
 _COMPOSITE = torch._C.DispatchKey.CompositeExplicitAutograd
 _pinned: weakref.WeakSet = weakref.WeakSet()  # the storages pin_memory made for the device
 
 
-def _for_tpu(device) -> bool:
-    """Whether `device` (None: the current accelerator) is the tpu device."""
-    if device is None:
-        accelerator = torch.accelerator.current_accelerator()
-        return accelerator is not None and accelerator.type == "tpu"
-    return torch.device(device).type == "tpu"
-
-
 def is_pinned(self, device=None) -> bool:
-    if not _for_tpu(device):
+    if not is_tpu(device):
         return torch.ops.aten.is_pinned.default._op_dk(_COMPOSITE, self, device)
     return self.untyped_storage() in _pinned
 
 
 def pin_memory(self, device=None):
-    if not _for_tpu(device):
+    if not is_tpu(device):
         return torch.ops.aten._pin_memory.default._op_dk(_COMPOSITE, self, device)
     # The same sizes and strides, in a storage of its own (PyTorch's pinned copy does so).
     pinned = torch.empty_strided(self.size(), self.stride(), dtype=self.dtype)

@@ -106,7 +106,7 @@ def execute(op, *args, **kwargs):
         if _out_decomposition.takes_out_arguments(decomposition, outs):
             result = decomposition(*args, **kwargs)
         else:
-            result = _out_decomposition.run_through_functional(op, table, args, kwargs)
+            result = _out_decomposition.run_through_functional(op, outs, table, args, kwargs)
         if result is not NotImplemented:
             return result
     return _fallback.run_on_cpu(op, args, kwargs, reason)

@@ -39,11 +39,8 @@ _warned: set[str] = set()
 def current_mode() -> str:
     """The precision mode in effect on this thread (~0.3 us: read on every call of a
     compiled graph with matrix ops)."""
-    if torch._C._is_key_in_tls(_KEY):
-        blocks = torch._C._get_obj_in_tls(_KEY)
-        if blocks:
-            return blocks[-1]
-    return torch.get_float32_matmul_precision()
+    blocks = _open_blocks()
+    return blocks[-1] if blocks else torch.get_float32_matmul_precision()
 
 
 @contextlib.contextmanager
