@@ -10,13 +10,15 @@ are compiled on the same client, and for each this prints the synchronous `copy`
 XLA's optimized HLO grouped by result type (layout changes between producers and consumers
 that disagree: the copies the `copy-start`/`copy-done` prefetches are not), the fusions by
 kind and, with `--profile N`, the device time of N calls (`bench/_xprof.py`). `--modules`
-adds `.mlir` files of other variants (another dump, a hand-edited module) to the comparison.
+adds `.mlir` files of other variants (another dump, a hand-edited module) to the comparison,
+compiled with the arguments our step donates (`--case decode`: its caches); `--mlir-dir`
+writes our step's module (`ours.mlir`) to edit into such a variant.
 `--case decode` compares case 8's greedy decode step instead (one token at batch 1 against a
 static KV cache: ours the module `torch.compile(model.decode)` compiles, JAX's `decode`), its
 caches written in place (donated) in both.
 
     python bench/hlo_layouts.py [--case train|decode] [--small] [--layers 2] [--jax-flatten] [--profile 1]
-                                [--modules A.mlir ...] [--hlo-dir DIR] [--json PATH]
+                                [--modules A.mlir ...] [--hlo-dir DIR] [--mlir-dir DIR] [--json PATH]
 """
 
 from __future__ import annotations
@@ -111,10 +113,27 @@ def dump_our_decode(cfg: Any, small: bool) -> tuple[str, tuple[int, ...]]:
         return graphs[-1].read_text(), tuple(entry["index"] for entry in inputs if entry.get("donated"))
 
 
-def our_decode_program(cfg: Any, small: bool, positions: int) -> "Program":
-    """Our decode step's program, compiled as it ran (its caches donated)."""
+def our_decode_program(cfg: Any, small: bool, positions: int, donated_out: list, mlir_dir: str | None) -> "Program":
+    """Our decode step's program, compiled as it ran (its caches donated; their positions are
+    appended to `donated_out`, which `--modules` variants of the step donate likewise)."""
     text, donated = dump_our_decode(cfg, small)
+    donated_out.extend(donated)
+    write_module(mlir_dir, text)
     return our_program(text, "ours", positions, donate=donated)
+
+
+def write_module(folder: str | None, text: str) -> None:
+    """`--mlir-dir`: our step's MLIR module as `ours.mlir`, to edit into a variant for `--modules`."""
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        pathlib.Path(folder, "ours.mlir").write_text(text)
+
+
+def our_step_program(cfg: Any, batch: int, seq: int, mlir_dir: str | None) -> "Program":
+    """Our training step's one program (dumped), compiled undonated."""
+    text = dump_our_step(cfg, batch, seq)
+    write_module(mlir_dir, text)
+    return our_program(text, "ours", cfg.vocab)
 
 
 def jax_decode_program(cfg: Any, small: bool) -> "Program":
@@ -194,28 +213,32 @@ def main() -> None:
     parser.add_argument("--modules", nargs="*", default=[], help="more .mlir modules to compile and compare")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="device time of N calls each")
     parser.add_argument("--hlo-dir", help="write each optimized HLO module here")
+    parser.add_argument("--mlir-dir", help="write our step's MLIR module here (ours.mlir: edit it into a --modules variant)")
     parser.add_argument("--json", metavar="PATH", help="write the comparison as JSON")
     a = parser.parse_args()
 
     platform = bench.share_jax_client()
     cfg = bench.llama_config(a.small, a.layers)
     batch, seq = (2, 16) if a.small else (4, 512)
+    donated: list[int] = []  # --case decode: the arguments our step donates (its caches)
     if a.case == "decode":
         total, _ = decode_shapes(cfg, a.small)
         batch, seq = 1, 1
         contenders: dict[str, Callable[[], Program]] = {
-            "ours": lambda: our_decode_program(cfg, a.small, total),
+            "ours": lambda: our_decode_program(cfg, a.small, total, donated, a.mlir_dir),
             "jax": lambda: jax_decode_program(cfg, a.small),
         }
     else:
         contenders = {
-            "ours": lambda: our_program(dump_our_step(cfg, batch, seq), "ours", cfg.vocab),
+            "ours": lambda: our_step_program(cfg, batch, seq, a.mlir_dir),
             "jax": lambda: jax_program(cfg, batch, seq, False),
         }
     if a.jax_flatten and a.case == "train":
         contenders["jax, rows flattened"] = lambda: jax_program(cfg, batch, seq, True)
-    for path in a.modules:
-        contenders[path] = lambda path=path: our_program(pathlib.Path(path).read_text(), path, cfg.vocab)
+    for path in a.modules:  # variants of our step: compiled with its donation, its integers in range
+        limit = total if a.case == "decode" else cfg.vocab
+        contenders[path] = lambda path=path, limit=limit: our_program(pathlib.Path(path).read_text(), path, limit,
+                                                                      donate=tuple(donated))
     what = "decode step" if a.case == "decode" else "training step"
     print(f"{what}, {cfg.layers} layers, batch {batch} x {seq}, on {platform}")
     results = {}
@@ -230,6 +253,8 @@ def main() -> None:
             for args in prepared:
                 sync(args)
             row["profile"] = profile_calls(lambda: run(prepared.pop()), sync, a.profile)
+        if name in a.modules or name == "ours":
+            row["donated"] = list(donated)
         results[name] = row
         top = ", ".join(f"{t} x{n}" for t, n in list(row["copies_by_type"].items())[:6])
         print(f"  {name:24s} layout copies {row['layout_copies']:4d} ({top})  fusions {row['fusions']}")

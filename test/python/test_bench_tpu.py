@@ -237,17 +237,18 @@ def test_hlo_layouts_compares_the_decode_step(tmp_path):
     """`--case decode`: the program `torch.compile(model.decode)` runs per token (dumped) and
     JAX's decode step, both writing their caches in place, compiled on one client; their
     optimized HLO written out and their device time profiled."""
-    out, hlo = tmp_path / "decode.json", tmp_path / "hlo"
+    out, hlo, mlir = tmp_path / "decode.json", tmp_path / "hlo", tmp_path / "mlir"
     env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, os.path.join(BENCH, "hlo_layouts.py"), "--case", "decode", "--small", "--layers", "1",
-         "--profile", "1", "--hlo-dir", str(hlo), "--json", str(out)],
+         "--profile", "1", "--hlo-dir", str(hlo), "--mlir-dir", str(mlir), "--json", str(out)],
         capture_output=True, text=True, timeout=300, env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["config"]["case"] == "decode" and data["config"]["batch"] == 1
     assert set(data["contenders"]) == {"ours", "jax"}
+    assert len(data["contenders"]["ours"]["donated"]) == 2  # the layer's key and value caches
     for name, row in data["contenders"].items():
         assert row["profile"]["device_ms_per_call"] > 0, name
         text = (hlo / f"{name}.hlo.txt").read_text()
@@ -255,6 +256,20 @@ def test_hlo_layouts_compares_the_decode_step(tmp_path):
         assert text.count("dynamic-update-slice(") >= 2, name
         assert "input_output_alias" in text, name
     assert "decode step, 1 layers" in proc.stdout
+
+    # Our module, written out, comes back as a variant: compiled with the caches donated, as ours.
+    variant = tmp_path / "variant.mlir"
+    variant.write_text((mlir / "ours.mlir").read_text())
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "hlo_layouts.py"), "--case", "decode", "--small", "--layers", "1",
+         "--modules", str(variant), "--hlo-dir", str(hlo), "--json", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["contenders"]
+    assert rows[str(variant)]["donated"] == rows["ours"]["donated"]
+    variant_hlo = next(p for p in hlo.glob("*.hlo.txt") if "variant" in p.name).read_text()
+    assert "input_output_alias" in variant_hlo
 
 
 def test_train_case_measures_pytorchs_eager_step_on_the_host(tmp_path):
