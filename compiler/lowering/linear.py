@@ -19,6 +19,7 @@ from ..context import chlo, ir, stablehlo
 from .. import ir as ir_builders
 from ..dtypes import element_type
 from .helpers import broadcast_to, convert, dtype, full, reduce, reshape, shape_of
+from .opmath import opmath_dtype
 from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
@@ -46,14 +47,23 @@ def _scale(value: ir.Value, factor) -> ir.Value:
 
 
 def _add_scaled(ctx: LoweringContext, self: ir.Value, product: ir.Value, beta, alpha) -> ir.Value:
-    """beta * self + alpha * product (PyTorch: with beta == 0, `self` is ignored, so its
-    NaNs and infs do not propagate)."""
+    """beta * self + alpha * product in the opmath dtype, rounded to the result dtype once,
+    as the CPU and CUDA kernels' GEMM epilogues do (a bf16 addmm rounding the product first
+    and then the sum differs from theirs by an ulp where the two roundings compound).
+    PyTorch: with beta == 0, `self` is ignored, so its NaNs and infs do not propagate."""
     out = ctx.result_dtype()
-    product = _scale(convert(product, out), alpha)
-    if beta == 0:
-        return product
-    self = broadcast_to(convert(self, out), shape_of(product))
-    return stablehlo.AddOp(_scale(self, beta), product).result
+    compute = opmath_dtype(out)
+    product = _scale(convert(product, compute), alpha)
+    if beta != 0:
+        self = broadcast_to(convert(self, compute), shape_of(product))
+        product = stablehlo.AddOp(_scale(self, beta), product).result
+    return convert(product, out)
+
+
+def _opmath_product(ctx: LoweringContext) -> torch.dtype:
+    """The dtype a product that feeds `_add_scaled` is accumulated and returned in: the
+    result's opmath dtype (float32 for 16-bit floats: the matrix unit's accumulator)."""
+    return opmath_dtype(ctx.result_dtype())
 
 
 # -- rules ---------------------------------------------------------------------------------------
@@ -79,7 +89,8 @@ def _bmm_dtype(ctx: LoweringContext, a, b, out_dtype):
 
 @lowers(aten.addmm.default)
 def _addmm(ctx: LoweringContext, self, mat1, mat2, *, beta=1, alpha=1):
-    return _add_scaled(ctx, self, dot_general(mat1, mat2, ([1], [0])), beta, alpha)
+    product = dot_general(mat1, mat2, ([1], [0]), out_dtype=_opmath_product(ctx))
+    return _add_scaled(ctx, self, product, beta, alpha)
 
 
 @lowers(aten.addmm.dtype)
@@ -89,7 +100,8 @@ def _addmm_dtype(ctx: LoweringContext, self, mat1, mat2, out_dtype, *, beta=1, a
 
 @lowers(aten.baddbmm.default)
 def _baddbmm(ctx: LoweringContext, self, batch1, batch2, *, beta=1, alpha=1):
-    return _add_scaled(ctx, self, dot_general(batch1, batch2, ([2], [1]), ([0], [0])), beta, alpha)
+    product = dot_general(batch1, batch2, ([2], [1]), ([0], [0]), out_dtype=_opmath_product(ctx))
+    return _add_scaled(ctx, self, product, beta, alpha)
 
 
 @lowers(aten.baddbmm.dtype)
@@ -101,7 +113,8 @@ def _baddbmm_dtype(ctx: LoweringContext, self, batch1, batch2, out_dtype, *, bet
 @lowers(aten.addbmm.default)
 def _addbmm(ctx: LoweringContext, self, batch1, batch2, *, beta=1, alpha=1):
     # sum_b batch1[b] @ batch2[b]: contract the batch dim together with the inner one.
-    return _add_scaled(ctx, self, dot_general(batch1, batch2, ([0, 2], [0, 1])), beta, alpha)
+    product = dot_general(batch1, batch2, ([0, 2], [0, 1]), out_dtype=_opmath_product(ctx))
+    return _add_scaled(ctx, self, product, beta, alpha)
 
 
 @lowers(aten.mv.default)
@@ -111,7 +124,8 @@ def _mv(ctx: LoweringContext, mat, vec):
 
 @lowers(aten.addmv.default)
 def _addmv(ctx: LoweringContext, self, mat, vec, *, beta=1, alpha=1):
-    return _add_scaled(ctx, self, dot_general(mat, vec, ([1], [0])), beta, alpha)
+    product = dot_general(mat, vec, ([1], [0]), out_dtype=_opmath_product(ctx))
+    return _add_scaled(ctx, self, product, beta, alpha)
 
 
 @lowers(aten.dot.default)
@@ -138,15 +152,18 @@ def _int_mm(ctx: LoweringContext, a, b):
 
 @lowers(aten._addmm_activation.default)
 def _addmm_activation(ctx: LoweringContext, self, mat1, mat2, *, beta=1, alpha=1, use_gelu=False):
-    """addmm followed by relu, or by the exact (erf) GELU, as the CPU kernel applies it."""
+    """addmm followed by relu, or by the exact (erf) GELU, as the CPU kernel applies it: to
+    addmm's rounded result, GELU computed in the opmath dtype and rounded once."""
     y = _addmm(ctx, self, mat1, mat2, beta=beta, alpha=alpha)
-    shape, dt = shape_of(y), dtype(y)
+    shape, out = shape_of(y), dtype(y)
     if not use_gelu:
-        return stablehlo.MaxOp(y, full(0, dt, shape)).result
+        return stablehlo.MaxOp(y, full(0, out, shape)).result
+    x = convert(y, opmath_dtype(out))
+    dt = dtype(x)
     # 0.5 * x * (1 + erf(x / sqrt(2)))
-    erf = chlo.ErfOp(stablehlo.MulOp(y, full(math.sqrt(0.5), dt, shape)).result).result
+    erf = chlo.ErfOp(stablehlo.MulOp(x, full(math.sqrt(0.5), dt, shape)).result).result
     one_plus = stablehlo.AddOp(erf, full(1, dt, shape)).result
-    return stablehlo.MulOp(stablehlo.MulOp(y, full(0.5, dt, shape)).result, one_plus).result
+    return convert(stablehlo.MulOp(stablehlo.MulOp(x, full(0.5, dt, shape)).result, one_plus).result, out)
 
 
 # -- _trilinear (F.bilinear) -------------------------------------------------------------------------

@@ -24,6 +24,16 @@ def run(name, fn, *args):
 # CHECK: stablehlo.add
 run("test_addmm", lambda c, a, b: aten.addmm(c, a, b, beta=0.5), torch.randn(4), torch.randn(3, 5), torch.randn(5, 4))
 
+# A bfloat16 addmm accumulates its product in float32 and adds the bias there, rounding once
+# (the CPU and CUDA kernels' GEMM epilogue).
+# CHECK-LABEL: test_addmm_bf16
+# CHECK: stablehlo.dot_general %arg1, %arg2, contracting_dims = [1] x [0] : (tensor<3x5xbf16>, tensor<5x4xbf16>) -> tensor<3x4xf32>
+# CHECK: stablehlo.convert %arg0 : (tensor<4xbf16>) -> tensor<4xf32>
+# CHECK: stablehlo.add {{.*}} : tensor<3x4xf32>
+# CHECK: stablehlo.convert {{.*}} : (tensor<3x4xf32>) -> tensor<3x4xbf16>
+run("test_addmm_bf16", lambda c, a, b: aten.addmm(c, a, b), torch.randn(4, dtype=torch.bfloat16),
+    torch.randn(3, 5, dtype=torch.bfloat16), torch.randn(5, 4, dtype=torch.bfloat16))
+
 # Integer products stay integer.
 # CHECK-LABEL: test_bmm_int
 # CHECK: stablehlo.dot_general %arg0, %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] :

@@ -140,3 +140,37 @@ def test_trilinear_zero_size_operands():
     # a zero-size summed dim: zeros
     check(lambda a, b, c: aten._trilinear(a, b, c, [1], [0], [1], [2]), _r(3, 0), _r(2, 0), _r(3, 0),
           ops=[aten._trilinear.default])
+
+
+# A product of exactly 1 + 2**-8 (half way between two bfloat16s: it rounds to 1.0 on its own)
+# plus 2**-9 is 1 + 3 * 2**-9, which rounds up to 1 + 2**-7: the CPU kernels add in float32 and
+# round once; rounding the product first gives 1.0. float16's half-way point is 1 + 2**-11.
+_ROUND_ONCE_CASES = {torch.bfloat16: (2.0 ** -8, 2.0 ** -9), torch.float16: (2.0 ** -11, 2.0 ** -12)}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sixteen_bit_products_with_an_addend_round_once(dtype):
+    half_way, addend = _ROUND_ONCE_CASES[dtype]
+    a = torch.tensor([[1.0, half_way]], dtype=dtype)
+    b = torch.ones(2, 1, dtype=dtype)
+    c = torch.tensor([[addend]], dtype=dtype)
+    assert aten.addmm(c, a, b).item() != 1.0  # what a second rounding would give
+    exact = dict(atol=0, rtol=0)
+    check(lambda c, a, b: aten.addmm(c, a, b), c, a, b, ops=[aten.addmm.default], **exact)
+    check(lambda c, a, b: aten.addmm(c, a, b, beta=0.5, alpha=1.0), c * 2, a, b, ops=[aten.addmm.default], **exact)
+    check(lambda c, a, b: aten.baddbmm(c, a, b), c[None], a[None], b[None], ops=[aten.baddbmm.default], **exact)
+    check(lambda c, a, b: aten.addbmm(c, a, b), c, a[None], b[None], ops=[aten.addbmm.default], **exact)
+    check(lambda c, a, b: aten.addmv(c, a, b), c[0], a, b[:, 0], ops=[aten.addmv.default], **exact)
+    # F.linear with a bias reaches addmm
+    check(lambda x, w, bias: torch.nn.functional.linear(x, w, bias), a, b.T, c[0], **exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sixteen_bit_addmm_gelu_rounds_once(dtype):
+    # The CPU kernel applies GELU to addmm's rounded result, computing it in float32 (float16:
+    # within an ulp, erf's approximation differing from the CPU's at a few inputs).
+    x = torch.linspace(-4, 4, 64).to(dtype).reshape(8, 8)
+    eye = torch.eye(8, dtype=dtype)
+    tol = dict(atol=0, rtol=0) if dtype == torch.bfloat16 else dict(atol=1e-6, rtol=1e-3)
+    check(lambda c, a, b: aten._addmm_activation(c, a, b, use_gelu=True), torch.zeros(8, dtype=dtype), x, eye,
+          ops=[aten._addmm_activation.default], **tol)
