@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from typing import Any, NamedTuple
 
 import torch
@@ -189,17 +190,25 @@ class Stream:
 class Event:
     """Marks a point in the device's one queue. `synchronize()` waits for the work before
     it, non_blocking copies to the host included; `query()` says whether those copies have
-    landed."""
+    landed. With `enable_timing=True`, `record()` waits for the work enqueued before it and
+    stamps the host's clock (PjRT gives no device timestamps), so `elapsed_time` measures
+    the work enqueued between two records, as a CUDA timing event pair does -- at the cost of
+    the wait at each record."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self._recorded = False
         self._copies = 0  # the last non_blocking copy before it (_host_copies.snapshot)
+        self._timing = enable_timing
+        self._stamp: float | None = None  # perf_counter at the record, once the work before it was done
 
     def record(self, stream: Stream | None = None) -> None:
         from ._host_copies import snapshot
 
         self._recorded = True
         self._copies = snapshot()
+        if self._timing:
+            synchronize()
+            self._stamp = time.perf_counter()
 
     def wait(self, stream: Stream | None = None) -> None:
         pass
@@ -216,7 +225,14 @@ class Event:
         synchronize()
 
     def elapsed_time(self, end: "Event") -> float:
-        raise RuntimeError("torch.tpu.Event: timing is not supported (events are synchronous)")
+        """Milliseconds from this event's record to `end`'s (both made with enable_timing=True
+        and recorded, as CUDA requires)."""
+        if not (self._timing and end._timing):
+            raise RuntimeError("torch.tpu.Event.elapsed_time: both events must be created with enable_timing=True")
+        if self._stamp is None or end._stamp is None:
+            raise RuntimeError("torch.tpu.Event.elapsed_time: both events must be recorded before the elapsed time "
+                               "between them can be read; call record() on each")
+        return (end._stamp - self._stamp) * 1000.0
 
 
 _default_streams: dict[int, Stream] = {}
@@ -257,7 +273,8 @@ def _runtime_device(device: Any):
 
 def memory_stats(device: Any = None) -> dict[str, int]:
     """torch.cuda-style figures: bytes of live tpu storages (`allocated_bytes.all.*`, what
-    PyTorch holds) and, where the platform keeps them (TPU, GPU), the device allocator's own
+    PyTorch holds), the device allocator's (`reserved_bytes.all.*`: `memory_reserved()` and
+    `max_memory_reserved()`) and, where the platform keeps them (TPU, GPU), the device allocator's own
     figures from PjRT (`bytes_in_use`, `peak_bytes_in_use`, `bytes_limit`,
     `largest_free_block_bytes`, ...: everything on the chip, compiled programs' temporaries
     and buffers torch_tpu holds for itself included)."""
@@ -266,6 +283,8 @@ def memory_stats(device: Any = None) -> dict[str, int]:
         "allocated_bytes.all.current": memory_allocated(index),
         "allocated_bytes.all.peak": max_memory_allocated(index),
         "num_storages": len(TABLE),
+        "reserved_bytes.all.current": memory_reserved(index),
+        "reserved_bytes.all.peak": max_memory_reserved(index),
     }
     stats.update(_runtime_device(index).memory_stats())
     return stats
@@ -313,6 +332,46 @@ def max_memory_reserved(device: Any = None) -> int:
     if not stats:
         return max_memory_allocated(device)
     return max(stats.get("peak_bytes_reserved", 0), stats.get("peak_bytes_in_use", 0))
+
+
+def _format_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+# memory_stats() keys a summary names, in order: (key, label); abbreviated summaries stop at
+# the PjRT allocator's figures.
+_SUMMARY_ROWS = (
+    ("allocated_bytes.all.current", "allocated by tpu storages, current"),
+    ("allocated_bytes.all.peak", "allocated by tpu storages, peak"),
+    ("reserved_bytes.all.current", "reserved by the device allocator, current"),
+    ("reserved_bytes.all.peak", "reserved by the device allocator, peak"),
+)
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """A readable table of `memory_stats()`, as `torch.cuda.memory_summary`: the bytes of
+    live tpu storages and the device allocator's reserved bytes (current and peak), then,
+    unless `abbreviated`, every other figure PjRT reports for the device (byte figures in
+    KiB/MiB/GiB; none on XLA:CPU)."""
+    index = _index(device)
+    stats = memory_stats(index)
+    target = _runtime_device(index)
+    lines = [f"torch_tpu memory summary, tpu:{index} ({target.kind}, {target.platform})",
+             f"  {'storages live':44s} {stats['num_storages']}"]
+    lines += [f"  {label:44s} {_format_bytes(stats[key])}" for key, label in _SUMMARY_ROWS]
+    if not abbreviated:
+        shown = {key for key, _ in _SUMMARY_ROWS} | {"num_storages"}
+        rest = sorted(k for k in stats if k not in shown)
+        if rest:
+            lines.append("  device allocator (PjRT):")
+        for key in rest:
+            value = stats[key]
+            lines.append(f"    {key:42s} {_format_bytes(value) if 'bytes' in key else value}")
+    return "\n".join(lines) + "\n"
 
 
 class _DeviceProperties(NamedTuple):

@@ -1,8 +1,10 @@
 """PyTorch's device-generic host APIs with the tpu device as the current accelerator:
 `tensor.pin_memory()` / `is_pinned()` and `DataLoader(pin_memory=True)` (they raised
 NotImplementedError for every process that imported torch with torch_tpu installed, a
-CPU-only script too: device/_pinned.py) and `torch.accelerator.synchronize()` (it raised
-"Backend doesn't support synchronizing all streams on device": device/_accelerator_api.py)."""
+CPU-only script too: device/_pinned.py), `torch.accelerator.synchronize()` (it raised
+"Backend doesn't support synchronizing all streams on device") and `torch.accelerator`'s
+memory functions (an INTERNAL ASSERT: device/_accelerator_api.py); `torch.tpu`'s timing
+events and memory summary."""
 
 import os
 import subprocess
@@ -82,8 +84,8 @@ def test_accelerator_synchronize_waits_for_the_device(device):
 def test_accelerator_synchronize_keeps_pytorchs_function_for_other_devices():
     from torch_tpu.device import _accelerator_api
 
-    assert torch.accelerator.synchronize is _accelerator_api.synchronize
-    assert torch.accelerator.synchronize.__doc__ == _accelerator_api._original.__doc__
+    assert torch.accelerator.synchronize._torch_tpu_dispatching
+    assert torch.accelerator.synchronize.__doc__ == _accelerator_api._originals["synchronize"].__doc__
     with pytest.raises((RuntimeError, ValueError)):
         torch.accelerator.synchronize("cpu")  # PyTorch's own check: not the accelerator's type
 
@@ -97,3 +99,70 @@ def test_record_stream_is_accepted(monkeypatch):
     x.record_stream(torch.accelerator.current_stream())
     x.record_stream(torch.Stream("tpu"))
     assert torch.equal(x.cpu(), torch.arange(3.0))
+
+
+def test_accelerator_memory_figures_are_the_devices():
+    """`torch.accelerator`'s memory functions failed an INTERNAL ASSERT on the tpu device
+    ("Allocator for tpu is not a DeviceAllocator"): they give torch.tpu's figures."""
+    keep = torch.ones(1024, device="tpu")
+    before = torch.tpu.memory_allocated()
+    assert torch.accelerator.memory_allocated() == before
+    more = torch.ones(4096, device="tpu")  # one more 16 KiB storage
+    assert torch.accelerator.memory_allocated() == before + 4096 * 4 == torch.tpu.memory_allocated()
+    for device in (0, "tpu", torch.device("tpu:0")):
+        assert torch.accelerator.memory_allocated(device) == before + 4096 * 4
+    assert torch.accelerator.max_memory_allocated() >= before + 4096 * 4
+    stats = torch.accelerator.memory_stats()
+    assert list(stats) == sorted(stats)  # PyTorch's order
+    assert stats["allocated_bytes.all.current"] == before + 4096 * 4
+    assert stats["reserved_bytes.all.current"] == torch.accelerator.memory_reserved() == torch.tpu.memory_reserved()
+    assert torch.accelerator.max_memory_reserved() >= torch.accelerator.memory_reserved() > 0
+    del more
+    torch.accelerator.empty_cache()
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated() == before
+    torch.accelerator.reset_accumulated_memory_stats()
+    if not torch.tpu.memory_stats().get("bytes_limit"):  # XLA:CPU: no device figures, a clear error
+        with pytest.raises(RuntimeError, match="mem_get_info: the cpu platform reports no device memory"):
+            torch.accelerator.get_memory_info()
+    else:
+        free, total = torch.accelerator.get_memory_info()
+        assert 0 < free <= total
+    assert keep.sum().item() == 1024
+
+
+def test_accelerator_memory_functions_keep_pytorchs_for_other_devices():
+    from torch_tpu.device import _accelerator_api
+
+    for name in ("memory_stats", "memory_allocated", "empty_cache", "get_memory_info"):
+        function = getattr(torch.accelerator, name)
+        assert function._torch_tpu_dispatching and function.__doc__ == _accelerator_api._originals[name].__doc__
+        assert getattr(torch.accelerator.memory, name) is function  # their callers in that module see it too
+    with pytest.raises((RuntimeError, ValueError)):
+        torch.accelerator.memory_allocated("cpu")  # PyTorch's own check: not the accelerator's type
+
+
+def test_memory_summary_names_the_figures():
+    x = torch.ones(256, device="tpu")
+    full, short = torch.tpu.memory_summary(), torch.tpu.memory_summary(abbreviated=True)
+    assert full.startswith("torch_tpu memory summary, tpu:0") and short.startswith("torch_tpu memory summary, tpu:0")
+    for label in ("storages live", "allocated by tpu storages, current", "reserved by the device allocator, peak"):
+        assert label in full and label in short
+    assert len(short) <= len(full)
+    assert x.sum().item() == 256
+
+
+def test_timing_events_measure_the_work_between_their_records():
+    start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+    x = torch.randn(256, 256, device="tpu")
+    start.record()
+    for _ in range(20):
+        x = x @ x * 1e-3
+    end.record()
+    end.synchronize()
+    assert end.elapsed_time(start) < 0 < start.elapsed_time(end)
+    assert torch.isfinite(x).all().item()
+    with pytest.raises(RuntimeError, match="enable_timing=True"):
+        torch.tpu.Event().elapsed_time(end)
+    with pytest.raises(RuntimeError, match="must be recorded"):
+        start.elapsed_time(torch.tpu.Event(enable_timing=True))
