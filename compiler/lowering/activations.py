@@ -73,9 +73,14 @@ def _mish(ctx, self):
 
 @lowers(aten.threshold.default)
 def _threshold(ctx, self, threshold, value):
+    """x where x > threshold, else value. The comparison is in the opmath dtype, as the
+    kernel's: a bfloat16 x of bfloat16(0.2) is above a threshold of 0.2 (rounding the
+    threshold to bfloat16 first made them equal and replaced x)."""
     out = ctx.result_dtype()
     x = convert(self, out)
-    return select(hlo.compare(x, full(threshold, out, shape_of(x)), "LE"), full(value, out, shape_of(x)), x)
+    wide = convert(x, opmath_dtype(out))
+    below = hlo.compare(wide, full(threshold, dtype(wide), shape_of(x)), "LE")
+    return select(below, full(value, out, shape_of(x)), x)
 
 
 @lowers(aten.log_sigmoid_forward.default)

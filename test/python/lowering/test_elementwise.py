@@ -159,3 +159,11 @@ def test_sixteen_bit_scalar_arithmetic_rounds_as_the_cpu_kernels(name, dtype):
     a = (torch.randn(4096, generator=gen) * 3).to(dtype)
     b = torch.randn(4096, generator=gen).to(dtype)
     check(SIXTEEN_BIT_SCALAR_ARITHMETIC[name], a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_threshold_compares_at_the_kernels_precision(dtype):
+    # bfloat16(0.2) = 0.2001953125 is above a threshold of 0.2: kept, as the CPU kernel keeps it.
+    x = torch.tensor([0.1, 0.2, 0.3, 1 / 3, 0.7, -0.2], dtype=dtype)
+    check(lambda a: torch.nn.functional.threshold(a, 0.2, 0.05), x, rtol=0, atol=0)
+    check(lambda a: torch.nn.functional.threshold(a, 1 / 3, -1.0), x, rtol=0, atol=0)
