@@ -180,16 +180,24 @@ def _softshrink(ctx, self, lambd=0.5):
     return convert(result, out)
 
 
+def _in_dtype(value: float, dt: torch.dtype) -> float:
+    """`value` rounded to `dt`, as a kernel's `scalar.to<scalar_t>()` rounds it."""
+    return torch.tensor(value, dtype=dt).item() if dt.is_floating_point else value
+
+
 @lowers(aten.hardshrink.default)
 def _hardshrink(ctx, self, lambd=0.5):
+    # The CPU kernel rounds lambd to the input's dtype (bfloat16(0.2) is in the band of 0.2);
+    # softshrink's forward keeps it in float32.
     (x,), out = opmath_operands(ctx, self)
-    return convert(select(_in_band(x, lambd), constant_like(0, x), x), out)
+    return convert(select(_in_band(x, _in_dtype(lambd, out)), constant_like(0, x), x), out)
 
 
 @lowers(aten.softshrink_backward.default, aten.hardshrink_backward.default)
 def _shrink_backward(ctx, grad_output, self, lambd):
+    # Both backward kernels round lambd to the input's dtype, as hardshrink's forward.
     (g, x), out = opmath_operands(ctx, grad_output, self)
-    return convert(select(_in_band(x, lambd), constant_like(0, g), g), out)
+    return convert(select(_in_band(x, _in_dtype(lambd, out)), constant_like(0, g), g), out)
 
 
 @lowers(aten.celu.default)

@@ -167,3 +167,15 @@ def test_threshold_compares_at_the_kernels_precision(dtype):
     x = torch.tensor([0.1, 0.2, 0.3, 1 / 3, 0.7, -0.2], dtype=dtype)
     check(lambda a: torch.nn.functional.threshold(a, 0.2, 0.05), x, rtol=0, atol=0)
     check(lambda a: torch.nn.functional.threshold(a, 1 / 3, -1.0), x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_shrink_bands_at_the_kernels_precision(dtype):
+    # hardshrink and both shrink backward kernels round lambd to the dtype (bfloat16(0.2) is in
+    # the band of 0.2); softshrink's forward keeps it in float32 (x - 0.2 is not 0).
+    x = torch.tensor([0.1, 0.2, -0.2, 0.3, 1 / 3, -0.7], dtype=dtype)
+    g = torch.linspace(1, 2, 6).to(dtype)
+    check(lambda a: torch.nn.functional.hardshrink(a, 0.2), x, rtol=0, atol=0)
+    check(lambda a: torch.nn.functional.softshrink(a, 0.2), x, rtol=0, atol=0)
+    check(lambda gr, a: aten.hardshrink_backward(gr, a, 0.2), g, x, rtol=0, atol=0)
+    check(lambda gr, a: aten.softshrink_backward(gr, a, 0.2), g, x, rtol=0, atol=0)
