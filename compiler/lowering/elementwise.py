@@ -23,6 +23,7 @@ from .helpers import (
     full,
     promote,
     promote_dtypes,
+    reduce,
     select,
     shape_of,
 )
@@ -277,6 +278,48 @@ def _remainder(ctx, a, b):
     signs_differ = compare(compare(rem, zero, "LT"), compare(rhs, zero, "LT"), "NE")
     fix = stablehlo.AndOp(nonzero, signs_differ).result
     return select(fix, stablehlo.AddOp(rem, rhs).result, rem)
+
+
+def _any_nonzero(x: ir.Value) -> ir.Value:
+    """0-d i1: whether any element of the integer `x` is non-zero (false when empty)."""
+    nonzero = compare(x, full(0, dtype(x), shape_of(x)), "NE")
+    if not shape_of(x):
+        return nonzero
+    false = full(False, torch.bool, [])
+    (result,) = reduce([nonzero], [false], range(len(shape_of(x))), lambda acc, new: [hlo.logical_or(acc[0], new[0])])
+    return result
+
+
+@lowers(aten.gcd.default)
+def _gcd(ctx, a, b):
+    """Euclid's algorithm on |a| and |b|, as the kernel's loop (gcd(0, 0) = 0), for every
+    element at once: one while loop that runs until every element's divisor is zero (an
+    element already done keeps its value)."""
+    out = ctx.result_dtype()
+    init = [stablehlo.AbsOp(v).result if out.is_signed else v for v in promote(a, b, to=out)]
+    shape = shape_of(init[0])
+
+    def step(values: list[ir.Value]) -> list[ir.Value]:
+        x, y = values
+        active = compare(y, full(0, out, shape), "NE")
+        remainder = stablehlo.RemOp(x, select(active, y, full(1, out, shape))).result
+        return [select(active, y, x), select(active, remainder, y)]
+
+    return hlo.while_loop(init, lambda values: _any_nonzero(values[1]), step)[0]
+
+
+@lowers(aten.lcm.default)
+def _lcm(ctx, a, b):
+    """|a / gcd(a, b) * b|, and 0 where the gcd is 0 (the kernel's formula)."""
+    out = ctx.result_dtype()
+    x, y = promote(a, b, to=out)
+    g = _gcd(ctx, x, y)
+    shape = shape_of(g)
+    zero = full(0, out, shape)
+    undefined = compare(g, zero, "EQ")
+    quotient = stablehlo.DivOp(x, select(undefined, full(1, out, shape), g)).result
+    product = stablehlo.MulOp(quotient, y).result
+    return select(undefined, zero, stablehlo.AbsOp(product).result if out.is_signed else product)
 
 
 @lowers(aten.fmod.Tensor, aten.fmod.Scalar)

@@ -179,3 +179,16 @@ def test_shrink_bands_at_the_kernels_precision(dtype):
     check(lambda a: torch.nn.functional.softshrink(a, 0.2), x, rtol=0, atol=0)
     check(lambda gr, a: aten.hardshrink_backward(gr, a, 0.2), g, x, rtol=0, atol=0)
     check(lambda gr, a: aten.softshrink_backward(gr, a, 0.2), g, x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8], ids=str)
+def test_gcd_lcm(dtype):
+    # Euclid's loop for every element at once: zeros, signs, a broadcast operand, one element
+    # needing many more steps than the others (Fibonacci neighbours).
+    lo = 0 if dtype == torch.uint8 else -60
+    a = torch.cat([torch.tensor([0, 0, 12, 89, 7], dtype=dtype), torch.randint(lo, 60, (3, 5), dtype=dtype).flatten()])
+    b = torch.cat([torch.tensor([0, 5, 18, 55, 0], dtype=dtype), torch.randint(lo, 60, (15,), dtype=dtype)])
+    check(torch.gcd, a, b, ops=[aten.gcd.default], rtol=0, atol=0)
+    check(torch.lcm, a, b, ops=[aten.lcm.default], rtol=0, atol=0)
+    check(torch.gcd, a.reshape(4, 5), b[:5], ops=[aten.gcd.default], rtol=0, atol=0)
+    check(torch.gcd, a[2], b[2], ops=[aten.gcd.default], rtol=0, atol=0)  # 0-dim
