@@ -23,11 +23,11 @@ from .helpers import (
     full,
     promote,
     promote_dtypes,
-    reduce,
     select,
     shape_of,
 )
 from .opmath import opmath_dtype
+from .reduction import reduce_with
 from .registry import declare_padding, LoweringContext, lowers, Padding
 
 aten = torch.ops.aten
@@ -60,7 +60,7 @@ def _in_opmath(rule):
 
 def _binary(op_class, ctx: LoweringContext, a, b):
     """`a op b` in the result's opmath dtype, rounded once: PyTorch's CPU kernels compute
-    16-bit floats in float32, and mul (as div, `_div`) keeps a Python scalar or a 0-dim
+    16-bit floats in float32, and mul and div keep a Python scalar or a 0-dim
     tensor of another dtype at that precision -- bfloat16 `x * 0.1` is x times 0.1f rounded
     once, not x times bfloat16(0.1) (an ulp off at 809 of 4,096 inputs)."""
     out = ctx.result_dtype()
@@ -222,12 +222,8 @@ def _rsub(ctx, a, b, alpha=1):
 # true_divide is div's alias; PyTorch's own graph passes emit it (Dynamo's tensorify pass
 # turns a float computed from sizes, GPT-2's GELU constant under dynamic=True, into
 # tensor ops through TensorReferenceAnalysis, which writes true_divide).
-@lowers(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
-def _div(ctx, a, b):
-    """True division in the opmath dtype, rounded once (as `_binary`)."""
-    out = ctx.result_dtype()
-    lhs, rhs = promote(a, b, to=opmath_dtype(out))
-    return convert(stablehlo.DivOp(lhs, rhs).result, out)
+_div = lowers(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)(
+    partial(_binary, stablehlo.DivOp))
 
 
 @lowers(aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -280,16 +276,6 @@ def _remainder(ctx, a, b):
     return select(fix, stablehlo.AddOp(rem, rhs).result, rem)
 
 
-def _any_nonzero(x: ir.Value) -> ir.Value:
-    """0-d i1: whether any element of the integer `x` is non-zero (false when empty)."""
-    nonzero = compare(x, full(0, dtype(x), shape_of(x)), "NE")
-    if not shape_of(x):
-        return nonzero
-    false = full(False, torch.bool, [])
-    (result,) = reduce([nonzero], [false], range(len(shape_of(x))), lambda acc, new: [hlo.logical_or(acc[0], new[0])])
-    return result
-
-
 @lowers(aten.gcd.default)
 def _gcd(ctx, a, b):
     """Euclid's algorithm on |a| and |b|, as the kernel's loop (gcd(0, 0) = 0), for every
@@ -305,7 +291,10 @@ def _gcd(ctx, a, b):
         remainder = stablehlo.RemOp(x, select(active, y, full(1, out, shape))).result
         return [select(active, y, x), select(active, remainder, y)]
 
-    return hlo.while_loop(init, lambda values: _any_nonzero(values[1]), step)[0]
+    def pending(values: list[ir.Value]) -> ir.Value:  # any divisor non-zero (none when empty)
+        return reduce_with(stablehlo.OrOp, convert(values[1], torch.bool), False, range(len(shape)))
+
+    return hlo.while_loop(init, pending, step)[0]
 
 
 @lowers(aten.lcm.default)

@@ -279,14 +279,15 @@ def memory_stats(device: Any = None) -> dict[str, int]:
     `largest_free_block_bytes`, ...: everything on the chip, compiled programs' temporaries
     and buffers torch_tpu holds for itself included)."""
     index = _index(device)
+    allocator = _runtime_device(index).memory_stats()
     stats = {
         "allocated_bytes.all.current": memory_allocated(index),
         "allocated_bytes.all.peak": max_memory_allocated(index),
         "num_storages": len(TABLE),
-        "reserved_bytes.all.current": memory_reserved(index),
-        "reserved_bytes.all.peak": max_memory_reserved(index),
+        "reserved_bytes.all.current": _reserved(allocator, index),
+        "reserved_bytes.all.peak": _peak_reserved(allocator, index),
     }
-    stats.update(_runtime_device(index).memory_stats())
+    stats.update(allocator)
     return stats
 
 
@@ -321,17 +322,24 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
 def memory_reserved(device: Any = None) -> int:
     """Bytes the device allocator holds (PjRT `bytes_reserved` where reported, else its
     bytes in use); on XLA:CPU, the bytes of live tpu storages."""
-    stats = _runtime_device(device).memory_stats()
-    if not stats:
-        return memory_allocated(device)
-    return max(stats.get("bytes_reserved", 0), stats.get("bytes_in_use", 0))
+    return _reserved(_runtime_device(device).memory_stats(), device)
 
 
 def max_memory_reserved(device: Any = None) -> int:
-    stats = _runtime_device(device).memory_stats()
-    if not stats:
+    return _peak_reserved(_runtime_device(device).memory_stats(), device)
+
+
+def _reserved(allocator: dict[str, int], device: Any) -> int:
+    """`memory_reserved` from the allocator's figures (PjRT's `memory_stats()`, read once)."""
+    if not allocator:
+        return memory_allocated(device)
+    return max(allocator.get("bytes_reserved", 0), allocator.get("bytes_in_use", 0))
+
+
+def _peak_reserved(allocator: dict[str, int], device: Any) -> int:
+    if not allocator:
         return max_memory_allocated(device)
-    return max(stats.get("peak_bytes_reserved", 0), stats.get("peak_bytes_in_use", 0))
+    return max(allocator.get("peak_bytes_reserved", 0), allocator.get("peak_bytes_in_use", 0))
 
 
 def _format_bytes(n: int) -> str:
