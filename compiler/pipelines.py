@@ -26,6 +26,11 @@ _BOUNDS = Option(
     "static buffers + size arguments, every platform today)",
     choices=("none", "annotate", "materialize"),
 )
+_ELIDE_ROUNDINGS = Option(
+    "elide-roundings", bool, False,
+    "read 16-bit intermediates widened again unrounded (torchtpu-elide-roundings), as inductor "
+    "does unless torch._inductor.config.emulate_precision_casts",
+)
 
 
 @dataclass(frozen=True)
@@ -110,12 +115,15 @@ def _precision_step(precision: str) -> str:
     "flattened for `mm` back (`torchtpu-unflatten-dots`), applies PyTorch's float32 matmul precision to "
     "every float32 matrix op (`torchtpu-set-precision{override=true}`) and, for graphs with dynamic dimensions, "
     "makes the bounds explicit (`torchtpu-annotate-bounds`, and `torchtpu-materialize-bounds` "
-    "for runtimes without bounded-dynamic parameters). The output keeps CHLO: XLA expands "
+    "for runtimes without bounded-dynamic parameters). With `elide-roundings=true` (what "
+    "torch.compile runs) it reads 16-bit intermediates that the next op widens again "
+    "unrounded (`torchtpu-elide-roundings`). The output keeps CHLO: XLA expands "
     "ops such as `chlo.top_k` better than the generic legalization.",
-    (_PRECISION, _BOUNDS),
+    (_PRECISION, _BOUNDS, _ELIDE_ROUNDINGS),
 )
-def _compile(precision: str, bounds: str) -> list[str]:
-    return ["torchtpu-verify", *_unflatten_step(bounds), _precision_step(precision), *_bounds_steps(bounds)]
+def _compile(precision: str, bounds: str, elide_roundings: bool = False) -> list[str]:
+    return ["torchtpu-verify", *_unflatten_step(bounds), _precision_step(precision),
+            *(["torchtpu-elide-roundings"] if elide_roundings else []), *_bounds_steps(bounds)]
 
 
 @register_pipeline(

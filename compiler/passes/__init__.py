@@ -6,6 +6,7 @@ from .base import PASS_REGISTRY, Option, Pass, PassOptionError, register_pass
 _PASS_MODULES = {
     "torchtpu-annotate-bounds": "annotate_bounds",
     "torchtpu-decompose-views": "decompose_views",
+    "torchtpu-elide-roundings": "elide_roundings",
     "torchtpu-inline": "inline",
     "torchtpu-insert-collectives": "insert_collectives",
     "torchtpu-inverse-views": "inverse_views",

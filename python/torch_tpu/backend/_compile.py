@@ -187,6 +187,21 @@ def _fill_placeholder_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
             node.meta["val"] = example
 
 
+# A compiled graph's 16-bit intermediates follow torch.compile's own rule: inductor computes
+# a fused kernel's bfloat16/float16 intermediates in float32 and rounds only what it stores,
+# unless `torch._inductor.config.emulate_precision_casts` asks for eager's rounding after each
+# op. The compile pipeline's `torchtpu-elide-roundings` is that rule (eager ops, each its own
+# program, round as PyTorch's kernels do). Part of the program key: the setting picks the program.
+ROUNDINGS_ELIDED = "roundings=elided"
+
+
+def elides_roundings() -> bool:
+    """Whether graphs compiled now read 16-bit intermediates unrounded (inductor's setting)."""
+    from torch._inductor import config as inductor_config
+
+    return not inductor_config.emulate_precision_casts
+
+
 def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bounds=None, defer: bool = False,
                         input_writes: Sequence[int] = ()):
     """Compiles a graph every node of which has a lowering. Raises LoweringError. A graph
@@ -212,8 +227,11 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
         )
     defer = defer and symbol_bounds is None
 
+    elide = elides_roundings()
+
     def pipeline(mode: str, platform: str) -> str:
-        return compile_pipeline(mode, _dynamic.bounds_mode(platform) if symbol_bounds is not None else "none")
+        return compile_pipeline(mode, _dynamic.bounds_mode(platform) if symbol_bounds is not None else "none",
+                                elide_roundings=elide)
 
     # The compiler's own code and versions are in the runtime's options key
     # (runtime.fingerprint.toolchain_fingerprint): the settings are this graph's choices.
@@ -221,7 +239,8 @@ def compile_whole_graph(gm: torch.fx.GraphModule, name: str = "graph", symbol_bo
     donors = donated_writes(gm, input_writes) if device_index is not None and symbol_bounds is None else ()
     program = compile_fx(
         gm, name=name, pipeline=pipeline,
-        settings=_dynamic.settings_key(symbol_bounds) if symbol_bounds is not None else "",
+        settings=";".join(filter(None, (_dynamic.settings_key(symbol_bounds) if symbol_bounds is not None else "",
+                                        ROUNDINGS_ELIDED if elide else ""))),
         import_options={"symbol_bounds": symbol_bounds},
         dump_name=lambda fingerprint: f"{name}-{_short_hash(fingerprint)}",
         sources=gm.meta.get(ARGUMENT_SOURCES),

@@ -162,7 +162,7 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds
     from torch_tpu.compiler.passes.set_precision import precision_dependent
     from torch_tpu.runtime import distributed
 
-    from ._compile import fx_graph, host_results, resident_inputs, tpu_index
+    from ._compile import ROUNDINGS_ELIDED, elides_roundings, fx_graph, host_results, resident_inputs, tpu_index
     from ._dynamic import bounds_mode, settings_key
     from ..program.errors import TorchTpuCompileError
     from ..program.fingerprint import FxGraphFingerprint
@@ -187,8 +187,10 @@ def compile_distributed_graph(gm: torch.fx.GraphModule, name: str, symbol_bounds
     bounds = bounds_mode(local.platform) if symbol_bounds is not None else "none"
     mode = current_mode()
     # The compile pipeline, then the SPMD pipeline: one pipeline, so the dump replays both.
-    pipeline = in_sequence(compile_pipeline(mode, bounds), spmd)
-    settings = f"precision={mode};thin={thin}" + (f";{settings_key(symbol_bounds)}" if symbol_bounds is not None else "")
+    elide = elides_roundings()
+    pipeline = in_sequence(compile_pipeline(mode, bounds, elide_roundings=elide), spmd)
+    settings = (f"precision={mode};thin={thin}" + (f";{settings_key(symbol_bounds)}" if symbol_bounds is not None else "")
+                + (f";{ROUNDINGS_ELIDED}" if elide else ""))
     fingerprint = FxGraphFingerprint(gm, settings)
     everyone = tuple(range(runtime.world_size))
     found: dict[str, Any] = {}

@@ -18,9 +18,12 @@ def named_pipeline(argument: str, **options: object) -> str:
 
 
 @functools.lru_cache(maxsize=None)  # a pure function of its arguments, asked per program use
-def compile_pipeline(mode: str, bounds: str = "none") -> str:
-    """`torchtpu-compile-pipeline`: compiled FX graphs, eager single ops, jax_ops."""
-    return named_pipeline("torchtpu-compile-pipeline", precision=mode, bounds=bounds)
+def compile_pipeline(mode: str, bounds: str = "none", elide_roundings: bool = False) -> str:
+    """`torchtpu-compile-pipeline`: compiled FX graphs (`elide_roundings`: torch.compile's
+    rule for 16-bit intermediates, `backend._compile.elides_roundings`), eager single ops,
+    jax_ops."""
+    return named_pipeline("torchtpu-compile-pipeline", precision=mode, bounds=bounds,
+                          elide_roundings=elide_roundings)
 
 
 @functools.lru_cache(maxsize=None)  # a pure function of its arguments, asked per program use

@@ -115,3 +115,56 @@ def test_linear_algebra_keeps_full_precision_under_medium():
     assert "precision = [HIGHEST, HIGHEST]" in text  # inside matrix_exp's algorithm
     assert "precision = [DEFAULT, DEFAULT]" in text  # the user's own matmul
     assert "torchtpu.fixed_precision" not in text
+
+
+def _silu_times_up(g, u):
+    return torch.nn.functional.silu(g) * u
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_compiled_graph_rounds_sixteen_bit_intermediates_as_inductor(dtype):
+    """torch.compile's rule for 16-bit intermediates is inductor's: a fused kernel computes
+    them in float32 and rounds what it stores, unless emulate_precision_casts asks for eager's
+    rounding after each op. Compiled `silu(g) * u` reads SiLU's result unrounded (the
+    exact value rounded once); with the setting on it equals eager bit for bit. Before, the
+    compiled graph rounded SiLU's result as eager does, whatever the setting."""
+    from torch._inductor import config as inductor_config
+
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(4096, generator=gen).to(dtype)
+    u = torch.randn(4096, generator=gen).to(dtype)
+    eager = _silu_times_up(g, u)
+    once = (torch.nn.functional.silu(g.float()) * u.float()).to(dtype)
+    assert (eager != once).any()  # the case tells the two rules apart
+    torch._dynamo.reset()
+    compiled = torch.compile(_silu_times_up, backend="tpu")
+    assert torch.equal(compiled(g, u), once)
+    torch._dynamo.reset()
+    with inductor_config.patch(emulate_precision_casts=True):
+        compiled = torch.compile(_silu_times_up, backend="tpu")
+        assert torch.equal(compiled(g, u), eager)
+    torch._dynamo.reset()
+
+
+def _explicit_round_trip(x):
+    return x.to(torch.bfloat16).float() * 3
+
+
+def _silu_compared(g, u):
+    return (torch.nn.functional.silu(g) * u) > 0.25
+
+
+@pytest.mark.parametrize("fn, make", [
+    (_explicit_round_trip, lambda gen: (torch.randn(4096, generator=gen),)),
+    # 2^18 products: some round to 0.25 exactly in bfloat16 from just above it.
+    (_silu_compared, lambda gen: tuple(torch.randn(1 << 18, generator=gen).to(torch.bfloat16) for _ in range(2))),
+], ids=["explicit cast", "compared"])
+def test_compiled_graph_keeps_the_roundings_inductor_keeps(fn, make):
+    """What inductor rounds by default is kept: a cast the user wrote and a rounding whose
+    value a comparison reads (an unrounded product falls on the other side of 0.25 where
+    eager's rounded one does not). Both equal eager bit for bit."""
+    args = make(torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="tpu")
+    assert torch.equal(compiled(*args), fn(*args))
+    torch._dynamo.reset()
