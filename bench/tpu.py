@@ -940,9 +940,11 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
     import jax
     import jax.numpy as jnp
     import torch
+    from torch._inductor import config as inductor_config
 
     from torch_tpu.device import EagerMode, _early_launch, _fused, set_eager_mode
 
+    emulating = inductor_config.emulate_precision_casts  # the process's setting, restored after each variant
     cfg = llama_config(small, options.get("layers"))
     batch, seq = (2, 16) if small else (4, 512)
     check_steps = 3
@@ -956,7 +958,11 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
     notes: dict[str, str] = {}
 
     def run_ours(name: str, fused: bool, compiled: bool, each_graph: bool = False, split: bool = False,
-                 late: bool = False) -> None:
+                 late: bool = False, emulate: bool = False) -> None:
+        # emulate: the compiled graphs round each op's 16-bit result as eager does (inductor's
+        # emulate_precision_casts), where by default they read such intermediates unrounded
+        # (torchtpu-elide-roundings): the program the step compiled to before the 21st session.
+        inductor_config.emulate_precision_casts = emulate
         if each_graph:  # Strict mode running each graph when it is called (as before issue 28's change)
             os.environ["TORCH_TPU_FUSE_COMPILED_STEP"] = "0"
         if late:  # the deferred step launched at its end only, not at its forward's call
@@ -988,6 +994,8 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
                    else f"{how}, Strict mode: its graphs deferred into one program per step")
         if late:
             how += " (TORCH_TPU_EARLY_STEP_LAUNCH=0)"
+        if emulate:
+            how += ", each op's 16-bit result rounded (torch._inductor.config.emulate_precision_casts)"
         notes[name] = how
         c = Contender(call, torch_sync, "ours", flops, extra={"first_calls_s": first, "variant": how})
         launched = dict(_early_launch.STATS)
@@ -997,6 +1005,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         del model, step, c, call, ids, tgt
         for variable in _TRAIN_VARIANT_VARIABLES:
             os.environ.pop(variable, None)
+        inductor_config.emulate_precision_casts = emulating
         release()
         rows[name]["live_arrays_after"] = live_arrays()
 
@@ -1024,19 +1033,22 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
                                            ("compiled-each", "torch.compile, each graph", False, True),
                                            ("compiled-split", "torch.compile, forward first", False, True),
                                            ("compiled-late", "torch.compile, launched at its end", False, True),
+                                           ("compiled-emulate", "torch.compile, rounded per op", False, True),
                                            ("compiled-fused", "torch.compile, FUSED", True, True),
                                            ("fused", "FUSED eager", True, False)):
         if variant not in variants:
             continue
         try:
             run_ours(name, fused=fused, compiled=compiled, each_graph=variant == "compiled-each",
-                     split=variant == "compiled-split", late=variant == "compiled-late")
+                     split=variant == "compiled-split", late=variant == "compiled-late",
+                     emulate=variant == "compiled-emulate")
         except Exception as err:  # noqa: BLE001 - reported, then the other contenders still run
             notes[name] = f"failed: {type(err).__name__}: {err}"
             losses[name] = [math.nan]
             traceback.print_exc()
             for variable in _TRAIN_VARIANT_VARIABLES:
                 os.environ.pop(variable, None)
+            inductor_config.emulate_precision_casts = emulating
             release()
 
     trainable = [n for n, _ in base.named_parameters()]
@@ -1271,7 +1283,9 @@ def main(argv: list[str] | None = None) -> int:
                          "program), compiled-each (Strict with TORCH_TPU_FUSE_COMPILED_STEP=0: each graph run "
                          "when called), compiled-split (Strict with TORCH_TPU_COMPILED_STEP_START=backward: the "
                          "forward run when called, the backward and AdamW one program), compiled-late (Strict with "
-                         "TORCH_TPU_EARLY_STEP_LAUNCH=0: the step launched at its end only), compiled-fused (the "
+                         "TORCH_TPU_EARLY_STEP_LAUNCH=0: the step launched at its end only), compiled-emulate (Strict, each "
+                         "op's 16-bit result rounded as eager's: torch._inductor.config.emulate_precision_casts), "
+                         "compiled-fused (the "
                          "compiled step in FUSED mode), fused (the eager step in FUSED mode), cpu-eager (PyTorch's eager "
                          "step on the host CPU, --small only: PyTorch's per-op floor on this host)")
     ap.add_argument("--deadline-s", type=float, default=None,
