@@ -34,6 +34,7 @@ from __future__ import annotations
 from ..context import ir
 from ..diagnostics import location_name
 from ..ir import element_type_of
+from ._partition_rules import ELEMENTWISE
 from .base import Pass, defining_op, operation_of, ops_named, register_pass
 
 # The 16-bit float types whose roundings inductor does not emulate, and the type they are
@@ -46,15 +47,13 @@ _EXPLICIT_CASTS = frozenset({
     "aten._to_copy", "aten.to", "aten._autocast_to_reduced_precision", "aten.type_as",
     "prims.convert_element_type", "aten.copy", "aten.copy_",
 })
-# Ops through which a value reaches a comparison elementwise (shape ops included: they
-# move elements, not change them). A path through anything else ends: what a reduction or
-# a product computes from a value is not that value's tie.
-_ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
-    "add", "subtract", "multiply", "divide", "remainder", "negate", "abs", "sign", "exponential",
-    "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh", "sine", "cosine", "sqrt",
-    "rsqrt", "cbrt", "power", "atan2", "maximum", "minimum", "clamp", "select", "convert", "floor",
-    "ceil", "round_nearest_even", "round_nearest_afz", "broadcast_in_dim", "reshape", "transpose",
-)) | frozenset({"chlo.erf", "chlo.erf_inv", "chlo.tan", "chlo.asin", "chlo.acos", "chlo.atan"})
+# Ops through which a value reaches a comparison elementwise: the partitioner's elementwise
+# ops, and the shape ops (they move elements, not change them). A path through anything else
+# ends: what a reduction or a product computes from a value is not that value's tie.
+_ELEMENTWISE = ELEMENTWISE | frozenset({
+    "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose",
+    "chlo.erf", "chlo.erf_inv", "chlo.tan", "chlo.asin", "chlo.acos", "chlo.atan",
+})
 # How many ops a search for a comparison visits from one rounding: paths longer than a fused
 # chain of pointwise ops are not followed (the answer is then "no comparison").
 _SEARCH_LIMIT = 256
