@@ -928,7 +928,7 @@ def _jax_train_step(cfg: LlamaConfig, trainable: list[str], flatten_rows: bool =
 
 # What case 7's contenders set to pick their variant (`case_train.run_ours`), unset after each.
 _TRAIN_VARIANT_VARIABLES = ("TORCH_TPU_FUSE_COMPILED_STEP", "TORCH_TPU_COMPILED_STEP_START",
-                            "TORCH_TPU_EARLY_STEP_LAUNCH")
+                            "TORCH_TPU_EARLY_STEP_LAUNCH", "TORCH_TPU_ATTENTION_KERNEL")
 
 
 def case_train(small: bool, reps: dict, options: dict) -> dict:
@@ -944,7 +944,8 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
 
     from torch_tpu.device import EagerMode, _early_launch, _fused, set_eager_mode
 
-    emulating = inductor_config.emulate_precision_casts  # the process's setting, restored after each variant
+    emulating = inductor_config.emulate_precision_casts  # the process's settings, restored after each variant
+    sdp_reduced = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
     cfg = llama_config(small, options.get("layers"))
     batch, seq = (2, 16) if small else (4, 512)
     check_steps = 3
@@ -958,11 +959,16 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
     notes: dict[str, str] = {}
 
     def run_ours(name: str, fused: bool, compiled: bool, each_graph: bool = False, split: bool = False,
-                 late: bool = False, emulate: bool = False) -> None:
+                 late: bool = False, emulate: bool = False, scores16: bool = False, pallas: bool = False) -> None:
         # emulate: the compiled graphs round each op's 16-bit result as eager does (inductor's
         # emulate_precision_casts), where by default they read such intermediates unrounded
         # (torchtpu-elide-roundings): the program the step compiled to before the 21st session.
         inductor_config.emulate_precision_casts = emulate
+        # scores16: attention's Q K^T rounded to bf16 before its softmax, as JAX's reference
+        # attention computes it (PyTorch's allow_fp16_bf16_reduction_math_sdp, off by default).
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(scores16)
+        if pallas:  # the Pallas flash kernels at any length (auto: from 1024 tokens)
+            os.environ["TORCH_TPU_ATTENTION_KERNEL"] = "pallas"
         if each_graph:  # Strict mode running each graph when it is called (as before issue 28's change)
             os.environ["TORCH_TPU_FUSE_COMPILED_STEP"] = "0"
         if late:  # the deferred step launched at its end only, not at its forward's call
@@ -996,6 +1002,10 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
             how += " (TORCH_TPU_EARLY_STEP_LAUNCH=0)"
         if emulate:
             how += ", each op's 16-bit result rounded (torch._inductor.config.emulate_precision_casts)"
+        if scores16:
+            how += ", attention scores rounded to bf16 (torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp)"
+        if pallas:
+            how += ", attention as the Pallas flash kernels (TORCH_TPU_ATTENTION_KERNEL=pallas)"
         notes[name] = how
         c = Contender(call, torch_sync, "ours", flops, extra={"first_calls_s": first, "variant": how})
         launched = dict(_early_launch.STATS)
@@ -1006,6 +1016,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         for variable in _TRAIN_VARIANT_VARIABLES:
             os.environ.pop(variable, None)
         inductor_config.emulate_precision_casts = emulating
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(sdp_reduced)
         release()
         rows[name]["live_arrays_after"] = live_arrays()
 
@@ -1034,6 +1045,8 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
                                            ("compiled-split", "torch.compile, forward first", False, True),
                                            ("compiled-late", "torch.compile, launched at its end", False, True),
                                            ("compiled-emulate", "torch.compile, rounded per op", False, True),
+                                           ("compiled-scores16", "torch.compile, bf16 scores", False, True),
+                                           ("compiled-pallas", "torch.compile, Pallas attention", False, True),
                                            ("compiled-fused", "torch.compile, FUSED", True, True),
                                            ("fused", "FUSED eager", True, False)):
         if variant not in variants:
@@ -1041,7 +1054,8 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         try:
             run_ours(name, fused=fused, compiled=compiled, each_graph=variant == "compiled-each",
                      split=variant == "compiled-split", late=variant == "compiled-late",
-                     emulate=variant == "compiled-emulate")
+                     emulate=variant == "compiled-emulate", scores16=variant == "compiled-scores16",
+                     pallas=variant == "compiled-pallas")
         except Exception as err:  # noqa: BLE001 - reported, then the other contenders still run
             notes[name] = f"failed: {type(err).__name__}: {err}"
             losses[name] = [math.nan]
@@ -1049,6 +1063,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
             for variable in _TRAIN_VARIANT_VARIABLES:
                 os.environ.pop(variable, None)
             inductor_config.emulate_precision_casts = emulating
+            torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(sdp_reduced)
             release()
 
     trainable = [n for n, _ in base.named_parameters()]
@@ -1285,6 +1300,9 @@ def main(argv: list[str] | None = None) -> int:
                          "forward run when called, the backward and AdamW one program), compiled-late (Strict with "
                          "TORCH_TPU_EARLY_STEP_LAUNCH=0: the step launched at its end only), compiled-emulate (Strict, each "
                          "op's 16-bit result rounded as eager's: torch._inductor.config.emulate_precision_casts), "
+                         "compiled-scores16 (attention's Q K^T rounded to bf16, as JAX's reference attention: "
+                         "torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)), compiled-pallas "
+                         "(TORCH_TPU_ATTENTION_KERNEL=pallas: the Pallas flash kernels at 512 tokens too), "
                          "compiled-fused (the "
                          "compiled step in FUSED mode), fused (the eager step in FUSED mode), cpu-eager (PyTorch's eager "
                          "step on the host CPU, --small only: PyTorch's per-op floor on this host)")

@@ -3,19 +3,23 @@
 Each op of a bfloat16 (or float16) graph rounds its result to that dtype, and the lowerings
 spell it so: the op computes in float32 (PyTorch's opmath) and converts its result to
 bfloat16; the next op converts it back to float32. Between two ops that XLA fuses into one
-kernel that round trip is all the 16-bit dtype still does -- and on a TPU it costs vector
-unit work where the vector unit is the bound: a SiLU recomputed in the operand of the
-matrix products that read it (`silu(gate) * up` into the MLP's down projection and the
-weight gradients): the down projection's fusion ran 0.195 ms with the round trip against
-0.144 ms for JAX's same fusion without it (v5e, 4 x 512 tokens, 21st session).
+kernel that round trip is all the 16-bit dtype still does.
 
-`torch.compile`'s own compiler drops these roundings as well: inductor computes a fused
-kernel's 16-bit intermediates in float32 and rounds only what it stores, unless
+`torch.compile`'s own compiler drops these roundings: inductor computes a fused kernel's
+16-bit intermediates in float32 and rounds only what it stores, unless
 `torch._inductor.config.emulate_precision_casts` is set. This pass is that rule for
 StableHLO: `convert(convert(x : f32 -> bf16) -> f32)` becomes `x`, for float16 likewise, the
 narrowing convert staying for its other users (what the graph stores or returns is still
 rounded once). The results are closer to the exact values, and differ from eager's by the
 last bit where an intermediate rounding would have carried.
+
+It is inductor's semantics, not a speed-up. The 21st session took the round trip inside the
+matrix products that recompute SiLU for the cause of their slowness against JAX's (0.195 ms
+against 0.144 for the down projection's fusion); on the chip without it (22nd session) that
+fusion still ran 0.193 ms, with JAX's tiling, and the 4-layer training step took 17.10 ms
+against 17.02 with every rounding kept (v5e, 4 x 512 tokens). Keeping the roundings of
+values that more than one op reads (stored in 16 bits rather than widened to float32) was
+slower still: 17.26 ms.
 
 Roundings inductor keeps are kept too:
 

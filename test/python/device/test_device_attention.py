@@ -110,3 +110,57 @@ def test_compiled_attention_matches_cpu(dtype, strict_compile):
     compiled = torch.compile(
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), backend="tpu")
     _check(compiled, _inputs(dtype, hk=2), dtype)
+
+
+@pytest.fixture
+def reduced_precision_attention():
+    """PyTorch's switch for 16-bit reductions in attention, on for the test only."""
+    before = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
+    yield
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(before)
+
+
+def _attention_reference(q, k, v, round_scores):
+    """Causal attention in float64 from bf16 inputs: Q K^T rounded to bf16 first or not,
+    softmax in full precision, P rounded to bf16 before P V (as the lowering does)."""
+    q, k, v = (t.detach().double() for t in (q, k, v))
+    s = q @ k.transpose(-1, -2)
+    if round_scores:
+        s = s.to(torch.bfloat16).double()
+    s = s / q.shape[-1] ** 0.5
+    s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    p = torch.softmax(s, -1).to(torch.bfloat16).double()
+    return (p @ v).to(torch.bfloat16)
+
+
+def test_reduced_precision_attention_rounds_the_scores_of_compiled_graphs(reduced_precision_attention,
+                                                                         strict_compile):
+    """With `allow_fp16_bf16_reduction_math_sdp(True)` a compiled graph's bf16 attention
+    rounds Q K^T to bf16 before its float32 softmax (JAX's reference attention does; half
+    the bytes where the scores are stored); the switch keys the compiled programs, so
+    turning it off again gives the float32 scores back. Eager attention keeps float32
+    scores either way (its programs are not keyed by the switch, which only permits).
+    Scores near 250 (bf16's step there is 1) that differ by a few units make the two
+    differ far beyond the output's rounding."""
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(3)
+    q = (32 + 0.1 * torch.randn(1, 2, 16, 8, generator=gen)).to(torch.bfloat16)
+    k = (1 + 0.05 * torch.randn(1, 2, 16, 8, generator=gen)).to(torch.bfloat16)
+    v = torch.randn(1, 2, 16, 8, generator=gen).to(torch.bfloat16)
+    rounded, exact = _attention_reference(q, k, v, True), _attention_reference(q, k, v, False)
+    assert (rounded.float() - exact.float()).abs().max() > 0.1  # the inputs tell the two apart
+
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    tq, tk, tv = _on_tpu([q.requires_grad_(), k.requires_grad_(), v.requires_grad_()])
+    out = torch.compile(attention, backend="tpu")(tq, tk, tv)
+    torch.testing.assert_close(out.cpu(), rounded, rtol=0, atol=1.6e-2)
+    out.float().square().sum().backward()  # the backward recomputes P from the rounded scores
+    assert all(torch.isfinite(t.grad.cpu()).all() for t in (tq, tk, tv))
+    torch.testing.assert_close(attention(*_on_tpu([q, k, v])).cpu(), exact, rtol=0, atol=1.6e-2)  # eager
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(False)
+    torch._dynamo.reset()
+    out = torch.compile(attention, backend="tpu")(*_on_tpu([q, k, v]))
+    torch.testing.assert_close(out.cpu(), exact, rtol=0, atol=1.6e-2)
