@@ -215,16 +215,29 @@ def _class_dim(self: ir.Value) -> int:
 
 def _one_hot(self: ir.Value, target: ir.Value, ignore_index: int) -> tuple[ir.Value, ir.Value]:
     """(mask of self's shape: the target class of each sample, valid: target != ignore)
-    with target broadcast over the class dim."""
+    with target broadcast over the class dim.
+
+    The mask costs one comparison per element, as JAX's one-hot: the ignored samples and
+    the targets outside [0, classes) become -1 per sample first (no class is -1), and the
+    classes are compared in 32 bits where they fit -- a TPU emulates 64-bit integers (an
+    int64 `==` is two 32-bit ones and an `and`), and this mask is recomputed for every tile
+    of the matrix product that reads the loss's gradient (the vocabulary projection's weight
+    gradient, the training step's largest fusion). The values are the same."""
     shape = shape_of(self)
     cdim = _class_dim(self)
     tshape = list(shape)
     tshape[cdim] = 1
     target = reshape(target, tshape) if math.prod(shape_of(target)) == math.prod(tshape) else target
     tdt = dtype(target)
-    valid = hlo.compare(target, full(ignore_index, tdt, shape_of(target)), "NE")
-    classes = stablehlo.IotaOp(tensor_type(shape, tdt), cdim).result
-    hit = hlo.logical_and(hlo.compare(classes, broadcast_to(target, shape), "EQ"), broadcast_to(valid, shape))
+    tsh = shape_of(target)
+    classes_n = shape[cdim]
+    valid = hlo.compare(target, full(ignore_index, tdt, tsh), "NE")
+    in_range = hlo.logical_and(hlo.compare(target, full(0, tdt, tsh), "GE"),
+                               hlo.compare(target, full(classes_n, tdt, tsh), "LT"))
+    cls = torch.int32 if classes_n < 2**31 else torch.int64  # (signed: -1 is no class)
+    picked = select(hlo.logical_and(valid, in_range), convert(target, cls), full(-1, cls, tsh))
+    classes = stablehlo.IotaOp(tensor_type(shape, cls), cdim).result
+    hit = hlo.compare(classes, broadcast_to(picked, shape), "EQ")
     return hit, valid
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import check
+from harness import check, lower_and_run
 
 aten = torch.ops.aten
 torch.manual_seed(0)
@@ -231,6 +231,25 @@ def test_cross_entropy_graph():
     check(lambda x, t: F.cross_entropy(x, t, ignore_index=1, reduction="sum"), torch.randn(6, 4), TARGET.clamp(min=0))
 
 
+def test_nll_loss_one_hot_is_one_32_bit_comparison_per_element():
+    """The one-hot of nll_loss compares the classes in 32 bits, once per element (ignored
+    samples folded into the per-sample target as -1): a TPU emulates int64 comparisons with
+    two 32-bit ones and an `and`. The values do not change: a target outside the classes
+    matches none, not the class it would wrap to in 32 bits (2**32 + 2 is not class 2)."""
+    x = torch.log_softmax(torch.randn(4, 5), dim=1)
+    target = torch.tensor([1, 2**32 + 2, -100, 0])
+    (out, total), _, imported = lower_and_run(
+        lambda x, t: aten.nll_loss_forward(x, t, None, 0, -100), x, target)
+    text = str(imported.module)
+    assert "stablehlo.iota dim = 1 : tensor<4x5xi32>" in text, text
+    assert "tensor<4x5xi64>" not in text and "stablehlo.and" not in text.split("stablehlo.iota")[1], text
+    torch.testing.assert_close(out, torch.stack([-x[0, 1], torch.tensor(0.0), torch.tensor(0.0), -x[3, 0]]))
+    (loss, total), _, _ = lower_and_run(lambda x, t: aten.nll_loss_forward(x, t, None, 2, -100), x, target)
+    torch.testing.assert_close(loss, -(x[0, 1] + x[3, 0]))
+    assert total.item() == 3  # the out-of-range target still counts as a sample (valid), as before
+    check(lambda x, t: aten.nll_loss_forward(x, t, None, 1, 0), x, torch.tensor([1, 0, 4, 0]))  # ignore_index in range
+
+
 # -- distances and cross ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, 0.5, float("inf")])
 def test_cdist(p):
@@ -267,3 +286,4 @@ def test_linalg_cross():
     check(lambda a, b: torch.linalg.cross(a, b), torch.randn(4, 3), torch.randn(4, 3), ops=[aten.linalg_cross.default])
     check(lambda a, b: torch.linalg.cross(a, b, dim=0), torch.randn(3, 2), torch.randn(3, 1))
     check(lambda a, b: torch.cross(a, b, dim=1), torch.randint(-5, 5, (2, 3)), torch.randint(-5, 5, (2, 3)))
+
