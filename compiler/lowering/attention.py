@@ -122,8 +122,10 @@ def _scores(ctx, heads: _Heads, q, k, attn_mask, is_causal, scale) -> ir.Value:
         else:
             s = stablehlo.AddOp(s, convert(m, acc)).result
     if is_causal:
-        rows = stablehlo.IotaOp(tensor_type(shape, torch.int64), 3).result
-        cols = stablehlo.IotaOp(tensor_type(shape, torch.int64), 4).result
+        # Positions in int32 (a TPU emulates int64: its comparison is several 32-bit ones,
+        # per score); every sequence length fits.
+        rows = stablehlo.IotaOp(tensor_type(shape, torch.int32), 3).result
+        cols = stablehlo.IotaOp(tensor_type(shape, torch.int32), 4).result
         s = select(compare(cols, rows, "LE"), s, ninf)
     return s
 
