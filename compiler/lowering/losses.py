@@ -232,8 +232,9 @@ def _one_hot(self: ir.Value, target: ir.Value, ignore_index: int) -> tuple[ir.Va
     tsh = shape_of(target)
     classes_n = shape[cdim]
     valid = hlo.compare(target, full(ignore_index, tdt, tsh), "NE")
-    in_range = hlo.logical_and(hlo.compare(target, full(0, tdt, tsh), "GE"),
-                               hlo.compare(target, full(classes_n, tdt, tsh), "LT"))
+    in_range = hlo.compare(target, full(0, tdt, tsh), "GE")
+    if classes_n <= torch.iinfo(tdt).max:  # (a uint8 target is below 300 classes whatever it holds)
+        in_range = hlo.logical_and(in_range, hlo.compare(target, full(classes_n, tdt, tsh), "LT"))
     cls = torch.int32 if classes_n < 2**31 else torch.int64  # (signed: -1 is no class)
     picked = select(hlo.logical_and(valid, in_range), convert(target, cls), full(-1, cls, tsh))
     classes = stablehlo.IotaOp(tensor_type(shape, cls), cdim).result
