@@ -110,10 +110,12 @@ run("test_irfft", lambda x: torch.fft.irfft(x, n=8), torch.randn(3, 5, dtype=tor
 # CHECK: applies stablehlo.add across dimensions = [2]
 run("test_cdist_p1", lambda a, b: torch.cdist(a, b, p=1.0), torch.randn(3, 4), torch.randn(5, 4))
 
-# nll_loss_forward: a one-hot select over the class dim instead of a gather.
+# nll_loss_forward: a one-hot select over the class dim instead of a gather; the classes
+# compared in int32 (ignored targets are -1 per sample), once per element.
 # CHECK-LABEL: test_nll_loss
-# CHECK: stablehlo.iota dim = 1 : tensor<6x4xi64>
-# CHECK: stablehlo.compare EQ
+# CHECK: stablehlo.iota dim = 1 : tensor<6x4xi32>
+# CHECK: stablehlo.compare EQ, %{{.*}}, %{{.*}} : (tensor<6x4xi32>, tensor<6x4xi32>) -> tensor<6x4xi1>
+# CHECK-NOT: stablehlo.and
 # CHECK-NOT: stablehlo.gather
 # CHECK: return %{{.*}}, %{{.*}} : tensor<f32>, tensor<f32>
 run("test_nll_loss", lambda x, t: aten.nll_loss_forward(x, t, None, 1, -100), torch.randn(6, 4), torch.tensor([0, 3, -100, 1, 3, 2]))
