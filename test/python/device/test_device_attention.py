@@ -122,16 +122,27 @@ def reduced_precision_attention():
 
 
 def _attention_reference(q, k, v, round_scores):
-    """Causal attention in float64 from bf16 inputs: Q K^T rounded to bf16 first or not,
-    softmax in full precision, P rounded to bf16 before P V (as the lowering does)."""
-    q, k, v = (t.detach().double() for t in (q, k, v))
+    """Causal attention in float64 from bf16 inputs, and the gradients of its output's sum of
+    squares: Q K^T rounded to bf16 first or not, softmax in full precision, P and the
+    output rounded to bf16 (as the lowering does; each rounding passes the gradient
+    through)."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+
+    def rounded(x):
+        return x + (x.to(torch.bfloat16).double() - x).detach()
+
     s = q @ k.transpose(-1, -2)
     if round_scores:
-        s = s.to(torch.bfloat16).double()
+        s = rounded(s)
     s = s / q.shape[-1] ** 0.5
     s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
-    p = torch.softmax(s, -1).to(torch.bfloat16).double()
-    return (p @ v).to(torch.bfloat16)
+    out = rounded(rounded(torch.softmax(s, -1)) @ v)
+    out.square().sum().backward()
+    return out.detach().to(torch.bfloat16), [t.grad.float() for t in (q, k, v)]
+
+
+def _relative_error(got, want, scale):
+    return max(((g - w).abs().max() / s.abs().max()).item() for g, w, s in zip(got, want, scale))
 
 
 def test_reduced_precision_attention_rounds_the_scores_of_compiled_graphs(reduced_precision_attention,
@@ -141,26 +152,35 @@ def test_reduced_precision_attention_rounds_the_scores_of_compiled_graphs(reduce
     the bytes where the scores are stored); the switch keys the compiled programs, so
     turning it off again gives the float32 scores back. Eager attention keeps float32
     scores either way (its programs are not keyed by the switch, which only permits).
-    Scores near 250 (bf16's step there is 1) that differ by a few units make the two
-    differ far beyond the output's rounding."""
+    The backward recomputes P from the same rounded scores: the gradients follow the rounded
+    reference too. Scores near 250 (bf16's step there is 1) that differ by a few units make
+    the two differ far beyond the output's rounding."""
     torch._dynamo.reset()
     gen = torch.Generator().manual_seed(3)
     q = (32 + 0.1 * torch.randn(1, 2, 16, 8, generator=gen)).to(torch.bfloat16)
     k = (1 + 0.05 * torch.randn(1, 2, 16, 8, generator=gen)).to(torch.bfloat16)
     v = torch.randn(1, 2, 16, 8, generator=gen).to(torch.bfloat16)
-    rounded, exact = _attention_reference(q, k, v, True), _attention_reference(q, k, v, False)
-    assert (rounded.float() - exact.float()).abs().max() > 0.1  # the inputs tell the two apart
+    (rounded, rounded_grads), (exact, exact_grads) = (_attention_reference(q, k, v, r) for r in (True, False))
+    # The inputs tell the two apart, in the output and in the gradients (the backward
+    # recomputes P from the scores).
+    assert (rounded.float() - exact.float()).abs().max() > 0.1
+    assert _relative_error(rounded_grads, exact_grads, exact_grads) > 0.12
 
     def attention(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    tq, tk, tv = _on_tpu([q.requires_grad_(), k.requires_grad_(), v.requires_grad_()])
-    out = torch.compile(attention, backend="tpu")(tq, tk, tv)
-    torch.testing.assert_close(out.cpu(), rounded, rtol=0, atol=1.6e-2)
-    out.float().square().sum().backward()  # the backward recomputes P from the rounded scores
-    assert all(torch.isfinite(t.grad.cpu()).all() for t in (tq, tk, tv))
+    def compiled_run():
+        torch._dynamo.reset()
+        tq, tk, tv = _on_tpu([q.requires_grad_(), k.requires_grad_(), v.requires_grad_()])
+        out = torch.compile(attention, backend="tpu")(tq, tk, tv)
+        out.float().square().sum().backward()
+        return out.detach().cpu(), [t.grad.cpu().float() for t in (tq, tk, tv)]
+
+    out, grads = compiled_run()
+    torch.testing.assert_close(out, rounded, rtol=0, atol=1.6e-2)
+    assert _relative_error(grads, rounded_grads, exact_grads) < 0.06  # (bf16 P and dS in the matmuls)
     torch.testing.assert_close(attention(*_on_tpu([q, k, v])).cpu(), exact, rtol=0, atol=1.6e-2)  # eager
     torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(False)
-    torch._dynamo.reset()
-    out = torch.compile(attention, backend="tpu")(*_on_tpu([q, k, v]))
-    torch.testing.assert_close(out.cpu(), exact, rtol=0, atol=1.6e-2)
+    out, grads = compiled_run()
+    torch.testing.assert_close(out, exact, rtol=0, atol=1.6e-2)
+    assert _relative_error(grads, exact_grads, exact_grads) < 0.06
