@@ -965,6 +965,15 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
     losses: dict[str, list[float]] = {}
     notes: dict[str, str] = {}
 
+    def restore_settings() -> None:
+        """What a variant set (its environment variables, the two PyTorch switches) back to
+        the process's, and the device's memory released, before the next contender."""
+        for variable in _TRAIN_VARIANT_VARIABLES:
+            os.environ.pop(variable, None)
+        inductor_config.emulate_precision_casts = emulating
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(sdp_reduced)
+        release()
+
     def run_ours(name: str, fused: bool, compiled: bool, each_graph: bool = False, split: bool = False,
                  late: bool = False, emulate: bool = False, scores16: bool = False, pallas: bool = False) -> None:
         # emulate: the compiled graphs round each op's 16-bit result as eager does (inductor's
@@ -1021,11 +1030,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         # Steps launched at their forward's call, and how many kept their launched results.
         rows[name]["early_launch"] = {k: v - launched[k] for k, v in _early_launch.STATS.items()}
         del model, step, c, call, ids, tgt
-        for variable in _TRAIN_VARIANT_VARIABLES:
-            os.environ.pop(variable, None)
-        inductor_config.emulate_precision_casts = emulating
-        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(sdp_reduced)
-        release()
+        restore_settings()
         rows[name]["live_arrays_after"] = live_arrays()
 
     def run_cpu_eager(name: str) -> None:
@@ -1068,11 +1073,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
             notes[name] = f"failed: {type(err).__name__}: {err}"
             losses[name] = [math.nan]
             traceback.print_exc()
-            for variable in _TRAIN_VARIANT_VARIABLES:
-                os.environ.pop(variable, None)
-            inductor_config.emulate_precision_casts = emulating
-            torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(sdp_reduced)
-            release()
+            restore_settings()
 
     trainable = [n for n, _ in base.named_parameters()]
     consts = {n: bf16_to_jax(b) for n, b in base.named_buffers()}
