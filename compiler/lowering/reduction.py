@@ -788,14 +788,16 @@ def _sort_less(a: ir.Value, b: ir.Value, descending: bool) -> ir.Value:
     return less
 
 
-def sort_with_indices(x: ir.Value, dim: int, descending: bool) -> tuple[ir.Value, ir.Value]:
-    """Stable sort of `x` (rank >= 1) along `dim` with the int64 source indices."""
+def sort_with_indices(x: ir.Value, dim: int, descending: bool,
+                      index_dtype: torch.dtype = torch.int64) -> tuple[ir.Value, ir.Value]:
+    """Stable sort of `x` (rank >= 1) along `dim` with the source indices (int64, as
+    aten.sort returns them; int32 for internal sorts: a TPU carries int64 as two words)."""
     shape = shape_of(x)
-    iota = stablehlo.IotaOp(tensor_type(shape, torch.int64), dim).result
+    iota = stablehlo.IotaOp(tensor_type(shape, index_dtype), dim).result
     op = stablehlo.SortOp([x.type, iota.type], [x, iota], dimension=dim, is_stable=True)
     scalar_region(
         op.comparator,
-        [dtype(x), dtype(x), torch.int64, torch.int64],
+        [dtype(x), dtype(x), index_dtype, index_dtype],
         lambda args: [_sort_less(args[0], args[1], descending)],
     )
     return op.results[0], op.results[1]

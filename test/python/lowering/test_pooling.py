@@ -386,6 +386,25 @@ def test_embedding_dense_backward_bf16_sums_each_row_in_float32(padding_idx, fre
         assert torch.equal(actual, exact)
 
 
+def test_embedding_dense_backward_bf16_runs_use_32_bit_keys_and_drop_out_of_range_rows():
+    """The sorted runs' keys, sort indices and scatters are 32-bit (a TPU carries int64 as
+    two words: the runs' keys scattered as int64 pairs took 0.17 ms a step on the chip), and
+    an index outside [0, num_weights) -- which eager rejects -- writes no row, as the int64
+    scatter dropped it, rather than one its clamp or its low 32 bits would name."""
+    idx = torch.tensor([[5, 2**32 + 3, 5, -1], [40, 3, 41, 2**40]])
+    g = torch.randint(-40, 40, (2, 4, 8)).to(torch.bfloat16) / 8
+    backward = lambda g, i: aten.embedding_dense_backward(g, i, 40, -1, False)
+    actual, _, imported = lower_and_run(backward, g, idx)
+    text = str(imported.module)
+    sort = text[text.index("stablehlo.sort"):]
+    assert "xi64>" not in sort and "tensor<i64>" not in sort, sort  # (after the clamp of the int64 input)
+    assert text.count("indices_are_sorted = true") == 3, text
+    expected = torch.zeros(40, 8)
+    expected[5] = g[0, 0].float() + g[0, 2].float()
+    expected[3] = g[1, 1].float()
+    assert torch.equal(actual, expected.to(torch.bfloat16))
+
+
 @pytest.mark.parametrize("interp,padding,align", GRID_MODES)
 def test_grid_sampler_2d_backward(interp, padding, align):
     g = torch.randn(2, 3, 4, 5)
