@@ -29,7 +29,6 @@ from .helpers import (
 )
 from .padded import arg_position, product, run_time_size, schema_arg, symbolic_arg, with_schema_arg
 from .registry import LOWERINGS, LoweringContext, declare_padding, lowers, Padding
-from .indexing import gather
 from .reduction import reduce_sum
 from .opmath import log_sigmoid_parts, opmath_dtype, opmath_operands
 
@@ -214,15 +213,16 @@ def _class_dim(self: ir.Value) -> int:
     return 1 if rank_of(self) >= 2 else 0
 
 
-def _target_classes(self: ir.Value, target: ir.Value, ignore_index: int) -> tuple[ir.Value, ir.Value]:
-    """(each sample's class, -1 where it has none; valid: target != ignore), shaped as
-    self with a class dim of 1.
+def _one_hot(self: ir.Value, target: ir.Value, ignore_index: int) -> tuple[ir.Value, ir.Value]:
+    """(mask of self's shape: the target class of each sample, valid: target != ignore)
+    with target broadcast over the class dim.
 
-    The ignored samples and the targets outside [0, classes) become -1 (no class), and
-    the classes are 32-bit where they fit: a TPU emulates 64-bit integers (an int64 `==`
-    is two 32-bit ones and an `and`), and the backward's one-hot mask built from these is
-    recomputed for every tile of the matrix product that reads the loss's gradient (the
-    vocabulary projection's weight gradient, the training step's largest fusion)."""
+    The mask costs one comparison per element, as JAX's one-hot: the ignored samples and
+    the targets outside [0, classes) become -1 per sample first (no class is -1), and the
+    classes are compared in 32 bits where they fit -- a TPU emulates 64-bit integers (an
+    int64 `==` is two 32-bit ones and an `and`), and this mask is recomputed for every tile
+    of the matrix product that reads the loss's gradient (the vocabulary projection's weight
+    gradient, the training step's largest fusion). The values are the same."""
     shape = shape_of(self)
     cdim = _class_dim(self)
     tshape = list(shape)
@@ -236,27 +236,10 @@ def _target_classes(self: ir.Value, target: ir.Value, ignore_index: int) -> tupl
     if classes_n <= torch.iinfo(tdt).max:  # (a uint8 target is below 300 classes whatever it holds)
         in_range = hlo.logical_and(in_range, hlo.compare(target, full(classes_n, tdt, tsh), "LT"))
     cls = torch.int32 if classes_n < 2**31 else torch.int64  # (signed: -1 is no class)
-    return select(hlo.logical_and(valid, in_range), convert(target, cls), full(-1, cls, tsh)), valid
-
-
-def _one_hot(self: ir.Value, target: ir.Value, ignore_index: int) -> ir.Value:
-    """The mask of self's shape that is true at each sample's target class: one comparison
-    per element, as JAX's one-hot (no class is -1)."""
-    classes, _ = _target_classes(self, target, ignore_index)
-    shape = shape_of(self)
-    iota = stablehlo.IotaOp(tensor_type(shape, dtype(classes)), _class_dim(self)).result
-    return hlo.compare(iota, broadcast_to(classes, shape), "EQ")
-
-
-def _take_class(values: ir.Value, classes: ir.Value, cdim: int) -> ir.Value:
-    """values[..., classes[...], ...] along the class dim (take_along_axis): one element
-    per sample, shaped as `classes`. A gather clamps -1 to class 0; callers mask it."""
-    rank = rank_of(values)
-    others = [d for d in range(rank) if d != cdim]
-    return gather(
-        values, classes, collapsed_slice_dims=[cdim], start_index_map=[cdim], index_vector_dim=rank,
-        slice_sizes=[1] * rank, operand_batching_dims=others, start_indices_batching_dims=others,
-    )
+    picked = select(hlo.logical_and(valid, in_range), convert(target, cls), full(-1, cls, tsh))
+    classes = stablehlo.IotaOp(tensor_type(shape, cls), cdim).result
+    hit = hlo.compare(classes, broadcast_to(picked, shape), "EQ")
+    return hit, valid
 
 
 def _class_weights(self: ir.Value, weight) -> ir.Value | None:
@@ -269,53 +252,24 @@ def _class_weights(self: ir.Value, weight) -> ir.Value | None:
     return broadcast_to(reshape(convert(weight, dtype(self)), wshape), shape)
 
 
-def _picked_by_gather(x: ir.Value, target: ir.Value, weight, ignore_index: int) -> tuple[ir.Value, ir.Value]:
-    """(x[i, target[i]] * weight[target[i]], weight[target[i]]) per sample, shaped as x with
-    a class dim of 1: each sample's value gathered at its class, 0 where it has none (a
-    one-hot select summed over the classes reads every class: on the chip that cost 0.18 ms
-    a step over a 32000-word vocabulary, recomputing the log-softmax of every logit)."""
-    cdt = dtype(x)
-    cdim = _class_dim(x)
-    classes, valid = _target_classes(x, target, ignore_index)
-    tshape = shape_of(classes)
-    has_class = hlo.compare(classes, full(-1, dtype(classes), tshape), "NE")
-    picked = select(has_class, _take_class(x, classes, cdim), full(0, cdt, tshape))
-    if weight is None:
-        return picked, convert(valid, cdt)
-    w = reshape(convert(weight, cdt), [shape_of(x)[cdim]])
-    w_at = gather(w, classes, collapsed_slice_dims=[0], start_index_map=[0], index_vector_dim=len(tshape),
-                  slice_sizes=[1])
-    sample_weight = select(has_class, w_at, full(0, cdt, tshape))
-    return hlo.mul(picked, sample_weight), sample_weight
-
-
-def _picked_by_one_hot(x: ir.Value, target: ir.Value, weight, ignore_index: int) -> tuple[ir.Value, ir.Value]:
-    """`_picked_by_gather`'s values as a one-hot select summed over the class dim: the form
-    XLA's dynamic padder masks where the samples are a dynamic dim (it rejects the gather's
-    select there)."""
-    cdim = _class_dim(x)
-    hit = _one_hot(x, target, ignore_index)
+@lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+def _nll_loss_forward(ctx, self, target, weight, reduction, ignore_index):
+    """-self[i, target[i]] * weight[target[i]] as a one-hot select and a sum over the
+    class dim (no gather: ignored targets may be out of range)."""
+    out = ctx.result_dtype(0)
+    cdt = opmath_dtype(out)
+    x = convert(self, cdt)
+    if rank_of(x) == 1 and rank_of(target) == 1:
+        target = reshape(target, [])  # the kernel reads target[0]
+    hit, valid = _one_hot(x, target, ignore_index)
     w = _class_weights(x, weight)
     weighted = hlo.mul(x, w) if w is not None else x
-    picked = reduce_sum(select(hit, weighted, constant_like(0, x)), [cdim])
+    cdim = _class_dim(x)
+    picked = hlo.neg(reduce_sum(select(hit, weighted, constant_like(0, x)), [cdim]))  # [N, ...]
     if w is not None:
         sample_weight = reduce_sum(select(hit, w, constant_like(0, w)), [cdim])
     else:
-        _, valid = _target_classes(x, target, ignore_index)
-        sample_weight = convert(reshape(valid, shape_of(picked)), dtype(x))
-    return picked, sample_weight
-
-
-def _nll_loss_forward_with(pick, ctx, self, target, weight, reduction, ignore_index):
-    """-self[i, target[i]] * weight[target[i]], reduced: the two rules differ in `pick`."""
-    out = ctx.result_dtype(0)
-    x = convert(self, opmath_dtype(out))
-    if rank_of(x) == 1 and rank_of(target) == 1:
-        target = reshape(target, [])  # the kernel reads target[0]
-    picked, sample_weight = pick(x, target, weight, ignore_index)
-    sample_shape = [n for d, n in enumerate(shape_of(x)) if d != _class_dim(x)]
-    picked = hlo.neg(reshape(picked, sample_shape))  # [N, ...]
-    sample_weight = reshape(sample_weight, sample_shape)
+        sample_weight = convert(reshape(valid, shape_of(picked)), cdt)
     if reduction == _REDUCTION_NONE and rank_of(x) > 1:
         return convert(picked, out), full(0, ctx.result_dtype(1), ctx.result_shape(1))
     total_weight = _sum_all(sample_weight)
@@ -323,20 +277,6 @@ def _nll_loss_forward_with(pick, ctx, self, target, weight, reduction, ignore_in
     if reduction == _REDUCTION_MEAN:
         loss = hlo.div(loss, total_weight)
     return reshape(convert(loss, out), ctx.result_shape(0)), reshape(convert(total_weight, ctx.result_dtype(1)), ctx.result_shape(1))
-
-
-def _nll_loss_forward_padded(ctx, self, target, weight, reduction, ignore_index):
-    """The one-hot sum over the classes: what XLA's dynamic padder masks when the samples
-    are a dynamic dim (the gather's masking select is an op it rejects there)."""
-    return _nll_loss_forward_with(_picked_by_one_hot, ctx, self, target, weight, reduction, ignore_index)
-
-
-# Bounded dynamism: the forward gathers at the targets (Padding.INDEX); with a dynamic
-# sample dim its rule is the one-hot sum (test_training_step_dynamic_batch).
-@lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, dynamic=Padding.INDEX,
-        dynamic_rule=_nll_loss_forward_padded)
-def _nll_loss_forward(ctx, self, target, weight, reduction, ignore_index):
-    return _nll_loss_forward_with(_picked_by_gather, ctx, self, target, weight, reduction, ignore_index)
 
 
 @lowers(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
@@ -351,7 +291,7 @@ def _nll_loss_backward(ctx, grad_output, self, target, weight, reduction, ignore
     if rank_of(self) == 1 and rank_of(target) == 1:
         target = reshape(target, [])
     x = convert(self, cdt)
-    hit = _one_hot(x, target, ignore_index)
+    hit, _ = _one_hot(x, target, ignore_index)
     if rank_of(g) > 0 and rank_of(g) < len(shape):
         gshape = list(shape)
         gshape[cdim] = 1
@@ -363,6 +303,12 @@ def _nll_loss_backward(ctx, grad_output, self, target, weight, reduction, ignore
     return convert(select(hit, hlo.neg(g), constant_like(0, x)), out)
 
 
-# Bounded dynamism (registry.Padding). nll_loss's backward selects by a one-hot (masked); the
-# forward's division by the summed weights keeps its mean right (test_gpt_training_step_dynamic_batch).
-declare_padding(Padding.MASKED, aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+# Bounded dynamism (registry.Padding). nll_loss sums weights and values (masked) and divides
+# by the weight sum, so its mean is right (test_gpt_training_step_dynamic_batch).
+declare_padding(
+    Padding.MASKED,
+    aten.nll_loss_forward.default,
+    aten.nll_loss_backward.default,
+    aten.nll_loss2d_forward.default,
+    aten.nll_loss2d_backward.default,
+)

@@ -120,9 +120,7 @@ def test_a_class_declared_apart_needs_a_lowering(scratch):
 # 60 index, 34 eager (same session): segment_reduce and its backward (index); _ctc_loss and its backward,
 # .default and .Tensor (eager: padded time steps or batch rows would change the loss).
 # 423 safe: gcd and lcm (elementwise; their Euclid loop reads each position alone).
-# 62 index, 52 masked (#28, twenty-third session): nll_loss_forward and nll_loss2d_forward gather at
-# the targets (index; their rule with a dynamic sample dim is the one-hot sum the padder masks).
-CLASS_COUNTS = {'count': 40, 'eager': 34, 'index': 62, 'masked': 52, 'movement': 74, 'prefix': 5, 'safe': 423, 'size': 53, 'window': 23}
+CLASS_COUNTS = {'count': 40, 'eager': 34, 'index': 60, 'masked': 54, 'movement': 74, 'prefix': 5, 'safe': 423, 'size': 53, 'window': 23}
 OPS_WITH_A_RULE = {
     "count": """
         _batch_norm_with_update.default _batch_norm_with_update_functional.default
@@ -143,8 +141,7 @@ OPS_WITH_A_RULE = {
         _unsafe_index_put.hacked_twin argmax.default argmin.default bucketize.Scalar
         bucketize.Tensor embedding_dense_backward.default index.Tensor index.Tensor_hacked_twin index_add.default index_copy.default
         index_fill.int_Scalar index_fill.int_Tensor index_put.default index_put.hacked_twin
-        index_reduce.default isin.Scalar_Tensor isin.Tensor_Tensor max.dim min.dim
-        nll_loss2d_forward.default nll_loss_forward.default scatter.reduce
+        index_reduce.default isin.Scalar_Tensor isin.Tensor_Tensor max.dim min.dim scatter.reduce
         scatter.src scatter.value scatter.value_reduce scatter_add.default scatter_reduce.two
         searchsorted.Scalar searchsorted.Tensor
     """,
