@@ -255,7 +255,10 @@ def _class_weights(self: ir.Value, weight) -> ir.Value | None:
 @lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
 def _nll_loss_forward(ctx, self, target, weight, reduction, ignore_index):
     """-self[i, target[i]] * weight[target[i]] as a one-hot select and a sum over the
-    class dim (no gather: ignored targets may be out of range)."""
+    class dim. Not a gather at the targets: `self` is a log-softmax, and XLA fuses its
+    computation from the logits into this sum, where a gather's operand must be stored --
+    on the chip the gather made the step write the float32 log-softmax of a 32000-word
+    vocabulary (0.79 ms a step, twenty-third session) to save this sum's 0.18 ms."""
     out = ctx.result_dtype(0)
     cdt = opmath_dtype(out)
     x = convert(self, cdt)

@@ -247,7 +247,22 @@ def test_nll_loss_one_hot_is_one_32_bit_comparison_per_element():
     (loss, total), _, _ = lower_and_run(lambda x, t: aten.nll_loss_forward(x, t, None, 2, -100), x, target)
     torch.testing.assert_close(loss, -(x[0, 1] + x[3, 0]))
     assert total.item() == 3  # the out-of-range target still counts as a sample (valid), as before
+    (loss, total), _, _ = lower_and_run(lambda x, t: aten.nll_loss_forward(x, t, None, 2, -100), x,
+                                        torch.tensor([7, -3, 4, 2]))
+    torch.testing.assert_close(loss, -(x[2, 4] + x[3, 2]))  # 7 and -3 pick nothing (no clamped class)
+    weight = torch.rand(5) + 0.5
+    (loss, total), _, _ = lower_and_run(lambda x, t, w: aten.nll_loss_forward(x, t, w, 1, -100), x, target, weight)
+    torch.testing.assert_close(total, weight[1] + weight[0])
+    torch.testing.assert_close(loss, -(x[0, 1] * weight[1] + x[3, 0] * weight[0]) / (weight[1] + weight[0]))
     check(lambda x, t: aten.nll_loss_forward(x, t, None, 1, 0), x, torch.tensor([1, 0, 4, 0]))  # ignore_index in range
+    grad, _, imported = lower_and_run(
+        lambda g, x, t, tw: aten.nll_loss_backward(g, x, t, None, 2, -100, tw), torch.tensor(1.0), x, target, total)
+    text = str(imported.module)
+    assert "stablehlo.iota dim = 1 : tensor<4x5xi32>" in text, text
+    assert "tensor<4x5xi64>" not in text and "stablehlo.and" not in text.split("stablehlo.iota")[1], text
+    expected = torch.zeros(4, 5)
+    expected[0, 1] = expected[3, 0] = -1.0
+    torch.testing.assert_close(grad, expected)
 
 
 # -- distances and cross ---------------------------------------------------------------------------------------------
