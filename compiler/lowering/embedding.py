@@ -97,10 +97,12 @@ def _scatter_rows_summed_first(g: ir.Value, idx: ir.Value, num: int, dt: torch.d
     starts = stablehlo.OrOp(compare(keys, before, "NE"), first).result
     run = stablehlo.SubtractOp(prefix_sum_last_axis(convert(starts, torch.int32)), full(1, torch.int32, [m])).result
     sums = _scatter_rows(rows, run, m, indices_sorted=True)
-    # Each run's key (its elements agree); a slot no run reaches keeps `num`, which the
-    # last scatter drops, so the runs' keys stay in ascending order.
-    run_keys = _scatter_rows(keys, run, m, combine=lambda old, new: new, init=num, indices_sorted=True)
-    return _scatter_rows(convert(sums, dt), run_keys, num, indices_sorted=True)
+    # Each run's key (its elements agree); a slot no run reaches keeps row 0 and a zero
+    # sum, which adds nothing to row 0. (The last scatter is JAX's embedding gradient's
+    # form, unsorted and in range: marked sorted, with the unreached slots out of range,
+    # it took 0.306 ms on the chip where this form takes 0.250.)
+    run_keys = _scatter_rows(keys, run, m, combine=lambda old, new: new, indices_sorted=True)
+    return _scatter_rows(convert(sums, dt), run_keys, num)
 
 
 def _embedding_rows_summed(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
