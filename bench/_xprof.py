@@ -22,9 +22,9 @@ from typing import Any, Callable
 _KIND = re.compile(r"\bkind=(k\w+)")
 
 
-def profile_calls(fn: Callable[[], Any], sync: Callable[[Any], Any], calls: int, top: int = 20) -> dict:
+def profile_calls(fn: Callable[[], Any], sync: Callable[[Any], Any], calls: int, top: int | None = 20) -> dict:
     """`calls` calls of `fn` (then one `sync`) under the profiler: their device time per call,
-    by program, by op category and the `top` ops (see `summarize`)."""
+    by program, by op category and the `top` ops (None: every op; see `summarize`)."""
     import jax
     from jax.profiler import ProfileData
 
@@ -41,7 +41,7 @@ def profile_calls(fn: Callable[[], Any], sync: Callable[[Any], Any], calls: int,
         return summarize(ProfileData.from_file(paths[0]), calls, top)
 
 
-def summarize(profile: Any, calls: int, top: int = 20) -> dict:
+def summarize(profile: Any, calls: int, top: int | None = 20) -> dict:
     """{"source", "device_ms_per_call" (the programs' time), "programs": {name: ms per
     call}, "categories": {opcode[:fusion kind]: ms per call}, "top_ops": [{op, category,
     type, ms_per_call, count_per_call}], "stat_keys": the first op event's stats (what

@@ -17,8 +17,16 @@ writes our step's module (`ours.mlir`) to edit into such a variant.
 static KV cache: ours the module `torch.compile(model.decode)` compiles, JAX's `decode`), its
 caches written in place (donated) in both.
 
+`--top N` keeps N ops a contender in the profile (0: every op), and with `--profile` the ops of
+ours and JAX's are then compared grouped by what they write (category and largest result, e.g.
+`fusion:kOutput [4096,1536]`: the weight gradients with their AdamW update), the groups where the
+two differ most first; `--bf16-scores` compiles ours with attention's scores in
+bf16 (`torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`), as JAX's reference
+attention computes them. `bench/hlo_fusion.py` then prints a fusion's body from `--hlo-dir`.
+
     python bench/hlo_layouts.py [--case train|decode] [--small] [--layers 2] [--jax-flatten] [--profile 1]
-                                [--modules A.mlir ...] [--hlo-dir DIR] [--mlir-dir DIR] [--json PATH]
+                                [--top 20] [--bf16-scores] [--modules A.mlir ...] [--hlo-dir DIR]
+                                [--mlir-dir DIR] [--json PATH]
 """
 
 from __future__ import annotations
@@ -203,6 +211,38 @@ def jax_program(cfg: Any, batch: int, seq: int, flatten_rows: bool) -> Program:
     return compiled.as_text(), arguments, lambda args: compiled(*args), jax.block_until_ready
 
 
+_SHAPE = re.compile(r"\w+\[([\d,]*)\]")
+
+
+def largest_result(type_text: str) -> str:
+    """The dims of the largest array an op writes (`(bf16[1536], f32[4,512], bf16[4,512,1536])`
+    -> `[4,512,1536]`): what matches an op of ours with JAX's counterpart when the two write
+    different side results (a gradient kept, a row statistic in another dtype)."""
+    shapes = [dims for dims in _SHAPE.findall(type_text)]
+    if not shapes:
+        return type_text
+    return "[" + max(shapes, key=lambda d: np.prod([int(n) for n in d.split(",") if n] or [1])) + "]"
+
+
+def by_output_type(profile: dict) -> dict[str, list]:
+    """{"category [dims]": [ops per call, ms per call]} of a profile's listed ops, grouped by
+    their largest result: what the program spends on each kind of result, comparable across
+    two programs whose op names differ."""
+    groups: dict[str, list] = {}
+    for op in profile.get("top_ops", []):
+        entry = groups.setdefault(f"{op['category']} {largest_result(op['type'])}", [0.0, 0.0])
+        entry[0] += op["count_per_call"]
+        entry[1] += op["ms_per_call"]
+    return groups
+
+
+def compare_by_output_type(ours: dict, theirs: dict, rows: int = 25) -> list[tuple[str, list, list]]:
+    """(group, ours [n, ms], theirs [n, ms]) for the `rows` groups whose time differs most."""
+    mine, other = by_output_type(ours), by_output_type(theirs)
+    keys = sorted(set(mine) | set(other), key=lambda k: -abs(mine.get(k, [0, 0])[1] - other.get(k, [0, 0])[1]))
+    return [(k, mine.get(k, [0, 0.0]), other.get(k, [0, 0.0])) for k in keys[:rows]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=("train", "decode"), default="train",
@@ -212,12 +252,20 @@ def main() -> None:
     parser.add_argument("--jax-flatten", action="store_true", help="add JAX's step with PyTorch's flattening")
     parser.add_argument("--modules", nargs="*", default=[], help="more .mlir modules to compile and compare")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="device time of N calls each")
+    parser.add_argument("--top", type=int, default=20, metavar="N",
+                        help="ops kept per contender in the profile (0: every op; default 20)")
+    parser.add_argument("--bf16-scores", action="store_true",
+                        help="ours with attention's scores in bf16 (allow_fp16_bf16_reduction_math_sdp)")
     parser.add_argument("--hlo-dir", help="write each optimized HLO module here")
     parser.add_argument("--mlir-dir", help="write our step's MLIR module here (ours.mlir: edit it into a --modules variant)")
     parser.add_argument("--json", metavar="PATH", help="write the comparison as JSON")
     a = parser.parse_args()
 
     platform = bench.share_jax_client()
+    if a.bf16_scores:
+        import torch
+
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
     cfg = bench.llama_config(a.small, a.layers)
     batch, seq = (2, 16) if a.small else (4, 512)
     donated: list[int] = []  # --case decode: the arguments our step donates (its caches)
@@ -252,7 +300,7 @@ def main() -> None:
             prepared = [arguments() for _ in range(a.profile)]
             for args in prepared:
                 sync(args)
-            row["profile"] = profile_calls(lambda: run(prepared.pop()), sync, a.profile)
+            row["profile"] = profile_calls(lambda: run(prepared.pop()), sync, a.profile, top=a.top or None)
         if name in a.modules or name == "ours":
             row["donated"] = list(donated)
         results[name] = row
@@ -260,9 +308,15 @@ def main() -> None:
         print(f"  {name:24s} layout copies {row['layout_copies']:4d} ({top})  fusions {row['fusions']}")
         if "profile" in row:
             print("        " + brief(row["profile"]).replace("\n", "\n        "))
+    if a.profile and "profile" in results.get("ours", {}) and "profile" in results.get("jax", {}):
+        listed = f"the top {a.top} ops of each" if a.top else "every op"
+        print(f"  {listed} by what it writes, ms per call (ops per call): ours | jax")
+        for group, mine, theirs in compare_by_output_type(results["ours"]["profile"], results["jax"]["profile"]):
+            print(f"    {mine[1]:8.3f} ({mine[0]:3.0f}) | {theirs[1]:8.3f} ({theirs[0]:3.0f})  {group[:120]}")
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps({"config": {**cfg.__dict__, "case": a.case, "batch": batch, "seq": seq,
-                                                               "platform": platform}, "contenders": results},
+                                                               "platform": platform, "bf16_scores": a.bf16_scores},
+                                                    "contenders": results},
                                                    indent=1, default=str))
 
 

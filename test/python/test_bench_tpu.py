@@ -221,7 +221,7 @@ def test_hlo_layouts_compares_our_step_with_jax_on_one_client(tmp_path):
     env = {**os.environ, "TORCH_TPU_PLATFORM": "cpu", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, os.path.join(BENCH, "hlo_layouts.py"), "--small", "--layers", "1", "--jax-flatten",
-         "--json", str(out)],
+         "--profile", "1", "--top", "0", "--bf16-scores", "--json", str(out)],
         capture_output=True, text=True, timeout=300, env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -230,7 +230,55 @@ def test_hlo_layouts_compares_our_step_with_jax_on_one_client(tmp_path):
     for name, row in data["contenders"].items():
         assert row["layout_copies"] == sum(row["copies_by_type"].values()), name
         assert row["fusions"], name  # an optimized training step fuses
-    assert data["config"]["layers"] == 1 and data["config"]["platform"] == "cpu"
+        assert len(row["profile"]["top_ops"]) > 20, name  # --top 0: every op
+    assert data["config"]["layers"] == 1 and data["config"]["platform"] == "cpu" and data["config"]["bf16_scores"]
+    assert "every op by what it writes" in proc.stdout
+
+
+def test_hlo_layouts_groups_ops_by_their_largest_result():
+    """Ours and JAX's ops are matched by the largest array each writes: a fusion that also
+    writes a gradient, or a row statistic in another dtype, meets its counterpart."""
+    from hlo_layouts import compare_by_output_type, largest_result
+
+    assert largest_result("(bf16[1536], f32[4,512], bf16[4,512,1536])") == "[4,512,1536]"
+    assert largest_result("f32[]") == "[]" and largest_result("(u32[2048], u32[2048])") == "[2048]"
+    ours = {"top_ops": [
+        {"category": "fusion:kOutput", "type": "(bf16[64,32], bf16[64,32], bf16[64,32], bf16[64,32])",
+         "ms_per_call": 2.0, "count_per_call": 1.0},
+        {"category": "fusion:kOutput", "type": "(bf16[32], f32[4,8], bf16[4,8,32])", "ms_per_call": 0.5,
+         "count_per_call": 2.0},
+    ]}
+    jax = {"top_ops": [
+        {"category": "fusion:kOutput", "type": "(bf16[64,32], bf16[64,32], bf16[64,32])", "ms_per_call": 1.5,
+         "count_per_call": 1.0},
+        {"category": "fusion:kOutput", "type": "(f32[4,8], bf16[4,8,32])", "ms_per_call": 0.45, "count_per_call": 2.0},
+    ]}
+    assert compare_by_output_type(ours, jax) == [
+        ("fusion:kOutput [64,32]", [1.0, 2.0], [1.0, 1.5]),
+        ("fusion:kOutput [4,8,32]", [2.0, 0.5], [2.0, 0.45]),
+    ]
+
+
+def test_hlo_fusion_prints_an_op_and_the_computations_it_calls():
+    from hlo_fusion import describe
+
+    lines = [
+        "%inner (p: f32[4]) -> f32[4] {",
+        "  ROOT %e = f32[4]{0} exponential(%p)",
+        "}",
+        "%outer (a: f32[4]) -> f32[4] {",
+        "  %f = f32[4]{0} fusion(%a), kind=kLoop, calls=%inner",
+        "  ROOT %n = f32[4]{0} negate(%f)",
+        "}",
+        "ENTRY %main (x: f32[4]) -> f32[4] {",
+        "  ROOT %fusion.7 = f32[4]{0} fusion(%x), kind=kLoop, calls=%outer",
+        "}",
+    ]
+    shown = describe(lines, "fusion.7", depth=2)
+    assert shown[0].startswith("ROOT %fusion.7 = ") and "    %outer (a: f32[4])" in shown[1]
+    assert "        ROOT %e = f32[4]{0} exponential(%p)" in shown  # the nested fusion, one level deeper
+    assert not any("exponential" in line for line in describe(lines, "fusion.7", depth=1))
+    assert describe(lines, "fusion.9", depth=1) == ["%fusion.9: no such instruction"]
 
 
 def test_hlo_layouts_compares_the_decode_step(tmp_path):
