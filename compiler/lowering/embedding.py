@@ -82,8 +82,10 @@ def _scatter_rows_summed_first(g: ir.Value, idx: ir.Value, num: int, dt: torch.d
 
     The keys and the sort's indices are 32-bit (num < 2**31): a TPU carries int64 as two
     32-bit words, and the runs' keys scattered as int64 pairs took 0.17 ms a step on the
-    chip, 3.5 times the float32 rows' scatter. An index outside [0, num) becomes -1 or num,
-    which the last scatter drops, as it drops the int64 index."""
+    chip, twice the float32 rows' scatter (0.09 ms). An index outside [0, num) becomes -1 or
+    num, which the last scatter drops, as it drops the int64 index. The last scatter is
+    JAX's embedding gradient's form, unsorted, the unreached slots at row 0: marked sorted,
+    with those slots out of range instead, it took 0.306 ms on the chip against 0.250."""
     (m,) = shape_of(idx)
     key_dt = torch.int32
     bounds = [full(-1, dtype(idx), []), full(num, dtype(idx), [])]
@@ -98,9 +100,7 @@ def _scatter_rows_summed_first(g: ir.Value, idx: ir.Value, num: int, dt: torch.d
     run = stablehlo.SubtractOp(prefix_sum_last_axis(convert(starts, torch.int32)), full(1, torch.int32, [m])).result
     sums = _scatter_rows(rows, run, m, indices_sorted=True)
     # Each run's key (its elements agree); a slot no run reaches keeps row 0 and a zero
-    # sum, which adds nothing to row 0. (The last scatter is JAX's embedding gradient's
-    # form, unsorted and in range: marked sorted, with the unreached slots out of range,
-    # it took 0.306 ms on the chip where this form takes 0.250.)
+    # sum, which adds nothing to row 0.
     run_keys = _scatter_rows(keys, run, m, combine=lambda old, new: new, indices_sorted=True)
     return _scatter_rows(convert(sums, dt), run_keys, num)
 
