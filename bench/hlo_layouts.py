@@ -218,7 +218,7 @@ def largest_result(type_text: str) -> str:
     """The dims of the largest array an op writes (`(bf16[1536], f32[4,512], bf16[4,512,1536])`
     -> `[4,512,1536]`): what matches an op of ours with JAX's counterpart when the two write
     different side results (a gradient kept, a row statistic in another dtype)."""
-    shapes = [dims for dims in _SHAPE.findall(type_text)]
+    shapes = _SHAPE.findall(type_text)
     if not shapes:
         return type_text
     return "[" + max(shapes, key=lambda d: np.prod([int(n) for n in d.split(",") if n] or [1])) + "]"

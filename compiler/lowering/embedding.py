@@ -21,7 +21,7 @@ from .helpers import (
     select,
     shape_of,
 )
-from .indexing import prefix_sum_last_axis
+from .indexing import clamp_index, prefix_sum_last_axis
 from .opmath import opmath_dtype
 from .reduction import sort_with_indices
 from .registry import declare_padding, lowers, Padding
@@ -87,13 +87,10 @@ def _scatter_rows_summed_first(g: ir.Value, idx: ir.Value, num: int, dt: torch.d
     JAX's embedding gradient's form, unsorted, the unreached slots at row 0: marked sorted,
     with those slots out of range instead, it took 0.306 ms on the chip against 0.250."""
     (m,) = shape_of(idx)
-    key_dt = torch.int32
-    bounds = [full(-1, dtype(idx), []), full(num, dtype(idx), [])]
-    keys, order = sort_with_indices(convert(stablehlo.ClampOp(bounds[0], idx, bounds[1]).result, key_dt), 0, False,
-                                    index_dtype=torch.int32)
+    keys, order = sort_with_indices(convert(clamp_index(idx, -1, num), torch.int32), 0, False, index_dtype=torch.int32)
     rows = _gather_rows(g, order)
     # A run of equal keys starts where the key differs from the one before (and at 0).
-    before = stablehlo.PadOp(stablehlo.SliceOp(keys, [0], [m - 1], [1]).result, full(0, key_dt, []),
+    before = stablehlo.PadOp(stablehlo.SliceOp(keys, [0], [m - 1], [1]).result, full(0, torch.int32, []),
                              [1], [0], [0]).result
     first = compare(stablehlo.IotaOp(tensor_type([m], torch.int32), 0).result, full(0, torch.int32, [m]), "EQ")
     starts = stablehlo.OrOp(compare(keys, before, "NE"), first).result

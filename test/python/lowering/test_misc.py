@@ -231,6 +231,12 @@ def test_cross_entropy_graph():
     check(lambda x, t: F.cross_entropy(x, t, ignore_index=1, reduction="sum"), torch.randn(6, 4), TARGET.clamp(min=0))
 
 
+def _one_32_bit_comparison_per_element(text: str) -> None:
+    """The (4, 5) one-hot of an nll_loss module: int32 classes, compared once per element."""
+    assert "stablehlo.iota dim = 1 : tensor<4x5xi32>" in text, text
+    assert "tensor<4x5xi64>" not in text and "stablehlo.and" not in text.split("stablehlo.iota")[1], text
+
+
 def test_nll_loss_one_hot_is_one_32_bit_comparison_per_element():
     """The one-hot of nll_loss compares the classes in 32 bits, once per element (ignored
     samples folded into the per-sample target as -1): a TPU emulates int64 comparisons with
@@ -240,9 +246,7 @@ def test_nll_loss_one_hot_is_one_32_bit_comparison_per_element():
     target = torch.tensor([1, 2**32 + 2, -100, 0])
     (out, total), _, imported = lower_and_run(
         lambda x, t: aten.nll_loss_forward(x, t, None, 0, -100), x, target)
-    text = str(imported.module)
-    assert "stablehlo.iota dim = 1 : tensor<4x5xi32>" in text, text
-    assert "tensor<4x5xi64>" not in text and "stablehlo.and" not in text.split("stablehlo.iota")[1], text
+    _one_32_bit_comparison_per_element(str(imported.module))
     torch.testing.assert_close(out, torch.stack([-x[0, 1], torch.tensor(0.0), torch.tensor(0.0), -x[3, 0]]))
     (loss, total), _, _ = lower_and_run(lambda x, t: aten.nll_loss_forward(x, t, None, 2, -100), x, target)
     torch.testing.assert_close(loss, -(x[0, 1] + x[3, 0]))
@@ -257,9 +261,7 @@ def test_nll_loss_one_hot_is_one_32_bit_comparison_per_element():
     check(lambda x, t: aten.nll_loss_forward(x, t, None, 1, 0), x, torch.tensor([1, 0, 4, 0]))  # ignore_index in range
     grad, _, imported = lower_and_run(
         lambda g, x, t, tw: aten.nll_loss_backward(g, x, t, None, 2, -100, tw), torch.tensor(1.0), x, target, total)
-    text = str(imported.module)
-    assert "stablehlo.iota dim = 1 : tensor<4x5xi32>" in text, text
-    assert "tensor<4x5xi64>" not in text and "stablehlo.and" not in text.split("stablehlo.iota")[1], text
+    _one_32_bit_comparison_per_element(str(imported.module))
     expected = torch.zeros(4, 5)
     expected[0, 1] = expected[3, 0] = -1.0
     torch.testing.assert_close(grad, expected)
@@ -301,4 +303,3 @@ def test_linalg_cross():
     check(lambda a, b: torch.linalg.cross(a, b), torch.randn(4, 3), torch.randn(4, 3), ops=[aten.linalg_cross.default])
     check(lambda a, b: torch.linalg.cross(a, b, dim=0), torch.randn(3, 2), torch.randn(3, 1))
     check(lambda a, b: torch.cross(a, b, dim=1), torch.randint(-5, 5, (2, 3)), torch.randint(-5, 5, (2, 3)))
-
