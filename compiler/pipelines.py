@@ -28,8 +28,9 @@ _BOUNDS = Option(
 )
 _ELIDE_ROUNDINGS = Option(
     "elide-roundings", bool, False,
-    "read 16-bit intermediates widened again unrounded (torchtpu-elide-roundings), as inductor "
-    "does unless torch._inductor.config.emulate_precision_casts",
+    "torch.compile's rule for 16-bit intermediates, as inductor's unless "
+    "torch._inductor.config.emulate_precision_casts: 16-bit arithmetic on 16-bit values as 16-bit ops "
+    "(torchtpu-narrow-opmath), then intermediates widened again read unrounded (torchtpu-elide-roundings)",
 )
 
 
@@ -116,14 +117,16 @@ def _precision_step(precision: str) -> str:
     "every float32 matrix op (`torchtpu-set-precision{override=true}`) and, for graphs with dynamic dimensions, "
     "makes the bounds explicit (`torchtpu-annotate-bounds`, and `torchtpu-materialize-bounds` "
     "for runtimes without bounded-dynamic parameters). With `elide-roundings=true` (what "
-    "torch.compile runs) it reads 16-bit intermediates that the next op widens again "
-    "unrounded (`torchtpu-elide-roundings`). The output keeps CHLO: XLA expands "
+    "torch.compile runs) it writes 16-bit arithmetic on 16-bit values as 16-bit ops, so that "
+    "XLA decides which 16-bit results it stores (`torchtpu-narrow-opmath`), and reads the other 16-bit "
+    "intermediates that the next op widens again unrounded (`torchtpu-elide-roundings`). The output keeps CHLO: XLA expands "
     "ops such as `chlo.top_k` better than the generic legalization.",
     (_PRECISION, _BOUNDS, _ELIDE_ROUNDINGS),
 )
 def _compile(precision: str, bounds: str, elide_roundings: bool = False) -> list[str]:
     return ["torchtpu-verify", *_unflatten_step(bounds), _precision_step(precision),
-            *(["torchtpu-elide-roundings"] if elide_roundings else []), *_bounds_steps(bounds)]
+            *(["torchtpu-narrow-opmath", "torchtpu-elide-roundings"] if elide_roundings else []),
+            *_bounds_steps(bounds)]
 
 
 @register_pipeline(

@@ -78,12 +78,12 @@ def _is_scalar_rounding(source: ir.Value) -> bool:
     return False
 
 
-def _is_explicit_cast(narrow: ir.Operation) -> bool:
+def is_explicit_cast(narrow: ir.Operation) -> bool:
     name = location_name(narrow.location)
     return name is not None and name.rsplit(".", 1)[0] in _EXPLICIT_CASTS
 
 
-def _reaches_comparison(value: ir.Value) -> bool:
+def reaches_comparison(value: ir.Value) -> bool:
     """Whether `value` flows into a `stablehlo.compare` through elementwise ops."""
     pending, visited = [value], 0
     while pending and visited < _SEARCH_LIMIT:
@@ -108,7 +108,7 @@ def _elidable(widen: ir.Operation) -> ir.Value | None:
         return None
     if str(element_type_of(source)) != _WIDE or str(element_type_of(narrow.result)) not in _NARROW:
         return None
-    if _is_scalar_rounding(source) or _is_explicit_cast(narrow) or _reaches_comparison(widen.result):
+    if _is_scalar_rounding(source) or is_explicit_cast(narrow) or reaches_comparison(widen.result):
         return None
     return source
 

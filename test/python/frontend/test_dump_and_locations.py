@@ -42,7 +42,9 @@ def test_dump_replays_byte_for_byte_and_runs(tmp_path, monkeypatch):
     [graph_dir] = _graph_dirs(tmp_path)
     names = sorted(p.name for p in graph_dir.iterdir())
     assert names == ["00-input.mlir", "01-torchtpu-verify.mlir", "02-torchtpu-unflatten-dots.mlir",
-                     "03-torchtpu-set-precision.mlir", "04-torchtpu-elide-roundings.mlir", "README.txt", "final.mlir", "fx_graph.py", "inputs.json", "pipeline.txt"], names
+                     "03-torchtpu-set-precision.mlir", "04-torchtpu-narrow-opmath.mlir",
+                     "05-torchtpu-elide-roundings.mlir", "README.txt", "final.mlir", "fx_graph.py", "inputs.json",
+                     "pipeline.txt"], names
     assert (graph_dir / "pipeline.txt").read_text().startswith("builtin.module(torchtpu-compile-pipeline")
     assert _replay(graph_dir) == (graph_dir / "final.mlir").read_text()
     readme = (graph_dir / "README.txt").read_text()

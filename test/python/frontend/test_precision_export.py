@@ -1,6 +1,7 @@
 """Precision follows PyTorch's API; export produces loadable StableHLO."""
 
 import logging
+import re
 
 import pytest
 import torch
@@ -144,6 +145,34 @@ def test_compiled_graph_rounds_sixteen_bit_intermediates_as_inductor(dtype):
         compiled = torch.compile(_silu_times_up, backend="tpu")
         assert torch.equal(compiled(g, u), eager)
     torch._dynamo.reset()
+
+
+def _residual_adds(x, a, m):
+    return (x + a) + m
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_compiled_graph_writes_sixteen_bit_arithmetic_as_sixteen_bit_ops(dtype, tmp_path, monkeypatch):
+    """`(x + a) + m` on 16-bit tensors compiles to two 16-bit adds (`torchtpu-narrow-opmath`),
+    not float32 adds whose unrounded intermediate sum XLA would store in float32 where a
+    kernel writes it (a residual stream read by several kernels): XLA decides which 16-bit
+    results it keeps in float32 inside a kernel, and writes 16 bits. Each element is eager's
+    value or the sum rounded once; XLA:CPU rounds each add, as eager does."""
+    monkeypatch.setenv("TORCH_TPU_DUMP_DIR", str(tmp_path))
+    gen = torch.Generator().manual_seed(0)
+    x, a, m = (torch.randn(1 << 16, generator=gen).to(dtype) for _ in range(3))
+    eager = _residual_adds(x, a, m)
+    once = (x.float() + a.float() + m.float()).to(dtype)
+    assert (eager != once).any()  # the case tells the two rules apart
+    torch._dynamo.reset()
+    compiled = torch.compile(_residual_adds, backend="tpu")(x, a, m)
+    torch._dynamo.reset()
+    assert ((compiled == eager) | (compiled == once)).all()
+    [final] = tmp_path.glob("*/final.mlir")
+    element = {torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
+    module = final.read_text()
+    adds = re.findall(r"stablehlo\.add .* : (tensor<\w+>)", module)
+    assert adds == [f"tensor<65536x{element}>"] * 2 and "f32" not in module, module
 
 
 def _explicit_round_trip(x):
