@@ -868,10 +868,16 @@ def case_prefill(small: bool, reps: dict, options: dict) -> dict:
             "checks": checks, "contenders": rows}
 
 
-def _torch_train_step(model: Any, cfg: LlamaConfig, compile_step: bool) -> tuple[Callable, str]:
+def _torch_train_step(model: Any, cfg: LlamaConfig, compile_step: bool,
+                      grads_kept: bool = False) -> tuple[Callable, str]:
     """(step(ids, targets) -> loss, how it is compiled): the user's training step, AdamW on
     the bf16 parameters; the whole step (optimizer included) under torch.compile when
-    `compile_step`, else eager (the FUSED contender)."""
+    `compile_step`, else eager (the FUSED contender). Its gradients are dropped after
+    `opt.step()` (`zero_grad(set_to_none=True)` at the step's end: the order of PyTorch's
+    tutorial, nanoGPT and the Hugging Face Trainer), as JAX's step keeps none; `grads_kept`
+    drops them at the next step's start instead (torchtitan's order), so each step's
+    gradients stay readable after it: the step's program then writes them too (one more
+    output per parameter, written from the matrix products that compute them)."""
     import torch
     import torch.nn.functional as F
 
@@ -879,11 +885,14 @@ def _torch_train_step(model: Any, cfg: LlamaConfig, compile_step: bool) -> tuple
 
     def make(forward: Callable) -> Callable:
         def step(ids, targets):
-            opt.zero_grad(set_to_none=True)
+            if grads_kept:
+                opt.zero_grad(set_to_none=True)
             logits = forward(ids)
             loss = F.cross_entropy(logits.float().view(-1, cfg.vocab), targets.view(-1))
             loss.backward()
             opt.step()
+            if not grads_kept:
+                opt.zero_grad(set_to_none=True)
             return loss.detach()
 
         return step
@@ -975,7 +984,8 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
         release()
 
     def run_ours(name: str, fused: bool, compiled: bool, each_graph: bool = False, split: bool = False,
-                 late: bool = False, emulate: bool = False, scores16: bool = False, pallas: bool = False) -> None:
+                 late: bool = False, emulate: bool = False, scores16: bool = False, pallas: bool = False,
+                 grads_kept: bool = False) -> None:
         # emulate: the compiled graphs round each op's 16-bit result as eager does (inductor's
         # emulate_precision_casts), where by default they read such intermediates unrounded
         # (torchtpu-elide-roundings): the program the step compiled to before the 21st session.
@@ -993,7 +1003,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
             os.environ["TORCH_TPU_COMPILED_STEP_START"] = "backward"
         model = copy.deepcopy(base).to("tpu").train()
         ids, tgt = ids_cpu.to("tpu"), tgt_cpu.to("tpu")
-        step, how = _torch_train_step(model, cfg, compile_step=compiled)
+        step, how = _torch_train_step(model, cfg, compile_step=compiled, grads_kept=grads_kept)
         if fused:
             def call():
                 with set_eager_mode(EagerMode.FUSED):  # leaving the mode flushes: one program per step
@@ -1022,6 +1032,8 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
             how += ", attention scores rounded to bf16 (torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp)"
         if pallas:
             how += ", attention as the Pallas flash kernels (TORCH_TPU_ATTENTION_KERNEL=pallas)"
+        if grads_kept:
+            how += ", gradients kept after the step (zero_grad at the next step's start)"
         notes[name] = how
         c = Contender(call, torch_sync, "ours", flops, extra={"first_calls_s": first, "variant": how})
         launched = dict(_early_launch.STATS)
@@ -1060,6 +1072,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
                                            ("compiled-emulate", "torch.compile, rounded per op", False, True),
                                            ("compiled-scores16", "torch.compile, bf16 scores", False, True),
                                            ("compiled-pallas", "torch.compile, Pallas attention", False, True),
+                                           ("compiled-grads-kept", "torch.compile, gradients kept", False, True),
                                            ("compiled-fused", "torch.compile, FUSED", True, True),
                                            ("fused", "FUSED eager", True, False)):
         if variant not in variants:
@@ -1068,7 +1081,7 @@ def case_train(small: bool, reps: dict, options: dict) -> dict:
             run_ours(name, fused=fused, compiled=compiled, each_graph=variant == "compiled-each",
                      split=variant == "compiled-split", late=variant == "compiled-late",
                      emulate=variant == "compiled-emulate", scores16=variant == "compiled-scores16",
-                     pallas=variant == "compiled-pallas")
+                     pallas=variant == "compiled-pallas", grads_kept=variant == "compiled-grads-kept")
         except Exception as err:  # noqa: BLE001 - reported, then the other contenders still run
             notes[name] = f"failed: {type(err).__name__}: {err}"
             losses[name] = [math.nan]
@@ -1313,6 +1326,8 @@ def main(argv: list[str] | None = None) -> int:
                          "compiled-scores16 (attention's Q K^T rounded to bf16, as JAX's reference attention: "
                          "torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)), compiled-pallas "
                          "(TORCH_TPU_ATTENTION_KERNEL=pallas: the Pallas flash kernels at 512 tokens too), "
+                         "compiled-grads-kept (zero_grad at the step's start, not after opt.step(): each step's "
+                         "gradients stay readable after it, so its program writes them), "
                          "compiled-fused (the "
                          "compiled step in FUSED mode), fused (the eager step in FUSED mode), cpu-eager (PyTorch's eager "
                          "step on the host CPU, --small only: PyTorch's per-op floor on this host)")

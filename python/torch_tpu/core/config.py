@@ -261,10 +261,12 @@ declare(
     "Strict mode: the compiled graphs of a training step run as ONE program. A compiled "
     "training forward (one with a backward) on tpu tensors is recorded instead of run, and so "
     "is every compiled graph called while it waits (its backward, the optimizer step's graph); "
-    "they run together, stitched as FUSED mode stitches a trace, at the end of the optimizer's "
-    "`step()`, or earlier where anything reads one of their results (an eager op, `.item()`, a "
-    "graph that cannot be recorded) or `torch.tpu.synchronize()` is called. Eager ops still run "
-    "one by one. 0: each graph runs when it is called.",
+    "they run together, stitched as FUSED mode stitches a trace: the optimizer's `step()` ends "
+    "the trace, which runs at the next graph or eager op that reads its results (the next "
+    "step's forward), or earlier where anything reads one (an eager op, `.item()`, a graph that "
+    "cannot be recorded) or `torch.tpu.synchronize()` is called -- so gradients dropped right "
+    "after `step()` are not written. Eager ops still run one by one. 0: each graph runs when it "
+    "is called.",
     "frontend",
 )
 declare(

@@ -4,7 +4,7 @@ its training forward is the trace's first op, and launches it the same way.)
 
 In Strict mode a compiled training step is deferred into one trace (`_fused.py`): its
 forward, backward and optimizer graphs are recorded and the whole step runs as one program
-at the optimizer step's end. Meanwhile the device waits: on the chip the host records the
+after the optimizer step's end (at the next op or read). Meanwhile the device waits: on the chip the host records the
 495 M-parameter step in ~17.7 ms (Dynamo's and AOTAutograd's wrappers, autograd's engine,
 three recordings, the flush, PjRT's execute call), and a loop that syncs every few steps
 (reading its loss) pays that once per block, before the device starts.
@@ -227,7 +227,7 @@ def launch(trace) -> None:
         plan.misses = MAX_MISSES
         # The text only: a log record holding the exception would hold its traceback's frames,
         # and through them the step's tensors (a handler keeping records, such as pytest's).
-        log.warning("torch_tpu: launching a compiled training step early failed (%s); it runs at the "
+        log.warning("torch_tpu: launching a compiled training step early failed (%s); it runs after the "
                     "optimizer step's end from now on (TORCH_TPU_EARLY_STEP_LAUNCH=0 says so too)",
                     f"{type(err).__name__}: {err}")
         return
@@ -248,7 +248,7 @@ def take(trace, key: tuple) -> list | None:
     STATS["misses"] += 1
     if plan.misses == MAX_MISSES:
         log.info("torch_tpu: a compiled training step launched early turned out different %d times in a row "
-                 "(another program, or other inputs); it runs at the optimizer step's end from now on",
+                 "(another program, or other inputs); it runs after the optimizer step's end from now on",
                  MAX_MISSES)
     return None
 

@@ -703,7 +703,7 @@ def _operand_buffer(value, index: int):
     if type(value) is StorageEntry:
         pending = value._buffer
         if (pending.__class__ is _fused.Pending and pending.trace.strict_graphs and not pending.trace.flushed
-                and get_eager_mode() is EagerMode.STRICT):
+                and not pending.trace.ended and get_eager_mode() is EagerMode.STRICT):
             raise _DeferredOperand
         buffer = value.buffer
         if buffer is None:

@@ -17,14 +17,18 @@ def tiny_classifier(dropout: float = 0.0) -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.GELU(), *middle, nn.LayerNorm(16), nn.Linear(16, 4))
 
 
-def compiled_whole_step(model: nn.Module, opt: torch.optim.Optimizer):
-    """`step(x, y) -> loss` under torch.compile(backend="tpu"), the optimizer's step included."""
+def compiled_whole_step(model: nn.Module, opt: torch.optim.Optimizer, zero_grad_last: bool = False):
+    """`step(x, y) -> loss` under torch.compile(backend="tpu"), the optimizer's step included;
+    `zero_grad_last`: the gradients dropped after the optimizer step, not before the forward."""
 
     def step(x, y):
-        opt.zero_grad(set_to_none=True)
+        if not zero_grad_last:
+            opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+        if zero_grad_last:
+            opt.zero_grad(set_to_none=True)
         return loss.detach()
 
     return torch.compile(step, backend="tpu")

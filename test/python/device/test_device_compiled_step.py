@@ -2,7 +2,8 @@
 TORCH_TPU_FUSE_COMPILED_STEP): the training forward's call on tpu tensors is recorded
 instead of run, the graphs called while it waits (the backward, the optimizer step's) and
 the eager ops that read its results (the gradient seed, a gradient clipped or
-accumulated) join it, and the whole runs at the optimizer step's end -- or at the first
+accumulated) join it, and the whole runs after the optimizer step's end (at the next op or
+read, so gradients dropped right after the step are not written) -- or at the first
 read of a result. Values are those of running each graph when it is called."""
 
 from __future__ import annotations
@@ -226,10 +227,12 @@ def started_at_backward(monkeypatch):
 
 
 def test_a_step_started_at_the_backward_runs_the_forward_first(undeferred, started_at_backward):
-    each = undeferred(_train, compiled_whole_step)
-    split = started_at_backward(_train, compiled_whole_step)
+    each = undeferred(_train, compiled_whole_step, 7)
+    split = started_at_backward(_train, compiled_whole_step, 7)
     # The forward, the gradient seed (an eager op on the forward's real result), the
-    # backward and AdamW as one program, then the `loss.detach()` graph.
+    # backward and AdamW as one program, then the `loss.detach()` graph. That program runs
+    # at the next step's first op (the optimizer step ends the trace there), once it is
+    # compiled launched at its backward (`_early_launch`): the steps after the fifth.
     assert split[2][-2:] == [4, 4], split[2]
     _same_training(split, each)
 
@@ -248,3 +251,32 @@ def test_a_step_started_at_the_backward_runs_the_forward_first(undeferred, start
         return seen
 
     assert started_at_backward(observe)[-3:] == [False, True, False]
+
+
+def _step_program_outputs(zero_grad_last: bool, steps: int = 4) -> tuple[list[float], list, int]:
+    """(losses, parameters after, outputs of the step's program) of a compiled whole step."""
+    torch._dynamo.reset()
+    _fused._OUTPUTS_BEFORE.clear()
+    model = tiny_classifier().to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    step = compiled_whole_step(model, opt, zero_grad_last)
+    x, y = _data()
+    losses = [step(x, y) for _ in range(steps)]
+    torch.tpu.synchronize()
+    (outputs,) = {len(o) for o in _fused._OUTPUTS_BEFORE.values()}  # one program: every step the same
+    return [loss.item() for loss in losses], [p.detach().cpu() for p in model.parameters()], outputs
+
+
+def test_gradients_dropped_after_the_step_are_not_written():
+    """The optimizer step ends the step's trace, which runs at the next op or read: with
+    `opt.zero_grad(set_to_none=True)` after `opt.step()` the gradients are gone by then, and
+    the program writes the parameters and AdamW's states but no gradient (what a JAX step
+    computes). Dropped before the forward instead, each step's gradients are readable until
+    the next step's forward: one more output per parameter. The values are the same."""
+    kept = _step_program_outputs(zero_grad_last=False)
+    dropped = _step_program_outputs(zero_grad_last=True)
+    n_params = len(list(tiny_classifier().parameters()))
+    assert kept[2] - dropped[2] == n_params, (kept[2], dropped[2])
+    assert kept[0] == dropped[0]
+    for p, q in zip(kept[1], dropped[1]):
+        assert torch.equal(p, q)

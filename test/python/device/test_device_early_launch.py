@@ -33,6 +33,7 @@ def _train(make_step, steps: int = 7, between=None, dropout: float = 0.0):
     # same path (graph by graph, then fused) at the same steps: the paths differ in the last bits.
     _fused._PROGRAMS.clear()
     _fused._SEEN_ONCE.clear()
+    _fused._OUTPUTS_BEFORE.clear()
     _early_launch._PROGRAMS.clear()
     model = tiny_classifier(dropout).to("tpu")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -298,6 +299,7 @@ def _train_on_batches(build, steps: int = 8):
     torch.tpu.manual_seed(7)
     _fused._PROGRAMS.clear()
     _fused._SEEN_ONCE.clear()
+    _fused._OUTPUTS_BEFORE.clear()
     _early_launch._PROGRAMS.clear()
     model, step = build()
     torch.manual_seed(1)
