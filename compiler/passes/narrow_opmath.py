@@ -59,34 +59,32 @@ def _exact_in(value: float, narrow: str) -> bool:
     return float(np.float16(value)) == value
 
 
-def _narrowed_operand(value: ir.Value, narrow: ir.Type) -> ir.Value | None:
-    """`value` (float32) as the 16-bit value it widens, if it is one: a widening `convert`
-    of a `narrow` value, a splat constant exact in `narrow`, or a broadcast of either (built
-    before `value`'s definition). None otherwise."""
-    producer = defining_op(value)
-    if producer is None:
+def _exact_splat(constant: ir.Operation, narrow: ir.Type) -> float | None:
+    """The value of a splat float constant that `narrow` holds exactly, else None (another
+    constant, a dense_resource blob, a value `narrow` would round)."""
+    attr = constant.attributes["value"]  # (the bindings hand back the attribute's own class)
+    if not isinstance(attr, ir.DenseFPElementsAttr) or not attr.is_splat:
         return None
+    value = ir.FloatAttr(attr.get_splat_value()).value
+    return value if _exact_in(value, str(narrow)) else None
+
+
+def _narrowed_operand(value: ir.Value, narrow: ir.Type) -> ir.Value:
+    """The 16-bit value that float32 `value`, which `_is_widened` accepted, widens: the
+    converted value, or the constant or broadcast rebuilt in `narrow` before `value`'s
+    definition."""
+    producer = defining_op(value)
     if producer.name == "stablehlo.convert":
-        source = producer.operands[0]
-        return source if element_type_of(source) == narrow else None
+        return producer.operands[0]
     shape = ir.RankedTensorType(value.type).shape
-    if producer.name == "stablehlo.constant":
-        attr = ir.DenseElementsAttr(producer.attributes["value"])
-        if not attr.is_splat or not _exact_in(ir.FloatAttr(attr.get_splat_value()).value, str(narrow)):
-            return None
-        with ir.InsertionPoint(producer), producer.location:
+    with ir.InsertionPoint(producer), producer.location:
+        if producer.name == "stablehlo.constant":
             splat = ir.DenseElementsAttr.get_splat(tensor_type(shape, narrow),
-                                                   ir.FloatAttr.get(narrow, ir.FloatAttr(attr.get_splat_value()).value))
-            return ir.Operation.create("stablehlo.constant", results=[splat.type],
-                                       attributes={"value": splat}).result
-    if producer.name == "stablehlo.broadcast_in_dim":
-        inner = _narrowed_operand(producer.operands[0], narrow)
-        if inner is None:
-            return None
-        with ir.InsertionPoint(producer), producer.location:
-            return ir.Operation.create("stablehlo.broadcast_in_dim", results=[tensor_type(shape, narrow)],
-                                       operands=[inner], attributes=dict(producer.attributes)).result
-    return None
+                                                   ir.FloatAttr.get(narrow, _exact_splat(producer, narrow)))
+            return ir.Operation.create("stablehlo.constant", results=[splat.type], attributes={"value": splat}).result
+        inner = _narrowed_operand(producer.operands[0], narrow)  # a broadcast_in_dim
+        return ir.Operation.create("stablehlo.broadcast_in_dim", results=[tensor_type(shape, narrow)],
+                                   operands=[inner], attributes=dict(producer.attributes)).result
 
 
 def _rounding_users(op: ir.Operation) -> list[ir.Operation] | None:
@@ -134,7 +132,9 @@ def _is_rounding(value: ir.Value) -> bool:
 
 
 def _is_widened(value: ir.Value, narrow: ir.Type) -> bool:
-    """`_narrowed_operand` without building anything: whether `value` is a widened `narrow` value."""
+    """Whether float32 `value` is a 16-bit `narrow` value widened: a `convert` of one that is
+    not a lowering's rounding (`_is_rounding`), a splat constant `narrow` holds exactly, or a
+    broadcast of either."""
     producer = defining_op(value)
     if producer is None:
         return False
@@ -142,8 +142,7 @@ def _is_widened(value: ir.Value, narrow: ir.Type) -> bool:
         source = producer.operands[0]
         return element_type_of(source) == narrow and not _is_rounding(source)
     if producer.name == "stablehlo.constant":
-        attr = ir.DenseElementsAttr(producer.attributes["value"])
-        return attr.is_splat and _exact_in(ir.FloatAttr(attr.get_splat_value()).value, str(narrow))
+        return _exact_splat(producer, narrow) is not None
     if producer.name == "stablehlo.broadcast_in_dim":
         return _is_widened(producer.operands[0], narrow)
     return False

@@ -106,3 +106,21 @@ func.func @explicit_cast_and_comparison(%a: tensor<8xbf16>, %b: tensor<8xbf16>) 
   %7 = stablehlo.compare GT, %6, %c : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xi1>
   return %3, %7 : tensor<8xbf16>, tensor<8xi1>
 }
+
+// -----
+
+// A constant of several values stays float32 (only a splat is rebuilt in 16 bits), as does an
+// op on two widened values of different 16-bit types.
+// CHECK-LABEL: func.func @kept_constants_and_mixed_types
+// CHECK:         stablehlo.multiply %{{.*}}, %{{.*}} : tensor<2xf32>
+// CHECK:         stablehlo.add %{{.*}}, %{{.*}} : tensor<2xf32>
+func.func @kept_constants_and_mixed_types(%x: tensor<2xbf16>, %h: tensor<2xf16>) -> (tensor<2xbf16>, tensor<2xbf16>) {
+  %0 = stablehlo.convert %x : (tensor<2xbf16>) -> tensor<2xf32>
+  %c = stablehlo.constant dense<[1.000000e+00, 2.000000e+00]> : tensor<2xf32>
+  %1 = stablehlo.multiply %0, %c : tensor<2xf32>
+  %2 = stablehlo.convert %1 : (tensor<2xf32>) -> tensor<2xbf16>
+  %3 = stablehlo.convert %h : (tensor<2xf16>) -> tensor<2xf32>
+  %4 = stablehlo.add %0, %3 : tensor<2xf32>
+  %5 = stablehlo.convert %4 : (tensor<2xf32>) -> tensor<2xbf16>
+  return %2, %5 : tensor<2xbf16>, tensor<2xbf16>
+}
