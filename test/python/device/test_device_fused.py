@@ -382,6 +382,38 @@ def test_a_loop_that_reads_its_loss_every_n_steps_fuses(monkeypatch):
     assert fused_runs == 30
 
 
+def _fused_step_outputs(zero_grad_last: bool, steps: int = 4) -> tuple[list[float], int]:
+    """(losses, outputs of the step's program) of an eager SGD loop in FUSED mode that reads
+    its loss after each step."""
+    _fused._OUTPUTS_BEFORE.clear()
+    model, opt, _, _ = _sgd_mlp()
+    x, target = torch.randn(6, 8).to("tpu"), torch.randn(6, 4).to("tpu")
+    losses = []
+    with set_eager_mode(EagerMode.FUSED):
+        for _ in range(steps):
+            if not zero_grad_last:
+                opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(model(x), target)
+            loss.backward()
+            opt.step()
+            if zero_grad_last:
+                opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+    (outputs,) = {len(o) for o in _fused._OUTPUTS_BEFORE.values()}  # one trace: every step the same
+    return losses, outputs
+
+
+def test_the_optimizer_step_ends_a_trace_that_runs_at_the_next_op_or_read():
+    """`opt.step()` ends the trace; it runs at the next op or read -- here the loss's
+    `.item()` -- so gradients that `zero_grad(set_to_none=True)` drops right after the step
+    are no outputs of its program: one per parameter fewer than where the loop drops them at
+    the next step's start (still held at the read). The losses are the same."""
+    kept_losses, kept = _fused_step_outputs(zero_grad_last=False)
+    dropped_losses, dropped = _fused_step_outputs(zero_grad_last=True)
+    assert kept - dropped == len(list(_sgd_mlp()[0].parameters())), (kept, dropped)
+    assert kept_losses == dropped_losses
+
+
 def test_python_numbers_are_one_transfer_per_run(fused, monkeypatch):
     """150 Python numbers in a chain were 150 host-to-device transfers per run; now one
     array per kind of number, and none when the numbers repeat the last run's (a steady
