@@ -272,11 +272,9 @@ def test_gradients_dropped_after_the_step_are_not_written():
     `opt.zero_grad(set_to_none=True)` after `opt.step()` the gradients are gone by then, and
     the program writes the parameters and AdamW's states but no gradient (what a JAX step
     computes). Dropped before the forward instead, each step's gradients are readable until
-    the next step's forward: one more output per parameter. The values are the same."""
+    the next step's forward: one more output per parameter. The values agree."""
     kept = _step_program_outputs(zero_grad_last=False)
     dropped = _step_program_outputs(zero_grad_last=True)
     n_params = len(list(tiny_classifier().parameters()))
     assert kept[2] - dropped[2] == n_params, (kept[2], dropped[2])
-    assert kept[0] == dropped[0]
-    for p, q in zip(kept[1], dropped[1]):
-        assert torch.equal(p, q)
+    _same_training(kept, dropped)  # (two programs: XLA may fuse them otherwise, in the last bits)

@@ -407,11 +407,11 @@ def test_the_optimizer_step_ends_a_trace_that_runs_at_the_next_op_or_read():
     """`opt.step()` ends the trace; it runs at the next op or read -- here the loss's
     `.item()` -- so gradients that `zero_grad(set_to_none=True)` drops right after the step
     are no outputs of its program: one per parameter fewer than where the loop drops them at
-    the next step's start (still held at the read). The losses are the same."""
+    the next step's start (still held at the read). The losses agree."""
     kept_losses, kept = _fused_step_outputs(zero_grad_last=False)
     dropped_losses, dropped = _fused_step_outputs(zero_grad_last=True)
     assert kept - dropped == len(list(_sgd_mlp()[0].parameters())), (kept, dropped)
-    assert kept_losses == dropped_losses
+    assert kept_losses == pytest.approx(dropped_losses, rel=1e-5)  # two programs: fused otherwise by XLA
 
 
 def test_python_numbers_are_one_transfer_per_run(fused, monkeypatch):
