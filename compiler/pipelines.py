@@ -119,7 +119,8 @@ def _precision_step(precision: str) -> str:
     "for runtimes without bounded-dynamic parameters). With `elide-roundings=true` (what "
     "torch.compile runs) it writes 16-bit arithmetic on 16-bit values as 16-bit ops, so that "
     "XLA decides which 16-bit results it stores (`torchtpu-narrow-opmath`), and reads the other 16-bit "
-    "intermediates that the next op widens again unrounded (`torchtpu-elide-roundings`). The output keeps CHLO: XLA expands "
+    "intermediates that the next op widens again unrounded (`torchtpu-elide-roundings`). "
+    "The output keeps CHLO: XLA expands "
     "ops such as `chlo.top_k` better than the generic legalization.",
     (_PRECISION, _BOUNDS, _ELIDE_ROUNDINGS),
 )

@@ -16,7 +16,8 @@ mode, `TORCH_TPU_MAX_FUSED_OPS`) stitches the plans' lowered modules into one mo
 each plan's function becomes a private function of it, `@main` takes the external inputs
 and calls them in order (each call located at the user's line), and returns only the
 values still held by a live storage (dead intermediates are not outputs: XLA removes
-them), with those the same trace's last run returned (`_outputs_as_before`). Python numbers stay operands (packed into one float64 and one int64 array: one
+them), with those the same trace's last run returned (`_outputs_as_before`). Python
+numbers stay operands (packed into one float64 and one int64 array: one
 transfer each per run, none when they repeat the last run's), so the program's cache key
 is the op sequence (plan fingerprints), the wiring of operands and which values are live
 -- built at the flush, not per recorded op: a steady loop compiles its traces once. The
