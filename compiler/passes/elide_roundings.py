@@ -43,8 +43,8 @@ from .base import Pass, defining_op, operation_of, ops_named, register_pass
 
 # The 16-bit float types whose roundings inductor does not emulate, and the type they are
 # computed in.
-_NARROW = ("bf16", "f16")
-_WIDE = "f32"
+NARROW_TYPES = ("bf16", "f16")
+WIDE_TYPE = "f32"
 # ATen ops whose conversion is a cast the user wrote (the importer names the op in each
 # MLIR op's location; overloads after the last dot).
 _EXPLICIT_CASTS = frozenset({
@@ -106,7 +106,7 @@ def _elidable(widen: ir.Operation) -> ir.Value | None:
     source = narrow.operands[0]
     if source.type != widen.result.type:  # (shape and element type, dynamic dims included)
         return None
-    if str(element_type_of(source)) != _WIDE or str(element_type_of(narrow.result)) not in _NARROW:
+    if str(element_type_of(source)) != WIDE_TYPE or str(element_type_of(narrow.result)) not in NARROW_TYPES:
         return None
     if _is_scalar_rounding(source) or is_explicit_cast(narrow) or reaches_comparison(widen.result):
         return None

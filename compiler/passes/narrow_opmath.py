@@ -39,10 +39,8 @@ import numpy as np
 from ..context import ir
 from ..ir import element_type_of, tensor_type
 from .base import Pass, defining_op, operation_of, ops_named, register_pass
-from .elide_roundings import is_explicit_cast, reaches_comparison
+from .elide_roundings import NARROW_TYPES, WIDE_TYPE, is_explicit_cast, reaches_comparison
 
-_NARROW = ("bf16", "f16")
-_WIDE = "f32"
 # Elementwise arithmetic whose 16-bit form every XLA backend computes as the float32 op rounded
 # once (the float32 form's meaning); transcendental ops are left in float32.
 _NARROWABLE = frozenset("stablehlo." + n for n in (
@@ -94,7 +92,7 @@ def _rounding_users(op: ir.Operation) -> list[ir.Operation] | None:
     if not users or any(u.name != "stablehlo.convert" for u in users):
         return None
     types = {str(element_type_of(u.result)) for u in users}
-    if len(types) != 1 or types.pop() not in _NARROW:
+    if len(types) != 1 or types.pop() not in NARROW_TYPES:
         return None
     if any(is_explicit_cast(u) or reaches_comparison(u.result) for u in users):
         return None
@@ -103,7 +101,7 @@ def _rounding_users(op: ir.Operation) -> list[ir.Operation] | None:
 
 def _narrow(op: ir.Operation) -> bool:
     """Rewrites `op` as its 16-bit form if it qualifies; whether it did."""
-    if len(op.results) != 1 or str(element_type_of(op.result)) != _WIDE:
+    if len(op.results) != 1 or str(element_type_of(op.result)) != WIDE_TYPE:
         return False
     users = _rounding_users(op)
     if users is None:
@@ -128,7 +126,7 @@ def _is_rounding(value: ir.Value) -> bool:
     such a value unrounded, so an op reading it stays in float32."""
     producer = defining_op(value)
     return (producer is not None and producer.name == "stablehlo.convert"
-            and str(element_type_of(producer.operands[0])) == _WIDE and not is_explicit_cast(producer))
+            and str(element_type_of(producer.operands[0])) == WIDE_TYPE and not is_explicit_cast(producer))
 
 
 def _is_widened(value: ir.Value, narrow: ir.Type) -> bool:

@@ -155,9 +155,10 @@ class Trace:
                        for kind, value in zip(self.kinds, self.values)])
         return (self.index, ops, kinds)
 
-    def program_key(self, outputs: list[tuple[int, int]], structure: tuple | None = None) -> tuple:
-        """The cache key of the trace's fused program: its `structure_key` and its outputs."""
-        index, ops, kinds = structure or self.structure_key()
+    @staticmethod
+    def program_key(outputs: list[tuple[int, int]], structure: tuple) -> tuple:
+        """The cache key of a trace's fused program: its `structure_key` and its outputs."""
+        index, ops, kinds = structure
         return (index, ops, tuple(outputs), kinds)
 
     # -- flush ------------------------------------------------------------------------------
@@ -535,10 +536,12 @@ def _outputs_as_before(structure: tuple, live: set) -> list[tuple[int, int]]:
     alternate between two programs (two compiles, and an early launch that misses every n
     steps); the union settles on one after the first runs. An output nothing holds is
     dropped when the run returns."""
-    outputs = live | _OUTPUTS_BEFORE.get(structure, frozenset())
-    if len(_OUTPUTS_BEFORE) >= 4 * _MAX_PROGRAMS and structure not in _OUTPUTS_BEFORE:
-        _OUTPUTS_BEFORE.clear()
-    _OUTPUTS_BEFORE[structure] = frozenset(outputs)
+    before = _OUTPUTS_BEFORE.get(structure)  # (one lookup a flush in a steady loop: the key is long)
+    outputs = live if before is None else live | before
+    if outputs != before:
+        if before is None and len(_OUTPUTS_BEFORE) >= 4 * _MAX_PROGRAMS:
+            _OUTPUTS_BEFORE.clear()
+        _OUTPUTS_BEFORE[structure] = frozenset(outputs)
     return sorted(outputs)
 
 
