@@ -27,6 +27,7 @@ from ._compile import STARTS_STEP, compile_graph
 from ._input_writes import take_input_writes, with_input_writes
 from ._saved_inputs import take_saved_inputs, with_saved_inputs
 from ._tensor_index import rewrite_scalar_tensor_indices
+from ._view_graphs import only_views
 
 log = logging.getLogger("torch_tpu")
 
@@ -141,6 +142,8 @@ def _make_compiler(role: str, graph_id: int, source: str, sources: list[str | No
     when aot_autograd's runtime wrappers would do nothing for it (`_wrappers_are_noops`)."""
 
     def compiler(gm: torch.fx.GraphModule, example_inputs):
+        if role == "inference" and only_views(gm):
+            return _boxed(gm)  # nothing to compute: eager views read no value (`_view_graphs.py`)
         if sources:
             _record_sources(gm, sources)
         taken, written = [], []
