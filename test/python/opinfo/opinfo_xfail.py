@@ -15,7 +15,6 @@ FORWARD_XFAIL: dict[str, str] = {
     "_foreach_mm": FOREACH_BUILTIN,
     "allclose": DATA_DEPENDENT,
     "argwhere": DATA_DEPENDENT,
-    "as_strided.partial_views": "as_strided over a partial view reads outside the viewed elements; the lowering rebuilds storage from the value only for dense inputs (refused with a located error)",
     "bernoulli": RANDOM_OP,
     "cauchy": RANDOM_OP,
     "chalf": "aten._to_copy.default: aten._to_copy.default (node _to_copy) at <opinfo-wrapper>:20754: lowering failed: UnsupportedDtypeError: dtype torch.complex32 has no StableHLO element type; su",
