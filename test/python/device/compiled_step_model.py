@@ -32,3 +32,11 @@ def compiled_whole_step(model: nn.Module, opt: torch.optim.Optimizer, zero_grad_
         return loss.detach()
 
     return torch.compile(step, backend="tpu")
+
+
+def fresh_whole_step(zero_grad_last: bool = False):
+    """(the tiny classifier on tpu, its whole step under torch.compile with AdamW(lr=1e-2)),
+    Dynamo's caches reset first."""
+    torch._dynamo.reset()
+    model = tiny_classifier().to("tpu")
+    return model, compiled_whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2), zero_grad_last)

@@ -15,7 +15,7 @@ import torch.nn as nn
 from torch_tpu.device import _fused
 from torch_tpu.runtime import transfer_stats
 
-from compiled_step_model import compiled_whole_step, tiny_classifier
+from compiled_step_model import compiled_whole_step, fresh_whole_step, tiny_classifier
 
 
 def _data(batch: int = 6):
@@ -146,9 +146,7 @@ def test_an_inference_graph_is_not_deferred():
 def test_steps_whose_trace_never_repeats_compile_no_step_program():
     """Each batch size is a new graph and a new trace, seen once: it runs graph by graph
     and compiles no fused program that nothing would reuse."""
-    torch._dynamo.reset()
-    model = tiny_classifier().to("tpu")
-    step = compiled_whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    model, step = fresh_whole_step()
     programs = len(_fused._PROGRAMS)
     for batch in (3, 5, 7):
         x, y = _data(batch)
@@ -257,11 +255,8 @@ def test_a_step_started_at_the_backward_runs_the_forward_first(undeferred, start
 def _step_program_outputs(zero_grad_last: bool, steps: int = 4) -> tuple[list[float], list, int]:
     """(losses, parameters after, outputs of the step's program in the loop) of a compiled
     whole step."""
-    torch._dynamo.reset()
     _fused._OUTPUTS_BEFORE.clear()
-    model = tiny_classifier().to("tpu")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    step = compiled_whole_step(model, opt, zero_grad_last)
+    model, step = fresh_whole_step(zero_grad_last)
     x, y = _data()
     losses = [step(x, y) for _ in range(steps)]
     # Each step but the last ran at the next step's first graph; the last runs at the sync.
@@ -291,10 +286,8 @@ def test_gradients_read_between_steps_are_the_steps_own(undeferred):
     step's own: the read runs the step's trace with them as outputs."""
 
     def run():
-        torch._dynamo.reset()
         _fused._OUTPUTS_BEFORE.clear()
-        model = tiny_classifier().to("tpu")
-        step = compiled_whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+        model, step = fresh_whole_step()
         x, y = _data()
         grads = []
         for _ in range(4):

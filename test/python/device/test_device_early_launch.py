@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from torch_tpu.device import _early_launch, _fused
 
-from compiled_step_model import compiled_whole_step, tiny_classifier
+from compiled_step_model import compiled_whole_step, fresh_whole_step, tiny_classifier
 
 
 def _data():
@@ -280,9 +280,7 @@ def test_the_early_launch_holds_no_buffer_after_the_step():
     stay level from step to step."""
     from torch_tpu.runtime import _jaxlib, get_client
 
-    torch._dynamo.reset()
-    model = tiny_classifier().to("tpu")
-    step = compiled_whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    model, step = fresh_whole_step()
     x, y = _data()
     counts = []
     for _ in range(8):

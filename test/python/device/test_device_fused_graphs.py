@@ -12,13 +12,11 @@ import torch
 from torch_tpu.device import EagerMode, _fused, set_eager_mode
 from torch_tpu.runtime import transfer_stats
 
-from compiled_step_model import compiled_whole_step, tiny_classifier
+from compiled_step_model import fresh_whole_step
 
 
 def _train(mode: EagerMode, steps: int = 5):
-    torch._dynamo.reset()
-    model = tiny_classifier().to("tpu")
-    step = compiled_whole_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    model, step = fresh_whole_step()
     x, y = torch.randn(6, 8).to("tpu"), torch.arange(6).remainder(4).to("tpu")
     losses, programs, fused_ops = [], [], []
     for _ in range(steps):
