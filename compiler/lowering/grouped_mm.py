@@ -124,7 +124,7 @@ def _grouped_mm(ctx: LoweringContext, a, b, offs=None, bias=None, out_dtype=None
     return convert(out, result)
 
 
-@metadata_rule(aten._grouped_mm.default)
+@metadata_rule(aten._grouped_mm.default, tracing=True)
 def grouped_mm_metadata(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     """The result of `_grouped_mm` on meta tensors, for every floating dtype the CPU kernel
     and this lowering take (PyTorch's meta kernel rejects all but bfloat16): PyTorch's

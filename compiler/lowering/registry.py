@@ -167,12 +167,20 @@ LOWERINGS: LoweringTable = LoweringTable()
 # of the meta kernel (its results are CPU eager's); compiled graphs keep the meta kernel's,
 # which aot_autograd traced with.
 METADATA_RULES: dict[Any, Callable] = {}
+# The rules that also give Dynamo's fake tensors on the tpu device their results (tracing a
+# graph on tpu tensors): rules that accept more than PyTorch's meta kernel and agree with it
+# wherever both accept, so a graph traced with them is the one the meta kernel would give.
+# transformers calls `torch.nn.functional.grouped_mm` on tpu tensors in float32, which the
+# meta kernel refuses before any backend sees the graph.
+TRACING_RULES: set = set()
 
 
-def metadata_rule(*ops: Any) -> Callable[[Callable], Callable]:
+def metadata_rule(*ops: Any, tracing: bool = False) -> Callable[[Callable], Callable]:
     def register(fn: Callable) -> Callable:
         for op in ops:
             METADATA_RULES[op] = fn
+            if tracing:
+                TRACING_RULES.add(op)
         return fn
 
     return register

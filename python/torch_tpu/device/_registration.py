@@ -19,7 +19,7 @@ import torch
 
 from . import (
     _accelerator_api, _attention, _autocast, _copy, _dynamo_skip, _fallback, _module_apply, _ops, _out_decomposition,
-    _pinned, _program_adapter, _resize_storage, _serialization,
+    _pinned, _program_adapter, _resize_storage, _serialization, _tracing_rules,
 )
 from ._buffers import StorageEntry
 
@@ -357,6 +357,7 @@ def ensure_op_kernels() -> None:
         LOWERINGS.subscribe(_lowering_changed)
         _register_kernels(list(LOWERINGS))
         _register_missing_meta_kernels(_libraries_by_namespace["aten"])
+        _tracing_rules.install()
         _op_kernels.append(_libraries_by_namespace["aten"])
         _dynamo_skip.keep_dynamo_out()  # modules the lowering table and the runtime brought in
 

@@ -158,6 +158,54 @@ def test_grouped_mm_misaligned_strides_raise_pytorchs_error():
             torch._grouped_mm(*[t.to("tpu") for t in args], **kwargs)
 
 
+@pytest.mark.parametrize("layout", list(_GROUPED_MM))
+def test_grouped_mm_float32_compiles_on_tpu_tensors(layout, monkeypatch):
+    # Dynamo traces tpu tensors with fake tensors: PyTorch's meta kernel would refuse
+    # float32 before the backend sees the graph; the rule gives the fake result on tpu
+    # (device/_tracing_rules.py). Forward and both gradients, against CPU eager.
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    torch._dynamo.reset()
+    a_shape, b_shape, offs = _GROUPED_MM[layout]
+    a, b = torch.randn(a_shape), torch.randn(b_shape)
+    offs = None if offs is None else torch.tensor(offs, dtype=torch.int32)
+
+    def loss(a, b, offs):
+        return (torch.nn.functional.grouped_mm(a.tanh(), b, offs=offs) ** 2).sum()
+
+    a_cpu, b_cpu = a.clone().requires_grad_(), b.clone().requires_grad_()
+    loss(a_cpu, b_cpu, offs).backward()
+    a_tpu, b_tpu = a.to("tpu").requires_grad_(), b.to("tpu").requires_grad_()
+    got = torch.compile(loss, backend="tpu")(a_tpu, b_tpu, None if offs is None else offs.to("tpu"))
+    got.backward()
+    assert got.device.type == "tpu"
+    torch.testing.assert_close(got.cpu(), loss(a, b, offs), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a_tpu.grad.cpu(), a_cpu.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b_tpu.grad.cpu(), b_cpu.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_mm_tracing_keeps_pytorchs_checks_and_other_devices():
+    # On tpu the rule still refuses what the CPU kernel refuses (mixed dtypes, strides
+    # off 16 bytes); on CPU tensors FakeTensorMode keeps PyTorch's own meta kernel, which
+    # takes bfloat16 only (so float32 fails there under any backend, as without torch_tpu).
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    offs = torch.tensor([2, 4, 6], dtype=torch.int32)
+    a, b = torch.randn(6, 4), torch.randn(3, 4, 8)
+    real = {"a": a.to("tpu"), "b": b.to("tpu"), "b16": b.to(torch.bfloat16).to("tpu"), "offs": offs.to("tpu"),
+            "misaligned": torch.randn(3, 4, 5).to("tpu"), "a_cpu": a, "b_cpu": b, "offs_cpu": offs}
+    mode = FakeTensorMode()
+    fake = {k: mode.from_tensor(v) for k, v in real.items()}
+    with mode:
+        out = torch._grouped_mm(fake["a"], fake["b"], fake["offs"])
+        assert (out.shape, out.dtype, out.device.type) == ((6, 8), torch.float32, "tpu")
+        with pytest.raises(RuntimeError, match="share a dtype"):
+            torch._grouped_mm(fake["a"], fake["b16"], fake["offs"])
+        with pytest.raises(RuntimeError, match="multiple of 16 bytes"):
+            torch._grouped_mm(fake["a"], fake["misaligned"], fake["offs"])
+        with pytest.raises(RuntimeError, match="Expected inputs of BF16 type"):
+            torch._grouped_mm(fake["a_cpu"], fake["b_cpu"], fake["offs_cpu"])
+
+
 def test_out_variant_and_inplace_promotion():
     def ops(x):
         torch.add(x[0], x[1], out=x[2])

@@ -69,6 +69,23 @@ def test_moe_model_compiles_strictly_and_equals_eager(strict, build):
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("build", [_mixtral, _qwen3_moe], ids=["mixtral", "qwen3_moe"])
+def test_moe_model_on_tpu_tensors_compiles_and_equals_cpu_eager(strict, build):
+    # On tpu tensors transformers calls torch.nn.functional.grouped_mm in float32 directly
+    # (its "tpu" branch), not the fallback op: Dynamo's fake tensors must take it.
+    torch.manual_seed(0)
+    model = build().eval()
+    ids = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():
+        expected = model(ids).logits
+        model.to("tpu")
+        eager = model(ids.to("tpu")).logits
+        compiled = torch.compile(model, backend="tpu")(ids.to("tpu")).logits
+    assert compiled.device.type == "tpu"
+    torch.testing.assert_close(eager.cpu(), expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(compiled.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_the_grouped_mm_fallback_op_and_its_backward(strict):
     # Empty expert 1, and rows of every other expert: forward and both gradients.
     torch.manual_seed(0)
