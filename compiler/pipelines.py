@@ -112,7 +112,8 @@ def _precision_step(precision: str) -> str:
 @register_pipeline(
     "torchtpu-compile-pipeline",
     "What torch.compile(backend=\"tpu\") runs on an imported graph",
-    "Verifies the `torchtpu` ops, gives the matrix products of static graphs the dims PyTorch "
+    "Verifies the `torchtpu` ops, computes 64-bit integer iotas as 32-bit ones converted "
+    "(`torchtpu-narrow-iotas`: XLA:TPU emulates 64-bit integers), gives the matrix products of static graphs the dims PyTorch "
     "flattened for `mm` back (`torchtpu-unflatten-dots`), applies PyTorch's float32 matmul precision to "
     "every float32 matrix op (`torchtpu-set-precision{override=true}`) and, for graphs with dynamic dimensions, "
     "makes the bounds explicit (`torchtpu-annotate-bounds`, and `torchtpu-materialize-bounds` "
@@ -125,7 +126,7 @@ def _precision_step(precision: str) -> str:
     (_PRECISION, _BOUNDS, _ELIDE_ROUNDINGS),
 )
 def _compile(precision: str, bounds: str, elide_roundings: bool = False) -> list[str]:
-    return ["torchtpu-verify", *_unflatten_step(bounds), _precision_step(precision),
+    return ["torchtpu-verify", "torchtpu-narrow-iotas", *_unflatten_step(bounds), _precision_step(precision),
             *(["torchtpu-narrow-opmath", "torchtpu-elide-roundings"] if elide_roundings else []),
             *_bounds_steps(bounds)]
 
@@ -147,14 +148,14 @@ def _export(precision: str, bounds: str) -> list[str]:
     "For graphs imported with references and views (non-functional import): "
     "`torchtpu-inline` (a jax_op's merged functions: the view passes do not look through "
     "calls), `torchtpu-decompose-views`, `torchtpu-inverse-views` (pure StableHLO out, written "
-    "arguments aliased to results), a second `torchtpu-verify`, then `torchtpu-unflatten-dots` "
-    "and precision as in `torchtpu-compile-pipeline`.",
+    "arguments aliased to results), a second `torchtpu-verify`, then `torchtpu-narrow-iotas`, "
+    "`torchtpu-unflatten-dots` and precision as in `torchtpu-compile-pipeline`.",
     (_PRECISION,),
 )
 def _views(precision: str) -> list[str]:
     return [
         "torchtpu-verify", "torchtpu-inline", "torchtpu-decompose-views", "torchtpu-inverse-views", "torchtpu-verify",
-        *_unflatten_step("none"), _precision_step(precision),
+        "torchtpu-narrow-iotas", *_unflatten_step("none"), _precision_step(precision),
     ]
 
 

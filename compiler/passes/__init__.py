@@ -12,6 +12,7 @@ _PASS_MODULES = {
     "torchtpu-inverse-views": "inverse_views",
     "torchtpu-lower-collectives": "lower_collectives",
     "torchtpu-materialize-bounds": "materialize_bounds",
+    "torchtpu-narrow-iotas": "narrow_iotas",
     "torchtpu-narrow-opmath": "narrow_opmath",
     "torchtpu-outline-collectives": "outline_collectives",
     "torchtpu-set-precision": "set_precision",

@@ -1,6 +1,7 @@
 """TORCH_TPU_DUMP_DIR writes a reproducible record; ops carry the user's source line."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -41,9 +42,9 @@ def test_dump_replays_byte_for_byte_and_runs(tmp_path, monkeypatch):
         torch.compile(model, backend="tpu")(x)
     [graph_dir] = _graph_dirs(tmp_path)
     names = sorted(p.name for p in graph_dir.iterdir())
-    assert names == ["00-input.mlir", "01-torchtpu-verify.mlir", "02-torchtpu-unflatten-dots.mlir",
-                     "03-torchtpu-set-precision.mlir", "04-torchtpu-narrow-opmath.mlir",
-                     "05-torchtpu-elide-roundings.mlir", "README.txt", "final.mlir", "fx_graph.py", "inputs.json",
+    assert names == ["00-input.mlir", "01-torchtpu-verify.mlir", "02-torchtpu-narrow-iotas.mlir",
+                     "03-torchtpu-unflatten-dots.mlir", "04-torchtpu-set-precision.mlir", "05-torchtpu-narrow-opmath.mlir",
+                     "06-torchtpu-elide-roundings.mlir", "README.txt", "final.mlir", "fx_graph.py", "inputs.json",
                      "pipeline.txt"], names
     assert (graph_dir / "pipeline.txt").read_text().startswith("builtin.module(torchtpu-compile-pipeline")
     assert _replay(graph_dir) == (graph_dir / "final.mlir").read_text()
@@ -136,3 +137,29 @@ def test_locations_name_op_and_user_line():
     text = import_graph(gm).text(debug_info=True)
     assert '"aten.tanh.default"' in text
     assert "test_dump_and_locations.py\":12" in text
+
+
+def test_compiled_programs_hold_no_64_bit_iota(tmp_path, monkeypatch):
+    # PyTorch's positions and indices are int64 (`torch.arange`, argmax, a causal mask's
+    # comparisons); XLA:TPU computed a fused 64-bit iota wrongly on a v5e (a tiny Llama's
+    # attention mask from arange positions: 1.4e-2 off CPU), and its module with 32-bit iotas
+    # converted to 64 bits was exact there (torchtpu-narrow-iotas). The compiled program
+    # holds no 64-bit iota and gives eager's values.
+    monkeypatch.setenv("TORCH_TPU_DUMP_DIR", str(tmp_path))
+    torch._dynamo.reset()
+
+    def f(x):
+        pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0) + 0
+        packed = (torch.cat([pos[:, :1] - 1, pos], 1).diff(dim=-1) != 1).cumsum(-1)
+        i = torch.arange(x.shape[1], device=x.device)
+        mask = (i[None, :] <= i[:, None]) & (packed[0][:, None] == packed[0][None, :])
+        return (x @ x.transpose(-1, -2)).masked_fill(~mask, -1e9).softmax(-1), x.argmax(-1)
+
+    x = torch.randn(2, 6, 4)
+    got = torch.compile(f, backend="tpu")(x)
+    for a, b in zip(got, f(x)):
+        torch.testing.assert_close(a, b)
+    [graph_dir] = _graph_dirs(tmp_path)
+    final = (graph_dir / "final.mlir").read_text()
+    assert "stablehlo.iota" in final
+    assert not re.search(r"stablehlo\.iota .*xi64>", final), final
