@@ -434,7 +434,10 @@ class FxImporter:
                 if err.node is None:
                     raise type(err)(err.reason, node) from err
                 raise
-            except (ir.MLIRError, ValueError, TypeError, IndexError, NotImplementedError) as err:
+            except (ir.MLIRError, ValueError, TypeError, IndexError, NotImplementedError, RuntimeError) as err:
+                # (RuntimeError: PyTorch's own checks a lowering reuses, torch._check and
+                # broadcast_shapes, refusing these arguments: the op runs in eager, or is a
+                # located error under TORCH_TPU_STRICT, never an internal crash.)
                 raise LoweringError(f"lowering failed: {type(err).__name__}: {err}", node) from err
         result = _normalize_result(result)
         self._check_against_meta(node, result)

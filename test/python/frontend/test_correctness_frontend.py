@@ -468,3 +468,34 @@ def test_fallback_reason_symbolic_scalar(fallback_log, monkeypatch):
                     r"it at compile time: lowering failed: TypeError", message), message
     assert "torch._dynamo.config.specialize_float = True, or specialize_int" in message
     assert "has no lowering" not in message
+
+
+def test_a_lowering_refusing_its_arguments_with_pytorchs_check_falls_back(fallback_log, monkeypatch):
+    """A lowering that reuses PyTorch's own checks (torch._check, broadcast_shapes) raises
+    RuntimeError for arguments it cannot take (a bounded-dynamic size beside a static one,
+    as jetmoe's expert outputs times its gates): that op runs in eager, the rest compiles;
+    under TORCH_TPU_STRICT it is an error naming the op and the user's line."""
+    from torch_tpu.compiler.lowering import LOWERINGS
+    from torch_tpu.compiler.lowering.registry import Lowering
+
+    mul = torch.ops.aten.mul.Tensor
+    original = LOWERINGS[mul]
+
+    def refuses(ctx, x, other):
+        torch._check(False, lambda: "these shapes cannot broadcast here")
+        return original.fn(ctx, x, other)
+
+    monkeypatch.setitem(LOWERINGS, mul, dataclasses.replace(original, fn=refuses))
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, y: (x + 1) * y, backend="tpu")
+    x, y = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(f(x, y), (x + 1) * y)
+    (message,) = fallback_log()
+    assert message.startswith("torch_tpu: aten.mul.Tensor cannot be compiled"), message
+    assert "lowering failed: RuntimeError: these shapes cannot broadcast here" in message
+
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"aten\.mul\.Tensor.*lowering failed: RuntimeError") as caught:
+        torch.compile(lambda x, y: (x + 1) * y, backend="tpu")(x, y)
+    assert "test_correctness_frontend.py" in str(caught.value)
