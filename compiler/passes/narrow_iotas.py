@@ -15,18 +15,21 @@ into the iota's users on every backend.
 from __future__ import annotations
 
 from ..context import ir
+from ..ir import convert, element_type_of, iota, shape_of
 from .base import Pass, ops_named, register_pass
 
 _I32_LIMIT = 2**31  # iota values 0 .. size-1 fit in int32 below this
 
 
+def _dimension(op: ir.Operation) -> int:
+    return ir.IntegerAttr(op.attributes["iota_dimension"]).value
+
+
 def _narrowable(op: ir.Operation) -> bool:
-    result = ir.RankedTensorType(op.result.type)
-    element = result.element_type
+    element = element_type_of(op.result)
     if element.typeid != ir.IntegerType.static_typeid or ir.IntegerType(element).width != 64:
         return False
-    dim = ir.IntegerAttr(op.attributes["iota_dimension"]).value
-    size = result.shape[dim]
+    size = shape_of(op.result)[_dimension(op)]
     return not ir.ShapedType.is_dynamic_size(size) and size < _I32_LIMIT
 
 
@@ -44,14 +47,11 @@ class NarrowIotasPass(Pass):
     )
 
     def run(self, op: ir.Operation) -> None:
-        for iota in ops_named(op, "stablehlo.iota"):
-            if not _narrowable(iota):
+        for wide in ops_named(op, "stablehlo.iota"):
+            if not _narrowable(wide):
                 continue
-            result_type = ir.RankedTensorType(iota.result.type)
-            narrow_type = ir.RankedTensorType.get(result_type.shape, ir.IntegerType.get_signless(32))
-            with ir.InsertionPoint(iota), iota.location:
-                narrow = ir.Operation.create("stablehlo.iota", results=[narrow_type],
-                                             attributes=dict(iota.attributes))
-                wide = ir.Operation.create("stablehlo.convert", results=[result_type], operands=[narrow.result])
-            iota.result.replace_all_uses_with(wide.result)
-            iota.erase()
+            with ir.InsertionPoint(wide), wide.location:
+                narrow = iota(shape_of(wide.result), _dimension(wide), ir.IntegerType.get_signless(32))
+                converted = convert(narrow, element_type_of(wide.result))
+            wide.result.replace_all_uses_with(converted)
+            wide.erase()
