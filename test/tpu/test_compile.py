@@ -209,7 +209,8 @@ def test_a_compiled_training_step_with_dropout_is_one_program_on_the_chip(chip, 
         hits = _early_launch.STATS["hits"] - before["hits"]
         results[deferred] = (losses, [p.detach().cpu() for p in model.parameters()], programs, hits)
     one, each = results["1"], results["0"]
-    assert one[2][-1] == 2 and each[2][-1] >= 4, (one[2], each[2])  # the step, then `loss.detach()`
+    # The step alone: `loss.detach()` after opt.step() is a graph of views, run as eager views.
+    assert one[2][-1] == 1 and each[2][-1] >= 4, (one[2], each[2])
     assert one[3] >= 2 and each[3] == 0, (one[3], each[3])
     torch.testing.assert_close(torch.tensor(one[0]), torch.tensor(each[0]), atol=2e-3, rtol=2e-3)
     for a, b in zip(one[1], each[1]):
