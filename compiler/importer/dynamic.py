@@ -33,7 +33,8 @@ from torch_tpu.core import attributes
 from ..context import ir, stablehlo
 from ..dtypes import tensor_type
 from ..lowering import DynamicFallback
-from ..lowering.symsize import SymSize
+from .. import ir as hlo
+from ..lowering.symsize import SymSize, dynamic_import, static_layout
 
 BOUNDS_ATTR = attributes.BOUNDS
 _SYMBOLIC_VAL = "torchtpu_symbolic_val"
@@ -84,6 +85,7 @@ class DynamicShapes:
         self.gm = gm
         self.bounds = dict(symbol_bounds)
         self._ranges = {sym: ValueRanges(0, b) for sym, b in self.bounds.items()}
+        self._pinned = pinned_sizes(gm)
         self._values: dict[Any, ir.Value] = {}  # sympy expr -> 0-d i64 value
         self._i32: dict[Any, ir.Value] = {}
 
@@ -103,9 +105,24 @@ class DynamicShapes:
             )
         upper = bound_sympy(expr, self._ranges).upper
         value = _finite_int(upper)
+        pinned = self._pinned_value(expr)
+        if pinned is not None:
+            value = pinned if value is None else min(value, pinned)
         if value is None:
             raise DynamicFallback(f"the bound of symbolic size {expr} is not finite ({upper})", node)
         return value
+
+    def _pinned_value(self, expr) -> int | None:
+        """The constant the guards fix `expr` to (it may differ from a pinned expression
+        by a constant: the guard `Eq(s0 + s1, 15)` pins `s0 + s1 + 1` to 16)."""
+        if not self._pinned:
+            return None
+        expanded = sympy.expand(expr)
+        for pinned, value in self._pinned.items():
+            offset = sympy.expand(expanded - pinned)
+            if isinstance(offset, sympy.Integer):
+                return value + int(offset)
+        return None
 
     def size_bound(self, s, node=None) -> int:
         return self.bound(_expr(s), node) if _is_symbolic_int(s) else int(s)
@@ -217,6 +234,27 @@ class DynamicShapes:
         expr = _expr(s)
         return SymSize(self.bound(expr, node), self.size_value(expr, node), expr)
 
+    def cut_to_bounds(self, node: torch.fx.Node, result):
+        """A rule's result laid out beyond its dims' bounds (a `cat` of pieces at their own
+        bounds, whose sizes' sum the guards pin: `pinned_sizes`) cut to the bounds: the
+        logical entries come first in a padded layout, so only padding is cut."""
+        symbolic = self.symbolic_val(node)
+        if isinstance(symbolic, torch.Tensor) and isinstance(result, ir.Value):
+            return self._cut(result, symbolic, node)
+        if isinstance(symbolic, (tuple, list)) and isinstance(result, tuple):
+            return tuple(
+                self._cut(r, v, node) if isinstance(v, torch.Tensor) and isinstance(r, ir.Value) else r
+                for r, v in zip(result, symbolic)
+            ) + result[len(symbolic):]
+        return result
+
+    def _cut(self, value: ir.Value, val: torch.Tensor, node) -> ir.Value:
+        for d in self.dynamic_dims(val):
+            bound = self.bound(_expr(val.shape[d]), node)
+            if ir.RankedTensorType(value.type).shape[d] > bound:
+                value = _cut_to_bound(value, d, bound)
+        return value
+
     def mark(self, value: ir.Value, val, node=None) -> ir.Value:
         """Attaches the logical sizes of `val`'s symbolic dims to `value` (typed at its
         bounds)."""
@@ -235,6 +273,37 @@ class DynamicShapes:
             result_type = ir.RankedTensorType.get(shape, t.element_type)
             value = stablehlo.SetDimensionSizeOp(value, size, d, results=[result_type]).result
         return value
+
+
+def _cut_to_bound(value: ir.Value, dim: int, bound: int) -> ir.Value:
+    """The first `bound` entries of `value`'s padded layout along `dim` (made static there
+    first: XLA's dynamic padder would otherwise slice the logical size)."""
+    with dynamic_import():
+        value = static_layout(value)
+    return hlo.slice_in_dim(value, dim, 0, bound)
+
+
+def pinned_sizes(gm: torch.fx.GraphModule) -> dict[Any, int]:
+    """Size expressions that the ShapeEnv's guards fix to a constant (`Eq(u0 + u1 + u2 +
+    u3, 64)`: the pieces of a `split` whose sizes are graph inputs add up to the split
+    dim). Dynamo checks its guards before every call, so such a size is that constant
+    whenever the program runs; its bound is the constant, however loose the symbols'
+    own bounds. Keys are expanded sympy expressions."""
+    shape_env = next((s.node.shape_env for s in graph_symbols(gm).values()), None)
+    pinned: dict[Any, int] = {}
+    for guard in getattr(shape_env, "guards", None) or ():
+        expr = getattr(guard, "expr", None)
+        if not isinstance(expr, sympy.Eq):
+            continue
+        difference = sympy.expand(expr.lhs - expr.rhs)
+        constant, symbolic = difference.as_independent(*difference.free_symbols, as_Add=True)
+        if not symbolic.free_symbols or not isinstance(constant, sympy.Integer):
+            continue
+        if symbolic.could_extract_minus_sign():
+            symbolic, constant = -symbolic, -constant
+        if -constant >= 0:
+            pinned[symbolic] = int(-constant)
+    return pinned
 
 
 def _emit(expr, known: Mapping[Any, ir.Value], node) -> ir.Value:

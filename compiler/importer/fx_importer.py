@@ -440,6 +440,9 @@ class FxImporter:
                 # located error under TORCH_TPU_STRICT, never an internal crash.)
                 raise LoweringError(f"lowering failed: {type(err).__name__}: {err}", node) from err
         result = _normalize_result(result)
+        if self.dynamic is not None:
+            with loc:
+                result = self.dynamic.cut_to_bounds(node, result)
         self._check_against_meta(node, result)
         return result
 

@@ -442,9 +442,12 @@ def _select(ctx: LoweringContext, x, dim, index):
     return reshape(hlo.slice_in_dim(x, dim, index, index + 1), ctx.result_shape())
 
 
-def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
-    """Splits along `dim` into the chunk sizes PyTorch computed (node.meta['val'])."""
+def _split_by_sizes(ctx: LoweringContext, x, dim: int, sizes: Sequence | None = None) -> tuple:
+    """Splits along `dim` into the chunk sizes PyTorch computed (node.meta['val']); sizes
+    known only at run time (`sizes` holding SymSizes) go to `_split_at_run_time_offsets`."""
     dim = normalize_dim(dim, rank_of(x))
+    if sizes is not None and any(isinstance(size, SymSize) for size in sizes):
+        return _split_at_run_time_offsets(x, dim, sizes)
     pieces, offset = [], 0
     for piece in ctx.meta():
         size = int(piece.shape[dim])
@@ -453,9 +456,27 @@ def _split_by_sizes(ctx: LoweringContext, x, dim: int) -> tuple:
     return tuple(pieces)
 
 
+def _split_at_run_time_offsets(x: ir.Value, dim: int, sizes: Sequence) -> tuple:
+    """A static dim split into pieces whose sizes are symbolic (a MoE's tokens per expert,
+    `x.split(counts.tolist())`): each piece is laid out at its size's bound and read from
+    its run-time offset, the sum of the sizes before it (the importer then marks its
+    logical size). Dynamo's guards hold the sizes' sum to the dim's size, so no offset
+    passes the dim's end and `_dynamic_slice`'s padding keeps the window from being
+    clamped back over another piece's rows."""
+    pieces, offset = [], 0
+    for size in sizes:
+        pieces.append(_dynamic_slice(x, dim, offset, int(size)))
+        step = size.value if isinstance(size, SymSize) else int(size)
+        if isinstance(offset, int) and isinstance(step, int):
+            offset += step
+        else:
+            offset = stablehlo.AddOp(i64(offset), i64(step)).result
+    return tuple(pieces)
+
+
 def _reject_split_along_dynamic(ctx: LoweringContext, x, split, dim=0, *args, **kwargs):
-    """Splitting along a dynamic dim runs in eager (the pieces' sizes depend on where it
-    ends); along static dims the ordinary rule."""
+    """Splitting along a dynamic dim into pieces of one size runs in eager (how many pieces
+    there are depends on where the dim ends); along static dims the ordinary rule."""
     dim = normalize_dim(dim, len(shape_of(x)))
     if dim not in dynamic_dims(ctx, 0):
         return NotImplemented
@@ -473,6 +494,16 @@ def _split(ctx: LoweringContext, x, split_size, dim=0):
     return _split_by_sizes(ctx, x, dim)
 
 
+def _split_with_sizes_padded(ctx: LoweringContext, x, split_sizes, dim=0):
+    """Along a dynamic dim each piece is read from its run-time offset in the padded
+    layout (whose logical entries come first); the sizes are given, so the pieces' count
+    does not depend on where the dim ends."""
+    dim = normalize_dim(dim, len(shape_of(x)))
+    if dim not in dynamic_dims(ctx, 0):
+        return NotImplemented
+    return _split_at_run_time_offsets(x, dim, split_sizes)
+
+
 @lowers(
     aten.split_with_sizes.default,
     aten.split_with_sizes_copy.default,
@@ -480,10 +511,10 @@ def _split(ctx: LoweringContext, x, split_size, dim=0):
     aten.split.sizes,
     aten.split.default,
     dynamic=Padding.MOVEMENT,
-    dynamic_rule=_reject_split_along_dynamic,
+    dynamic_rule=_split_with_sizes_padded,
 )
 def _split_with_sizes(ctx: LoweringContext, x, split_sizes, dim=0):
-    return _split_by_sizes(ctx, x, dim)
+    return _split_by_sizes(ctx, x, dim, split_sizes)
 
 
 @lowers(
