@@ -457,11 +457,11 @@ def _split_by_sizes(ctx: LoweringContext, x, dim: int, sizes: Sequence | None = 
 
 
 def _split_at_run_time_offsets(x: ir.Value, dim: int, sizes: Sequence) -> tuple:
-    """A static dim split into pieces whose sizes are symbolic (a MoE's tokens per expert,
+    """`dim` split into pieces whose sizes may be symbolic (a MoE's tokens per expert,
     `x.split(counts.tolist())`): each piece is laid out at its size's bound and read from
     its run-time offset, the sum of the sizes before it (the importer then marks its
-    logical size). Dynamo's guards hold the sizes' sum to the dim's size, so no offset
-    passes the dim's end and `_dynamic_slice`'s padding keeps the window from being
+    logical size). Dynamo's guards hold the sizes' sum to the dim's (run-time) size, so no
+    offset passes the dim's end and `_dynamic_slice`'s padding keeps the window from being
     clamped back over another piece's rows."""
     pieces, offset = [], 0
     for size in sizes:
