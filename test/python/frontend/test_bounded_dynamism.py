@@ -7,11 +7,11 @@ import logging
 
 import pytest
 import torch
-import torch.fx.experimental._config as fx_config
 import torch.nn.functional as F
 from torch import nn
 from torch_tpu.examples.quickstart import TinyGPT
-from torch_tpu.runtime import get_client
+
+from bounded_support import compiles, fresh_dynamic_compiles
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 BOUND = 32
@@ -22,16 +22,10 @@ LENGTHS = [9, 1, 32, 5, 17, 2, 30, 13, 3, 24, 7, 28, 16, 11, 31, 8, 21, 19, 26, 
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    # Size 1 would otherwise be specialized by Dynamo (a second graph, a second compile).
-    torch._dynamo.reset()
-    get_client().cache.clear_l1()
-    with fx_config.patch(backed_size_oblivious=True):
+    with fresh_dynamic_compiles():
         yield
-    torch._dynamo.reset()
 
 
-def _compiles() -> int:
-    return get_client().cache.stats.compiles
 
 
 class EncoderBlock(nn.Module):
@@ -79,13 +73,13 @@ class TinyBert(nn.Module):
 
 def _run_lengths(model, make_input, dim, lengths):
     compiled = torch.compile(model, backend="tpu")
-    before = _compiles()
+    before = compiles()
     for n in lengths:
         x = make_input(n)
         torch._dynamo.mark_dynamic(x, dim, min=1, max=BOUND)
         with torch.no_grad():
             torch.testing.assert_close(compiled(x), model(x), **TOL, msg=f"size {n}")
-    return _compiles() - before
+    return compiles() - before
 
 
 def test_gpt_dynamic_sequence_one_compile():
@@ -111,14 +105,14 @@ def test_gpt_dynamic_batch_and_sequence_one_compile():
     torch.manual_seed(0)
     model = TinyGPT(vocab=64, d=32, heads=4, layers=1, seq=16).eval()
     compiled = torch.compile(model, backend="tpu")
-    before = _compiles()
+    before = compiles()
     for batch, n in [(3, 5), (1, 16), (4, 2), (2, 9), (8, 1)]:
         ids = torch.randint(0, 64, (batch, n))
         torch._dynamo.mark_dynamic(ids, 0, min=1, max=8)
         torch._dynamo.mark_dynamic(ids, 1, min=1, max=16)
         with torch.no_grad():
             torch.testing.assert_close(compiled(ids), model(ids), **TOL)
-    assert _compiles() - before == 1
+    assert compiles() - before == 1
 
 
 def test_training_step_dynamic_batch():
@@ -135,7 +129,7 @@ def test_training_step_dynamic_batch():
         return loss
 
     compiled = torch.compile(lambda x, y: step(model, x, y), backend="tpu")
-    before = _compiles()
+    before = compiles()
     for n in (3, 9, 17, 32, 5):
         x, y = torch.randn(n, 16), torch.randint(0, 10, (n,))
         torch._dynamo.mark_dynamic(x, 0, min=1, max=BOUND)
@@ -147,7 +141,7 @@ def test_training_step_dynamic_batch():
         torch.testing.assert_close(loss, expected, **TOL)
         for p, q in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad, q.grad, **TOL)
-    assert _compiles() - before == 2  # the forward and the backward graph, once each
+    assert compiles() - before == 2  # the forward and the backward graph, once each
 
 
 def _ops():
@@ -210,11 +204,11 @@ def test_ops_ignore_padding(name, monkeypatch):
     compiled = torch.compile(fn, backend="tpu")
     counts = []
     for n in (3, 7, 16):
-        before = _compiles()
+        before = compiles()
         x = torch.randn(2, n, 8)
         torch._dynamo.mark_dynamic(x, 1, min=3, max=16)
         torch.testing.assert_close(compiled(x), fn(x), **TOL, msg=f"{name} at size {n}")
-        counts.append(_compiles() - before)
+        counts.append(compiles() - before)
     # Compiled once, at the first size (all partitions around an eager op then).
     assert counts[1:] == [0, 0]
     if not falls_back:
@@ -230,14 +224,14 @@ def test_size_above_bound_recompiles_once(monkeypatch, caplog):
         return F.softmax(x * 2, dim=0).sum(0) * x.shape[0]
 
     compiled = torch.compile(f, backend="tpu", dynamic=True)
-    before = _compiles()
+    before = compiles()
     with caplog.at_level(logging.WARNING, logger="torch_tpu"):
         for n in (3, 5, 8, 12, 9, 16, 4):
             x = torch.randn(n, 4)
             torch.testing.assert_close(compiled(x), f(x), **TOL)
     notes = [r for r in caplog.records if "exceeds its compiled bound" in r.getMessage()]
     assert len(notes) == 1
-    assert _compiles() - before == 2
+    assert compiles() - before == 2
 
 
 def test_static_graphs_stay_static():
@@ -261,7 +255,7 @@ def test_gpt_training_step_dynamic_batch():
         return loss
 
     compiled = torch.compile(lambda i, t: step(model, i, t), backend="tpu")
-    before = _compiles()
+    before = compiles()
     for n in (5, 1, 12, 3, 16):
         ids, targets = torch.randint(0, 64, (n, 8)), torch.randint(0, 64, (n, 8))
         torch._dynamo.mark_dynamic(ids, 0, min=1, max=16)
@@ -271,7 +265,7 @@ def test_gpt_training_step_dynamic_batch():
         torch.testing.assert_close(compiled(ids, targets), step(reference, ids, targets), **TOL)
         for (name, p), q in zip(model.named_parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad, q.grad, **TOL, msg=f"grad of {name} at batch {n}")
-    assert _compiles() - before == 2
+    assert compiles() - before == 2
 
 
 def test_bad_bound_policy_is_a_clear_error(monkeypatch):
@@ -288,8 +282,8 @@ def test_pow2_policy_bound(monkeypatch):
     of two (at least 16); sizes up to it share one compile."""
     monkeypatch.delenv("TORCH_TPU_DYNAMIC_BOUND", raising=False)
     compiled = torch.compile(lambda x: x.cumsum(0) * x.shape[0], backend="tpu", dynamic=True)
-    before = _compiles()
+    before = compiles()
     for n in (20, 3, 32, 17):
         x = torch.randn(n, 3)
         torch.testing.assert_close(compiled(x), x.cumsum(0) * n, **TOL)
-    assert _compiles() - before == 1
+    assert compiles() - before == 1

@@ -9,10 +9,9 @@ Tolerances: float32 matmuls, atol/rtol 1e-5 (XLA:CPU and eager accumulate alike 
 
 import pytest
 import torch
-import torch.fx.experimental._config as fx_config
 
 import torch_tpu
-from torch_tpu.runtime import get_client
+from bounded_support import compiles, fresh_dynamic_compiles
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 # Tokens per expert (4 experts, 16 rows): empty experts, one expert taking all, and the
@@ -23,15 +22,10 @@ ROUTINGS = [[4, 4, 4, 4], [1, 7, 3, 5], [0, 10, 2, 4], [6, 2, 8, 0], [16, 0, 0, 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     monkeypatch.setenv("TORCH_TPU_STRICT", "1")
-    torch._dynamo.reset()
-    get_client().cache.clear_l1()
-    with fx_config.patch(backed_size_oblivious=True):
+    with fresh_dynamic_compiles():
         yield
-    torch._dynamo.reset()
 
 
-def _compiles() -> int:
-    return get_client().cache.stats.compiles
 
 
 def _experts(x, counts, weights):
@@ -54,8 +48,8 @@ def test_routed_experts_compile_once_for_every_routing():
         torch.testing.assert_close(compiled(x, counts, weights, order, gates),
                                    _routed(x, counts, weights, order, gates), **TOL)
         if i == 1:  # the first call specializes; the second makes the sizes symbolic
-            before = _compiles()
-    assert _compiles() == before, "a routing after the first dynamic compile compiled again"
+            before = compiles()
+    assert compiles() == before, "a routing after the first dynamic compile compiled again"
 
 
 def test_experts_alone_return_the_unpinned_concatenation():
@@ -79,14 +73,14 @@ def test_a_dynamic_dim_split_by_run_time_sizes():
     offset in the padded layout."""
     torch.manual_seed(2)
     compiled = torch.compile(_split_dynamic, backend="tpu", dynamic=True)
-    compiles = []
+    counts = []
     for rows, head in [(9, 3), (12, 5), (7, 1), (20, 11), (16, 8)]:
         x = torch.randn(rows, 4)
         torch_tpu.mark_dynamic(x, 0, max=32)
         for got, want in zip(compiled(x, head), _split_dynamic(x, head)):
             torch.testing.assert_close(got, want, **TOL)
-        compiles.append(_compiles())
-    assert compiles[-1] == compiles[1], compiles
+        counts.append(compiles())
+    assert counts[-1] == counts[1], counts
 
 
 def test_routed_experts_backward_equals_eager():
