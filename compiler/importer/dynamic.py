@@ -86,6 +86,7 @@ class DynamicShapes:
         self.bounds = dict(symbol_bounds)
         self._ranges = {sym: ValueRanges(0, b) for sym, b in self.bounds.items()}
         self._pinned = pinned_sizes(gm)
+        self._bound_of: dict[Any, int] = {}  # sympy expr -> bound (asked per node and result)
         self._values: dict[Any, ir.Value] = {}  # sympy expr -> 0-d i64 value
         self._i32: dict[Any, ir.Value] = {}
 
@@ -95,6 +96,9 @@ class DynamicShapes:
 
         if isinstance(expr, (int, sympy.Integer)):
             return int(expr)
+        known = self._bound_of.get(expr)
+        if known is not None:
+            return known
         missing = expr.free_symbols - self._ranges.keys()
         if missing:
             raise DynamicFallback(
@@ -110,6 +114,7 @@ class DynamicShapes:
             value = pinned if value is None else min(value, pinned)
         if value is None:
             raise DynamicFallback(f"the bound of symbolic size {expr} is not finite ({upper})", node)
+        self._bound_of[expr] = value
         return value
 
     def _pinned_value(self, expr) -> int | None:
@@ -238,15 +243,7 @@ class DynamicShapes:
         """A rule's result laid out beyond its dims' bounds (a `cat` of pieces at their own
         bounds, whose sizes' sum the guards pin: `pinned_sizes`) cut to the bounds: the
         logical entries come first in a padded layout, so only padding is cut."""
-        symbolic = self.symbolic_val(node)
-        if isinstance(symbolic, torch.Tensor) and isinstance(result, ir.Value):
-            return self._cut(result, symbolic, node)
-        if isinstance(symbolic, (tuple, list)) and isinstance(result, tuple):
-            return tuple(
-                self._cut(r, v, node) if isinstance(v, torch.Tensor) and isinstance(r, ir.Value) else r
-                for r, v in zip(result, symbolic)
-            ) + result[len(symbolic):]
-        return result
+        return each_tensor_result(result, self.symbolic_val(node), lambda r, v: self._cut(r, v, node))
 
     def _cut(self, value: ir.Value, val: torch.Tensor, node) -> ir.Value:
         for d in self.dynamic_dims(val):
@@ -273,6 +270,19 @@ class DynamicShapes:
             result_type = ir.RankedTensorType.get(shape, t.element_type)
             value = stablehlo.SetDimensionSizeOp(value, size, d, results=[result_type]).result
         return value
+
+
+def each_tensor_result(result, symbolic, fn: Callable[[ir.Value, torch.Tensor], ir.Value]):
+    """`fn(value, val)` on each of a node's tensor results (one value, or a tuple beside its
+    symbolic metadata); other results as they are."""
+    if isinstance(symbolic, torch.Tensor) and isinstance(result, ir.Value):
+        return fn(result, symbolic)
+    if isinstance(symbolic, (tuple, list)) and isinstance(result, tuple):
+        return tuple(
+            fn(r, v) if isinstance(v, torch.Tensor) and isinstance(r, ir.Value) else r
+            for r, v in zip(result, symbolic)
+        ) + result[len(symbolic):]
+    return result
 
 
 def _cut_to_bound(value: ir.Value, dim: int, bound: int) -> ir.Value:

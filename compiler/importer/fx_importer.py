@@ -20,7 +20,7 @@ from ..lowering.registry import OpRecord, require_padding_as_is
 from ..lowering.symsize import SymSize, dynamic_import
 from ..dtypes import dtype_of, tensor_type
 from ..process_groups import ProcessGroups
-from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, has_symbolic_shapes
+from .dynamic import BOUNDS_ATTR, DynamicShapes, bounds_attr, each_tensor_result, has_symbolic_shapes
 from ..fx_locations import node_location
 from .random_state import RandomState
 from .storage_views import rebase_storage_views
@@ -385,19 +385,9 @@ class FxImporter:
         return value
 
     def _mark_dynamic(self, node, symbolic, result):
-        if isinstance(symbolic, torch.Tensor) and isinstance(result, ir.Value):
-            if self.dynamic.dynamic_dims(symbolic):
-                with node_location(node):
-                    return self.dynamic.mark(result, symbolic, node)
-        elif isinstance(symbolic, (tuple, list)) and isinstance(result, tuple):
-            with node_location(node):
-                return tuple(
-                    self.dynamic.mark(r, v, node)
-                    if isinstance(v, torch.Tensor) and isinstance(r, ir.Value) and self.dynamic.dynamic_dims(v)
-                    else r
-                    for r, v in zip(result, symbolic)
-                ) + result[len(symbolic):]
-        return result
+        # (`mark` leaves a value without dynamic dims as it is.)
+        with node_location(node):
+            return each_tensor_result(result, symbolic, lambda r, v: self.dynamic.mark(r, v, node))
 
     def _lower_node(self, node: torch.fx.Node):
         args = self._map_arg(node.args)
